@@ -1,0 +1,24 @@
+"""Errors that end a command with a one-line message and exit code 2 (bad input)."""
+from __future__ import annotations
+
+from typing import Iterable, List
+
+
+class UserError(Exception):
+    """Bad input from the user: a file, a flag, a port. Printed without traceback; exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(UserError):
+    """One or more problems in a cluster file; each message names the field."""
+
+    def __init__(self, source: str, problems: Iterable[str]):
+        self.source = source
+        self.problems: List[str] = list(problems)
+        lines = [f"{source}: {p}" if source else p for p in self.problems]
+        super().__init__("\n".join(lines))

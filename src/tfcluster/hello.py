@@ -1,0 +1,62 @@
+"""The guide's "Hello distributed TensorFlow!", with real servers."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from .errors import UserError
+
+MESSAGE = "Hello, distributed TensorFlow!"
+
+
+def _quiet_tf() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def hello(path: Optional[str] = None) -> int:
+    """Without a file: a single-process cluster (``Server.create_local_server()``) and a
+    session on it that evaluates a string constant. With a file of local tasks: start every
+    task's server in this process and run an op placed on the second task from a session on
+    the first."""
+    cluster = None
+    if path:
+        from .config import load
+        from .hosts import is_local, port_in_use, describe_port_holder
+        cluster = load(path)
+        if not cluster.resolved:
+            from .cli import assign_local_ports
+            cluster = assign_local_ports(cluster)
+        tasks = [t for t in cluster.tasks if t.job != "evaluator"]
+        if len(tasks) < 2:
+            raise UserError(f"{path}: cluster: hello needs at least two tasks (it runs an op on the "
+                            f"second from a session on the first)")
+        for t in tasks:
+            if not is_local(t.endpoint.host):
+                raise UserError(f"{path}: cluster.{t.job}[{t.index}]: {t.endpoint} is not this "
+                                f"machine; hello starts every task here")
+            if port_in_use(t.endpoint.port):
+                raise UserError(f"{path}: cluster.{t.job}[{t.index}]: port {t.endpoint.port} is "
+                                f"already in use{describe_port_holder(t.endpoint.port)}")
+    _quiet_tf()
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    v1.disable_eager_execution()
+    if cluster is None:
+        server = v1.train.Server.create_local_server()
+        c = v1.constant(MESSAGE)
+        with v1.Session(server.target) as sess:
+            print(sess.run(c).decode())
+        return 0
+    spec = cluster.cluster_spec()
+    servers = [v1.train.Server(spec, job_name=t.job, task_index=t.index, start=True) for t in tasks]
+    first, second = tasks[0], tasks[1]
+    with tf.device(f"/job:{second.job}/task:{second.index}"):
+        c = v1.constant(MESSAGE)
+        where = v1.constant(f" (computed on /job:{second.job}/task:{second.index})")
+        out = v1.strings.join([c, where])
+    with v1.Session(servers[0].target) as sess:
+        print(sess.run(out).decode())
+    print(f"{len(servers)} servers: " + ", ".join(f"{t.name}@{t.endpoint}" for t in tasks)
+          + f"; session on {first.name}", file=sys.stderr)
+    return 0

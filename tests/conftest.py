@@ -1,0 +1,87 @@
+"""Shared test helpers: free ports, and a check that no test leaves a process behind."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import psutil
+import pytest
+
+from tfcluster.hosts import port_in_use
+
+SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
+
+
+def free_ports(n: int) -> list:
+    """n distinct TCP ports that are free on this machine right now (IPv4 and IPv6 wildcard)."""
+    ports = []
+    for _ in range(1000):
+        if len(ports) == n:
+            break
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if port not in ports and port_is_free(port):
+            ports.append(port)
+    assert len(ports) == n, "could not find free ports"
+    return ports
+
+
+def port_is_free(port: int) -> bool:
+    """True when a TensorFlow server could bind ``port`` (TIME_WAIT does not count as bound)."""
+    return not port_in_use(port)
+
+
+@pytest.fixture
+def ports():
+    """Call ports(n) for n free ports; after the test, they must all be free again."""
+    taken = []
+
+    def get(n):
+        got = free_ports(n)
+        taken.extend(got)
+        return got
+
+    yield get
+    deadline = time.time() + 10
+    busy = [p for p in taken if not port_is_free(p)]
+    while busy and time.time() < deadline:
+        time.sleep(0.2)
+        busy = [p for p in taken if not port_is_free(p)]
+    assert not busy, f"ports still bound after the test: {busy}"
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Every test must leave no child process of pytest running."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    deadline = time.time() + 10
+    while True:
+        left = [p for p in me.children(recursive=True) if p.pid not in before and _alive(p)]
+        if not left or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    for p in left:  # clean up so one failure does not cascade, then fail
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    assert not left, "processes left behind: " + ", ".join(
+        f"{p.pid} {' '.join(_cmd(p))[:120]}" for p in left)
+
+
+def _alive(p) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _cmd(p):
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return ["?"]

@@ -1,0 +1,130 @@
+"""The CLI as a user runs it: exit codes, one-line errors, no TensorFlow on the fast paths."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, HealthCheck
+from hypothesis import strategies as st
+
+from tfcluster import cli, config
+from tfcluster.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tfcluster", *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_paths_do_not_import_tensorflow():
+    code = ("import sys, tfcluster.cli as c, tfcluster.config, tfcluster.hosts\n"
+            "rc = c.main(['validate', 'cluster.yaml'])\n"
+            "c.main(['tf-config', 'cluster.yaml', 'worker:1']); c.main(['commands', 'cluster.yaml'])\n"
+            "c.main(['schema'])\n"
+            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+            "print('NO-TF', rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "NO-TF 0" in r.stdout, r.stderr
+
+
+def test_help_lists_commands():
+    r = run("--help")
+    assert r.returncode == 0
+    for word in ("launch", "validate", "tf-config", "commands", "hello", "schema", "status"):
+        assert word in r.stdout
+
+
+def test_validate_ok_prints_resolved_cluster():
+    r = run("validate", "cluster.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "ps:0" in r.stdout and "localhost:2224" in r.stdout and "chief: worker:0" in r.stdout
+    r = run("validate", "--json", "cluster.yaml")
+    assert json.loads(r.stdout)["cluster_spec"]["worker"] == ["localhost:2223", "localhost:2224"]
+
+
+def test_tf_config_prints_json():
+    r = run("tf-config", "cluster.yaml", "worker:1")
+    assert r.returncode == 0
+    assert json.loads(r.stdout) == {"cluster": {"ps": ["localhost:2222"],
+                                                "worker": ["localhost:2223", "localhost:2224"]},
+                                    "task": {"type": "worker", "index": 1}}
+
+
+def test_commands_are_runnable_lines():
+    r = run("commands", "cluster.yaml", "--task-flags")
+    assert r.returncode == 0
+    lines = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+    assert len(lines) == 3
+    assert "TF_CONFIG=" in lines[0] and "--job_name=ps --task_index=0" in lines[0]
+    assert "--worker_hosts=localhost:2223,localhost:2224" in lines[2]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["tf-config", "cluster.yaml", "worker:9"], "no task worker:9"),
+    (["tf-config", "cluster.yaml", "bogus"], "JOB:INDEX"),
+    (["validate", "missing.yaml"], "missing.yaml: no such file"),
+    (["launch", "cluster.yaml", "--grace", "soon"], "not a number of seconds"),
+    (["launch", "cluster.yaml", "--success", "first"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_exit_2_one_line_no_traceback(args, needle):
+    r = run(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_file_exit_2(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223, localhost:70000]}\n")
+    r = run("validate", str(f))
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"tfcluster: error: {f}: cluster.worker[1]: port 70000 is out of range 1-65535"
+
+
+def test_schema_is_json():
+    r = run("schema")
+    assert json.loads(r.stdout)["properties"]["cluster"]
+
+
+# ---- fuzz: no input may produce a traceback
+
+yaml_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True),
+                         st.text(max_size=12), st.sampled_from(["localhost:2222", "[::1]:1", "a:b", "x"]))
+keys = st.one_of(st.sampled_from(["cluster", "program", "jobs", "ps", "worker", "chief", "evaluator",
+                                  "command", "args", "env", "gpus", "restart", "policy", "success",
+                                  "logdir", "task_flags", "max_restarts", "grace", "version"]),
+                 st.text(max_size=6))
+values = st.recursive(yaml_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)), max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(values)
+def test_fuzz_from_dict_never_crashes(data):
+    try:
+        c = config.from_dict(data)
+    except UserError as e:
+        assert e.message and "Traceback" not in e.message
+        return
+    for t in c.tasks:  # a valid file gives a usable model
+        if c.resolved:
+            json.dumps(c.tf_config(t.id))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(max_size=200))
+def test_fuzz_loads_text_never_crashes(text):
+    try:
+        config.loads(text)
+    except UserError:
+        pass
+
+
+def test_main_returns_2_for_user_errors(capsys):
+    assert cli.main(["validate", "/nonexistent/x.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err
