@@ -1,0 +1,314 @@
+"""Between-graph training sessions: async or sync, with the chief's duties, without the hangs.
+
+:class:`TrainingSession` is a ``MonitoredSession`` set up the way a ps/worker cluster needs:
+
+* chief: initialises or restores from the latest checkpoint in ``checkpoint_dir``, saves
+  checkpoints (every N steps and/or seconds, and at the end), writes summaries and the
+  steps/sec counter (like the seed's ``Supervisor``);
+* non-chief: waits for the chief's initialisation, polling every ``recovery_wait_secs``
+  (0.25 s) instead of ``MonitoredTrainingSession``'s hard-wired 30 s;
+* sync (``SyncReplicasOptimizer``): the chief runs the chief queue runner and token init
+  (the optimizer's hook); at its end it enqueues one spare token per replica so that no
+  worker stays blocked on the token queue; ``stop_grace_period_secs`` is 1 s, not 120 s
+  (``close()`` waits that long for the queue-runner thread, which never ends by itself);
+* every session has ``device_filters`` (ps + itself) and a bounded
+  ``operation_timeout_in_ms``; a run that times out once the last step is reached ends
+  the loop instead of failing;
+* at a clean end, every replica tells the ps tasks it is done (:func:`signal_done`) so a
+  ps started by hand ends by itself.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Optional
+
+from tfcluster.runtime.context import TaskContext
+from tfcluster.runtime.server import session_config, signal_done
+
+#: default bound on any single blocking op in a training session (ms)
+DEFAULT_OPERATION_TIMEOUT_MS = 120_000
+
+
+def make_sync_optimizer(optimizer, ctx: TaskContext, replicas_to_aggregate: Optional[int] = None,
+                        total_num_replicas: Optional[int] = None, backup_workers: int = 0):
+    """Wrap ``optimizer`` in a ``tf.compat.v1.train.SyncReplicasOptimizer``.
+
+    ``total_num_replicas`` defaults to the number of replicas (chief + workers);
+    ``replicas_to_aggregate`` to ``total_num_replicas - backup_workers`` (so the default is
+    the number of workers). With backup workers, each step applies the first
+    ``replicas_to_aggregate`` gradients and drops the stragglers'.
+    """
+    import tensorflow as tf
+
+    total = int(total_num_replicas or ctx.num_workers)
+    if replicas_to_aggregate is None or replicas_to_aggregate <= 0:
+        replicas_to_aggregate = max(1, total - int(backup_workers))
+    if replicas_to_aggregate > total and total_num_replicas is None:
+        total = replicas_to_aggregate
+    return tf.compat.v1.train.SyncReplicasOptimizer(
+        optimizer, replicas_to_aggregate=int(replicas_to_aggregate), total_num_replicas=total)
+
+
+def is_sync_optimizer(opt) -> bool:
+    import tensorflow as tf
+
+    return isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer)
+
+
+class _FastWorkerSessionCreator:
+    """``WorkerSessionCreator`` whose ``SessionManager`` polls every ``recovery_wait_secs``."""
+
+    def __init__(self, scaffold, master: str, config, max_wait_secs: float,
+                 recovery_wait_secs: float):
+        self._scaffold = scaffold
+        self._master = master
+        self._config = config
+        self._max_wait_secs = max_wait_secs
+        self._recovery_wait_secs = recovery_wait_secs
+
+    def create_session(self):
+        import tensorflow as tf
+
+        self._scaffold.finalize()
+        sm = tf.compat.v1.train.SessionManager(
+            local_init_op=self._scaffold.local_init_op,
+            local_init_feed_dict=self._scaffold.local_init_feed_dict,
+            ready_op=self._scaffold.ready_op,
+            ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+            graph=tf.compat.v1.get_default_graph(),
+            recovery_wait_secs=self._recovery_wait_secs)
+        return sm.wait_for_session(self._master, config=self._config,
+                                   max_wait_secs=self._max_wait_secs)
+
+
+class TrainingSession:
+    """A ``MonitoredSession`` for one replica of between-graph training (a context manager).
+
+    Build it inside the graph, after the model and train op, before running::
+
+        with TrainingSession(ctx, server, last_step=1000, checkpoint_dir=d,
+                             sync_optimizer=opt if sync else None) as sess:
+            while not sess.should_stop():
+                out = sess.run([train_op, global_step, loss])
+                if out is None:      # the run timed out after the last step: done
+                    break
+            acc = sess.run_raw(accuracy, feed_dict=...)  # no hooks (evaluation)
+
+    ``server`` is the task's ``tf.compat.v1.train.Server`` or a session target string.
+    Saving checkpoints: ``save_checkpoint_steps`` and/or ``save_checkpoint_secs`` (if
+    neither: every 600 s); a final checkpoint is always written at a clean end when
+    ``checkpoint_dir`` is set. ``sharded_checkpoints=False`` (default) writes the whole
+    checkpoint from the chief (no shared filesystem needed between machines).
+    """
+
+    def __init__(self, ctx: TaskContext, server=None, *, last_step: Optional[int] = None,
+                 checkpoint_dir: Optional[str] = None, sync_optimizer=None,
+                 hooks: Iterable = (), chief_only_hooks: Iterable = (),
+                 save_checkpoint_steps: Optional[int] = None,
+                 save_checkpoint_secs: Optional[float] = None,
+                 save_summaries_steps: Optional[int] = 100,
+                 log_step_count_steps: Optional[int] = 100,
+                 config=None, scaffold=None, max_to_keep: int = 5,
+                 sharded_checkpoints: bool = False,
+                 stop_grace_period_secs: float = 1.0, recovery_wait_secs: float = 0.25,
+                 max_wait_secs: float = 600.0,
+                 operation_timeout_ms: Optional[int] = DEFAULT_OPERATION_TIMEOUT_MS,
+                 signal_done_at_end: bool = True, is_chief: Optional[bool] = None):
+        import tensorflow as tf
+
+        self.ctx = ctx
+        self.is_chief = ctx.is_chief if is_chief is None else bool(is_chief)
+        if server is None:
+            self.target = ctx.target()
+        elif isinstance(server, str):
+            self.target = server
+        else:
+            self.target = server.target
+        self.last_step = last_step
+        self.checkpoint_dir = checkpoint_dir or None
+        self.sync_optimizer = sync_optimizer
+        self.stop_grace_period_secs = stop_grace_period_secs
+        self.signal_done_at_end = signal_done_at_end
+        self.config = config if config is not None else session_config(
+            ctx, operation_timeout_ms=operation_timeout_ms)
+
+        self.global_step = tf.compat.v1.train.get_or_create_global_step()
+        graph = self.global_step.graph
+        # The chief's spare tokens (sync): one per replica, so a worker blocked on the token
+        # queue when the chief stops gets through, sees the last step, and ends.
+        self._release_tokens = None
+        if sync_optimizer is not None and self.is_chief:
+            self._release_tokens = sync_optimizer.get_init_tokens_op(
+                num_tokens=max(ctx.num_workers, 1))
+        if scaffold is None:
+            with graph.device(ctx.device + "/device:CPU:0" if ctx.in_cluster else None):
+                saver = tf.compat.v1.train.Saver(sharded=sharded_checkpoints, max_to_keep=max_to_keep,
+                                                 allow_empty=True)
+            scaffold = tf.compat.v1.train.Scaffold(saver=saver)
+        self.scaffold = scaffold
+
+        all_hooks = list(hooks)
+        if last_step is not None:
+            all_hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=int(last_step)))
+        if sync_optimizer is not None:
+            all_hooks.append(sync_optimizer.make_session_run_hook(self.is_chief))
+        if self.is_chief:
+            all_hooks.extend(chief_only_hooks)
+            if self.checkpoint_dir:
+                if save_checkpoint_steps:
+                    all_hooks.append(tf.compat.v1.train.CheckpointSaverHook(
+                        self.checkpoint_dir, save_steps=int(save_checkpoint_steps), scaffold=scaffold))
+                if save_checkpoint_secs or not save_checkpoint_steps:
+                    all_hooks.append(tf.compat.v1.train.CheckpointSaverHook(
+                        self.checkpoint_dir, save_secs=float(save_checkpoint_secs or 600),
+                        scaffold=scaffold))
+                if save_summaries_steps:
+                    all_hooks.append(tf.compat.v1.train.SummarySaverHook(
+                        save_steps=int(save_summaries_steps), output_dir=self.checkpoint_dir,
+                        scaffold=scaffold))
+                if log_step_count_steps:
+                    all_hooks.append(tf.compat.v1.train.StepCounterHook(
+                        every_n_steps=int(log_step_count_steps), output_dir=self.checkpoint_dir))
+        self.hooks = all_hooks
+
+        if self.is_chief:
+            self._creator = tf.compat.v1.train.ChiefSessionCreator(
+                scaffold=scaffold, master=self.target, config=self.config,
+                checkpoint_dir=self.checkpoint_dir)
+        else:
+            self._creator = _FastWorkerSessionCreator(scaffold, self.target, self.config,
+                                                      max_wait_secs, recovery_wait_secs)
+        self._sess = None
+        self._stopped = False
+        self.start_step: Optional[int] = None
+        self.started_at: Optional[float] = None
+
+    # --- context manager ---------------------------------------------------------------
+    def __enter__(self) -> "TrainingSession":
+        import tensorflow as tf
+
+        self._sess = tf.compat.v1.train.MonitoredSession(
+            session_creator=self._creator, hooks=self.hooks,
+            stop_grace_period_secs=self.stop_grace_period_secs)
+        self.start_step = self.current_step()
+        self.started_at = time.time()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import tensorflow as tf
+
+        suppress = False
+        if self.sync_optimizer is not None and self.is_chief:
+            _quiet_cancelled_queue_runners()
+        try:
+            if self._release_tokens is not None:
+                self._release()
+            if exc_type in (tf.errors.OutOfRangeError, StopIteration):
+                exc_type = None
+                suppress = True
+            if exc_type is None:
+                self._sess.close()  # runs the hooks' end(): the final checkpoint
+            else:
+                self._sess._close_internal(exc_type)  # noqa: SLF001 - same as MonitoredSession.__exit__
+        finally:
+            self._sess = None
+        if exc_type is None and self.signal_done_at_end:
+            signal_done(self.ctx, self.target)
+        return suppress
+
+    def _release(self) -> None:
+        import tensorflow as tf
+
+        try:
+            self.run_raw(self._release_tokens,
+                         options=tf.compat.v1.RunOptions(timeout_in_ms=10_000))
+        except Exception:  # noqa: BLE001 - best effort: the ps may be gone
+            pass
+
+    # --- running ------------------------------------------------------------------------
+    @property
+    def session(self):
+        """The ``MonitoredSession``."""
+        return self._sess
+
+    @property
+    def raw_session(self):
+        """The underlying ``tf.compat.v1.Session`` (no hooks)."""
+        return self._sess._tf_sess()  # noqa: SLF001
+
+    def should_stop(self) -> bool:
+        return self._stopped or self._sess.should_stop()
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """``MonitoredSession.run``; returns None (and stops) when a run times out after the
+        last step was reached, e.g. a sync worker whose token will never come."""
+        import tensorflow as tf
+
+        try:
+            return self._sess.run(fetches, feed_dict=feed_dict, options=options,
+                                  run_metadata=run_metadata)
+        except tf.errors.DeadlineExceededError:
+            if self.last_step is not None and self.current_step() >= self.last_step:
+                self._stopped = True
+                return None
+            raise
+
+    def run_raw(self, fetches, feed_dict=None, options=None):
+        """Run without hooks (e.g. evaluation after the loop; does not count as a step)."""
+        return self.raw_session.run(fetches, feed_dict=feed_dict, options=options)
+
+    def current_step(self) -> int:
+        """The global step, read from the ps."""
+        return int(self.run_raw(self.global_step))
+
+
+def _quiet_cancelled_queue_runners() -> None:
+    """Closing the chief's session cancels the sync queue-runner thread, blocked in
+    ``take_grad`` for gradients that will never come; its CancelledError is expected, so it
+    is not printed as a thread traceback."""
+    import threading
+
+    import tensorflow as tf
+
+    previous = threading.excepthook
+    if getattr(previous, "_tfcluster_quiet", False):
+        return
+
+    def hook(args):
+        if (args.thread is not None and args.thread.name.startswith("QueueRunnerThread")
+                and isinstance(args.exc_value, tf.errors.CancelledError)):
+            return
+        previous(args)
+
+    hook._tfcluster_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+class ProgressReporter:
+    """Prints ``@tfcluster progress`` lines at most every ``every_secs`` seconds (and on
+    ``force=True``), as ``tfcluster launch`` expects (see ``tfcluster.progress``)."""
+
+    def __init__(self, total: Optional[int] = None, every_secs: float = 1.0, stream=None):
+        self.total = total
+        self.every_secs = every_secs
+        self.stream = stream
+        self._last = 0.0
+
+    def __call__(self, step: int, force: bool = False, **metrics: float) -> bool:
+        now = time.monotonic()
+        if not force and now - self._last < self.every_secs:
+            return False
+        self._last = now
+        from tfcluster.progress import report_progress
+
+        report_progress(int(step), self.total, stream=self.stream, **metrics)
+        return True
+
+
+def summary_line(ctx: TaskContext, global_step: int, accuracy: float, loss: float,
+                 **extra) -> str:
+    """The one line the chief prints at the end: ``... global_step=N accuracy=X loss=Y``."""
+    parts = [f"global_step={int(global_step)}", f"accuracy={accuracy:.4f}", f"loss={loss:.4f}"]
+    parts += [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()]
+    return f"{ctx.task_id}: done: " + " ".join(parts)
+
