@@ -180,18 +180,17 @@ def start_server(ctx: TaskContext, config=None, *, protocol: Optional[str] = Non
         return tf.compat.v1.train.Server(ctx.cluster_spec(), job_name=ctx.job_name,
                                          task_index=ctx.task_index, config=config,
                                          protocol=protocol or ctx.rpc_layer, start=True)
-    except (tf.errors.UnknownError, tf.errors.InternalError, tf.errors.UnavailableError) as e:
-        detail = (e.message or str(e)).strip().splitlines()[0] if (e.message or str(e)) else type(e).__name__
-        if _port_taken(ctx.port) or "Could not start gRPC server" in detail:
-            if _port_taken(ctx.port):
-                err: UserError = PortInUseError(ctx.task_id, ctx.port, detail, port_holder(ctx.port))
-            else:
-                err = ServerStartError(f"{ctx.task_id}: could not start the server on "
-                                       f"{ctx.address} ({detail})")
-            if exit_on_error:
-                fail(err)
-            raise err from None
-        raise
+    except tf.errors.OpError as e:
+        text = (e.message or str(e) or type(e).__name__).strip()
+        detail = text.splitlines()[0]
+        if _port_taken(ctx.port):
+            err: UserError = PortInUseError(ctx.task_id, ctx.port, detail, port_holder(ctx.port))
+        else:
+            err = ServerStartError(f"{ctx.task_id}: could not start the server on "
+                                   f"{ctx.address} ({detail})")
+        if exit_on_error:
+            fail(err)
+        raise err from None
 
 
 # --- ps: serve until done --------------------------------------------------------------
