@@ -20,7 +20,7 @@ def run(*args, cwd=None):
 
 
 def test_cli_paths_do_not_import_tensorflow():
-    code = ("import sys, tfcluster.cli as c, tfcluster.config, tfcluster.hosts\n"
+    code = ("import sys, tfcluster.cli as c, tfcluster.config, tfcluster.hosts, tfcluster.launch, tfcluster.runrecord\n"
             "rc = c.main(['validate', 'cluster.yaml'])\n"
             "c.main(['tf-config', 'cluster.yaml', 'worker:1']); c.main(['commands', 'cluster.yaml'])\n"
             "c.main(['schema'])\n"

@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show only tfcluster's own lines and failures, not the tasks' output")
     s.add_argument("--no-live", action="store_true",
                    help="plain log lines even on a terminal (no live status display)")
+    s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
+                   help="how long a task gets between SIGTERM and SIGKILL when stopped (default 5)")
+    s.add_argument("--backend", choices=["local", "ssh", "slurm"],
+                   help="how tasks are started (default: local when every host is this machine, "
+                   "else ssh)")
+    s.add_argument("--host", action="append", metavar="NAME",
+                   help="start only the tasks on host NAME, here (per-host mode; repeatable)")
     s.set_defaults(func=cmd_launch)
 
     s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster")
@@ -82,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a cluster file of local tasks: start them in-process and run an op on the "
                    "second task from a session on the first")
     s.set_defaults(func=cmd_hello)
+
+    s = sub.add_parser("render", help="print a Kubernetes TFJob or a Slurm batch script for the file")
+    s.add_argument("kind", choices=["k8s", "slurm"])
+    s.add_argument("file")
+    s.add_argument("--image", help="k8s: container image (required for k8s)")
+    s.add_argument("--name", help="name of the TFJob / Slurm job (default: the file's name)")
+    s.add_argument("--namespace", help="k8s: namespace")
+    s.add_argument("--partition", help="slurm: partition")
+    s.add_argument("--time", help="slurm: time limit (e.g. 01:00:00)")
+    s.set_defaults(func=cmd_render)
 
     s = sub.add_parser("schema", help="print the JSON Schema of cluster.yaml")
     s.set_defaults(func=cmd_schema)
@@ -252,6 +269,18 @@ def cmd_hello(args) -> int:
 def cmd_serve(args) -> int:
     from .runtime.serve import main as serve_main
     return int(serve_main(args.rest) or 0)
+
+
+def cmd_render(args) -> int:
+    from . import config, render
+    cluster = config.load(args.file)
+    if args.kind == "k8s":
+        if not args.image:
+            raise UserError("render k8s: --image IMAGE is required (the container that runs the program)")
+        print(render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace), end="")
+    else:
+        print(render.render_slurm(cluster, partition=args.partition, time=args.time, name=args.name), end="")
+    return 0
 
 
 def cmd_launch(args) -> int:

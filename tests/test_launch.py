@@ -1,0 +1,272 @@
+"""tfcluster launch with real processes: success, failure, stopping, signals, ports, records."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tfcluster.launch import Options, launch
+from tfcluster.launch import policy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "programs")
+LISTENER = os.path.join(PROGRAMS, "listener.py")
+
+
+def write_cluster(tmp_path, ports, program, extra="", jobs=None):
+    jobs = jobs or {"ps": 1, "worker": len(ports) - 1}
+    it = iter(ports)
+    lines = ["cluster:"]
+    for job, n in jobs.items():
+        lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
+    cmd = ", ".join(json.dumps(w) for w in program)
+    lines.append(f"program: {{command: [{cmd}]}}")
+    lines.append(f"logdir: {tmp_path / 'runs'}")
+    f = tmp_path / "cluster.yaml"
+    f.write_text("\n".join(lines) + "\n" + extra)
+    return str(f)
+
+
+def tfcluster(*args, env=None, timeout=120, cwd=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "tfcluster", *args], capture_output=True, text=True,
+                          timeout=timeout, env=e, cwd=cwd)
+
+
+def run_dir(tmp_path):
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 1
+    return runs[0]
+
+
+def assert_gone(pids, timeout=10):
+    deadline = time.time() + timeout
+    alive = pids
+    while time.time() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"still running: {alive}")
+
+
+# ---------------------------------------------------------------- policy (no processes)
+
+@pytest.mark.parametrize("pol,rc,restarts,expect", [
+    ("never", 1, 0, False), ("never", -9, 0, False),
+    ("on-failure", 1, 0, True), ("on-failure", -9, 0, True), ("on-failure", 1, 3, False),
+    ("exit-code", 1, 0, False), ("exit-code", 127, 0, False), ("exit-code", 128, 0, True),
+    ("exit-code", 137, 0, True), ("exit-code", 255, 0, True), ("exit-code", -15, 0, True),
+    ("exit-code", 137, 3, False), ("on-failure", 0, 0, False),
+])
+def test_restart_decision_table(pol, rc, restarts, expect):
+    assert policy.decide(pol, rc, restarts, max_restarts=3).restart is expect
+
+
+def test_restart_backoff_doubles_and_total_budget():
+    assert [policy.decide("on-failure", 1, n, 10, backoff=1.0).delay for n in range(4)] == [1, 2, 4, 8]
+    assert not policy.decide("on-failure", 1, 0, 3, total_restarts=5, max_total_restarts=5).restart
+
+
+# ---------------------------------------------------------------- plain processes (fast)
+
+def test_worker_exit_7_fails_the_run_and_names_it(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(3), ["python", LISTENER])
+    r = tfcluster("launch", f, env={"MODE_worker_1": "exit:7"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "first failure: worker:1 (exit 7)" in r.stdout
+    table = r.stdout[r.stdout.index("first failure"):]
+    assert table.splitlines()[2].startswith("worker:1")  # root cause is the first row
+    assert "exiting with 7" in r.stdout  # the tail of its log
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    assert record["result"] == "failed" and record["exit_code"] == 1
+    assert record["root_cause"].startswith("worker:1 exit 7")
+    states = {t["task"]: t["state"] for t in record["tasks"]}
+    assert states == {"ps:0": "stopped", "worker:0": "stopped", "worker:1": "failed"}
+
+
+def test_taken_port_exit_2_names_port_and_starts_nothing(tmp_path, ports):
+    ps = ports(3)
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", ps[2]))
+    holder.listen()
+    try:
+        f = write_cluster(tmp_path, ps, ["python", LISTENER])
+        r = tfcluster("launch", f)
+    finally:
+        holder.close()
+    assert r.returncode == 2
+    assert f"cluster.worker[1]: port {ps[2]} (worker:1) is already in use by pid {os.getpid()}" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_dry_run_prints_argv_cwd_env_and_masks_secrets(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER],
+                      extra="jobs: {worker: {env: {API_TOKEN: hunter22, LEVEL: '3'}}}\n")
+    r = tfcluster("launch", f, "--dry-run", "--task-flags")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert f"argv: {sys.executable} {LISTENER} --job_name=worker --task_index=0" in out
+    assert f"cwd:  {tmp_path}" in out
+    assert 'env:  TF_CONFIG={"cluster":' in out and "env:  LEVEL=3" in out
+    assert "API_TOKEN=****" in out and "hunter22" not in out
+    assert "CUDA_VISIBLE_DEVICES=" in out  # ps gets no GPU
+    assert not (tmp_path / "runs").exists()
+
+
+def test_override_command_after_double_dash(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", "does-not-matter.py"])
+    r = tfcluster("launch", f, "--dry-run", "--", "python", "my_trainer.py", "--lr=0.1", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert f"argv: {sys.executable} my_trainer.py --lr=0.1" in r.stdout
+
+
+def test_logs_are_private_and_secrets_masked_in_output(tmp_path, ports):
+    prog = tmp_path / "p.py"
+    prog.write_text("import os\nprint('token is', os.environ['DB_PASSWORD'])\n")
+    f = write_cluster(tmp_path, ports(1), ["python", str(prog)], jobs={"worker": 1},
+                      extra="program: {command: [python, p.py], env: {DB_PASSWORD: s3cr3tvalue}}\n"
+                      .replace("program:", "program_unused:") if False else "")
+    (tmp_path / "cluster.yaml").write_text(
+        f"cluster: {{worker: [localhost:{ports(1)[0]}]}}\n"
+        f"program: {{command: [python, p.py], env: {{DB_PASSWORD: s3cr3tvalue}}}}\n"
+        f"logdir: {tmp_path / 'runs'}\n")
+    r = tfcluster("launch", str(tmp_path / "cluster.yaml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "token is ****" in r.stdout and "s3cr3tvalue" not in r.stdout
+    d = run_dir(tmp_path)
+    log = d / "worker-0.log"
+    assert "token is ****" in log.read_text()
+    assert (log.stat().st_mode & 0o077) == 0 and (d.stat().st_mode & 0o077) == 0
+    record = (d / "run.json").read_text()
+    assert "s3cr3tvalue" not in record and (d / "run.json").stat().st_mode & 0o077 == 0
+    r = tfcluster("status", str(tmp_path / "runs"))
+    assert r.returncode == 0 and "succeeded" in r.stdout and "worker:0" in r.stdout
+
+
+def test_sigkill_escalation_for_a_task_that_ignores_sigterm(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
+    opts = Options(stop_timeout=1.0, quiet=True, stream=open(os.devnull, "w"))
+    env = {"MODE_ps_0": "ignore-term", "MODE_worker_0": "exit:0"}
+    os.environ.update(env)
+    try:
+        rc = launch(f, opts)
+    finally:
+        for k in env:
+            os.environ.pop(k)
+    assert rc == 0
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    ps = next(t for t in record["tasks"] if t["task"] == "ps:0")
+    assert ps["state"] == "stopped" and ps["exit"] == "SIGKILL"
+
+
+def _start_launcher(f, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", f, "--stop-timeout", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=e, text=True,
+                            start_new_session=True)
+
+
+def _wait_running(tmp_path, n, proc, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+            pids = [t["pid"] for t in record["tasks"] if t["state"] == "running"]
+            if len(pids) == n:
+                return pids
+        except (AssertionError, FileNotFoundError, ValueError):
+            pass
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.1)
+    raise AssertionError("tasks did not start")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signals_to_the_launcher_stop_every_task(tmp_path, ports, sig, code):
+    f = write_cluster(tmp_path, ports(3), ["python", LISTENER])
+    proc = _start_launcher(f, env={"MODE_worker_1": "child"})
+    try:
+        pids = _wait_running(tmp_path, 3, proc)
+        time.sleep(0.5)  # let worker:1 start its grandchild
+        group = [c.pid for p in pids for c in psutil.Process(p).children(recursive=True)]
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == code, out
+    assert "interrupted" in out
+    assert_gone(pids + group)
+
+
+def test_sigkill_of_the_launcher_still_ends_its_tasks(tmp_path, ports):
+    ps = ports(3)
+    f = write_cluster(tmp_path, ps, ["python", LISTENER])
+    proc = _start_launcher(f)
+    try:
+        pids = _wait_running(tmp_path, 3, proc)
+        proc.kill()
+        proc.wait()
+        assert_gone(pids, timeout=5)
+    finally:
+        for p in psutil.process_iter(["environ"]):
+            try:
+                if (p.info["environ"] or {}).get("TFCLUSTER_RUN_DIR", "").startswith(str(tmp_path)):
+                    p.kill()
+            except psutil.Error:
+                pass
+
+
+# ---------------------------------------------------------------- real TensorFlow
+
+@pytest.mark.tf
+def test_seed_style_program_with_task_flags(tmp_path, ports):
+    """The guide's flags, ps in server.join(): exit 0, ps stopped, nothing left."""
+    f = write_cluster(tmp_path, ports(3), ["python", os.path.join(PROGRAMS, "seed_style.py")],
+                      extra="")
+    r = tfcluster("launch", f, "--task-flags", "--success", "all-workers", timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "[worker:0] worker 0 done" in r.stdout and "[worker:1] worker 1 done" in r.stdout
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    states = {t["task"]: t["state"] for t in record["tasks"]}
+    assert states == {"ps:0": "stopped", "worker:0": "succeeded", "worker:1": "succeeded"}
+
+
+@pytest.mark.tf
+def test_non_chief_still_waiting_when_chief_ends(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(3), ["python", os.path.join(PROGRAMS, "tfconfig_program.py")])
+    t0 = time.time()
+    r = tfcluster("launch", f, "--grace", "2", timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "[worker:0] chief done w=11.0" in r.stdout
+    assert "giving worker:1 2s to finish" in r.stdout
+    assert time.time() - t0 < 90
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    states = {t["task"]: t["state"] for t in record["tasks"]}
+    assert states == {"ps:0": "stopped", "worker:0": "succeeded", "worker:1": "stopped"}
+    chief = next(t for t in record["tasks"] if t["task"] == "worker:0")
+    assert chief["progress"]["step"] == 10 and chief["progress"]["w"] == 11.0
+
+
+@pytest.mark.tf
+def test_ci_smoke_launch_on_2222_2223(tmp_path):
+    """The CI smoke test: tfcluster launch, 1 ps + 1 worker on localhost:2222/2223."""
+    from tfcluster.hosts import describe_port_holder, port_in_use
+    for port in (2222, 2223):
+        assert not port_in_use(port), f"port {port} is in use{describe_port_holder(port)}"
+    f = write_cluster(tmp_path, [2222, 2223], ["python", os.path.join(PROGRAMS, "tfconfig_program.py")])
+    r = tfcluster("launch", f, timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "chief done" in r.stdout
+    for port in (2222, 2223):
+        assert not port_in_use(port)
