@@ -294,7 +294,7 @@ def task_context(*, ps_hosts=None, worker_hosts=None, chief_hosts=None, evaluato
                     (("chief", chief_hosts), ("worker", worker_hosts), ("ps", ps_hosts),
                      ("evaluator", evaluator_hosts))}
     flag_cluster = {j: h for j, h in flag_cluster.items() if h}
-    flags_given = bool(flag_cluster) or bool(job_name)
+    flags_given = bool(flag_cluster) or bool(job_name) or task_index is not None
     if not flags_given:
         if base is None:
             raise ContextError("no cluster: set TF_CONFIG (tfcluster launch does) or pass "

@@ -63,18 +63,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not ctx.in_cluster:
         return err(UserError(f"{ctx.task_id} is not in the cluster: it has no server to serve"))
 
-    # Block SIGTERM/SIGINT handling races: handlers set an event the main thread waits on.
-    stop = threading.Event()
-    received: List[int] = []
-
-    def on_signal(signum, frame):  # noqa: ARG001
-        received.append(signum)
-        stop.set()
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
-        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-
     from tfcluster.runtime.server import serve_until_done, start_server
 
     filters = [f for f in args.device_filters.split(",") if f.strip()]
@@ -83,19 +71,29 @@ def main(argv: Optional[List[str]] = None) -> int:
                               intra_op=args.intra_op_threads, inter_op=args.inter_op_threads)
     except UserError as e:
         return err(e)
-    print(f"{ctx.task_id}: serving at {ctx.address} ({ctx.target()}); stop with SIGTERM or Ctrl-C",
-          flush=True)
-    if args.until_done:
-        waiter = threading.Thread(target=lambda: (serve_until_done(ctx, server), stop.set()),
-                                  name="tfcluster-until-done", daemon=True)
-        waiter.start()
+
+    # SIGTERM/SIGINT set an event that the main thread waits on (server.join() would ignore
+    # SIGINT and never return).
+    stop = threading.Event()
+    received: List[int] = []
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        received.append(signum)
+        stop.set()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
+        print(f"{ctx.task_id}: serving at {ctx.address} ({ctx.target()}); "
+              "stop with SIGTERM or Ctrl-C", flush=True)
+        if args.until_done:
+            threading.Thread(target=lambda: (serve_until_done(ctx, server), stop.set()),
+                             name="tfcluster-until-done", daemon=True).start()
         while not stop.wait(1.0):
             pass
     finally:
-        if main_thread:
-            for s, h in old.items():
-                signal.signal(s, h)
+        for s, h in old.items():
+            signal.signal(s, h)
     if received:
         name = signal.Signals(received[0]).name
         print(f"{ctx.task_id}: {name} received; stopping", flush=True)
