@@ -227,6 +227,59 @@ def test_sigkill_of_the_launcher_still_ends_its_tasks(tmp_path, ports):
                 pass
 
 
+# ---------------------------------------------------------------- restarts and watchdog
+
+def test_on_failure_restarts_the_task_with_the_same_port(tmp_path, ports):
+    p = ports(3)
+    f = write_cluster(tmp_path, p, ["python", LISTENER],
+                      extra="restart: {policy: on-failure, max_restarts: 2, backoff: 0.1}\n")
+    r = tfcluster("launch", f, env={"MODE_worker_1": "exit-once:3", "MODE_worker_0": "exit:0",
+                                    "DELAY": "3"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "worker:1 failed (exit 3)" in r.stdout and "restarted worker:1" in r.stdout
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    w1 = next(t for t in record["tasks"] if t["task"] == "worker:1")
+    assert w1["restarts"] == 1 and w1["endpoint"] == f"localhost:{p[2]}"
+    assert "second run: staying up" in (run_dir(tmp_path) / "worker-1.log").read_text()
+
+
+def test_exit_code_policy_does_not_retry_a_permanent_error(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER],
+                      extra="restart: {policy: exit-code, max_restarts: 3, backoff: 0.1}\n")
+    r = tfcluster("launch", f, env={"MODE_worker_0": "exit:2"})
+    assert r.returncode == 1
+    assert "exit code 2 is a permanent error" in r.stdout
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    assert record["total_restarts"] == 0
+
+
+def test_watchdog_startup_deadline_names_the_task(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER],
+                      extra="watchdog: {startup_timeout: 2}\n")
+    r = tfcluster("launch", f, env={"MODE_ps_0": "nobind"})
+    assert r.returncode == 1
+    assert "first failure: ps:0 (SIGKILL)" in r.stdout
+    assert "did not open port" in r.stdout
+
+
+def test_watchdog_names_the_task_a_session_waits_for(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER],
+                      extra="watchdog: {waiting_timeout: 1.5}\n")
+    r = tfcluster("launch", f, env={"MODE_worker_0": "wait-ps"})
+    assert r.returncode == 1
+    assert "first failure: ps:0 (SIGKILL) — watchdog: worker:0 has waited 1.5s for it" in r.stdout
+
+
+def test_watchdog_stalled_global_step_ends_the_run(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(3), ["python", LISTENER],
+                      extra="watchdog: {stall_timeout: 2}\n")
+    r = tfcluster("launch", f, env={"MODE_worker_0": "stall", "MODE_worker_1": "exit:0"})
+    assert r.returncode == 1
+    assert "cause: watchdog: the global step has stood at 5 for 2s; not running: worker:1 (succeeded, exit 0)" in r.stdout
+    record = json.loads((run_dir(tmp_path) / "run.json").read_text())
+    assert record["root_cause"].startswith("watchdog: the global step")
+
+
 # ---------------------------------------------------------------- real TensorFlow
 
 @pytest.mark.tf

@@ -65,6 +65,19 @@ class RestartSpec(_Strict):
     backoff: float = Field(1.0, ge=0, description="seconds before the first restart; doubles each time")
 
 
+class WatchdogSpec(_Strict):
+    """No silent hangs: deadlines after which tfcluster names the task it waits for."""
+
+    startup_timeout: float = Field(
+        120.0, ge=0, description="seconds a ps/worker task gets to open its port (0: no check)")
+    waiting_timeout: float = Field(
+        120.0, ge=0, description="seconds a task may report 'CreateSession still waiting for "
+        "response from worker' about another task before that task is treated as failed (0: off)")
+    stall_timeout: float = Field(
+        300.0, ge=0, description="seconds the reported global step may stand still before the run "
+        "is treated as hung (0: off; only once a task has reported progress)")
+
+
 class ProgramSpec(_Strict):
     """What every task runs."""
 
@@ -113,6 +126,7 @@ class ClusterFile(_Strict):
                          "after the run has succeeded")
     base_port: int = Field(DEFAULT_BASE_PORT, ge=1, le=65535,
                            description="first port tried for jobs given as a count (local backend)")
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
 
 
 def json_schema() -> Dict[str, Any]:
@@ -612,6 +626,8 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
             i += 1  # skip the job name
         elif part == "restart":
             model = RestartSpec
+        elif model is ClusterFile and part == "watchdog":
+            model = WatchdogSpec
         else:
             return ()
         i += 1

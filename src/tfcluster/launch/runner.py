@@ -29,6 +29,8 @@ from .display import Display
 from .state import TaskState, describe_exit
 
 PORT_CONFLICT = re.compile(r"Could not start gRPC server|Address already in use|Failed to add port")
+STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
+                           r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
 TAIL_LINES = 20
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -75,6 +77,9 @@ class TaskRun:
     progress_at: Optional[float] = None
     reader: Optional[threading.Thread] = None
     note: str = ""
+    up: bool = False                      # its port accepts connections
+    waiting_on: Dict[str, float] = field(default_factory=dict)  # task -> first "still waiting"
+    forced: str = ""                      # why tfcluster killed it (watchdog)
 
     @property
     def name(self) -> str:
@@ -102,6 +107,11 @@ class Run:
         self.dirty = True
         self.last_record = 0.0
         self.rate: Optional[float] = None
+        self.watchdog = cluster.spec.watchdog
+        self.best_step: Optional[int] = None
+        self.best_step_at = 0.0
+        self.last_watch = 0.0
+        self.root_note: Optional[str] = None
         self._rate_points: Deque = deque(maxlen=20)
         self.display = Display(quiet=options.quiet, live=options.live, table=self._live_table,
                                stream=options.stream)
@@ -248,6 +258,8 @@ class Run:
             tr.state, tr.returncode, tr.ended = TaskState.RUNNING, None, None
             tr.started = time.time()
             tr.port_conflict = False
+            tr.up, tr.forced = False, ""
+            tr.waiting_on.clear()
             self.dirty = True
         verb = "restarted" if tr.restarts else "started"
         self.display.info(f"{verb} {tr.name} (pid {tr.pid})"
@@ -270,6 +282,9 @@ class Run:
                     tr.tail.append(line)
                     if PORT_CONFLICT.search(line):
                         tr.port_conflict = True
+                    m = STILL_WAITING.search(line)
+                    if m:
+                        tr.waiting_on.setdefault(f"{m.group(1)}:{m.group(2)}", time.time())
                     p = parse_progress(line)
                     if p is not None:
                         self._on_progress(tr, p)
@@ -283,6 +298,8 @@ class Run:
     def _on_progress(self, tr: TaskRun, p: Progress) -> None:
         now = time.time()
         tr.progress, tr.progress_at = p, now
+        if self.best_step is None or p.step > self.best_step:
+            self.best_step, self.best_step_at = p.step, now
         self._rate_points.append((now, p.step))
         pts = [x for x in self._rate_points if now - x[0] <= 30]
         if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
@@ -305,6 +322,9 @@ class Run:
                     self._start(tr)
             if self.result == "running":
                 self._check_success()
+            if self.result == "running" and now - self.last_watch >= 0.5:
+                self.last_watch = now
+                self._watch(now)
             self._tick()
             time.sleep(0.05)
 
@@ -326,7 +346,9 @@ class Run:
                 return
             tr.state = TaskState.FAILED
         what = describe_exit(rc)
-        if tr.port_conflict:
+        if tr.forced:
+            tr.note = tr.forced
+        elif tr.port_conflict:
             tr.note = f"port conflict: {tr.task.endpoint} is in use (Could not start gRPC server)"
         self.display.error(f"{tr.name} failed ({what})" + (f": {tr.note}" if tr.note else ""))
         restart = self.cluster.task(tr.task.id).restart
@@ -346,6 +368,52 @@ class Run:
         if tr.restarts or policy_name != "never":
             tr.note = (tr.note + "; " if tr.note else "") + f"not restarted: {d.reason}"
         self._decide("failed", EXIT_BAD_INPUT if tr.port_conflict else EXIT_FAILED)
+
+    # ------------------------------------------------------------------ watchdog
+    def _watch(self, now: float) -> None:
+        """No silent hangs: servers that never come up, sessions waiting on a task, a stalled step."""
+        wd = self.watchdog
+        for tr in self.runs.values():
+            if tr.state != TaskState.RUNNING or tr.forced:
+                continue
+            if not tr.up and tr.task.job in ("ps", "worker"):
+                if _accepts(tr.task.endpoint.host, tr.task.endpoint.port):
+                    tr.up = True
+                    self.dirty = True
+                elif wd.startup_timeout and now - tr.started > wd.startup_timeout:
+                    self._force_fail(tr, f"watchdog: its server did not open port "
+                                         f"{tr.task.endpoint.port} within {wd.startup_timeout:g}s")
+                    continue
+            for other, since in list(tr.waiting_on.items()):
+                if not wd.waiting_timeout or now - since < wd.waiting_timeout:
+                    continue
+                tr.waiting_on.pop(other)
+                target = self.runs.get(other)
+                if target is None:
+                    where = next((str(t.endpoint) for t in self.skipped if t.name == other), "?")
+                    self._fail_run(f"watchdog: {tr.name} has waited {wd.waiting_timeout:g}s for "
+                                   f"{other} ({where}), which this launcher does not run; is it started?")
+                    return
+                if target.state == TaskState.RUNNING and not target.forced:
+                    self._force_fail(target, f"watchdog: {tr.name} has waited {wd.waiting_timeout:g}s "
+                                             f"for it (CreateSession still waiting)")
+        if wd.stall_timeout and self.best_step is not None and now - self.best_step_at > wd.stall_timeout:
+            gone = [f"{tr.name} ({tr.state.value}{', ' + describe_exit(tr.returncode) if tr.returncode is not None else ''})"
+                    for tr in self.runs.values() if tr.state != TaskState.RUNNING]
+            self._fail_run(f"watchdog: the global step has stood at {self.best_step} for "
+                           f"{wd.stall_timeout:g}s" + (f"; not running: {', '.join(gone)}" if gone else
+                                                      "; every task is still running"))
+
+    def _force_fail(self, tr: TaskRun, reason: str) -> None:
+        """Kill a hung task; its exit then goes through the restart policy like any failure."""
+        tr.forced = reason
+        self.display.error(f"{tr.name}: {reason}; killing it")
+        tr.handle.signal(signal.SIGKILL)
+
+    def _fail_run(self, reason: str) -> None:
+        self.root_note = reason
+        self.display.error(reason)
+        self._decide("failed", EXIT_FAILED)
 
     def _check_success(self) -> None:
         runs = self.runs
@@ -411,10 +479,16 @@ class Run:
 
     # ------------------------------------------------------------------ stopping
     def _stop_all(self, reason: str) -> None:
-        live = [tr for tr in self.runs.values() if tr.state in (TaskState.RUNNING, TaskState.STOPPING)]
+        """Stop what still runs: first chief, workers and evaluators (a chief that saves a last
+        checkpoint on SIGTERM needs its ps), then ps tasks."""
         for tr in self.runs.values():
             if tr.state in (TaskState.RESTARTING, TaskState.PENDING):
                 tr.state = TaskState.STOPPED
+        live = [tr for tr in self.runs.values() if tr.state in (TaskState.RUNNING, TaskState.STOPPING)]
+        self._stop([tr for tr in live if tr.task.job != "ps"])
+        self._stop([tr for tr in live if tr.task.job == "ps"])
+
+    def _stop(self, live: List[TaskRun]) -> None:
         if not live:
             return
         sig = signal.SIGKILL if self.kill_now else signal.SIGTERM
@@ -502,7 +576,7 @@ class Run:
             "run_dir": self.run_dir, "launcher_pid": os.getpid(), "backend": self.backend.name,
             "success_rule": self.success_rule, "started": self.started, "ended": self.ended,
             "result": self.result, "exit_code": self.exit_code if self.ended else None,
-            "root_cause": None if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
+            "root_cause": self.root_note if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
             + (f" ({rc.note})" if rc.note else ""),
             "total_restarts": self.total_restarts, "tasks": tasks,
         }
@@ -554,6 +628,8 @@ class Run:
         head = f"run {self.run_id} {words.get(self.result, self.result)} in " \
                f"{format_duration(self.ended - self.started)} (exit code {self.exit_code})"
         text = [head]
+        if self.root_cause is None and self.root_note:
+            text.append(f"cause: {self.root_note}")
         if self.root_cause is not None:
             rc = self.root_cause
             text.append(f"first failure: {rc.name} ({describe_exit(rc.returncode)})"
@@ -570,6 +646,17 @@ class Run:
 def _quote(word: str) -> str:
     import shlex
     return shlex.quote(word)
+
+
+def _accepts(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    if is_local(host):
+        host = "localhost"
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _reachable_beyond_loopback() -> bool:
