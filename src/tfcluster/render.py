@@ -1,0 +1,204 @@
+"""``tfcluster render``: the same cluster.yaml as a Kubeflow TFJob or a Slurm batch script.
+
+Nothing here imports TensorFlow or talks to a cluster; both renderers return text.
+
+* :func:`render_k8s` -- a ``kubeflow.org/v1`` TFJob. The TFJob operator creates one pod per
+  replica, gives each its own address and sets ``TF_CONFIG``; the file's host:port entries are
+  therefore not used, only the number of tasks per job (a list's length, or a count).
+* :func:`render_slurm` -- an sbatch script. Slurm chooses the nodes; every Slurm task runs
+  ``python -m tfcluster.backends.slurm_task``, which works out its job and index from
+  ``SLURM_PROCID`` the way TensorFlow's ``SlurmClusterResolver`` does, sets ``TF_CONFIG`` and
+  runs the program (see :mod:`tfcluster.backends.slurm`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any, Dict, List, Optional, Sequence
+
+from .config import Cluster, JobSpec, Task
+from .errors import UserError
+
+# TFJob replica types (training-operator: pkg/apis/kubeflow.org/v1/tensorflow_types.go).
+TFJOB_REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"}
+TFJOB_DEFAULT_PORT = 2222               # the operator's default for the port named tfjob-port
+TFJOB_PORT_NAME = "tfjob-port"
+TFJOB_CONTAINER = "tensorflow"          # the operator looks for the container with this name
+RESTART_POLICIES = {"never": "Never", "on-failure": "OnFailure", "exit-code": "ExitCode"}
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+
+_PYTHONS = ("python", "python3")
+
+# Appends the seed's task flags inside the pod, where only TF_CONFIG (set by the operator)
+# knows the task; a replica spec cannot give each replica its own args.
+_TASK_FLAGS_SHIM = (
+    "import json,os,sys;c=json.loads(os.environ['TF_CONFIG']);t=c['task'];"
+    "a=sys.argv[1:]+['--job_name=%s'%t['type'],'--task_index=%d'%t['index']]"
+    "+['--%s_hosts=%s'%(j,','.join(h)) for j,h in c['cluster'].items()];"
+    "os.execvp(a[0],a)")
+
+
+# --------------------------------------------------------------------------------------
+# Kubernetes (Kubeflow TFJob)
+
+def render_k8s(cluster: Cluster, image: str, name: Optional[str] = None,
+               namespace: Optional[str] = None, clean_pod_policy: str = "Running") -> str:
+    """The cluster as a Kubeflow TFJob manifest (YAML text). Raises UserError on what a TFJob
+    cannot express (an unknown job name, different GPU counts within one job)."""
+    import yaml
+
+    return _header(cluster, "kubectl apply -f -") + yaml.safe_dump(
+        tfjob(cluster, image=image, name=name, namespace=namespace,
+              clean_pod_policy=clean_pod_policy),
+        sort_keys=False, default_flow_style=False, width=100)
+
+
+def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
+          namespace: Optional[str] = None, clean_pod_policy: str = "Running") -> Dict[str, Any]:
+    """The TFJob as a dict (what :func:`render_k8s` prints)."""
+    if not image or not str(image).strip():
+        raise UserError("render k8s: --image IMAGE is required (the container image that runs the program)")
+    if clean_pod_policy not in CLEAN_POD_POLICIES:
+        raise UserError(f"clean pod policy '{clean_pod_policy}' is not one of {', '.join(CLEAN_POD_POLICIES)}")
+    job_name = k8s_name(name or _stem(cluster))
+    if name and job_name != name:
+        raise UserError(f"--name '{name}' is not a Kubernetes name (lowercase letters, digits and '-', "
+                        f"starting with a letter, at most 63 characters); for example '{job_name}'")
+    metadata: Dict[str, Any] = {"name": job_name}
+    if namespace:
+        if k8s_name(namespace) != namespace:
+            raise UserError(f"--namespace '{namespace}' is not a Kubernetes name")
+        metadata["namespace"] = namespace
+    metadata["labels"] = {"app.kubernetes.io/managed-by": "tfcluster"}
+
+    replica_specs: Dict[str, Any] = {}
+    problems: List[str] = []
+    for job, tasks in cluster.jobs.items():
+        rtype = TFJOB_REPLICA_TYPES.get(job)
+        if rtype is None:
+            problems.append(f"cluster.{job}: a TFJob has only the jobs {', '.join(TFJOB_REPLICA_TYPES)}; "
+                            f"rename '{job}' or use another backend")
+            continue
+        try:
+            replica_specs[rtype] = _replica_spec(cluster, job, tasks, image)
+        except UserError as e:
+            problems.append(e.message)
+    if problems:
+        raise UserError("\n".join(problems))
+
+    restarts = [t.restart for t in cluster.tasks if t.restart.policy != "never"]
+    if cluster.restart.max_total_restarts is not None:
+        backoff = cluster.restart.max_total_restarts
+    else:
+        backoff = max((r.max_restarts for r in restarts), default=0)
+    run_policy: Dict[str, Any] = {"cleanPodPolicy": clean_pod_policy, "backoffLimit": int(backoff)}
+    spec: Dict[str, Any] = {"runPolicy": run_policy}
+    if cluster.success == "all-workers":
+        spec["successPolicy"] = "AllWorkers"
+    spec["tfReplicaSpecs"] = replica_specs
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata, "spec": spec}
+
+
+def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str) -> Dict[str, Any]:
+    first = tasks[0]
+    command = _program_words(cluster, job)
+    if not command:
+        raise UserError(f"program.command: no program to run in the pods of job '{job}'; set "
+                        f"program.command (the command inside the image)")
+    if first.task_flags:
+        command = ["python", "-c", _TASK_FLAGS_SHIM] + command
+    container: Dict[str, Any] = {
+        "name": TFJOB_CONTAINER,
+        "image": image,
+        "command": command[:1],
+    }
+    if command[1:]:
+        container["args"] = command[1:]
+    env = [{"name": k, "value": v} for k, v in first.env if k != "TF_CONFIG"]
+    if env:
+        container["env"] = env
+    cwd = _raw(cluster, job, "cwd")
+    if cwd and os.path.isabs(cwd):
+        container["workingDir"] = cwd
+    container["ports"] = [{"name": TFJOB_PORT_NAME, "containerPort": TFJOB_DEFAULT_PORT}]
+    gpus = _gpu_count(job, tasks)
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return {
+        "replicas": len(tasks),
+        "restartPolicy": RESTART_POLICIES[first.restart.policy],
+        "template": {"spec": {"containers": [container]}},
+    }
+
+
+def _gpu_count(job: str, tasks: List[Task]) -> int:
+    """GPUs per pod: the number of ids in each task's CUDA_VISIBLE_DEVICES (same for all tasks)."""
+    counts = {}
+    for t in tasks:
+        ids = [g for g in (t.gpus or "").split(",") if g.strip()] if t.gpus is not None else []
+        counts[t.index] = len(ids)
+    distinct = sorted(set(counts.values()))
+    if len(distinct) > 1:
+        detail = ", ".join(f"{job}:{i} has {n}" for i, n in counts.items())
+        raise UserError(f"jobs.{job}.gpus: every task of a TFJob replica type gets the same number of "
+                        f"GPUs, but {detail}; give each task the same number of GPU ids")
+    return distinct[0] if distinct else 0
+
+
+def _program_words(cluster: Cluster, job: str) -> List[str]:
+    """The job's command and args as written in the file (paths are the image's, not this
+    machine's); python/python3 become the image's ``python``."""
+    raw = _raw(cluster, job, "command")
+    words = shlex.split(raw) if isinstance(raw, str) else list(raw or [])
+    override = cluster.spec.jobs.get(job, JobSpec())
+    args = override.args if override.args is not None else cluster.spec.program.args
+    words = words + list(args or [])
+    if words and os.path.basename(words[0]) in _PYTHONS:
+        words[0] = "python"
+    return words
+
+
+def _raw(cluster: Cluster, job: str, key: str):
+    override = cluster.spec.jobs.get(job)
+    value = getattr(override, key, None) if override is not None else None
+    return value if value is not None else getattr(cluster.spec.program, key)
+
+
+def k8s_name(text: str) -> str:
+    """A DNS-1123 label from ``text``: lowercase, [a-z0-9-], starts with a letter, <= 63 chars."""
+    s = re.sub(r"[^a-z0-9-]+", "-", str(text).lower()).strip("-")
+    s = re.sub(r"-{2,}", "-", s)
+    if not s or not s[0].isalpha():
+        s = "tf-" + s if s else "tfcluster"
+    return s[:63].rstrip("-")
+
+
+def _stem(cluster: Cluster) -> str:
+    if cluster.source and cluster.source not in ("<string>",):
+        stem = os.path.splitext(os.path.basename(cluster.source))[0]
+        if stem and stem != "cluster":
+            return stem
+    return "tfcluster"
+
+
+def _header(cluster: Cluster, how: str) -> str:
+    src = cluster.source or "a cluster dict"
+    return f"# Generated by tfcluster from {src}; submit with: {how}\n"
+
+
+# --------------------------------------------------------------------------------------
+# Slurm
+
+def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Optional[str] = None,
+                 name: Optional[str] = None, command: Optional[Sequence[str]] = None,
+                 task_flags: Optional[bool] = None, run_dir: Optional[str] = None,
+                 overcommit: bool = True) -> str:
+    """The cluster as an sbatch script: one Slurm task per TensorFlow task (counts or list
+    lengths; hosts and ports come from the allocation). ``command`` replaces the file's program."""
+    from .backends import slurm
+    if run_dir is None:
+        run_dir = os.path.join(cluster.logdir, "slurm-{job_id}")
+    plan = slurm.make_plan(cluster, command=command, task_flags=task_flags, run_dir=run_dir)
+    return slurm.batch_script(plan, partition=partition, time=time,
+                              name=name or k8s_name(_stem(cluster)), overcommit=overcommit)

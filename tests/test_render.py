@@ -1,0 +1,233 @@
+"""tfcluster render: Kubeflow TFJob manifests (checked against the TFJob CRD's schema) and Slurm
+batch scripts."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from conftest import SHARED
+from tfcluster import config, render
+from tfcluster.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CRD = os.path.join(SHARED, "k8s", "kubeflow.org_tfjobs.yaml")
+
+
+def load(text: str, tmp_path, name="cluster.yaml") -> config.Cluster:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return config.load(str(p))
+
+
+@pytest.fixture(scope="module")
+def tfjob_schema():
+    """The TFJob CRD's openAPIV3Schema, made strict: unknown fields are errors (as with
+    ``kubectl apply --validate=strict``) instead of being pruned silently."""
+    if not os.path.exists(CRD):
+        pytest.skip(f"no TFJob CRD at {CRD}")
+    jsonschema = pytest.importorskip("jsonschema")
+    with open(CRD) as f:
+        crd = yaml.safe_load(f)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft7Validator(schema)
+
+
+def _strict(node):
+    if isinstance(node, dict):
+        if ("properties" in node and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            node["additionalProperties"] = False
+        for v in node.values():
+            _strict(v)
+    elif isinstance(node, list):
+        for v in node:
+            _strict(v)
+    return node
+
+
+def validate(validator, manifest):
+    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors[:10])
+
+
+FULL = """\
+cluster:
+  chief: [localhost:2221]
+  ps: [localhost:2222, localhost:2223]
+  worker: 3
+  evaluator: [localhost:2230]
+program:
+  command: [python3, trainer.py]
+  args: [--train_steps=100]
+  env: {LEARNING_RATE: 0.1, DEBUG: true}
+jobs:
+  ps: {env: {ROLE: ps}, restart: {policy: on-failure, max_restarts: 5}}
+  worker: {gpus: ["0,1", "2,3", "4,5"], restart: {policy: exit-code, max_restarts: 2}}
+  chief: {gpus: ["0,1"]}
+  evaluator: {command: "python eval.py --every=60", args: []}
+restart: {policy: never, max_restarts: 3, max_total_restarts: 7}
+success: all-workers
+"""
+
+
+def test_tfjob_full_example_is_valid_and_complete(tmp_path, tfjob_schema):
+    (tmp_path / "trainer.py").write_text("")  # so that the loader makes the path absolute
+    c = load(FULL, tmp_path, "my_Run.yaml")
+    text = render.render_k8s(c, image="registry.example/tf:2.21", namespace="ml")
+    job = yaml.safe_load(text)
+    validate(tfjob_schema, job)
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob"
+    assert job["metadata"]["name"] == "my-run" and job["metadata"]["namespace"] == "ml"
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert sorted(specs) == ["Chief", "Evaluator", "PS", "Worker"]
+    assert {k: v["replicas"] for k, v in specs.items()} == {"Chief": 1, "PS": 2, "Worker": 3, "Evaluator": 1}
+    assert {k: v["restartPolicy"] for k, v in specs.items()} == {
+        "Chief": "Never", "PS": "OnFailure", "Worker": "ExitCode", "Evaluator": "Never"}
+    for rtype, spec in specs.items():
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["name"] == "tensorflow"
+        assert container["image"] == "registry.example/tf:2.21"
+        assert container["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]
+        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        assert "TF_CONFIG" not in env and "CUDA_VISIBLE_DEVICES" not in env
+        assert env["LEARNING_RATE"] == "0.1" and env["DEBUG"] == "true"
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]
+    # the image's paths, not this machine's: trainer.py stays relative
+    assert worker["command"] == ["python"] and worker["args"] == ["trainer.py", "--train_steps=100"]
+    assert worker["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert specs["Chief"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert "resources" not in specs["PS"]["template"]["spec"]["containers"][0]  # ps: no GPU
+    assert specs["PS"]["template"]["spec"]["containers"][0]["env"][-1] == {"name": "ROLE", "value": "ps"}
+    ev = specs["Evaluator"]["template"]["spec"]["containers"][0]
+    assert ev["command"] == ["python"] and ev["args"] == ["eval.py", "--every=60"]
+    assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 7}
+    assert job["spec"]["successPolicy"] == "AllWorkers"
+
+
+def test_tfjob_of_the_repository_example(tfjob_schema):
+    c = config.load(os.path.join(ROOT, "cluster.yaml"))
+    job = yaml.safe_load(render.render_k8s(c, image="tf"))
+    validate(tfjob_schema, job)
+    assert job["metadata"]["name"] == "tfcluster"
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 0    # restart: never
+    assert "successPolicy" not in job["spec"]                # chief (the default)
+
+
+def test_tfjob_backoff_limit_from_max_restarts(tmp_path, tfjob_schema):
+    c = load("cluster: {worker: 2}\nprogram: {command: [python, t.py]}\n"
+             "restart: {policy: on-failure, max_restarts: 4}\n", tmp_path)
+    job = render.tfjob(c, image="tf", clean_pod_policy="All")
+    validate(tfjob_schema, job)
+    assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "All", "backoffLimit": 4}
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] == "OnFailure"
+
+
+def test_tfjob_gpu_counts_must_agree_within_a_job(tmp_path):
+    c = load("cluster: {worker: 2}\nprogram: {command: [python, t.py]}\n"
+             "jobs: {worker: {gpus: ['0,1', '2']}}\n", tmp_path)
+    with pytest.raises(UserError, match=r"jobs\.worker\.gpus: .*worker:0 has 2, worker:1 has 1"):
+        render.tfjob(c, image="tf")
+
+
+def test_tfjob_rejects_jobs_a_tfjob_cannot_hold(tmp_path):
+    c = load("cluster: {local: [localhost:2222], worker: 1}\nprogram: {command: [python, t.py]}\n", tmp_path)
+    with pytest.raises(UserError, match="cluster.local: a TFJob has only the jobs"):
+        render.tfjob(c, image="tf")
+
+
+def test_tfjob_needs_image_program_and_valid_names(tmp_path):
+    c = load("cluster: {worker: 1}\n", tmp_path)
+    with pytest.raises(UserError, match="no program"):
+        render.tfjob(c, image="tf")
+    c = load("cluster: {worker: 1}\nprogram: {command: [python, t.py]}\n", tmp_path)
+    with pytest.raises(UserError, match="--image"):
+        render.tfjob(c, image="")
+    with pytest.raises(UserError, match="not a Kubernetes name"):
+        render.tfjob(c, image="tf", name="My_Job")
+    with pytest.raises(UserError, match="not a Kubernetes name"):
+        render.tfjob(c, image="tf", namespace="Bad NS")
+    assert render.k8s_name("1 Big_run!") == "tf-1-big-run"
+
+
+def test_tfjob_task_flags_shim_appends_the_seed_flags(tmp_path, tfjob_schema):
+    """With task_flags, the pod's command reads TF_CONFIG (set by the operator) and appends
+    --job_name/--task_index/--<job>_hosts before exec'ing the program."""
+    c = load("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], task_flags: true}\n", tmp_path)
+    job = render.tfjob(c, image="tf")
+    validate(tfjob_schema, job)
+    container = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python"]
+    args = container["args"]
+    assert args[0] == "-c" and args[2:] == ["python", "t.py"]
+    tf_config = {"cluster": {"ps": ["j-ps-0.ns.svc:2222"], "worker": ["j-worker-0.ns.svc:2222",
+                                                                     "j-worker-1.ns.svc:2222"]},
+                 "task": {"type": "worker", "index": 1}}
+    shown = "import sys; print(' '.join(sys.argv[1:]))"
+    r = subprocess.run([sys.executable, "-c", args[1], sys.executable, "-c", shown],
+                       env={**os.environ, "TF_CONFIG": json.dumps(tf_config)},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["--job_name=worker", "--task_index=1", "--ps_hosts=j-ps-0.ns.svc:2222",
+                                "--worker_hosts=j-worker-0.ns.svc:2222,j-worker-1.ns.svc:2222"]
+
+
+def test_render_k8s_on_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "render", "k8s", "cluster.yaml",
+                        "--image", "tf:latest", "--name", "demo"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode == 2 and "invalid choice" in r.stderr:
+        pytest.skip("this CLI has no render command yet")
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load(r.stdout)["metadata"]["name"] == "demo"
+
+
+# --------------------------------------------------------------------------------------
+# Slurm
+
+def _plan_from_script(script: str):
+    from tfcluster.backends.slurm import PLAN_ENV
+    for line in script.splitlines():
+        if line.startswith(f"export {PLAN_ENV}="):
+            return json.loads(shlex.split(line[len("export "):])[0].split("=", 1)[1])
+    raise AssertionError("no plan in the script")
+
+
+def test_slurm_script(tmp_path):
+    c = load("""\
+        cluster: {ps: [a:2222], worker: 3, chief: 1}
+        program: {command: [python, t.py], args: [--lr=0.1, "it's"], env: {A: "x y"}}
+        base_port: 3000
+        logdir: out
+    """, tmp_path)
+    script = render.render_slurm(c, partition="gpu", time="01:00:00", name="demo")
+    assert script.startswith("#!/bin/bash\n")
+    for line in ("#SBATCH --job-name=demo", "#SBATCH --ntasks=5", "#SBATCH --overcommit",
+                 "#SBATCH --partition=gpu", "#SBATCH --time=01:00:00"):
+        assert line in script.splitlines()
+    assert "#   0        chief:0" in script and "#   2-4      worker:0..worker:2" in script
+    assert "-m tfcluster.backends.slurm_task" in script and "--distribution=block" in script
+    r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    plan = _plan_from_script(script)
+    assert plan["order"] == ["chief", "ps", "worker"]
+    assert plan["jobs"]["worker"]["argv"][-2:] == ["--lr=0.1", "it's"]
+    assert plan["jobs"]["worker"]["env"] == {"A": "x y"}
+    assert plan["port_base"] == 3000 and plan["chief"] == "chief:0"
+    assert plan["run_dir"] == os.path.join(str(tmp_path), "out", "slurm-{job_id}")
+    assert 'RUN_DIR=' + shlex.quote(os.path.join(str(tmp_path), "out", "slurm-")) + '"${SLURM_JOB_ID}"' in script
+
+
+def test_slurm_script_defaults(tmp_path):
+    c = load("cluster: {worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path, "job.yaml")
+    script = render.render_slurm(c)
+    assert "#SBATCH --job-name=job" in script
+    assert "--partition" not in script and "--time" not in script

@@ -1,0 +1,340 @@
+"""Slurm backend: the rank layout (as TensorFlow's SlurmClusterResolver), and real runs on a
+one-node Slurm (munged + slurmctld + slurmd) that the fixture starts and stops.
+
+The real-Slurm tests skip when Debian's slurm-wlm and munge are not installed or cannot be
+started here (they need root to run the daemons as configured)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tfcluster import config
+from tfcluster.backends import slurm
+from tfcluster.hosts import free_port_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TINY_TF = '''
+"""A tiny between-graph training program: ps serves, workers train a few steps."""
+import json, os, sys, time
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+cfg = json.loads(os.environ["TF_CONFIG"])
+job, idx = cfg["task"]["type"], cfg["task"]["index"]
+cluster = tf.train.ClusterSpec(cfg["cluster"])
+filters = ["/job:ps", "/job:worker"] if job == "ps" else ["/job:ps", f"/job:{job}/task:{idx}"]
+config = tf1.ConfigProto(device_filters=filters, inter_op_parallelism_threads=1,
+                         intra_op_parallelism_threads=1)
+server = tf1.train.Server(cluster, job_name=job, task_index=idx, config=config)
+print(f"{job}:{idx} serving at {server.target}", flush=True)
+if job == "ps":
+    server.join()
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+with tf1.device(tf1.train.replica_device_setter(worker_device=f"/job:worker/task:{idx}",
+                                                cluster=cluster)):
+    w = tf1.get_variable("w", initializer=0.0)
+    step = tf1.train.get_or_create_global_step()
+    loss = tf.square(w - 3.0)
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+    init = tf1.global_variables_initializer()
+    uninit = tf1.report_uninitialized_variables()
+with tf1.Session(server.target, config=config) as sess:
+    if idx == 0:
+        sess.run(init)
+    while sess.run(uninit).size:
+        time.sleep(0.1)
+    for _ in range(steps):
+        _, g, l = sess.run([train, step, loss])
+    print(f"TRAINED {job}:{idx} global_step={g} loss={l:.4f}", flush=True)
+'''
+
+
+# --------------------------------------------------------------------------------------
+# Pure logic
+
+def test_expand_hostlist_and_tasks_per_node():
+    assert slurm._expand_hostlist_py("n[1-2],m5,o[3-4,6,7-9]") == \
+        ["n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"]
+    assert slurm._expand_hostlist_py("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
+    assert slurm._expand_hostlist_py("localhost") == ["localhost"]
+    assert slurm.expand_tasks_per_node("3(x2),2,1") == [3, 3, 2, 1]
+    with pytest.raises(ValueError):
+        slurm.expand_tasks_per_node("two")
+
+
+def _cluster(text: str, tmp_path) -> config.Cluster:
+    p = tmp_path / "c.yaml"
+    p.write_text(textwrap.dedent(text))
+    return config.load(str(p))
+
+
+def test_layout_matches_slurm_cluster_resolver(tmp_path, monkeypatch):
+    """Same jobs, hosts and ports as tf.distribute.cluster_resolver.SlurmClusterResolver."""
+    c = _cluster("""
+        cluster: {chief: 1, ps: 2, worker: 4, evaluator: 1}
+        program: {command: [python, t.py]}
+        base_port: 8888
+    """, tmp_path)
+    plan = slurm.make_plan(c)
+    nodes, per_node = ["n1", "n2", "n3"], [3, 3, 2]
+    ours = slurm.layout(plan, nodes, per_node)
+    assert [(j, i) for j, i, _, _ in ours][:4] == [("chief", 0), ("evaluator", 0), ("ps", 0), ("ps", 1)]
+    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import SlurmClusterResolver
+    for rank in range(8):
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        r = SlurmClusterResolver(jobs={"chief": 1, "ps": 2, "worker": 4, "evaluator": 1},
+                                 port_base=8888, gpus_per_node=3, gpus_per_task=1,
+                                 tasks_per_node=dict(zip(nodes, per_node)), auto_set_gpu=False)
+        spec = r.cluster_spec().as_dict()
+        job, idx, host, port = ours[rank]
+        assert r.get_task_info() == (job, idx)
+        assert spec[job][idx] == f"{host}:{port}"
+
+
+def test_layout_rejects_wrong_task_count(tmp_path):
+    c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
+    with pytest.raises(ValueError, match="3 TensorFlow tasks"):
+        slurm.layout(slurm.make_plan(c), ["n1"], [2])
+
+
+def test_make_plan_needs_a_program(tmp_path):
+    from tfcluster.errors import UserError
+    c = _cluster("cluster: {worker: 2}\n", tmp_path)
+    with pytest.raises(UserError, match="no program"):
+        slurm.make_plan(c)
+    assert slurm.make_plan(c, command=["python", "x.py"])["jobs"]["worker"]["argv"] == ["python", "x.py"]
+
+
+# --------------------------------------------------------------------------------------
+# A real one-node Slurm
+
+SLURM_CONF = """\
+ClusterName=tfctest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={dir}/munge.sock
+CredType=cred/munge
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd.pid
+SlurmctldLogFile={dir}/log/slurmctld.log
+SlurmdLogFile={dir}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/builtin
+ReturnToService=2
+KillWait=5
+MinJobAge=300
+InactiveLimit=0
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel")
+
+
+class OneNodeSlurm:
+    """munged, slurmctld and slurmd in the foreground, as children of the test process."""
+
+    def __init__(self, base: str):
+        self.dir = base
+        self.procs = []
+        self.conf = os.path.join(base, "slurm.conf")
+
+    def start(self) -> None:
+        d = self.dir
+        for sub in ("state", "spool", "log"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        key = os.path.join(d, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(128))
+        os.chmod(key, 0o600)
+        self._spawn(["munged", "-F", "--force", f"--socket={d}/munge.sock", f"--key-file={key}",
+                     f"--pid-file={d}/munged.pid", f"--log-file={d}/log/munged.log",
+                     f"--seed-file={d}/munged.seed"], "munged")
+        self._wait(lambda: os.path.exists(f"{d}/munge.sock"), "munged did not create its socket")
+        ctld_port = free_port_run(2, 16800 + os.getpid() % 1000)
+        with open(self.conf, "w") as f:
+            f.write(SLURM_CONF.format(dir=d, ctld_port=ctld_port, d_port=ctld_port + 1))
+        os.environ["SLURM_CONF"] = self.conf
+        self._spawn(["slurmctld", "-D", "-i", "-f", self.conf], "slurmctld")
+        self._spawn(["slurmd", "-D", "-N", "localhost", "-f", self.conf], "slurmd")
+        self._wait(self._idle, "the node did not become idle (sinfo)", timeout=30)
+
+    def _spawn(self, argv, name) -> None:
+        log = open(os.path.join(self.dir, "log", f"{name}.out"), "wb")
+        self.procs.append((name, subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                                  stderr=subprocess.STDOUT)))
+        log.close()
+
+    def _idle(self) -> bool:
+        for name, p in self.procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}: {self.log(name)}")
+        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
+        return r.returncode == 0 and r.stdout.strip() == "idle"
+
+    def _wait(self, cond, what, timeout=10.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if cond():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(what)
+
+    def log(self, name) -> str:
+        try:
+            with open(os.path.join(self.dir, "log", f"{name}.out")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def queue(self) -> str:
+        return subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=10).stdout.strip()
+
+    def wait_empty_queue(self, timeout=30.0) -> str:
+        deadline = time.time() + timeout
+        q = self.queue()
+        while q and time.time() < deadline:
+            time.sleep(0.3)
+            q = self.queue()
+        return q
+
+    def stop(self) -> None:
+        try:
+            subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
+            self.wait_empty_queue(15)
+        except Exception:
+            pass
+        for name, p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        os.environ.pop("SLURM_CONF", None)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    missing = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel")
+               if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"Slurm is not installed here (missing {', '.join(missing)}; "
+                    f"apt-get install slurm-wlm munge)")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node Slurm of these tests runs its daemons as root")
+    old = os.environ.get("SLURM_CONF")
+    s = OneNodeSlurm(str(tmp_path_factory.mktemp("slurm")))
+    try:
+        s.start()
+    except Exception as e:
+        s.stop()
+        pytest.skip(f"could not start a one-node Slurm: {e}")
+    yield s
+    s.stop()
+    if old is not None:
+        os.environ["SLURM_CONF"] = old
+
+
+def _launch(path, *extra, timeout=150):
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    return subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(path), "--backend", "slurm",
+                           "--no-live", *extra], cwd=os.path.dirname(str(path)), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_slurm_trains_1ps_2workers_to_the_end(slurm_cluster, tmp_path):
+    (tmp_path / "tiny_tf.py").write_text(TINY_TF)
+    base = free_port_run(3, 24000 + os.getpid() % 2000)
+    (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
+        cluster: {{ps: 1, worker: 2}}
+        program: {{command: [python, tiny_tf.py], args: ["10"]}}
+        base_port: {base}
+        grace: 20
+        logdir: runs
+    """))
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "t1")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "TRAINED worker:0" in out and "[worker:0]" in out, out[-3000:]
+    assert "run succeeded" in out
+    assert slurm_cluster.wait_empty_queue(10) == ""
+    run_dir = tmp_path / "runs" / "t1"
+    assert (run_dir / "exit_code").read_text().strip() == "0"
+    for stem in ("ps-0", "worker-0", "worker-1"):
+        assert (run_dir / f"{stem}.log").exists()
+    assert "TRAINED worker:0" in (run_dir / "worker-0.log").read_text()
+    assert '"failed": false' in (run_dir / "ps-0.exit.json").read_text()
+
+
+FAIL_PROGRAM = """\
+import os, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+print("hello from", task, flush=True)
+if task == "worker:0":
+    time.sleep(1)
+    sys.exit(3)
+time.sleep(600)
+"""
+
+
+def test_slurm_chief_failure_ends_the_job_with_its_exit_code(slurm_cluster, tmp_path):
+    (tmp_path / "prog.py").write_text(FAIL_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\ngrace: 1\n")
+    start = time.time()
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "f1", timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-3000:]
+    assert "first failure: worker:0" in out and "exit code 3" in out, out[-3000:]
+    assert (tmp_path / "runs" / "f1" / "exit_code").read_text().strip() == "3"
+    assert slurm_cluster.wait_empty_queue(10) == ""
+    assert time.time() - start < 60
+
+
+def test_slurm_ctrl_c_cancels_the_job(slurm_cluster, tmp_path):
+    (tmp_path / "prog.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    (tmp_path / "cluster.yaml").write_text("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\n")
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", "cluster.yaml", "--backend", "slurm",
+                          "--run-id", "c1"], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 30
+        log = tmp_path / "runs" / "c1" / "worker-1.log"
+        while time.time() < deadline and not (log.exists() and "up" in log.read_text()):
+            time.sleep(0.2)
+        assert log.exists(), "the job did not start"
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, out[-3000:]
+    assert "cancelling Slurm job" in out
+    assert slurm_cluster.wait_empty_queue(20) == ""
