@@ -103,6 +103,23 @@ class JobSpec(_Strict):
     restart: Optional[RestartSpec] = None
 
 
+class RemoteSpec(_Strict):
+    """How to reach a host over ssh and run tasks there (``remote:`` defaults, ``hosts.<name>:``
+    per host; used by ``--backend ssh``)."""
+
+    ssh_host: Optional[str] = Field(None, description="address or ssh alias to connect to "
+                                    "(default: the host name from cluster:)")
+    user: Optional[str] = Field(None, description="ssh login user (default: ssh's own choice)")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="ssh port (default 22)")
+    identity_file: Optional[str] = Field(None, description="private key file (~ is expanded)")
+    ssh_options: List[str] = Field(default_factory=list,
+                                   description="extra ssh -o options, e.g. StrictHostKeyChecking=yes")
+    python: Optional[str] = Field(None, description="remote interpreter for python/python3 commands "
+                                  "(default: python3)")
+    workdir: Optional[str] = Field(None, description="remote folder that mirrors this file's folder: "
+                                   "paths under it are mapped there, and tasks run there")
+
+
 ClusterDict = Annotated[Dict[str, Union[List[str], Annotated[int, Field(ge=1)]]], SkipValidation]
 
 
@@ -126,6 +143,10 @@ class ClusterFile(_Strict):
                          "after the run has succeeded")
     base_port: int = Field(DEFAULT_BASE_PORT, ge=1, le=65535,
                            description="first port tried for jobs given as a count (local backend)")
+    remote: RemoteSpec = Field(default_factory=RemoteSpec,
+                               description="ssh settings for every remote host (--backend ssh)")
+    hosts: Dict[str, RemoteSpec] = Field(default_factory=dict,
+                                         description="per-host ssh settings, merged over remote:")
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
 
 
@@ -626,6 +647,11 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
             i += 1  # skip the job name
         elif part == "restart":
             model = RestartSpec
+        elif model is ClusterFile and part == "remote":
+            model = RemoteSpec
+        elif model is ClusterFile and part == "hosts":
+            model = RemoteSpec
+            i += 1  # skip the host name
         elif model is ClusterFile and part == "watchdog":
             model = WatchdogSpec
         else:
