@@ -166,7 +166,7 @@ class TrainingSession:
                     all_hooks.append(tf.compat.v1.train.SummarySaverHook(
                         save_steps=int(save_summaries_steps), output_dir=self.checkpoint_dir,
                         scaffold=scaffold))
-                if log_step_count_steps:
+                if log_step_count_steps and sync_optimizer is None:  # sync: spurious warnings
                     all_hooks.append(tf.compat.v1.train.StepCounterHook(
                         every_n_steps=int(log_step_count_steps), output_dir=self.checkpoint_dir))
         self.hooks = all_hooks
@@ -192,6 +192,8 @@ class TrainingSession:
             stop_grace_period_secs=self.stop_grace_period_secs)
         self.start_step = self.current_step()
         self.started_at = time.time()
+        if self.last_step is not None and self.start_step >= self.last_step:
+            self._stopped = True  # resumed at or past the last step: nothing to train
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
