@@ -82,9 +82,10 @@ def input_batches(tf, data, ctx):
 
 
 # --- MODEL: put your model here -----------------------------------------------------------
-def model(tf, x, num_classes):
+def model(tf, x, num_classes, partitioner=None):
     """Logits for a batch ``x``. Variables come from get_variable so that the training and
-    evaluation graphs share them (AUTO_REUSE), and land on the ps tasks."""
+    evaluation graphs share them (AUTO_REUSE), and land on the ps tasks (``partitioner``
+    splits large ones across ps tasks when --partition_min_bytes is set)."""
     init = tf.compat.v1.glorot_uniform_initializer(seed=FLAGS.seed)
 
     def dense(h, units, name, activation=None):
@@ -95,7 +96,7 @@ def model(tf, x, num_classes):
             return activation(out) if activation else out
 
     with tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE,
-                                     partitioner=PARTITIONER):
+                                     partitioner=partitioner):
         h = dense(x, FLAGS.hidden_units, "hidden1", tf.nn.relu)
         h = dense(h, FLAGS.hidden_units, "hidden2", tf.nn.relu)
         return dense(h, num_classes, "logits")
@@ -111,24 +112,19 @@ def optimizer(tf):
     return tf.compat.v1.train.AdamOptimizer(FLAGS.learning_rate)
 
 
-PARTITIONER = None
-
-
 # --- the distributed part: usually no need to edit below -----------------------------------
 def train(ctx, server, data) -> int:
     import tensorflow as tf
 
-    global PARTITIONER
     placement = rt.Placement(ctx, strategy=FLAGS.ps_strategy,
                              partition_min_bytes=FLAGS.partition_min_bytes or None)
-    PARTITIONER = placement.partitioner
     sync = FLAGS.mode == "sync"
     with tf.Graph().as_default() as graph, placement.scope():
         tf.compat.v1.set_random_seed(FLAGS.seed)
         global_step = tf.compat.v1.train.get_or_create_global_step()
         with tf.compat.v1.device(ctx.device + "/device:CPU:0"):  # input stays on the CPU
             x, y = input_batches(tf, data, ctx)
-        logits = model(tf, x, data.num_classes)
+        logits = model(tf, x, data.num_classes, placement.partitioner)
         loss = loss_fn(tf, logits, y)
         tf.compat.v1.summary.scalar("loss", loss)
 
@@ -141,7 +137,7 @@ def train(ctx, server, data) -> int:
         # held-out evaluation (fed from numpy by the chief at the end)
         x_eval = tf.compat.v1.placeholder(tf.float32, [None, data.num_features], name="x_eval")
         y_eval = tf.compat.v1.placeholder(tf.int32, [None], name="y_eval")
-        eval_logits = model(tf, x_eval, data.num_classes)
+        eval_logits = model(tf, x_eval, data.num_classes, placement.partitioner)
         eval_loss = loss_fn(tf, eval_logits, y_eval)
         eval_acc = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(eval_logits, 1, output_type=tf.int32),
                                                    y_eval), tf.float32))
@@ -187,12 +183,11 @@ def evaluate(ctx, data) -> int:
     if not FLAGS.checkpoint_dir:
         log(ctx, "evaluator: no --checkpoint_dir, nothing to evaluate")
         return 0
-    global PARTITIONER
-    PARTITIONER = rt.Placement(None, num_ps=ctx.num_ps,
+    partitioner = rt.Placement(None, num_ps=ctx.num_ps,
                                partition_min_bytes=FLAGS.partition_min_bytes or None).partitioner
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        logits = model(tf, tf.constant(data.x_test), data.num_classes)
+        logits = model(tf, tf.constant(data.x_test), data.num_classes, partitioner)
         loss = loss_fn(tf, logits, tf.constant(data.y_test))
         acc = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32),
                                               data.y_test), tf.float32))
