@@ -1,0 +1,330 @@
+"""ssh: start each remote task over OpenSSH, tied to its ssh session.
+
+What runs where
+  On the launching machine, one ``ssh`` client per task (batch mode: no password prompts;
+  connections shared per host through a ControlMaster socket in a private folder). On the
+  remote host, ``python3 -c <wrapper>`` reads one JSON line from its stdin (argv, environment
+  additions, folder: nothing secret appears in a command line on either side), starts the
+  task in its own process group, and then keeps reading stdin:
+
+  * a line with a signal number: deliver that signal to the task's whole process group
+    (:meth:`SshHandle.signal`; ssh forwards no signals without a terminal);
+  * end of file -- the launcher closed the session, or the ssh client, the launcher or the
+    connection died: SIGTERM to the group, a bounded wait, SIGKILL. No remote orphans.
+
+  When the task's leader exits, what is left of its group is killed and the wrapper exits with
+  the task's code (128+N for a signal N; :meth:`SshHandle.poll` reports it as -N, as Popen
+  does). ssh's own failures (unreachable host, refused key) exit 255.
+
+Settings (cluster.yaml ``remote:`` for every host, ``hosts.<name>:`` per host, merged): ssh_host,
+user, port, identity_file, ssh_options (``-o`` options), python (remote interpreter, default
+python3; also replaces ``python``/``python3`` as the task's command) and workdir (the remote
+folder that mirrors the cluster file's folder: paths under the file's folder in argv and the
+task's folder are mapped there; without it paths are used as they are, as on a shared file
+system). Tasks on this machine's own names and addresses run locally, not over ssh.
+"""
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Dict, List, Optional
+
+from ..config import Cluster, RemoteSpec
+from ..errors import UserError
+from ..hosts import is_local
+
+try:
+    from ..launch.backend import Backend, Handle, LocalBackend, ProcessSpec
+except ImportError:  # the launcher's module is not there: same interface, defined here
+    from dataclasses import dataclass
+
+    @dataclass
+    class ProcessSpec:  # type: ignore[no-redef]
+        name: str
+        argv: List[str]
+        env: Dict[str, str]
+        cwd: str
+        host: str = "localhost"
+
+    class Handle:  # type: ignore[no-redef]
+        pid: int
+
+    class Backend:  # type: ignore[no-redef]
+        name = "base"
+
+        def close(self) -> None:
+            pass
+
+    LocalBackend = None  # type: ignore[assignment,misc]
+
+DEFAULT_PYTHON = "python3"
+CONTROL_PERSIST = 60          # seconds an idle shared connection stays up
+CONNECT_TIMEOUT = 10
+
+# The remote side. Kept small; it runs with the remote python3's standard library only.
+WRAPPER = r'''
+import json, os, signal, subprocess, sys, threading
+inp = sys.stdin.buffer
+head = json.loads(inp.readline() or b"null")
+if not head:
+    sys.exit(255)
+def say(m):
+    sys.stderr.write("tfcluster (ssh wrapper): %s\n" % m)
+    sys.stderr.flush()
+try:
+    os.chdir(head["cwd"])
+except OSError as e:
+    say("cannot enter the task's folder %s: %s" % (head["cwd"], e.strerror))
+    sys.exit(126)
+env = dict(os.environ)
+env.update(head["env"])
+def pre():
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+try:
+    p = subprocess.Popen(head["argv"], env=env, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                         start_new_session=True, preexec_fn=pre)
+except OSError as e:
+    say("cannot start %s: %s" % (head["argv"][0], e.strerror))
+    sys.exit(127)
+def kill(s):
+    try:
+        os.killpg(p.pid, s)
+    except OSError:
+        pass
+def watch():
+    for line in inp:
+        line = line.strip()
+        if line.isdigit():
+            kill(int(line))
+    kill(signal.SIGTERM)
+    try:
+        p.wait(head.get("stop_timeout", 5))
+    except subprocess.TimeoutExpired:
+        pass
+    kill(signal.SIGKILL)
+threading.Thread(target=watch, daemon=True).start()
+for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+    signal.signal(s, lambda n, f: kill(n))
+rc = p.wait()
+kill(signal.SIGKILL)
+sys.stdout.flush()
+os._exit(rc if rc >= 0 else 128 - rc)
+'''
+_BOOT = 'import base64;exec(base64.b64decode("%s"))' % base64.b64encode(WRAPPER.encode()).decode()
+
+
+def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:
+    """``remote:`` merged with ``hosts.<host>:`` (per-host keys win)."""
+    base = cluster.spec.remote.model_dump()
+    per = cluster.spec.hosts.get(host)
+    if per is not None:
+        for k, v in per.model_dump(exclude_unset=True).items():
+            if v is not None and v != []:
+                base[k] = v
+    return RemoteSpec.model_validate(base)
+
+
+def ssh_argv(settings: RemoteSpec, host: str, control_dir: Optional[str] = None) -> List[str]:
+    """The ssh client's argv up to (and including) the destination."""
+    argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    if control_dir:
+        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C",
+                 "-o", f"ControlPersist={CONTROL_PERSIST}"]
+    if settings.port:
+        argv += ["-p", str(settings.port)]
+    if settings.user:
+        argv += ["-l", settings.user]
+    if settings.identity_file:
+        argv += ["-i", os.path.expanduser(settings.identity_file)]
+    for opt in settings.ssh_options:
+        argv += ["-o", opt]
+    return argv + [settings.ssh_host or host]
+
+
+def remote_command(settings: RemoteSpec) -> str:
+    """The command line the remote shell runs: the wrapper, on the remote python."""
+    python = shlex.split(settings.python or DEFAULT_PYTHON)
+    return " ".join(shlex.quote(w) for w in python) + " -c " + shlex.quote(_BOOT)
+
+
+def _child_setup() -> None:
+    try:  # the ssh client dies with the launcher; its session's end stops the remote task
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    if os.getppid() == 1:
+        os._exit(137)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+class SshHandle(Handle):
+    """A remote task: ``pid`` is the local ssh client's; ``stdout`` the task's output."""
+
+    def __init__(self, proc: subprocess.Popen, name: str):
+        self.proc = proc
+        self.pid = proc.pid
+        self.stdout = proc.stdout
+        self.name = name
+        self._lock = threading.Lock()
+
+    def _code(self, rc: Optional[int]) -> Optional[int]:
+        if rc is None:
+            return None
+        self._close_stdin()
+        if 128 < rc < 128 + 65:   # the wrapper's 128+N: killed by signal N
+            return -(rc - 128)
+        return rc
+
+    def poll(self) -> Optional[int]:
+        return self._code(self.proc.poll())
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        try:
+            return self._code(self.proc.wait(timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self, sig: int) -> None:
+        """Deliver ``sig`` to the remote task's process group (through the session's stdin).
+        SIGKILL also ends the session, so the remote side stops the task even if the line
+        is lost, and the local ssh client is killed shortly after."""
+        with self._lock:
+            stdin = self.proc.stdin
+            if stdin is not None and not stdin.closed:
+                try:
+                    stdin.write(f"{int(sig)}\n".encode())
+                    stdin.flush()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+        if sig == signal.SIGKILL:
+            self._close_stdin()
+            timer = threading.Timer(3.0, self._kill_client)
+            timer.daemon = True
+            timer.start()
+
+    def _kill_client(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+
+    def _close_stdin(self) -> None:
+        with self._lock:
+            if self.proc.stdin is not None and not self.proc.stdin.closed:
+                try:
+                    self.proc.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+
+
+class SshBackend(Backend):
+    """Tasks on other hosts over OpenSSH; tasks on this machine run locally."""
+
+    name = "ssh"
+
+    def __init__(self, cluster: Cluster, stop_timeout: float = 5.0):
+        if not shutil.which("ssh"):
+            raise UserError("--backend ssh: the OpenSSH client 'ssh' is not installed here")
+        self.cluster = cluster
+        self.stop_timeout = stop_timeout
+        self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
+        self._masters: Dict[str, List[str]] = {}                 # host -> ssh argv
+        self._lock = threading.Lock()
+        self._local = LocalBackend() if LocalBackend is not None else None
+
+    # ---- what runs there
+    def settings(self, host: str) -> RemoteSpec:
+        return remote_settings(self.cluster, host)
+
+    def is_remote(self, host: str) -> bool:
+        return host in self.cluster.spec.hosts or not is_local(host)
+
+    def remote_spec(self, spec: ProcessSpec) -> Dict[str, object]:
+        """argv, env and folder as the remote host sees them (python and workdir mapped)."""
+        s = self.settings(spec.host)
+        argv = [self._map_path(w, s) for w in spec.argv]
+        if argv and (argv[0] == sys.executable or os.path.basename(argv[0]) in ("python", "python3")):
+            python = shlex.split(s.python or DEFAULT_PYTHON)
+            argv = python + argv[1:]
+        return {"argv": argv, "env": dict(spec.env), "cwd": self._map_path(spec.cwd, s),
+                "stop_timeout": self.stop_timeout}
+
+    def _map_path(self, word: str, s: RemoteSpec) -> str:
+        if not s.workdir:
+            return word
+        base = self.cluster.base_dir.rstrip("/")
+        if word == base:
+            return s.workdir
+        if word.startswith(base + "/"):
+            return s.workdir.rstrip("/") + word[len(base):]
+        return word
+
+    # ---- Backend
+    def start(self, spec: ProcessSpec) -> Handle:
+        if not self.is_remote(spec.host) and self._local is not None:
+            return self._local.start(spec)
+        s = self.settings(spec.host)
+        base = self._master(spec.host, s, spec.name)
+        argv = base + ["--", remote_command(s)]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_child_setup, close_fds=True)
+        head = json.dumps(self.remote_spec(spec), separators=(",", ":")) + "\n"
+        try:
+            proc.stdin.write(head.encode())
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # ssh failed at once; its exit code and message tell why
+        return SshHandle(proc, spec.name)
+
+    def _master(self, host: str, s: RemoteSpec, task: str) -> List[str]:
+        """ssh argv for ``host``, after making sure a shared connection is up (once per host)."""
+        with self._lock:
+            if host in self._masters:
+                return self._masters[host]
+            argv = ssh_argv(s, host, self.control_dir)
+            with tempfile.TemporaryFile() as err:
+                try:
+                    r = subprocess.run(argv + ["--", "true"], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=err,
+                                       timeout=CONNECT_TIMEOUT + 20)
+                    code = r.returncode
+                except subprocess.TimeoutExpired:
+                    code = None
+                err.seek(0)
+                msg = err.read().decode("utf-8", "replace").strip().splitlines()
+            if code != 0:
+                why = msg[-1] if msg else ("timed out" if code is None else f"ssh exit code {code}")
+                target = f"{s.user + '@' if s.user else ''}{s.ssh_host or host}"
+                raise UserError(f"{task}: cannot reach {target} over ssh (batch mode, no password "
+                                f"prompts): {why}; check remote:/hosts: in the file and the key")
+            self._masters[host] = argv
+            return argv
+
+    def close(self) -> None:
+        """End the shared connections and remove their socket folder."""
+        with self._lock:
+            masters, self._masters = dict(self._masters), {}
+        for host, argv in masters.items():
+            try:
+                subprocess.run(argv[:-1] + ["-O", "exit", argv[-1]], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=15)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        shutil.rmtree(self.control_dir, ignore_errors=True)

@@ -1,0 +1,437 @@
+"""ssh backend against real hosts on one machine: three network namespaces, each with its own
+address and its own sshd (Debian's openssh-server) that accepts a key made for the test.
+
+Topology (made and removed by the ``hosts`` fixture; needs root and ``ip``):
+
+    root ns  tfr<tag> 10.233.N.1 ──┐
+                                   │  bridge br0 in a "hub" namespace (its own, empty netfilter)
+    ns a     eth0     10.233.N.2 ──┤
+    ns b     eth0     10.233.N.3 ──┤
+    ns c     eth0     10.233.N.4 ──┘
+
+Only network namespaces: the file system and process ids are shared, so the tests can check
+remote processes with psutil, and the programs are files in the test's tmp folder.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from tfcluster import config
+from tfcluster.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TINY_TF = '''
+"""A tiny between-graph training program: ps serves, workers train a few steps."""
+import json, os, sys, time
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+cfg = json.loads(os.environ["TF_CONFIG"])
+job, idx = cfg["task"]["type"], cfg["task"]["index"]
+cluster = tf.train.ClusterSpec(cfg["cluster"])
+filters = ["/job:ps", "/job:worker"] if job == "ps" else ["/job:ps", f"/job:{job}/task:{idx}"]
+config = tf1.ConfigProto(device_filters=filters, inter_op_parallelism_threads=1,
+                         intra_op_parallelism_threads=1)
+server = tf1.train.Server(cluster, job_name=job, task_index=idx, config=config)
+print(f"{job}:{idx} serving at {server.target}", flush=True)
+if job == "ps":
+    server.join()
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+with tf1.device(tf1.train.replica_device_setter(worker_device=f"/job:worker/task:{idx}",
+                                                cluster=cluster)):
+    w = tf1.get_variable("w", initializer=0.0)
+    step = tf1.train.get_or_create_global_step()
+    loss = tf.square(w - 3.0)
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+    init = tf1.global_variables_initializer()
+    uninit = tf1.report_uninitialized_variables()
+with tf1.Session(server.target, config=config) as sess:
+    if idx == 0:
+        sess.run(init)
+    while sess.run(uninit).size:
+        time.sleep(0.1)
+    for _ in range(steps):
+        _, g, l = sess.run([train, step, loss])
+    print(f"TRAINED {job}:{idx} global_step={g} loss={l:.4f}", flush=True)
+'''
+
+SSHD_CONFIG = """\
+ListenAddress {addr}:22
+HostKey {dir}/host_key
+PidFile {dir}/sshd-{name}.pid
+AuthorizedKeysFile {dir}/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+MaxSessions 64
+MaxStartups 64
+LogLevel ERROR
+"""
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+class NamespaceHosts:
+    """Three network namespaces with an address and an sshd each, joined through a bridge."""
+
+    def __init__(self, base: str, n: int = 3):
+        self.dir = base
+        tag = f"{os.getpid() % 10000}{random.randint(0, 9)}"
+        self.hub = f"tfc{tag}hub"
+        self.names = [f"tfc{tag}{c}" for c in "abcdefgh"[:n]]
+        self.root_if = f"tfr{tag}"
+        self.net = self._free_subnet()
+        self.addrs = [f"{self.net}.{i + 2}" for i in range(n)]
+        self.gateway = f"{self.net}.1"
+        self.sshd = []
+        self.made_ns = []
+
+    @staticmethod
+    def _free_subnet() -> str:
+        used = _ip("-4", "addr").stdout + _ip("-4", "route").stdout
+        for _ in range(100):
+            net = f"10.233.{random.randint(1, 254)}"
+            if f"{net}." not in used:
+                return net
+        raise RuntimeError("no free 10.233.x.0/24 subnet")
+
+    def start(self) -> None:
+        d = self.dir
+        _ip("netns", "add", self.hub)
+        self.made_ns.append(self.hub)
+        _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.hub, "link", "set", "br0", "up")
+        _ip("-n", self.hub, "link", "set", "lo", "up")
+        _ip("link", "add", self.root_if, "type", "veth", "peer", "name", "up0", "netns", self.hub)
+        _ip("-n", self.hub, "link", "set", "up0", "master", "br0", "up")
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.root_if)
+        _ip("link", "set", self.root_if, "up")
+        for i, (ns, addr) in enumerate(zip(self.names, self.addrs)):
+            _ip("netns", "add", ns)
+            self.made_ns.append(ns)
+            _ip("-n", self.hub, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("-n", self.hub, "link", "set", f"p{i}", "master", "br0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+        # keys: one host key for all three sshd, one client key
+        for key in ("host_key", "id"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test",
+                            "-f", os.path.join(d, key)], check=True, timeout=30)
+        shutil.copy(os.path.join(d, "id.pub"), os.path.join(d, "authorized_keys"))
+        host_pub = open(os.path.join(d, "host_key.pub")).read().split()
+        with open(os.path.join(d, "known_hosts"), "w") as f:
+            for addr in self.addrs:
+                f.write(f"{addr} {host_pub[0]} {host_pub[1]}\n")
+        os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege separation folder
+        for ns, addr in zip(self.names, self.addrs):
+            cfg = os.path.join(d, f"sshd-{ns}.conf")
+            with open(cfg, "w") as f:
+                f.write(SSHD_CONFIG.format(addr=addr, dir=d, name=ns))
+            log = open(os.path.join(d, f"sshd-{ns}.log"), "wb")
+            self.sshd.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", cfg],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        deadline = time.time() + 20
+        for addr in self.addrs:
+            while not self._accepts(addr):
+                if time.time() > deadline:
+                    raise RuntimeError(f"sshd on {addr} does not answer: {self.logs()}")
+                time.sleep(0.2)
+
+    def _accepts(self, addr: str) -> bool:
+        import socket
+        try:
+            with socket.create_connection((addr, 22), timeout=1) as s:
+                return s.recv(4).startswith(b"SSH")
+        except OSError:
+            return False
+
+    def logs(self) -> str:
+        out = []
+        for ns in self.names:
+            try:
+                out.append(open(os.path.join(self.dir, f"sshd-{ns}.log")).read()[-500:])
+            except OSError:
+                pass
+        return " | ".join(out)
+
+    def yaml_remote(self) -> str:
+        d = self.dir
+        return textwrap.dedent(f"""\
+            remote:
+              user: root
+              identity_file: {d}/id
+              python: {sys.executable}
+              ssh_options: [IdentitiesOnly=yes, UserKnownHostsFile={d}/known_hosts,
+                            StrictHostKeyChecking=yes, LogLevel=ERROR]
+        """)
+
+    def pids(self, ns: str) -> list:
+        """Processes in namespace ns other than its sshd listener."""
+        out = _ip("netns", "pids", ns, check=False).stdout.split()
+        keep = {p.pid for p in self.sshd}
+        return [int(p) for p in out if int(p) not in keep and psutil.pid_exists(int(p))
+                and _status(int(p)) != psutil.STATUS_ZOMBIE]
+
+    def wait_quiet(self, timeout: float = 15.0) -> dict:
+        deadline = time.time() + timeout
+        while True:
+            busy = {ns: self.pids(ns) for ns in self.names}
+            busy = {k: v for k, v in busy.items() if v}
+            if not busy or time.time() > deadline:
+                return {ns: [(p, " ".join(_cmd(p))[:100]) for p in v] for ns, v in busy.items()}
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for p in self.sshd:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.sshd:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for ns in self.made_ns:     # anything still in a namespace, then the namespace itself
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for ns in reversed(self.made_ns):
+            _ip("netns", "del", ns, check=False)
+        _ip("link", "del", self.root_if, check=False)   # gone with the hub already, normally
+
+
+def _status(pid):
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return psutil.STATUS_ZOMBIE
+
+
+def _cmd(pid):
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return ["?"]
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    missing = [t for t in ("ip", "ssh", "ssh-keygen") if not shutil.which(t)]
+    if missing or not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip(f"missing {', '.join(missing) or '/usr/sbin/sshd'} "
+                    f"(apt-get install openssh-server iproute2)")
+    probe = f"tfcprobe{os.getpid()}"
+    if _ip("netns", "add", probe, check=False).returncode != 0:
+        pytest.skip("cannot make network namespaces here")
+    _ip("netns", "del", probe, check=False)
+    base = str(tmp_path_factory.mktemp("ssh"))
+    os.chmod(base, 0o755)
+    h = NamespaceHosts(base)
+    try:
+        h.start()
+    except Exception as e:
+        h.stop()
+        pytest.skip(f"could not set up namespaces with sshd: {e}")
+    yield h
+    h.stop()
+    left = [ns for ns in h.made_ns if ns in _ip("netns", "list", check=False).stdout]
+    assert not left, f"namespaces left behind: {left}"
+
+
+def _file(tmp_path, hosts, body: str, name="cluster.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body) + hosts.yaml_remote())
+    return str(p)
+
+
+def _backend(path):
+    from tfcluster.backends.ssh import SshBackend
+    return SshBackend(config.load(path), stop_timeout=3.0)
+
+
+def _spec(name, argv, host, cwd, env=None):
+    from tfcluster.backends.ssh import ProcessSpec
+    return ProcessSpec(name=name, argv=argv, env=env or {}, cwd=cwd, host=host)
+
+
+def _read_until(handle, needle: bytes, timeout=20.0) -> bytes:
+    import select
+    buf = b""
+    deadline = time.time() + timeout
+    fd = handle.stdout.fileno()
+    while needle not in buf and time.time() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+    return buf
+
+
+# --------------------------------------------------------------------------------------
+
+def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path):
+    """tfcluster launch --backend ssh: each task in its own namespace (all on port 2222)."""
+    (tmp_path / "tiny_tf.py").write_text(TINY_TF)
+    a, b, c = hosts.addrs
+    path = _file(tmp_path, hosts, f"""\
+        cluster:
+          ps: [{a}:2222]
+          worker: [{b}:2222, {c}:2222]
+        program: {{command: [python, tiny_tf.py], args: ["10"]}}
+        grace: 20
+    """)
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh",
+                        "--no-live", "--run-id", "s1"], cwd=str(tmp_path), capture_output=True,
+                       text=True, timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "TRAINED worker:0" in out, out[-3000:]
+    assert f"grpc://{b}:2222" in out or f"{b}:2222" in out
+    assert hosts.wait_quiet() == {}, "processes left in the namespaces"
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if any("tfc-ssh-" in w for w in (p.info["cmdline"] or []))], "ssh master left running"
+
+
+def test_ssh_env_folder_and_exit_code(hosts, tmp_path):
+    """Environment (quoted safely), the remote folder (workdir mapping), python, exit codes."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    prog = ("import os, sys\n"
+            "print('CWD', os.getcwd()); print('PY', sys.executable)\n"
+            "print('ENV', repr(os.environ['WEIRD'])); print('ARG', sys.argv[1:])\n"
+            "sys.exit(3)\n")
+    (tmp_path / "p.py").write_text(prog)
+    (remote / "p.py").write_text(prog)
+    a = hosts.addrs[0]
+    path = _file(tmp_path, hosts, f"cluster: {{worker: [{a}:2222]}}\nhosts: {{{a}: {{workdir: {remote}}}}}\n")
+    backend = _backend(path)
+    try:
+        weird = "a b 'c' \"d\" $HOME `x` ; rm -rf /tmp/nothing"
+        h = backend.start(_spec("worker:0", [sys.executable, str(tmp_path / "p.py"), "$1 x"], a,
+                                str(tmp_path), {"WEIRD": weird}))
+        assert h.wait(30) == 3
+        out = h.stdout.read().decode()
+    finally:
+        backend.close()
+    assert f"CWD {remote}" in out, out
+    assert f"PY {sys.executable}" in out
+    assert f"ENV {weird!r}" in out
+    assert "ARG ['$1 x']" in out
+
+
+SPAWNER = """\
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print("PIDS", os.getpid(), child.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def _start_spawner(backend, hosts, tmp_path, i=1):
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    h = backend.start(_spec(f"worker:{i}", ["python", str(tmp_path / "spawner.py")], hosts.addrs[i],
+                            str(tmp_path)))
+    line = _read_until(h, b"\n", 30).decode()
+    assert line.startswith("PIDS"), line
+    pids = [int(x) for x in line.split()[1:3]]
+    assert all(psutil.pid_exists(p) for p in pids)
+    ns_pids = hosts.pids(hosts.names[i])
+    assert pids[0] in ns_pids and pids[1] in ns_pids, "the task does not run in the host's namespace"
+    return h, pids
+
+
+def _gone(pids, timeout=15.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not [p for p in pids if psutil.pid_exists(p) and _status(p) != psutil.STATUS_ZOMBIE]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_ssh_signal_reaches_the_whole_remote_group(hosts, tmp_path):
+    a = hosts.addrs[0]
+    path = _file(tmp_path, hosts, f"cluster: {{worker: [{a}:2222, {hosts.addrs[1]}:2222]}}\n")
+    backend = _backend(path)
+    try:
+        h, pids = _start_spawner(backend, hosts, tmp_path)
+        assert h.poll() is None
+        h.signal(signal.SIGTERM)
+        assert h.wait(20) == -signal.SIGTERM
+        assert _gone(pids), "the remote task's child survived SIGTERM to the task"
+    finally:
+        backend.close()
+    assert hosts.wait_quiet() == {}
+
+
+def test_ssh_session_death_stops_the_remote_group(hosts, tmp_path):
+    """The launcher or its ssh client dying (SIGKILL) ends the session; the remote wrapper
+    then stops the task's whole group."""
+    path = _file(tmp_path, hosts, f"cluster: {{worker: [{hosts.addrs[0]}:2222, {hosts.addrs[1]}:2222]}}\n")
+    backend = _backend(path)
+    try:
+        h, pids = _start_spawner(backend, hosts, tmp_path)
+        os.kill(h.pid, signal.SIGKILL)          # the local ssh client dies
+        h.wait(10)
+        assert _gone(pids), "remote processes outlived their ssh session"
+    finally:
+        backend.close()
+    assert hosts.wait_quiet() == {}
+
+
+def test_ssh_unreachable_host_is_a_clear_error(hosts, tmp_path):
+    a = hosts.addrs[0]
+    (tmp_path / "other").write_text("")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "wrong")],
+                   check=True, timeout=30)
+    path = _file(tmp_path, hosts, f"cluster: {{worker: [{a}:2222]}}\n"
+                                  f"hosts: {{{a}: {{identity_file: {tmp_path}/wrong}}}}\n")
+    backend = _backend(path)
+    try:
+        with pytest.raises(UserError, match=rf"worker:0: cannot reach root@{a} over ssh.*Permission denied"):
+            backend.start(_spec("worker:0", ["python", "-c", "pass"], a, str(tmp_path)))
+    finally:
+        backend.close()
+
+
+def test_remote_settings_merge_and_ssh_argv(tmp_path):
+    from tfcluster.backends.ssh import remote_settings, ssh_argv, remote_command
+    p = tmp_path / "c.yaml"
+    p.write_text("cluster: {worker: [h1:2222, h2:2222]}\n"
+                 "remote: {user: alice, python: /opt/venv/bin/python, ssh_options: [A=b]}\n"
+                 "hosts: {h2: {user: bob, port: 2200, ssh_host: 10.0.0.2, workdir: /srv/x}}\n")
+    c = config.load(str(p))
+    s1, s2 = remote_settings(c, "h1"), remote_settings(c, "h2")
+    assert (s1.user, s1.port, s1.python) == ("alice", None, "/opt/venv/bin/python")
+    assert (s2.user, s2.port, s2.python, s2.workdir) == ("bob", 2200, "/opt/venv/bin/python", "/srv/x")
+    argv = ssh_argv(s2, "h2", "/tmp/sock")
+    assert argv[-1] == "10.0.0.2" and "BatchMode=yes" in argv and ["-p", "2200"] == argv[argv.index("-p"):][:2]
+    assert "ControlPath=/tmp/sock/%C" in argv and "A=b" in argv
+    assert remote_command(s1).startswith("/opt/venv/bin/python -c 'import base64;exec(")
