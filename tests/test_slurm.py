@@ -338,3 +338,80 @@ def test_slurm_ctrl_c_cancels_the_job(slurm_cluster, tmp_path):
     assert p.returncode == 130, out[-3000:]
     assert "cancelling Slurm job" in out
     assert slurm_cluster.wait_empty_queue(20) == ""
+
+
+OK_PROGRAM = """\
+import os, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+print("hello from", task, os.environ["TF_CONFIG"], flush=True)
+if task == "worker:0":
+    time.sleep(1)
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+def test_slurm_inside_an_allocation_runs_srun(slurm_cluster, tmp_path):
+    """Under salloc (SLURM_JOB_ID set) the launcher runs srun itself; the chief's success still
+    ends the ps task and the other worker."""
+    if not shutil.which("salloc"):
+        pytest.skip("no salloc")
+    (tmp_path / "prog.py").write_text(OK_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\ngrace: 1\nbase_port: 2000\n")
+    r = subprocess.run(["salloc", "-n", "3", "--overcommit", sys.executable, "-m", "tfcluster", "launch",
+                        "cluster.yaml", "--backend", "slurm", "--run-id", "a1"], cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "inside Slurm job" in out and "run succeeded" in out
+    assert '[ps:0] hello from ps:0 {"cluster":{"ps":["localhost:2000"],"worker":["localhost:2001",' \
+           '"localhost:2002"]},"task":{"type":"ps","index":0}}' in out
+    assert not (tmp_path / "runs" / "a1" / "exit_code").exists()   # no batch script here
+    assert slurm_cluster.wait_empty_queue(10) == ""
+
+
+RESTART_PROGRAM = """\
+import os, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+if task == "ps:0":
+    time.sleep(600)
+if task == "worker:1":
+    mark = os.path.join(os.environ["TFCLUSTER_RUN_DIR"], "tried")
+    if not os.path.exists(mark):
+        open(mark, "w").close()
+        print("worker:1 fails once", flush=True)
+        sys.exit(1)
+    time.sleep(2)
+print(task, "done", flush=True)
+"""
+
+
+def test_slurm_all_workers_and_restart(slurm_cluster, tmp_path):
+    """success: all-workers ends the run when the last worker is done (here worker:1, after one
+    restart under restart.policy on-failure)."""
+    (tmp_path / "prog.py").write_text(RESTART_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nsuccess: all-workers\n"
+        "restart: {policy: on-failure, max_restarts: 1, backoff: 0}\n")
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "r1", timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "[worker:1] worker:1 fails once" in out and "restarting in 0s (1/1)" in out
+    assert "[worker:1] tfcluster: succeeded, the last worker to do so" in out, out[-3000:]
+    assert "[worker:0] tfcluster: succeeded" in out
+    assert slurm_cluster.wait_empty_queue(10) == ""
+
+
+def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
+    import argparse
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
+    args = argparse.Namespace(program=["python", "other.py", "--x=1"], task_flags=True, quiet=False,
+                              dry_run=True, logdir=str(tmp_path / "logs"), run_id="d1", success=None,
+                              grace=None, stop_timeout=5.0)
+    assert slurm.launch(c, args) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --ntasks=3" in out and f"#SBATCH --output={tmp_path}/logs/d1/slurm-%j.out" in out
+    assert '"argv":["python","other.py","--x=1"]' in out and '"task_flags":true' in out
+    assert not (tmp_path / "logs").exists()   # nothing made, nothing submitted

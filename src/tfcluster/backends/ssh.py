@@ -262,7 +262,11 @@ class SshBackend(Backend):
         if argv and (argv[0] == sys.executable or os.path.basename(argv[0]) in ("python", "python3")):
             python = shlex.split(s.python or DEFAULT_PYTHON)
             argv = python + argv[1:]
-        return {"argv": argv, "env": dict(spec.env), "cwd": self._map_path(spec.cwd, s),
+        env = dict(spec.env)
+        if "TFCLUSTER_LOCAL_TASKS" in env:   # tasks sharing that host's cores, not all of them
+            env["TFCLUSTER_LOCAL_TASKS"] = str(max(1, sum(
+                1 for t in self.cluster.tasks if t.endpoint is not None and t.endpoint.host == spec.host)))
+        return {"argv": argv, "env": env, "cwd": self._map_path(spec.cwd, s),
                 "stop_timeout": self.stop_timeout}
 
     def _map_path(self, word: str, s: RemoteSpec) -> str:
