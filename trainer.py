@@ -25,7 +25,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep task logs readable
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 import tfcluster.runtime as rt  # noqa: E402
 from tfcluster.runtime import data as rt_data  # noqa: E402
@@ -167,12 +167,17 @@ def train(ctx, server, data) -> int:
                 progress(step, loss=loss_value)
             step = sess.current_step()
             progress(step, force=True, loss=loss_value)
-            if ctx.is_chief:
+            if sess.stopped_by_signal:
+                log(ctx, f"stopped by signal {sess.stopped_by_signal} at global_step={step}; "
+                         f"the final checkpoint is written on close")
+            elif ctx.is_chief:
                 acc, test_loss = sess.run_raw([eval_acc, eval_loss],
                                               feed_dict={x_eval: data.x_test, y_eval: data.y_test})
                 print(rt.summary_line(ctx, step, float(acc), float(test_loss),
                                       mode=FLAGS.mode, secs=round(time.time() - t0, 2)),
                       flush=True)
+    if session.stopped_by_signal:
+        return 128 + session.stopped_by_signal
     return 0
 
 
@@ -205,6 +210,9 @@ def evaluate(ctx, data) -> int:
 def main(argv):
     del argv
     import tensorflow as tf
+
+    if not FLAGS["verbosity"].present:  # TensorFlow's INFO logs drown the task output
+        logging.set_verbosity(logging.WARNING)
 
     tf.compat.v1.disable_eager_execution()
     try:

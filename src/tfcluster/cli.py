@@ -267,8 +267,11 @@ def cmd_hello(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from .runtime import exit_now
     from .runtime.serve import main as serve_main
-    return int(serve_main(args.rest) or 0)
+    # A live TensorFlow server makes interpreter teardown slow: end the process at once.
+    exit_now(int(serve_main(args.rest) or 0))
+    return 0
 
 
 def cmd_render(args) -> int:

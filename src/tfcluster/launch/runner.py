@@ -564,7 +564,8 @@ class Run:
                 "started": tr.started, "ended": tr.ended, "log": tr.log_path,
                 "argv": tr.spec.argv, "env": secrets.mask_env(tr.spec.env), "note": tr.note,
                 "progress": None if tr.progress is None else {
-                    "step": tr.progress.step, "total": tr.progress.total, **tr.progress.metrics},
+                    "step": tr.progress.step, "total": tr.progress.total, **tr.progress.metrics,
+                    "at": tr.progress_at},
             })
         for t in self.skipped:
             tasks.append({"task": t.name, "host": t.endpoint.host, "endpoint": str(t.endpoint),

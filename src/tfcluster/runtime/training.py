@@ -19,6 +19,8 @@
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from typing import Iterable, Optional
 
@@ -107,7 +109,7 @@ class TrainingSession:
                  save_checkpoint_steps: Optional[int] = None,
                  save_checkpoint_secs: Optional[float] = None,
                  save_summaries_steps: Optional[int] = 100,
-                 log_step_count_steps: Optional[int] = 100,
+                 log_step_count_steps: Optional[int] = None,
                  config=None, scaffold=None, max_to_keep: int = 5,
                  sharded_checkpoints: bool = False,
                  stop_grace_period_secs: float = 1.0, recovery_wait_secs: float = 0.25,
@@ -148,6 +150,10 @@ class TrainingSession:
         self.scaffold = scaffold
 
         all_hooks = list(hooks)
+        # SIGTERM (tfcluster stopping the cluster, Ctrl-C on the launcher, a pod eviction)
+        # ends the loop at the next step; closing then writes the final checkpoint.
+        self.stop_signal: Optional[int] = None
+        all_hooks.append(_StopOnSignalHook(self))
         if last_step is not None:
             all_hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=int(last_step)))
         if sync_optimizer is not None:
@@ -187,6 +193,11 @@ class TrainingSession:
     def __enter__(self) -> "TrainingSession":
         import tensorflow as tf
 
+        self._old_sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            def on_sigterm(signum, frame):
+                self.stop_signal = signum
+            self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
         self._sess = tf.compat.v1.train.MonitoredSession(
             session_creator=self._creator, hooks=self.hooks,
             stop_grace_period_secs=self.stop_grace_period_secs)
@@ -214,9 +225,18 @@ class TrainingSession:
                 self._sess._close_internal(exc_type)  # noqa: SLF001 - same as MonitoredSession.__exit__
         finally:
             self._sess = None
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+        if self.stop_signal is not None:
+            return suppress  # stopped, not done: the ps must not count this replica as finished
         if exc_type is None and self.signal_done_at_end:
             signal_done(self.ctx, self.target)
         return suppress
+
+    @property
+    def stopped_by_signal(self) -> Optional[int]:
+        """The signal (SIGTERM) that ended training early, or None."""
+        return self.stop_signal
 
     def _release(self) -> None:
         import tensorflow as tf
@@ -314,3 +334,15 @@ def summary_line(ctx: TaskContext, global_step: int, accuracy: float, loss: floa
     parts += [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()]
     return f"{ctx.task_id}: done: " + " ".join(parts)
 
+
+
+def _StopOnSignalHook(owner):
+    """A SessionRunHook that asks the session to stop once ``owner.stop_signal`` is set."""
+    import tensorflow as tf
+
+    class StopOnSignal(tf.compat.v1.train.SessionRunHook):
+        def after_run(self, run_context, run_values):
+            if owner.stop_signal is not None:
+                run_context.request_stop()
+
+    return StopOnSignal()
