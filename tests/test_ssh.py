@@ -315,8 +315,7 @@ def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path):
     assert "TRAINED worker:0" in out, out[-3000:]
     assert f"grpc://{b}:2222" in out or f"{b}:2222" in out
     assert hosts.wait_quiet() == {}, "processes left in the namespaces"
-    assert not [p for p in psutil.process_iter(["cmdline"])
-                if any("tfc-ssh-" in w for w in (p.info["cmdline"] or []))], "ssh master left running"
+    assert not _ssh_clients(), "ssh master connection left running"
 
 
 def test_ssh_env_folder_and_exit_code(hosts, tmp_path):
@@ -431,7 +430,53 @@ def test_remote_settings_merge_and_ssh_argv(tmp_path):
     s1, s2 = remote_settings(c, "h1"), remote_settings(c, "h2")
     assert (s1.user, s1.port, s1.python) == ("alice", None, "/opt/venv/bin/python")
     assert (s2.user, s2.port, s2.python, s2.workdir) == ("bob", 2200, "/opt/venv/bin/python", "/srv/x")
-    argv = ssh_argv(s2, "h2", "/tmp/sock")
+    argv = ssh_argv(s2, "h2")
     assert argv[-1] == "10.0.0.2" and "BatchMode=yes" in argv and ["-p", "2200"] == argv[argv.index("-p"):][:2]
-    assert "ControlPath=/tmp/sock/%C" in argv and "A=b" in argv
+    assert ["-l", "bob"] == argv[argv.index("-l"):][:2] and "A=b" in argv
     assert remote_command(s1).startswith("/opt/venv/bin/python -c 'import base64;exec(")
+
+
+SLEEPER = """\
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print("up", os.environ["TFCLUSTER_TASK"], flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "launcher-killed"])
+def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
+    """Ctrl-C (SIGINT) to tfcluster launch, or SIGKILL to it: every remote group ends."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    a, b, c = hosts.addrs
+    path = _file(tmp_path, hosts, f"""\
+        cluster: {{ps: [{a}:2222], worker: [{b}:2222, {c}:2222]}}
+        program: {{command: [python, sleeper.py]}}
+    """)
+    p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh", "--no-live",
+                          "--run-id", "x"], cwd=str(tmp_path), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    logs = [tmp_path / "runs" / "x" / f"{t}.log" for t in ("ps-0", "worker-0", "worker-1")]
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not all(l.exists() and "up" in l.read_text() for l in logs):
+            time.sleep(0.2)
+        assert all(l.exists() and "up" in l.read_text() for l in logs), "the tasks did not start"
+        assert all(len(hosts.pids(ns)) >= 2 for ns in hosts.names)   # wrapper, program, its child
+        if how == "ctrl-c":
+            p.send_signal(signal.SIGINT)
+            assert p.wait(30) != 0
+        else:
+            p.kill()
+            p.wait(10)
+        assert hosts.wait_quiet(20) == {}, "processes left in the namespaces"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert not _ssh_clients(), "ssh clients or master connections left running"
+
+
+def _ssh_clients():
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if any("tfc-ssh-" in w for w in (p.info["cmdline"] or [])) and _status(p.pid) != psutil.STATUS_ZOMBIE]

@@ -1,8 +1,9 @@
 """ssh: start each remote task over OpenSSH, tied to its ssh session.
 
 What runs where
-  On the launching machine, one ``ssh`` client per task (batch mode: no password prompts;
-  connections shared per host through a ControlMaster socket in a private folder). On the
+  On the launching machine, one ``ssh`` client per task (batch mode: no password prompts),
+  sharing one master connection per host (``ssh -M -N``, a child of the launcher, its socket in
+  a private folder; it ends with the launcher, and every session of the host with it). On the
   remote host, ``python3 -c <wrapper>`` reads one JSON line from its stdin (argv, environment
   additions, folder: nothing secret appears in a command line on either side), starts the
   task in its own process group, and then keeps reading stdin:
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Dict, List, Optional
 
 from ..config import Cluster, RemoteSpec
@@ -67,7 +69,6 @@ except ImportError:  # the launcher's module is not there: same interface, defin
     LocalBackend = None  # type: ignore[assignment,misc]
 
 DEFAULT_PYTHON = "python3"
-CONTROL_PERSIST = 60          # seconds an idle shared connection stays up
 CONNECT_TIMEOUT = 10
 
 # The remote side. Kept small; it runs with the remote python3's standard library only.
@@ -137,13 +138,10 @@ def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:
     return RemoteSpec.model_validate(base)
 
 
-def ssh_argv(settings: RemoteSpec, host: str, control_dir: Optional[str] = None) -> List[str]:
+def ssh_argv(settings: RemoteSpec, host: str) -> List[str]:
     """The ssh client's argv up to (and including) the destination."""
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-    if control_dir:
-        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C",
-                 "-o", f"ControlPersist={CONTROL_PERSIST}"]
     if settings.port:
         argv += ["-p", str(settings.port)]
     if settings.user:
@@ -245,6 +243,7 @@ class SshBackend(Backend):
         self.stop_timeout = stop_timeout
         self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
         self._masters: Dict[str, List[str]] = {}                 # host -> ssh argv
+        self._procs: List[subprocess.Popen] = []                 # master connections
         self._lock = threading.Lock()
         self._local = LocalBackend() if LocalBackend is not None else None
 
@@ -298,37 +297,63 @@ class SshBackend(Backend):
         return SshHandle(proc, spec.name)
 
     def _master(self, host: str, s: RemoteSpec, task: str) -> List[str]:
-        """ssh argv for ``host``, after making sure a shared connection is up (once per host)."""
+        """ssh argv for ``host``'s tasks, after starting its shared connection (once per host).
+
+        The master connection is a child of the launcher (``ssh -M -N``, with the launcher's
+        death signal), not a ControlPersist daemon: when the launcher ends or dies, it ends, and
+        with it every session of that host."""
         with self._lock:
             if host in self._masters:
                 return self._masters[host]
-            argv = ssh_argv(s, host, self.control_dir)
-            with tempfile.TemporaryFile() as err:
-                try:
-                    r = subprocess.run(argv + ["--", "true"], stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=err,
-                                       timeout=CONNECT_TIMEOUT + 20)
-                    code = r.returncode
-                except subprocess.TimeoutExpired:
-                    code = None
-                err.seek(0)
-                msg = err.read().decode("utf-8", "replace").strip().splitlines()
-            if code != 0:
-                why = msg[-1] if msg else ("timed out" if code is None else f"ssh exit code {code}")
+            base = ssh_argv(s, host)
+            path = os.path.join(self.control_dir, f"m{len(self._procs)}")
+            mux = ["-o", f"ControlPath={path}"]
+            err = tempfile.TemporaryFile()
+            master = subprocess.Popen(base[:-1] + mux + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
+                                                         "-N", base[-1]],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                      start_new_session=True, preexec_fn=_child_setup, close_fds=True)
+            deadline = time.time() + CONNECT_TIMEOUT + 20
+            why = None
+            while True:
+                if master.poll() is not None:
+                    err.seek(0)
+                    lines = err.read().decode("utf-8", "replace").strip().splitlines()
+                    why = lines[-1] if lines else f"ssh exit code {master.returncode}"
+                    break
+                check = subprocess.run(base[:-1] + mux + ["-O", "check", base[-1]], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+                if check.returncode == 0:
+                    break
+                if time.time() > deadline:
+                    why = "timed out"
+                    _stop_process(master)
+                    break
+                time.sleep(0.1)
+            err.close()
+            if why is not None:
                 target = f"{s.user + '@' if s.user else ''}{s.ssh_host or host}"
                 raise UserError(f"{task}: cannot reach {target} over ssh (batch mode, no password "
                                 f"prompts): {why}; check remote:/hosts: in the file and the key")
+            self._procs.append(master)
+            argv = base[:-1] + mux + ["-o", "ControlMaster=no", base[-1]]
             self._masters[host] = argv
             return argv
 
     def close(self) -> None:
-        """End the shared connections and remove their socket folder."""
+        """End the shared connections (and so any session still open) and remove their sockets."""
         with self._lock:
-            masters, self._masters = dict(self._masters), {}
-        for host, argv in masters.items():
-            try:
-                subprocess.run(argv[:-1] + ["-O", "exit", argv[-1]], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=15)
-            except (OSError, subprocess.SubprocessError):
-                pass
+            procs, self._procs, self._masters = list(self._procs), [], {}
+        for p in procs:
+            _stop_process(p)
         shutil.rmtree(self.control_dir, ignore_errors=True)
+
+
+def _stop_process(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
