@@ -280,6 +280,34 @@ def test_watchdog_stalled_global_step_ends_the_run(tmp_path, ports):
     assert record["root_cause"].startswith("watchdog: the global step")
 
 
+def test_per_host_mode_ends_with_the_remote_chief(tmp_path, ports):
+    """Two agents, one per 'host' (127.0.0.2 and localhost): the ps host's agent ends when the
+    chief, which runs on the other host, has ended."""
+    p = ports(3)
+    f = tmp_path / "cluster.yaml"
+    f.write_text(f"cluster: {{ps: [127.0.0.2:{p[0]}], worker: [localhost:{p[1]}, localhost:{p[2]}]}}\n"
+                 f"program: {{command: [python, {LISTENER}]}}\nlogdir: {tmp_path / 'runs'}\ngrace: 1\n")
+    env = dict(os.environ, MODE_worker_0="exit:0", MODE_worker_1="exit:0", DELAY="4")
+    ps_agent = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--host", "127.0.0.2",
+                                 "--run-id", "ps-host"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(f), "--host", "localhost",
+                            "--run-id", "worker-host"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        out, _ = ps_agent.communicate(timeout=30)
+    finally:
+        if ps_agent.poll() is None:
+            ps_agent.kill()
+            ps_agent.wait()
+    assert r.returncode == 0, r.stdout
+    assert "skipped (not on --host localhost): ps:0" in r.stdout
+    assert ps_agent.returncode == 0, out
+    assert f"worker:0 on localhost:{p[1]}, which runs elsewhere, has ended" in out
+    rec = json.loads((tmp_path / "runs" / "ps-host" / "run.json").read_text())
+    assert [t["state"] for t in rec["tasks"] if t["task"] == "ps:0"] == ["stopped"]
+
+
 # ---------------------------------------------------------------- real TensorFlow
 
 @pytest.mark.tf

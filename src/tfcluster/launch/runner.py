@@ -112,6 +112,10 @@ class Run:
         self.best_step_at = 0.0
         self.last_watch = 0.0
         self.root_note: Optional[str] = None
+        self._chief_checked = 0.0
+        self._chief_seen = False
+        self._chief_gone_at: Optional[float] = None
+        self.remote_chief_done = False
         self._rate_points: Deque = deque(maxlen=20)
         self.display = Display(quiet=options.quiet, live=options.live, table=self._live_table,
                                stream=options.stream)
@@ -226,7 +230,8 @@ class Run:
         names = ", ".join(f"{tr.name}@{tr.task.endpoint}" for tr in self.runs.values())
         d.info(f"run {self.run_id}: {len(self.runs)} task(s): {names}; logs in {self.run_dir}")
         if self.skipped:
-            d.info("skipped (not this machine): "
+            d.info(("skipped (not on --host " + ", ".join(self.opt.hosts) + "): " if self.opt.hosts
+                    else "skipped (not this machine): ")
                    + ", ".join(f"{t.name}@{t.endpoint}" for t in self.skipped))
         if self.backend.name == "local" and _reachable_beyond_loopback():
             ports = ", ".join(str(tr.task.endpoint.port) for tr in self.runs.values())
@@ -423,12 +428,41 @@ class Run:
             if chief_run.state == TaskState.SUCCEEDED:
                 self._decide("succeeded", 0)
             return
+        if all(tr.state == TaskState.SUCCEEDED for tr in runs.values()):
+            self._decide("succeeded", 0)  # every task here ended by itself (a trainer ps does)
+            return
+        if chief_run is None and self._remote_chief_ended():
+            self._decide("succeeded", 0)
+            return
         # all-workers, or the chief runs elsewhere: every local worker/chief must exit 0
         workers = [tr for tr in runs.values() if tr.task.job in ("worker", "chief")]
         if not workers:
             workers = [tr for tr in runs.values() if tr.task.job not in ("ps", "evaluator")]
         if workers and all(tr.state == TaskState.SUCCEEDED for tr in workers):
             self._decide("succeeded", 0)
+
+    def _remote_chief_ended(self) -> bool:
+        """Per-host mode: the chief runs on another host. Its end is visible through the
+        cluster itself: its server's port, once open, stays closed for ``grace`` seconds."""
+        now = time.time()
+        if now - self._chief_checked < 0.5:
+            return False
+        self._chief_checked = now
+        ep = self.cluster.task(self.cluster.chief).endpoint
+        if _accepts(ep.host, ep.port):
+            if not self._chief_seen:
+                self.display.info(f"{self.cluster.chief} on {ep} is up (runs elsewhere; its end "
+                                  f"ends this host's tasks)")
+            self._chief_seen, self._chief_gone_at = True, None
+            return False
+        if not self._chief_seen:
+            return False
+        if self._chief_gone_at is None:
+            self._chief_gone_at = now
+        if now - self._chief_gone_at >= max(self.grace, 1.0):
+            self.remote_chief_done = True
+            return True
+        return False
 
     def _decide(self, result: str, code: int) -> None:
         self.result, self.exit_code = result, code
@@ -446,6 +480,11 @@ class Run:
     def _success_words(self) -> str:
         if self.success_rule == "chief" and str(self.cluster.chief) in self.runs:
             return f"{self.cluster.chief} exited 0"
+        if self.remote_chief_done:
+            ep = self.cluster.task(self.cluster.chief).endpoint
+            return f"{self.cluster.chief} on {ep}, which runs elsewhere, has ended"
+        if all(tr.state == TaskState.SUCCEEDED for tr in self.runs.values()):
+            return "every task here exited 0"
         return "every worker exited 0"
 
     def _grace_period(self) -> None:

@@ -1,0 +1,810 @@
+#!/usr/bin/env python3
+"""tfcluster benchmark: what tfcluster costs and gains against the alternatives, side by side.
+
+    python scripts/benchmark.py --quick --json bench.json   # about 5 minutes on 2 cores
+    python scripts/benchmark.py --json bench.json           # the full run (longer, more repeats)
+    python scripts/benchmark.py --quick --tiny              # the test's setting (~1-2 minutes)
+
+Every figure of issue 7, with its JSON key:
+
+1. ``launch_overhead_ratio``: ``tfcluster launch`` running a fixed short 1 ps + 2 worker program
+   (scripts/bench_programs/short_task.py) / the same processes started by a plain shell script.
+2. ``first_step_ratio``: launch to the first training step of the last worker (trainer.py under
+   tfcluster) / start to first step of one process alone (bench_programs/single_mlp.py, the same
+   model). ``first_step_seconds.naive_mts``: a naive non-chief MonitoredTrainingSession (full).
+3. ``shutdown_seconds.async`` / ``.sync``: the chief's last step to the launcher's exit.
+4. ``throughput_ratio_vs_seed.async`` / ``.sync``: trainer.py's examples/s on 1 ps + 2 workers
+   against a hand-written seed-style trainer of the same model (bench_programs/seed_mlp.py) on
+   the same cluster; ``throughput`` has steps/s, examples/s and the scaling efficiency against
+   one process alone.
+5. ``ps_balance.round_robin`` / ``.greedy``: max/mean bytes per ps of a skewed model over 2 and
+   4 ps (the runtime's Placement; greedy with partitioning); full mode adds the step time of
+   each in a transfer-bound run (``ps_balance.step_seconds``).
+6. ``transfer_fraction_of_loopback``: bytes/s through the ps in a transfer-bound model
+   (bench_programs/transfer.py) / raw loopback TCP bandwidth (bench_programs/loopback.py).
+7. ``scale``: 1 ps + 8 workers completes; launcher and per-task RSS; time to render a
+   1,000-task cluster for k8s and Slurm, and to validate it.
+
+Compared variants alternate within one run and figures are medians of pairwise ratios (this
+machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
+started in its own process group and killed at the end, on error and on Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PROGRAMS = os.path.join(HERE, "bench_programs")
+TRAINER = os.path.join(ROOT, "trainer.py")
+PY = sys.executable
+BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
+
+SETTINGS: Dict[str, Dict[str, Any]] = {
+    # the test's setting: every figure once, small
+    "tiny": dict(reps=1, launch_reps=1, async_steps=500, sync_steps=200, single_steps=800,
+                 transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
+                 scale_workers=2, balance_step_time=False, naive=False, run_timeout=240),
+    "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=2500,
+                  transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
+                  scale_workers=8, balance_step_time=False, naive=False, run_timeout=300),
+    "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=5000,
+                 transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
+                 scale_workers=8, balance_step_time=True, naive=True, run_timeout=420),
+}
+
+GOALS = {
+    "launch_overhead_ratio": ("<=", 1.03),
+    "first_step_ratio": ("<=", 1.2),
+    "shutdown_seconds.async": ("<=", 1.0),
+    "shutdown_seconds.sync": ("<=", 1.0),
+    "throughput_ratio_vs_seed.async": (">=", 1.0),
+    "throughput_ratio_vs_seed.sync": (">=", 1.0),
+    "ps_balance.greedy": ("<=", 1.05),
+}
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+PROGRESS = re.compile(r"^\[(?P<task>[a-z]+:\d+)\]\s+@tfcluster progress (?P<json>\{.*\})\s*$")
+BARE_PROGRESS = re.compile(r"^@tfcluster progress (?P<json>\{.*\})\s*$")
+BENCH = re.compile(r"@bench (?P<json>\{.*\})\s*$")
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def median(xs: Sequence[Optional[float]]) -> Optional[float]:
+    xs = [x for x in xs if x is not None]
+    return float(statistics.median(xs)) if xs else None
+
+
+def ratios(a: Sequence[Optional[float]], b: Sequence[Optional[float]]) -> List[float]:
+    return [x / y for x, y in zip(a, b) if x is not None and y]
+
+
+def rnd(x: Optional[float], n: int = 4) -> Optional[float]:
+    return None if x is None else round(float(x), n)
+
+
+# --------------------------------------------------------------------------------------
+# processes: each in its own process group, all killed at the end
+
+class Procs:
+    """Every process group this benchmark started; :meth:`kill_all` ends them."""
+
+    def __init__(self) -> None:
+        self.groups: Dict[int, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+
+    def popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
+        p = subprocess.Popen(list(argv), start_new_session=True, **kw)
+        with self.lock:
+            self.groups[p.pid] = p
+        return p
+
+    def kill(self, p: subprocess.Popen, grace: float = 3.0) -> None:
+        # descendants that left the group (setsid) are found by parentage while the leader lives
+        try:
+            import psutil
+
+            stray = psutil.Process(p.pid).children(recursive=True)
+        except Exception:  # noqa: BLE001 - gone already
+            stray = []
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                p.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # the group may outlive its leader
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for c in stray:
+            try:
+                os.killpg(c.pid, signal.SIGKILL) if os.getpgid(c.pid) == c.pid else c.kill()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def done(self, p: subprocess.Popen) -> None:
+        """The leader has exited: kill what is left of its group and forget it."""
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        with self.lock:
+            self.groups.pop(p.pid, None)
+
+    def kill_all(self) -> None:
+        with self.lock:
+            procs = list(self.groups.values())
+            self.groups.clear()
+        for p in procs:
+            self.kill(p, grace=1.0)
+
+
+PROCS = Procs()
+
+
+class Result:
+    def __init__(self, name: str):
+        self.name = name
+        self.start = 0.0
+        self.end = 0.0
+        self.rc: Optional[int] = None
+        self.timed_out = False
+        self.lines: List[Tuple[float, str]] = []
+        self.samples: List[Dict[str, Any]] = []
+
+    @property
+    def wall(self) -> float:
+        return self.end - self.start
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
+
+    def tail(self, n: int = 15) -> str:
+        return "\n".join(line for _, line in self.lines[-n:])
+
+    def progress(self) -> List[Tuple[float, str, Dict[str, Any]]]:
+        out = []
+        for t, line in self.lines:
+            m = PROGRESS.match(line)
+            if m:
+                out.append((t, m.group("task"), json.loads(m.group("json"))))
+                continue
+            m = BARE_PROGRESS.match(line)
+            if m:
+                out.append((t, "single:0", json.loads(m.group("json"))))
+        return out
+
+    def bench(self) -> Optional[Dict[str, Any]]:
+        for _, line in self.lines:
+            m = BENCH.search(line)
+            if m:
+                return json.loads(m.group("json"))
+        return None
+
+
+def run(name: str, argv: Sequence[str], timeout: float, env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None, sample: Optional[Callable[[int], Dict[str, Any]]] = None,
+        sample_every: float = 0.25) -> Result:
+    """Run argv in its own process group; stamp every output line; kill it all at the end."""
+    r = Result(name)
+    full_env = dict(os.environ)
+    full_env.update({"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    full_env.update(env or {})
+    r.start = time.monotonic()
+    p = PROCS.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=full_env, cwd=cwd)
+
+    def reader() -> None:
+        for raw in iter(p.stdout.readline, b""):
+            r.lines.append((time.monotonic(), ANSI.sub("", raw.decode("utf-8", "replace").rstrip())))
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    deadline = r.start + timeout
+    next_sample = r.start
+    try:
+        while True:
+            rc = p.poll()
+            if rc is not None:
+                r.end = time.monotonic()
+                r.rc = rc
+                break
+            now = time.monotonic()
+            if now > deadline:
+                r.timed_out = True
+                r.end = now
+                PROCS.kill(p)
+                r.rc = p.returncode
+                break
+            if sample is not None and now >= next_sample:
+                try:
+                    r.samples.append(sample(p.pid))
+                except Exception:  # noqa: BLE001 - a process went away between calls
+                    pass
+                next_sample = now + sample_every
+            time.sleep(0.005)
+    finally:
+        PROCS.done(p)
+        th.join(5.0)
+        try:
+            p.stdout.close()
+        except OSError:
+            pass
+    if not r.ok:
+        log(f"{name}: {'timed out' if r.timed_out else f'exit {r.rc}'}; last lines:\n{r.tail()}")
+    return r
+
+
+# --------------------------------------------------------------------------------------
+# clusters on free ports
+
+def free_ports(n: int) -> List[int]:
+    socks, ports = [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def cluster_file(tmp: str, num_ps: int, num_workers: int, tag: str) -> Tuple[str, Dict[str, List[str]]]:
+    ports = free_ports(num_ps + num_workers)
+    cluster = {"ps": [f"localhost:{p}" for p in ports[:num_ps]],
+               "worker": [f"localhost:{p}" for p in ports[num_ps:]]}
+    path = os.path.join(tmp, f"{tag}.yaml")
+    with open(path, "w") as f:
+        json.dump({"cluster": cluster, "program": {"command": ["python", TRAINER]},
+                   "logdir": os.path.join(tmp, "runs")}, f)  # JSON is YAML
+    return path, cluster
+
+
+def tfcluster_argv() -> List[str]:
+    exe = shutil.which("tfcluster")
+    return [exe] if exe else [PY, "-m", "tfcluster"]
+
+
+def launch(name: str, tmp: str, num_ps: int, num_workers: int, command: Sequence[str],
+           extra: Sequence[str] = (), timeout: float = 300, **kw) -> Result:
+    """``tfcluster launch`` of a fresh cluster file on free ports (one retry on a port race)."""
+    for attempt in range(2):
+        path, _ = cluster_file(tmp, num_ps, num_workers, f"{name}-{attempt}")
+        argv = tfcluster_argv() + ["launch", path, "--no-live", "--logdir", os.path.join(tmp, "runs"),
+                                   *extra, "--", *command]
+        r = run(name, argv, timeout, **kw)
+        if r.rc != 2 or "in use" not in r.tail(40):
+            return r
+    return r
+
+
+# --------------------------------------------------------------------------------------
+# analysis of a training run's progress lines
+
+def first_step_seconds(r: Result, workers: int) -> Optional[float]:
+    """Start to the first progress line of the last worker to report one."""
+    first: Dict[str, float] = {}
+    for t, task, _ in r.progress():
+        first.setdefault(task, t)
+    if len(first) < workers:
+        return None
+    return max(first.values()) - r.start
+
+
+def steps_per_second(r: Result, workers: int) -> Optional[float]:
+    """Global steps/s while every worker trains: from the first report of the last worker to
+    start, to the last report before the target step."""
+    pts = r.progress()
+    first: Dict[str, float] = {}
+    for t, task, _ in pts:
+        first.setdefault(task, t)
+    if len(first) < workers:
+        return None
+    t_begin = max(first.values())
+    window = [(t, p["step"]) for t, _, p in pts
+              if t >= t_begin and p.get("total") and p["step"] < p["total"]]
+    if len(window) < 2:
+        return None
+    (t0, s0), (t1, s1) = window[0], window[-1]
+    return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
+
+
+def shutdown_seconds(r: Result, chief: str = "worker:0") -> Optional[float]:
+    last = [t for t, task, _ in r.progress() if task == chief]
+    if not last or not r.ok:
+        return None
+    return r.end - last[-1]
+
+
+# --------------------------------------------------------------------------------------
+# the figures
+
+def bench_launch_overhead(cfg, tmp, out, notes) -> None:
+    log("launch overhead: tfcluster launch vs a plain shell script (1 ps + 2 workers)")
+    prog = [PY, os.path.join(PROGRAMS, "short_task.py"), "--steps=20"]
+    walls: Dict[str, List[Optional[float]]] = {"tfcluster": [], "shell_setsid": [], "shell": []}
+    names = list(walls)
+    for i in range(cfg["launch_reps"]):
+        for variant in (names if i % 2 == 0 else names[::-1]):
+            if variant == "tfcluster":
+                r = launch("launch-tfcluster", tmp, 1, 2, prog, timeout=cfg["run_timeout"])
+            else:
+                _, cluster = cluster_file(tmp, 1, 2, "launch-shell")
+                script = os.path.join(tmp, f"start-{variant}.sh")
+                with open(script, "w") as f:
+                    f.write(shell_script(cluster, prog, setsid=variant == "shell_setsid"))
+                r = run(f"launch-{variant}", ["bash", script], cfg["run_timeout"])
+            walls[variant].append(r.wall if r.ok else None)
+    pair = ratios(walls["tfcluster"], walls["shell_setsid"])
+    plain = ratios(walls["tfcluster"], walls["shell"])
+    out["launch_overhead_ratio"] = rnd(median(pair))
+    out["launch_overhead"] = {
+        "baseline": "shell script starting each task with setsid (its own session, as tfcluster does)",
+        **{f"{k}_seconds": [rnd(x, 3) for x in v] for k, v in walls.items()},
+        **{f"median_{k}_seconds": rnd(median(v), 3) for k, v in walls.items()},
+        "pairwise_ratios": [rnd(x) for x in pair],
+        "ratio_vs_plain_shell": rnd(median(plain)),
+    }
+    if not pair:
+        notes.append("launch overhead: no successful pair of runs")
+    notes.append("launch_overhead: vs a plain '&' shell script (all tasks in one session, so one "
+                 "CFS autogroup) the ratio is launch_overhead.ratio_vs_plain_shell; on a loaded "
+                 "machine tfcluster's one-session-per-task gets more CPU share and wins")
+
+
+def shell_script(cluster: Dict[str, List[str]], prog: Sequence[str], setsid: bool = False) -> str:
+    """What a user writes without tfcluster: every task in the background with its
+    TF_CONFIG, wait for the workers, kill the ps."""
+    lines = ["#!/bin/bash", "set -u"]
+    pre = "setsid " if setsid else ""
+    for job in ("ps", "worker"):
+        for i in range(len(cluster[job])):
+            tfc = json.dumps({"cluster": cluster, "task": {"type": job, "index": i}})
+            lines.append(f"TF_CONFIG={shlex.quote(tfc)} {pre}{' '.join(shlex.quote(a) for a in prog)} &")
+            lines.append(f"{job.upper()}{i}=$!")
+    waits = " ".join(f"$WORKER{i}" for i in range(len(cluster["worker"])))
+    lines.append(f"wait {waits}")
+    lines.append(" ".join(f"kill $PS{i};" for i in range(len(cluster["ps"]))))
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def bench_training(cfg, tmp, out, notes) -> None:
+    """first step, shutdown, throughput: trainer.py (async, sync) vs the seed-style trainer
+    (async, sync) on 1 ps + 2 workers under tfcluster launch, and one process alone."""
+    log("training: trainer.py vs seed-style trainer vs one process (first step, shutdown, "
+        "throughput)")
+    seed = os.path.join(PROGRAMS, "seed_mlp.py")
+    variants = {
+        "trainer_async": lambda: launch(
+            "trainer-async", tmp, 1, 2, [PY, TRAINER, "--mode=async", f"--train_steps={cfg['async_steps']}",
+                                         "--progress_secs=0.25", "--print_placement=false"],
+            timeout=cfg["run_timeout"]),
+        "trainer_sync": lambda: launch(
+            "trainer-sync", tmp, 1, 2, [PY, TRAINER, "--mode=sync", f"--train_steps={cfg['sync_steps']}",
+                                        "--progress_secs=0.25", "--print_placement=false"],
+            timeout=cfg["run_timeout"]),
+        "seed_async": lambda: launch(
+            "seed-async", tmp, 1, 2, [PY, seed, "--mode=async", f"--train_steps={cfg['async_steps']}",
+                                      f"--logdir={tempfile.mkdtemp(dir=tmp)}"],
+            extra=["--task-flags", "--grace=1"], timeout=cfg["run_timeout"]),
+        "seed_sync": lambda: launch(
+            "seed-sync", tmp, 1, 2, [PY, seed, "--mode=sync", f"--train_steps={cfg['sync_steps']}",
+                                     f"--logdir={tempfile.mkdtemp(dir=tmp)}"],
+            extra=["--task-flags", "--grace=1"], timeout=cfg["run_timeout"]),
+        "single": lambda: run(
+            "single", [PY, os.path.join(PROGRAMS, "single_mlp.py"), str(cfg["single_steps"]), "0.25"],
+            cfg["run_timeout"]),
+    }
+    names = list(variants)
+    res: Dict[str, List[Result]] = {n: [] for n in names}
+    for i in range(cfg["reps"]):
+        order = names if i % 2 == 0 else names[::-1]
+        for n in order:
+            log(f"  rep {i + 1}/{cfg['reps']}: {n}")
+            res[n].append(variants[n]())
+
+    def per(name, fn):
+        return [fn(r) if r.ok else None for r in res[name]]
+
+    rate = {n: per(n, lambda r, n=n: steps_per_second(r, 1 if n == "single" else 2)) for n in names}
+    first = {n: per(n, lambda r, n=n: first_step_seconds(r, 1 if n == "single" else 2)) for n in names}
+    # examples per global step: async one worker's batch; sync replicas_to_aggregate (2) batches
+    per_step = {"trainer_async": BATCH, "seed_async": BATCH, "trainer_sync": 2 * BATCH,
+                "seed_sync": 2 * BATCH, "single": BATCH}
+    examples = {n: [None if x is None else x * per_step[n] for x in rate[n]] for n in names}
+
+    out["first_step_ratio"] = rnd(median(ratios(first["trainer_async"], first["single"])))
+    out["first_step_seconds"] = {
+        "tfcluster": rnd(median(first["trainer_async"]), 3),
+        "tfcluster_sync": rnd(median(first["trainer_sync"]), 3),
+        "seed_style": rnd(median(first["seed_async"]), 3),
+        "single_process": rnd(median(first["single"]), 3),
+        "naive_mts": None,
+    }
+    out["shutdown_seconds"] = {
+        "async": rnd(median(per("trainer_async", shutdown_seconds)), 3),
+        "sync": rnd(median(per("trainer_sync", shutdown_seconds)), 3),
+    }
+    out["throughput_ratio_vs_seed"] = {
+        "async": rnd(median(ratios(examples["trainer_async"], examples["seed_async"]))),
+        "sync": rnd(median(ratios(examples["trainer_sync"], examples["seed_sync"]))),
+    }
+    thr: Dict[str, Any] = {"batch_per_worker": BATCH, "workers": 2, "ps": 1}
+    for n in names:
+        thr[n] = {"steps_per_s": rnd(median(rate[n]), 2), "examples_per_s": rnd(median(examples[n]), 1),
+                  "runs_examples_per_s": [rnd(x, 1) for x in examples[n]]}
+    thr["speedup_vs_single"] = {
+        "async": rnd(median(ratios(examples["trainer_async"], examples["single"]))),
+        "sync": rnd(median(ratios(examples["trainer_sync"], examples["single"])))}
+    thr["scaling_efficiency"] = {k: rnd(v / 2) if v is not None else None
+                                 for k, v in thr["speedup_vs_single"].items()}
+    out["throughput"] = thr
+    for n in names:
+        bad = [r for r in res[n] if not r.ok]
+        if bad:
+            notes.append(f"{n}: {len(bad)} of {len(res[n])} run(s) failed (exit {bad[0].rc})")
+
+    if cfg["naive"]:
+        log("  naive non-chief MonitoredTrainingSession (first step)")
+        r = launch("naive-mts", tmp, 1, 2, [PY, seed, "--session=mts", "--train_steps=200"],
+                   extra=["--task-flags", "--grace=1"], timeout=cfg["run_timeout"])
+        out["first_step_seconds"]["naive_mts"] = rnd(first_step_seconds(r, 2), 3) if r.ok else None
+    else:
+        notes.append("first_step_seconds.naive_mts: measured in the full run only (it waits ~30 s)")
+
+
+def bench_transfer(cfg, tmp, out, notes) -> None:
+    log("transfer: transfer-bound model through the ps vs raw loopback TCP")
+    prog = [PY, os.path.join(PROGRAMS, "transfer.py"), "--model=flat", f"--mb={cfg['transfer_mb']}",
+            f"--seconds={cfg['transfer_secs']}"]
+    ps_bps, lo_bps, step_s = [], [], []
+    for i in range(cfg["transfer_reps"]):
+        for variant in (("tf", "loop") if i % 2 == 0 else ("loop", "tf")):
+            if variant == "tf":
+                r = launch("transfer", tmp, 1, 1, prog, timeout=cfg["run_timeout"])
+                b = r.bench() if r.ok else None
+                if b:
+                    st = median(b["step_seconds"])
+                    step_s.append(st)
+                    ps_bps.append(b["bytes_per_step"] / st)
+                else:
+                    ps_bps.append(None)
+            else:
+                r = run("loopback", [PY, os.path.join(PROGRAMS, "loopback.py"), str(cfg["loopback_secs"])],
+                        60)
+                lo_bps.append(json.loads(r.lines[-1][1])["bytes_per_s"] if r.ok else None)
+    out["transfer_fraction_of_loopback"] = rnd(median(ratios(ps_bps, lo_bps)))
+    out["transfer"] = {"model_mb": cfg["transfer_mb"], "ps": 1, "workers": 1,
+                       "bytes_per_step": int(2 * cfg["transfer_mb"] * 2**20),
+                       "step_seconds": rnd(median(step_s), 4),
+                       "ps_bytes_per_s": rnd(median(ps_bps), 0),
+                       "loopback_bytes_per_s": rnd(median(lo_bps), 0)}
+
+
+def bench_ps_balance(cfg, tmp, out, notes) -> None:
+    log("ps balance: skewed model over 2 and 4 ps (round_robin, greedy, greedy + partitioning)")
+    mb, pmin = 16.0, 2**20
+    r = run("placement", [PY, os.path.join(PROGRAMS, "placement_balance.py"), str(mb), "2,4", str(pmin)],
+            cfg["run_timeout"])
+    bal = json.loads(r.lines[-1][1]) if r.ok else {}
+    pb: Dict[str, Any] = {}
+    for k in ("round_robin", "greedy", "greedy_unpartitioned"):
+        pb[k] = {n: rnd(v["max_mean"]) for n, v in bal.get(k, {}).items()} or None
+    pb["model"] = {"embedding_mb": mb, "small_layers": 5, "partition_min_bytes": pmin,
+                   "optimizer": "Adam (slots placed with their variables)"}
+    pb["bytes_per_ps"] = {k: {n: v["bytes_per_ps"] for n, v in d.items()} for k, d in bal.items()}
+    pb["step_seconds"] = None
+    if cfg["balance_step_time"]:
+        log("  step time of each placement, transfer-bound (2 ps + 1 worker)")
+        variants = {"round_robin": ["--ps_strategy=round_robin"],
+                    "greedy_unpartitioned": ["--ps_strategy=greedy"],
+                    "greedy": ["--ps_strategy=greedy", f"--partition_min_bytes={pmin}"]}
+        times: Dict[str, List[Optional[float]]] = {k: [] for k in variants}
+        names = list(variants)
+        for i in range(max(2, cfg["transfer_reps"] // 2)):
+            for k in (names if i % 2 == 0 else names[::-1]):
+                rr = launch(f"balance-{k}", tmp, 2, 1,
+                            [PY, os.path.join(PROGRAMS, "transfer.py"), "--model=skewed",
+                             f"--mb={mb}", f"--seconds={cfg['transfer_secs']}", *variants[k]],
+                            timeout=cfg["run_timeout"])
+                b = rr.bench() if rr.ok else None
+                times[k].append(median(b["step_seconds"]) if b else None)
+        pb["step_seconds"] = {"2": {k: rnd(median(v), 4) for k, v in times.items()}}
+    else:
+        notes.append("ps_balance.step_seconds: measured in the full run only")
+    out["ps_balance"] = pb
+
+
+def rss_sampler(pid: int) -> Dict[str, Any]:
+    import psutil
+
+    me = psutil.Process(pid)
+    tasks = {}
+    for child in me.children(recursive=False):
+        try:
+            total = child.memory_info().rss
+            for g in child.children(recursive=True):
+                try:
+                    total += g.memory_info().rss
+                except psutil.Error:
+                    pass
+            tasks[child.pid] = total
+        except psutil.Error:
+            pass
+    return {"launcher": me.memory_info().rss, "tasks": tasks}
+
+
+def bench_scale(cfg, tmp, out, notes) -> None:
+    n = cfg["scale_workers"]
+    log(f"scale: 1 ps + {n} workers under tfcluster launch; render and validate 1,000 tasks")
+    r = launch("scale", tmp, 1, n, [PY, os.path.join(PROGRAMS, "short_task.py"), "--steps=20"],
+               timeout=cfg["run_timeout"], sample=rss_sampler, sample_every=0.25)
+    launcher = max((s["launcher"] for s in r.samples), default=0)
+    peaks: Dict[int, int] = {}
+    for s in r.samples:
+        for pid, rss in s["tasks"].items():
+            peaks[pid] = max(peaks.get(pid, 0), rss)
+    mb = 2.0**20
+    sc: Dict[str, Any] = {
+        "ps": 1, "workers": n, "completed": bool(r.ok), "seconds": rnd(r.wall, 2),
+        "launcher_rss_mb": rnd(launcher / mb, 1) if launcher else None,
+        "task_rss_mb": {"median": rnd(median(list(peaks.values())) / mb, 1) if peaks else None,
+                        "max": rnd(max(peaks.values()) / mb, 1) if peaks else None,
+                        "tasks_seen": len(peaks)},
+    }
+    sc.update(render_and_validate(tmp, notes))
+    out["scale"] = sc
+
+
+def render_and_validate(tmp: str, notes: List[str], tasks: int = 1000) -> Dict[str, Any]:
+    from tfcluster import config
+
+    num_ps = 16
+    data = {"cluster": {"ps": [f"ps-{i}.example.com:2222" for i in range(num_ps)],
+                        "worker": [f"worker-{i}.example.com:2222" for i in range(tasks - num_ps)]},
+            "program": {"command": ["python", "trainer.py"], "args": ["--train_steps=1000"]}}
+
+    def timed(fn, reps=3):
+        ts = []
+        val = None
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            val = fn()
+            ts.append(time.perf_counter() - t0)
+        return median(ts), val
+
+    validate_s, cluster = timed(lambda: config.from_dict(data, source="bench-1000.yaml", base_dir=tmp))
+    path = os.path.join(tmp, "bench-1000.yaml")
+    with open(path, "w") as f:
+        json.dump(data, f)
+    r = run("validate-cli", tfcluster_argv() + ["validate", path], 120)
+    res: Dict[str, Any] = {"render_tasks": tasks, "validate_seconds": rnd(validate_s, 4),
+                           "validate_cli_seconds": rnd(r.wall, 3) if r.ok else None,
+                           "render_k8s_seconds": None, "render_slurm_seconds": None}
+    try:
+        from tfcluster import render
+    except ImportError as e:
+        notes.append(f"scale.render_*: tfcluster.render is missing ({e})")
+        return res
+    for key, fn in (("render_k8s_seconds",
+                     lambda: render.render_k8s(cluster, image="tensorflow/tensorflow:2.21.0")),
+                    ("render_slurm_seconds", lambda: render.render_slurm(cluster))):
+        try:
+            s, text = timed(fn)
+            res[key] = rnd(s, 4)
+            res[key.replace("_seconds", "_bytes")] = len(text)
+        except Exception as e:  # noqa: BLE001 - the renderer is still being written
+            notes.append(f"scale.{key}: {type(e).__name__}: {e}")
+    return res
+
+
+# --------------------------------------------------------------------------------------
+# report
+
+def get(d: Dict[str, Any], dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
+    rows = []
+
+    def add(key, value, goal=None, met=None, unit=""):
+        rows.append({"figure": key, "value": value, "goal": goal, "met": met, "unit": unit})
+
+    for key, (op, target) in GOALS.items():
+        v = get(out, key)
+        if key == "ps_balance.greedy":
+            v = max(v.values()) if isinstance(v, dict) and v else None
+        met = None if v is None else (v <= target if op == "<=" else v >= target)
+        add(key + (" (max of 2, 4 ps)" if key == "ps_balance.greedy" else ""), v, f"{op} {target:g}", met)
+    add("throughput_ratio_vs_seed (stretch)", get(out, "throughput_ratio_vs_seed.async"), ">= 1.2",
+        None if get(out, "throughput_ratio_vs_seed.async") is None
+        else get(out, "throughput_ratio_vs_seed.async") >= 1.2)
+    for n in ("trainer_async", "seed_async", "trainer_sync", "seed_sync", "single"):
+        add(f"throughput.{n}.examples_per_s", get(out, f"throughput.{n}.examples_per_s"))
+    add("throughput.scaling_efficiency.async", get(out, "throughput.scaling_efficiency.async"))
+    add("throughput.scaling_efficiency.sync", get(out, "throughput.scaling_efficiency.sync"))
+    add("first_step_seconds.tfcluster", get(out, "first_step_seconds.tfcluster"), unit="s")
+    add("first_step_seconds.single_process", get(out, "first_step_seconds.single_process"), unit="s")
+    add("first_step_seconds.naive_mts", get(out, "first_step_seconds.naive_mts"), unit="s")
+    for n in ("2", "4"):
+        add(f"ps_balance.round_robin[{n} ps]", get(out, f"ps_balance.round_robin.{n}"))
+        add(f"ps_balance.greedy[{n} ps]", get(out, f"ps_balance.greedy.{n}"), "<= 1.05",
+            None if get(out, f"ps_balance.greedy.{n}") is None else get(out, f"ps_balance.greedy.{n}") <= 1.05)
+    st = get(out, "ps_balance.step_seconds.2")
+    if isinstance(st, dict):
+        for k, v in st.items():
+            add(f"ps_balance.step_seconds[2 ps].{k}", v, unit="s")
+    add("transfer_fraction_of_loopback", out.get("transfer_fraction_of_loopback"))
+    add("transfer.ps_bytes_per_s (MB/s)", None if get(out, "transfer.ps_bytes_per_s") is None
+        else round(get(out, "transfer.ps_bytes_per_s") / 1e6, 1))
+    add("transfer.loopback_bytes_per_s (MB/s)", None if get(out, "transfer.loopback_bytes_per_s") is None
+        else round(get(out, "transfer.loopback_bytes_per_s") / 1e6, 1))
+    sc = out.get("scale") or {}
+    add(f"scale.completed (1 ps + {sc.get('workers')} workers)", sc.get("completed"), "completes",
+        sc.get("completed"))
+    add("scale.launcher_rss_mb", sc.get("launcher_rss_mb"), unit="MB")
+    add("scale.task_rss_mb.median", get(sc, "task_rss_mb.median"), unit="MB")
+    for k in ("render_k8s_seconds", "render_slurm_seconds", "validate_seconds", "validate_cli_seconds"):
+        add(f"scale.{k} (1,000 tasks)", sc.get(k), unit="s")
+    return rows
+
+
+def print_table(rows: List[Dict[str, Any]], stream=sys.stdout) -> None:
+    def fmt(v):
+        if v is None:
+            return "n/a"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    head = ("figure", "value", "goal", "met")
+    body = [(r["figure"], fmt(r["value"]) + (f" {r['unit']}" if r["unit"] and r["value"] is not None else ""),
+             r["goal"] or "", "" if r["met"] is None else ("yes" if r["met"] else "NO")) for r in rows]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(4)]
+    line = "  ".join("{:<%d}" % w for w in widths)
+    print(line.format(*head), file=stream)
+    print(line.format(*("-" * w for w in widths)), file=stream)
+    for b in body:
+        print(line.format(*b), file=stream)
+
+
+def machine_info() -> Dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        from importlib.metadata import version
+
+        tf_version = version("tensorflow")
+    except Exception:  # noqa: BLE001
+        tf_version = None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    return {"nproc": cores, "cpu_model": model, "tensorflow": tf_version,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "loadavg_at_start": list(os.getloadavg())}
+
+
+FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
+           ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="about 5 minutes on 2 cores")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smallest setting, every figure once (the test; also TFCLUSTER_BENCH_TINY=1)")
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    ap.add_argument("--only", metavar="NAMES",
+                    help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES))
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    args = ap.parse_args(argv)
+    mode = "tiny" if (args.tiny or os.environ.get("TFCLUSTER_BENCH_TINY") == "1") else (
+        "quick" if args.quick else "full")
+    cfg = SETTINGS[mode]
+    only = set(args.only.split(",")) if args.only else None
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    tmp = tempfile.mkdtemp(prefix="tfcluster-bench-")
+    out: Dict[str, Any] = {}
+    notes: List[str] = []
+    t0 = time.time()
+    info = machine_info()
+    log(f"mode {mode}; {info['nproc']} cores ({info['cpu_model']}); TensorFlow {info['tensorflow']}; "
+        f"work folder {tmp}")
+    code = 0
+    try:
+        for name, fn in FIGURES:
+            if only and name not in only:
+                continue
+            t = time.time()
+            try:
+                fn(cfg, tmp, out, notes)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # noqa: BLE001 - one figure failing must not lose the others
+                import traceback
+
+                traceback.print_exc()
+                notes.append(f"{name}: {type(e).__name__}: {e}")
+                code = 1
+            log(f"{name}: {time.time() - t:.0f}s")
+    except KeyboardInterrupt:
+        log("interrupted: stopping every process")
+        code = 130
+    finally:
+        PROCS.kill_all()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    out["goals"] = goal_rows(out)
+    out["notes"] = notes
+    out["meta"] = {"mode": mode, "settings": cfg, "machine": info,
+                   "command": " ".join([os.path.relpath(sys.argv[0], ROOT) if sys.argv[0] else "benchmark.py",
+                                        *(argv if argv is not None else sys.argv[1:])]),
+                   "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0)),
+                   "seconds": round(time.time() - t0, 1)}
+    print()
+    print(f"tfcluster benchmark ({mode}, {out['meta']['seconds']:.0f}s; {info['nproc']} cores, "
+          f"{info['cpu_model']}, TensorFlow {info['tensorflow']})")
+    print_table(out["goals"])
+    for n in notes:
+        print(f"note: {n}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"results: {args.json}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
