@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -453,6 +454,8 @@ def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
         cluster: {{ps: [{a}:2222], worker: [{b}:2222, {c}:2222]}}
         program: {{command: [python, sleeper.py]}}
     """)
+    import glob
+    sockets_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "tfc-ssh-*")))
     p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh", "--no-live",
                           "--run-id", "x"], cwd=str(tmp_path), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
@@ -474,6 +477,9 @@ def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
         if p.poll() is None:
             p.kill()
             p.wait()
+        if how == "launcher-killed":   # its socket folder: a killed launcher cannot remove it
+            for d in set(glob.glob(os.path.join(tempfile.gettempdir(), "tfc-ssh-*"))) - sockets_before:
+                shutil.rmtree(d, ignore_errors=True)
     assert not _ssh_clients(), "ssh clients or master connections left running"
 
 
