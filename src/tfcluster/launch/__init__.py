@@ -36,7 +36,7 @@ def launch_from_args(args) -> int:
     backend: Backend
     if backend_name == "ssh":
         from ..backends.ssh import SshBackend
-        backend = SshBackend(cluster)
+        backend = SshBackend(cluster, stop_timeout=args.stop_timeout)
     else:
         backend = LocalBackend()
     opts = Options(
