@@ -147,7 +147,11 @@ class TaskContext:
                            "task": {"type": self.job_name, "index": self.task_index}})
 
     def local_task_count(self) -> int:
-        """How many tasks of the cluster (this one included) run on this machine."""
+        """How many tasks of the cluster (this one included) run on this machine: what the
+        launcher says (TFCLUSTER_LOCAL_TASKS), else the tasks whose host is this machine."""
+        told = os.environ.get("TFCLUSTER_LOCAL_TASKS", "")
+        if told.isdigit() and int(told) > 0:
+            return int(told)
         hosts = [h for addrs in self.cluster.values() for h in addrs]
         n = sum(1 for h in hosts if is_local_host(_host_of(h)))
         if not self.in_cluster:
