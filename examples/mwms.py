@@ -30,6 +30,7 @@ Output: ``@tfcluster progress`` lines and one summary line per worker
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -143,6 +144,12 @@ def main(argv):
         implementation=Impl.NCCL if gpus else Impl.RING)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
                                                          communication_options=options)
+    # TensorFlow's coordination service (enabled by MWMS) installs a C++ SIGTERM handler for
+    # its preemption notifier: SIGTERM would no longer end this process, and `tfcluster launch`
+    # would have to SIGKILL it after --stop-timeout. This loop does not use preemption
+    # checkpointing (tf.distribute.experimental.PreemptionCheckpointHandler): restore the
+    # default action.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     replicas = strategy.num_replicas_in_sync
     chief = is_chief(resolver)
     log(f"{'chief, ' if chief else ''}{len(gpus)} GPU(s) "

@@ -102,9 +102,9 @@ def assert_all_gone(record):
     assert not alive, f"tasks still running: {alive}"
 
 
-def kill_when(proc, tmp_path, victim, min_step, timeout=120):
-    """SIGKILL ``victim`` (its pid from run.json) once the chief has reported ``min_step``.
-    Returns the chief's step at the kill."""
+def kill_when(proc, tmp_path, victim, min_step, watch="chief:0", timeout=120):
+    """SIGKILL ``victim`` (its pid from run.json) once ``watch`` has reported ``min_step``.
+    Returns the step reported at the kill."""
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -112,11 +112,11 @@ def kill_when(proc, tmp_path, victim, min_step, timeout=120):
             tasks = tasks_of(run_record(tmp_path))
         except (FileNotFoundError, ValueError, IndexError):
             continue  # run.json not written yet, or being replaced
-        progress = tasks["chief:0"].get("progress") or {}
+        progress = tasks[watch].get("progress") or {}
         if progress.get("step", 0) >= min_step and tasks[victim]["pid"]:
             os.kill(tasks[victim]["pid"], signal.SIGKILL)
             return progress["step"]
-    pytest.fail(f"the chief never reported step {min_step}:\n{tail(proc)}")
+    pytest.fail(f"{watch} never reported step {min_step}:\n{tail(proc)}")
 
 
 # ------------------------------------------------------------------ ParameterServerStrategy
@@ -221,4 +221,26 @@ def test_mwms_example_runs_to_the_end_and_resumes(tmp_path, ports):
     for i in (0, 1):
         s = summary(task_log(record, f"worker:{i}"), f"mwms: worker:{i}")
         assert s["resumed_from"] == 100 and s["step"] == 125, s
+    assert_all_gone(record)
+
+
+def test_mwms_worker_killed_every_worker_restarts_and_resumes(tmp_path, ports):
+    """A lost MWMS worker aborts the others' collectives (they exit 1); with on-failure (the
+    example's policy) every worker is restarted and all resume from the chief's checkpoint."""
+    path = cluster_file(tmp_path, ports, "mwms", ["--train_steps=300", "--steps_per_loop=25"])
+    proc = start(path, tmp_path)
+    try:
+        at = kill_when(proc, tmp_path, "worker:1", min_step=50, watch="worker:0")
+    finally:
+        rc = finish(proc)
+    assert at < 300
+    assert rc == 0, tail(proc)
+    record = run_record(tmp_path)
+    tasks = tasks_of(record)
+    sums = {}
+    for i in (0, 1):
+        assert tasks[f"worker:{i}"]["restarts"] >= 1, tasks[f"worker:{i}"]
+        sums[i] = summary(task_log(record, f"worker:{i}"), f"mwms: worker:{i}")
+        assert sums[i]["step"] == 300 and sums[i]["resumed_from"] >= 50, sums[i]
+    assert sums[0]["loss"] == sums[1]["loss"]
     assert_all_gone(record)
