@@ -57,13 +57,13 @@ BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
-    "tiny": dict(reps=1, launch_reps=1, async_steps=500, sync_steps=200, single_steps=800,
+    "tiny": dict(reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
                  scale_workers=2, balance_step_time=False, naive=False, run_timeout=240),
-    "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=2500,
+    "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
                   scale_workers=8, balance_step_time=False, naive=False, run_timeout=300),
-    "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=5000,
+    "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
                  scale_workers=8, balance_step_time=True, naive=True, run_timeout=420),
 }
@@ -331,6 +331,9 @@ def steps_per_second(r: Result, workers: int) -> Optional[float]:
     t_begin = max(first.values())
     window = [(t, p["step"]) for t, _, p in pts
               if t >= t_begin and p.get("total") and p["step"] < p["total"]]
+    if len(window) < 2:  # the last worker started near the end: fall back to the whole run
+        log(f"{r.name}: fewer than 2 progress reports with every worker training; using all")
+        window = [(t, p["step"]) for t, _, p in pts if p.get("total") and p["step"] < p["total"]]
     if len(window) < 2:
         return None
     (t0, s0), (t1, s1) = window[0], window[-1]
@@ -435,7 +438,8 @@ def bench_training(cfg, tmp, out, notes) -> None:
     def per(name, fn):
         return [fn(r) if r.ok else None for r in res[name]]
 
-    rate = {n: per(n, lambda r, n=n: steps_per_second(r, 1 if n == "single" else 2)) for n in names}
+    rate = {n: per(n, lambda r, n=n: steps_per_second(r, 2)) for n in names if n != "single"}
+    rate["single"] = per("single", lambda r: (r.bench() or {}).get("steps_per_s"))
     first = {n: per(n, lambda r, n=n: first_step_seconds(r, 1 if n == "single" else 2)) for n in names}
     # examples per global step: async one worker's batch; sync replicas_to_aggregate (2) batches
     per_step = {"trainer_async": BATCH, "seed_async": BATCH, "trainer_sync": 2 * BATCH,

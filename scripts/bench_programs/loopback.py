@@ -1,5 +1,5 @@
 """Raw loopback TCP bandwidth between two processes: a forked sender streams ``SECONDS``
-seconds of 1 MiB writes to a receiver on 127.0.0.1 (port 0). Prints
+seconds of 4 MiB writes to a receiver on 127.0.0.1 (port 0). Prints
 ``{"bytes": N, "seconds": S, "bytes_per_s": B}``."""
 import json
 import os
@@ -10,7 +10,7 @@ import time
 
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 1.5
-    chunk = 1 << 20
+    chunk = 4 << 20
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)

@@ -1,7 +1,9 @@
 """One process alone: trainer.py's model, no cluster, a plain local Session (the baseline of
 time-to-first-step and of scaling efficiency). Prints tfcluster progress lines."""
+import json
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,11 +27,15 @@ def main():
         progress = mlp.Progress(steps, progress_secs)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            step = 0
+            _, step = sess.run([train_op, global_step])
+            progress(step)
+            t1, s1 = time.monotonic(), step
             while step < steps:
                 _, step = sess.run([train_op, global_step])
                 progress(step)
+            t2 = time.monotonic()
             progress(step, force=True)
+    print("@bench " + json.dumps({"steps_per_s": (step - s1) / (t2 - t1)}), flush=True)
     print("single: done: global_step=%d" % step, flush=True)
     os._exit(0)
 
