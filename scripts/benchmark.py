@@ -747,10 +747,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--only", metavar="NAMES",
                     help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES))
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one setting of the mode, e.g. --set reps=3 (see SETTINGS)")
     args = ap.parse_args(argv)
     mode = "tiny" if (args.tiny or os.environ.get("TFCLUSTER_BENCH_TINY") == "1") else (
         "quick" if args.quick else "full")
-    cfg = SETTINGS[mode]
+    cfg = dict(SETTINGS[mode])
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in cfg:
+            ap.error(f"--set {item}: unknown setting (one of: {', '.join(cfg)})")
+        cfg[key] = type(cfg[key])(json.loads(value)) if not isinstance(cfg[key], bool) \
+            else value.lower() in ("1", "true", "yes")
     only = set(args.only.split(",")) if args.only else None
 
     def on_signal(signum, frame):  # noqa: ARG001
