@@ -107,6 +107,17 @@ def test_taken_port_exit_2_names_port_and_starts_nothing(tmp_path, ports):
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 
 
+def test_bind_failure_at_start_is_reported_as_a_port_conflict(tmp_path, ports):
+    p = ports(2)
+    f = write_cluster(tmp_path, p, ["python", LISTENER],
+                      extra="restart: {policy: on-failure, max_restarts: 3, backoff: 0.1}\n")
+    r = tfcluster("launch", f, env={"MODE_worker_0": "bind-fail"})
+    assert r.returncode == 2, r.stdout
+    assert (f"first failure: worker:0 (exit 1) — port conflict: localhost:{p[1]} is in use "
+            f"(Could not start gRPC server)") in r.stdout
+    assert "restarted worker:0" not in r.stdout  # a taken port is not retried
+
+
 def test_dry_run_prints_argv_cwd_env_and_masks_secrets(tmp_path, ports):
     f = write_cluster(tmp_path, ports(2), ["python", LISTENER],
                       extra="jobs: {worker: {env: {API_TOKEN: hunter22, LEVEL: '3'}}}\n")

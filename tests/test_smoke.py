@@ -52,3 +52,14 @@ def test_hello_with_file_runs_op_on_second_task(tmp_path, ports):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Hello, distributed TensorFlow! (computed on /job:worker/task:1)" in r.stdout
+
+
+@pytest.mark.tf
+def test_python_api_gives_a_real_cluster_spec():
+    code = ("import tfcluster, json\n"
+            "c = tfcluster.loads('cluster: {ps: [h:1], worker: [h:2, h:3], evaluator: [h:4]}')\n"
+            "spec = c.cluster_spec()\n"
+            "print(json.dumps(spec.as_dict()), spec.num_tasks('worker'), type(spec).__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[0] == '{"ps": ["h:1"], "worker": ["h:2", "h:3"]} 2 ClusterSpec'

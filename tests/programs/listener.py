@@ -1,7 +1,7 @@
 """Not TensorFlow: binds its TF_CONFIG port like a server would and behaves as told by MODE
 (or MODE_<job>_<index>): sleep (forever), exit:N (after a moment), ignore-term (ignores
 SIGTERM, sleeps), child (also starts a grandchild that sleeps), nobind (never opens its port),
-wait-ps (prints TensorFlow's 'still waiting' line about ps:0), stall (reports step 5, then
+wait-ps (prints TensorFlow's 'still waiting' line about ps:0), bind-fail (TensorFlow's bind error), stall (reports step 5, then
 nothing), exit-once:N (exit N on the first run, then run forever: a restart marker file)."""
 import json
 import os
@@ -15,6 +15,10 @@ cfg = json.loads(os.environ["TF_CONFIG"])
 job, index = cfg["task"]["type"], cfg["task"]["index"]
 port = int(cfg["cluster"][job][index].rsplit(":", 1)[1])
 mode = os.environ.get(f"MODE_{job}_{index}", os.environ.get("MODE", "sleep"))
+if mode == "bind-fail":  # what TensorFlow says when another process took the port meanwhile
+    print("tensorflow.python.framework.errors_impl.UnknownError: Could not start gRPC server",
+          file=sys.stderr, flush=True)
+    sys.exit(1)
 if mode != "nobind":
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
