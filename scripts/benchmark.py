@@ -457,7 +457,9 @@ def bench_training(cfg, tmp, out, notes) -> None:
     out["shutdown_seconds"] = {
         "async": rnd(median(per("trainer_async", shutdown_seconds)), 3),
         "sync": rnd(median(per("trainer_sync", shutdown_seconds)), 3),
+        "runs": {m: [rnd(x, 3) for x in per(f"trainer_{m}", shutdown_seconds)] for m in ("async", "sync")},
     }
+    out["first_step_seconds"]["runs"] = {n: [rnd(x, 3) for x in first[n]] for n in names}
     out["throughput_ratio_vs_seed"] = {
         "async": rnd(median(ratios(examples["trainer_async"], examples["seed_async"]))),
         "sync": rnd(median(ratios(examples["trainer_sync"], examples["seed_sync"]))),
@@ -733,8 +735,29 @@ def machine_info() -> Dict[str, Any]:
             "loadavg_at_start": list(os.getloadavg())}
 
 
+def bench_fastclose(cfg, tmp, out, notes) -> None:
+    """Experiment (only with --only fastclose): shutdown latency of trainer.py as it is against
+    bench_programs/trainer_fast_close.py (the proposed TrainingSession.__exit__), async and sync."""
+    log("experiment: shutdown with the proposed fast close (trainer_fast_close.py) vs trainer.py")
+    fast = os.path.join(PROGRAMS, "trainer_fast_close.py")
+    res: Dict[str, List[Optional[float]]] = {}
+    for i in range(max(2, cfg["reps"])):
+        for mode in ("sync", "async"):
+            steps = cfg["sync_steps"] if mode == "sync" else cfg["async_steps"]
+            progs = [("now", TRAINER), ("fast_close", fast)]
+            for name, prog in (progs if i % 2 == 0 else progs[::-1]):
+                r = launch(f"fastclose-{mode}-{name}", tmp, 1, 2,
+                           [PY, prog, f"--mode={mode}", f"--train_steps={steps}", "--progress_secs=0.25",
+                            "--print_placement=false"], timeout=cfg["run_timeout"])
+                res.setdefault(f"{mode}.{name}", []).append(shutdown_seconds(r))
+    out["experiment_fast_close"] = {k: {"median_seconds": rnd(median(v), 3), "runs": [rnd(x, 3) for x in v]}
+                                    for k, v in res.items()}
+
+
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
-           ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale))
+           ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
+           ("fastclose", bench_fastclose))
+EXPERIMENTS = {"fastclose"}  # run only when named in --only
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -745,7 +768,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="smallest setting, every figure once (the test; also TFCLUSTER_BENCH_TINY=1)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--only", metavar="NAMES",
-                    help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES))
+                    help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES)
+                    + " (fastclose is an experiment, run only when named)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting of the mode, e.g. --set reps=3 (see SETTINGS)")
@@ -775,7 +799,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     code = 0
     try:
         for name, fn in FIGURES:
-            if only and name not in only:
+            if (only and name not in only) or (not only and name in EXPERIMENTS):
                 continue
             t = time.time()
             try:
