@@ -249,6 +249,8 @@ def run(name: str, argv: Sequence[str], timeout: float, env: Optional[Dict[str, 
                 next_sample = now + sample_every
             time.sleep(0.005)
     finally:
+        if p.poll() is None:  # interrupted (Ctrl-C) or an error: the whole tree goes
+            PROCS.kill(p, grace=1.0)
         PROCS.done(p)
         th.join(5.0)
         try:
@@ -788,7 +790,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def on_signal(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     tmp = tempfile.mkdtemp(prefix="tfcluster-bench-")
     out: Dict[str, Any] = {}
     notes: List[str] = []
