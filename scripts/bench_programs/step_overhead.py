@@ -1,0 +1,84 @@
+"""Per-step cost of the runtime's session choices, in one process (no cluster noise).
+
+trainer.py's model on a local grpc server; microseconds per step of: a plain
+``Session.run([train_op, global_step])``; the same with ``operation_timeout_in_ms``; with
+intra 1 / inter 2 thread pools (what the runtime gives 3 tasks on 2 cores); and a
+``MonitoredSession`` with ``StopAtStepHook`` fetching ``loss`` too (what trainer.py does).
+Variants alternate; prints the medians of ``REPS`` (default 3) repeats as JSON.
+
+    python scripts/bench_programs/step_overhead.py [REPS]
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import mlp  # noqa: E402
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    server = tf.compat.v1.train.Server.create_local_server()
+    data = mlp.load_data()
+
+    def build():
+        g = tf.Graph()
+        with g.as_default():
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            x, y = mlp.input_batches(tf, data)
+            loss = mlp.loss_fn(tf, mlp.model(tf, x, data.num_classes), y)
+            op = mlp.optimizer(tf).minimize(loss, global_step=gs)
+        return g, gs, loss, op
+
+    def cfg(timeout=False, pools=None):
+        c = tf.compat.v1.ConfigProto()
+        if timeout:
+            c.operation_timeout_in_ms = 120000
+        if pools:
+            c.intra_op_parallelism_threads, c.inter_op_parallelism_threads = pools
+        return c
+
+    def plain(c, n=1500):
+        g, gs, _, op = build()
+        with g.as_default(), tf.compat.v1.Session(server.target, config=c) as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(50):
+                s.run([op, gs])
+            t = time.perf_counter()
+            for _ in range(n):
+                s.run([op, gs])
+            return (time.perf_counter() - t) / n * 1e6
+
+    def monitored(c, n=1500):
+        g, gs, loss, op = build()
+        with g.as_default():
+            creator = tf.compat.v1.train.ChiefSessionCreator(master=server.target, config=c)
+            hooks = [tf.compat.v1.train.StopAtStepHook(last_step=10**9)]
+            with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as s:
+                for _ in range(50):
+                    s.run([op, gs, loss])
+                t = time.perf_counter()
+                for _ in range(n):
+                    s.run([op, gs, loss])
+                return (time.perf_counter() - t) / n * 1e6
+
+    variants = {"plain": lambda: plain(cfg()), "plain_timeout": lambda: plain(cfg(True)),
+                "plain_pools_1_2": lambda: plain(cfg(False, (1, 2))),
+                "monitored_stopatstep_fetch_loss": lambda: monitored(cfg())}
+    res = {k: [] for k in variants}
+    for i in range(reps):
+        for k in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
+            res[k].append(variants[k]())
+    print(json.dumps({"us_per_step": {k: round(statistics.median(v)) for k, v in res.items()}}))
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
