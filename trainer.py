@@ -160,11 +160,14 @@ def train(ctx, server, data) -> int:
                      f"from global_step={step} to {FLAGS.train_steps}")
             loss_value = float("nan")
             while not sess.should_stop():
-                out = sess.run([train_op, global_step, loss])
-                if out is None:
+                if progress.due():  # fetch the loss only when a progress line is due
+                    out = sess.run([train_op, global_step, loss])
+                    if out is None:
+                        break
+                    _, step, loss_value = out
+                    progress(step, loss=loss_value)
+                elif sess.run([train_op, global_step]) is None:
                     break
-                _, step, loss_value = out
-                progress(step, loss=loss_value)
             step = sess.current_step()
             progress(step, force=True, loss=loss_value)
             if sess.stopped_by_signal:

@@ -41,6 +41,11 @@ class Handle:
         """Deliver ``sig`` to the whole task (its process group)."""
         raise NotImplementedError
 
+    def exit_fd(self) -> Optional[int]:
+        """A file descriptor that becomes readable when the task exits (a pidfd), or None;
+        lets the launcher wake at once instead of polling."""
+        return None
+
 
 class Backend:
     name = "base"
@@ -76,6 +81,21 @@ class LocalHandle(Handle):
         self.proc = proc
         self.pid = proc.pid
         self.stdout = proc.stdout
+        self._pidfd: Optional[int] = None
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)  # Linux 5.3+, Python 3.9+
+        except (AttributeError, OSError):
+            pass
+
+    def exit_fd(self) -> Optional[int]:
+        return self._pidfd
+
+    def __del__(self):
+        if self._pidfd is not None:
+            try:
+                os.close(self._pidfd)
+            except OSError:
+                pass
 
     def poll(self) -> Optional[int]:
         return self.proc.poll()

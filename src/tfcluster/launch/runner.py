@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import select
 import signal
 import socket
 import sys
@@ -331,7 +332,20 @@ class Run:
                 self.last_watch = now
                 self._watch(now)
             self._tick()
-            time.sleep(0.05)
+            self._nap(self.runs.values())
+
+    def _nap(self, runs, seconds: float = 0.05) -> None:
+        """Sleep up to ``seconds``, waking as soon as one of ``runs`` exits (pidfds)."""
+        fds = [fd for fd in (tr.handle.exit_fd() for tr in runs
+                             if tr.handle is not None and tr.state in
+                             (TaskState.RUNNING, TaskState.STOPPING)) if fd is not None]
+        if not fds:
+            time.sleep(seconds)
+            return
+        try:
+            select.select(fds, [], [], seconds)
+        except (OSError, ValueError):
+            time.sleep(seconds)
 
     def _tick(self) -> None:
         now = time.time()
@@ -514,7 +528,7 @@ class Run:
             if not left:
                 return
             self._tick()
-            time.sleep(0.05)
+            self._nap(waiting)
 
     # ------------------------------------------------------------------ stopping
     def _stop_all(self, reason: str) -> None:
@@ -557,7 +571,7 @@ class Run:
                 for tr in pending:
                     self.display.error(f"{tr.name} (pid {tr.pid}) did not die after SIGKILL")
                 break
-            time.sleep(0.05)
+            self._nap(pending)
         # the process group may outlive its leader: make sure nothing of it is left
         for tr in live:
             tr.handle.signal(signal.SIGKILL)
