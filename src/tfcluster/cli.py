@@ -165,7 +165,6 @@ def _load(path: str, assign_counts: bool = False):
     from . import config
     cluster = config.load(path)
     if assign_counts and not cluster.resolved:
-        from .hosts import free_port_run
         cluster = assign_local_ports(cluster)
         print(f"tfcluster: note: {', '.join(cluster.count_jobs)} given as a count; "
               f"ports assigned as the local backend would (from {cluster.base_port})",

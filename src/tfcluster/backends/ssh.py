@@ -27,7 +27,6 @@ system). Tasks on this machine's own names and addresses run locally, not over s
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import os
 import shlex
@@ -44,29 +43,7 @@ from ..config import Cluster, RemoteSpec
 from ..errors import UserError
 from ..hosts import is_local
 
-try:
-    from ..launch.backend import Backend, Handle, LocalBackend, ProcessSpec
-except ImportError:  # the launcher's module is not there: same interface, defined here
-    from dataclasses import dataclass
-
-    @dataclass
-    class ProcessSpec:  # type: ignore[no-redef]
-        name: str
-        argv: List[str]
-        env: Dict[str, str]
-        cwd: str
-        host: str = "localhost"
-
-    class Handle:  # type: ignore[no-redef]
-        pid: int
-
-    class Backend:  # type: ignore[no-redef]
-        name = "base"
-
-        def close(self) -> None:
-            pass
-
-    LocalBackend = None  # type: ignore[assignment,misc]
+from ..launch.backend import Backend, Handle, LocalBackend, ProcessSpec, child_setup
 
 DEFAULT_PYTHON = "python3"
 CONNECT_TIMEOUT = 10
@@ -157,17 +134,6 @@ def remote_command(settings: RemoteSpec) -> str:
     """The command line the remote shell runs: the wrapper, on the remote python."""
     python = shlex.split(settings.python or DEFAULT_PYTHON)
     return " ".join(shlex.quote(w) for w in python) + " -c " + shlex.quote(_BOOT)
-
-
-def _child_setup() -> None:
-    try:  # the ssh client dies with the launcher; its session's end stops the remote task
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-    if os.getppid() == 1:
-        os._exit(137)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 class SshHandle(Handle):
@@ -287,7 +253,7 @@ class SshBackend(Backend):
         argv = base + ["--", remote_command(s)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_child_setup, close_fds=True)
+                                preexec_fn=child_setup, close_fds=True)
         head = json.dumps(self.remote_spec(spec), separators=(",", ":")) + "\n"
         try:
             proc.stdin.write(head.encode())
@@ -312,7 +278,7 @@ class SshBackend(Backend):
             master = subprocess.Popen(base[:-1] + mux + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
                                                          "-N", base[-1]],
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                      start_new_session=True, preexec_fn=_child_setup, close_fds=True)
+                                      start_new_session=True, preexec_fn=child_setup, close_fds=True)
             deadline = time.time() + CONNECT_TIMEOUT + 20
             why = None
             while True:

@@ -11,8 +11,7 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Dict, List, Optional
 
 
@@ -62,7 +61,9 @@ class Backend:
 PR_SET_PDEATHSIG = 1
 
 
-def _child_setup() -> None:  # runs in the child between fork and exec
+def child_setup() -> None:
+    """Runs in each task between fork and exec: die with the launcher (PR_SET_PDEATHSIG),
+    default signal dispositions."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -129,5 +130,5 @@ class LocalBackend(Backend):
         proc = subprocess.Popen(
             spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_child_setup, close_fds=True)
+            preexec_fn=child_setup, close_fds=True)
         return LocalHandle(proc)

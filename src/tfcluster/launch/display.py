@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta",
            "bright_green", "bright_yellow", "bright_blue"]

@@ -141,24 +141,9 @@ def port_holder(port: Optional[int]) -> str:
 
 
 def _port_taken(port: Optional[int]) -> bool:
-    import socket
+    from tfcluster.hosts import port_in_use
 
-    if not port:
-        return False
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((addr, port))
-        except OSError as e:
-            if e.errno == 98:  # EADDRINUSE
-                return True
-        finally:
-            s.close()
-    return False
+    return bool(port) and port_in_use(port)
 
 
 def start_server(ctx: TaskContext, config=None, *, protocol: Optional[str] = None,

@@ -154,8 +154,7 @@ class TrainingSession:
         all_hooks = list(hooks)
         # SIGTERM (tfcluster stopping the cluster, Ctrl-C on the launcher, a pod eviction)
         # ends the loop at the next step; closing then writes the final checkpoint.
-        self.stop_signal: Optional[int] = None
-        all_hooks.append(_StopOnSignalHook(self))
+        self.stop_signal: Optional[int] = None  # checked by should_stop(): no per-step hook
         if last_step is not None:
             all_hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=int(last_step)))
         if sync_optimizer is not None:
@@ -284,7 +283,7 @@ class TrainingSession:
         return self._sess._tf_sess()  # noqa: SLF001
 
     def should_stop(self) -> bool:
-        return self._stopped or self._sess.should_stop()
+        return self._stopped or self.stop_signal is not None or self._sess.should_stop()
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """``MonitoredSession.run``; returns None (and stops) when a run times out after the
@@ -362,16 +361,3 @@ def summary_line(ctx: TaskContext, global_step: int, accuracy: float, loss: floa
     parts = [f"global_step={int(global_step)}", f"accuracy={accuracy:.4f}", f"loss={loss:.4f}"]
     parts += [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()]
     return f"{ctx.task_id}: done: " + " ".join(parts)
-
-
-
-def _StopOnSignalHook(owner):
-    """A SessionRunHook that asks the session to stop once ``owner.stop_signal`` is set."""
-    import tensorflow as tf
-
-    class StopOnSignal(tf.compat.v1.train.SessionRunHook):
-        def after_run(self, run_context, run_values):
-            if owner.stop_signal is not None:
-                run_context.request_stop()
-
-    return StopOnSignal()
