@@ -53,6 +53,8 @@ ROOT = os.path.dirname(HERE)
 PROGRAMS = os.path.join(HERE, "bench_programs")
 TRAINER = os.path.join(ROOT, "trainer.py")
 PY = sys.executable
+sys.path.insert(0, os.path.join(ROOT, "src"))  # run from a checkout without installing too
+from tfcluster.launch.backend import stop_group  # noqa: E402
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
@@ -125,21 +127,7 @@ class Procs:
             stray = psutil.Process(p.pid).children(recursive=True)
         except Exception:  # noqa: BLE001 - gone already
             stray = []
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                p.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # the group may outlive its leader
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_group(p, grace, kill_wait=5.0)
         for c in stray:
             try:
                 os.killpg(c.pid, signal.SIGKILL) if os.getpgid(c.pid) == c.pid else c.kill()

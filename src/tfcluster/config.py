@@ -630,9 +630,6 @@ def _resolve_command(command: Union[str, List[str], None], base_dir: str) -> Lis
 # --------------------------------------------------------------------------------------
 # Pydantic errors -> one line each, naming the field.
 
-_SECTION_KEYS: Dict[str, Sequence[str]] = {}
-
-
 def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
     """Allowed keys at the mapping that holds loc[-1]."""
     parent = loc[:-1]

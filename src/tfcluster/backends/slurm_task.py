@@ -40,6 +40,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Dict, List, Optional  # noqa: E402
 
+from ..launch.backend import stop_group  # noqa: E402
 from .slurm import PLAN_ENV, STOP_SIGNAL, expand_hostlist, expand_tasks_per_node, layout  # noqa: E402
 
 EXIT_CANCELLED = 128 + signal.SIGTERM
@@ -237,20 +238,7 @@ class Task:
 
     def stop(self, proc: subprocess.Popen) -> None:
         """SIGTERM to the program's group, a bounded wait, then SIGKILL."""
-        for sig, wait in ((signal.SIGTERM, self.plan.get("stop_timeout", 5.0)), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # whatever is left of its group
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_group(proc, self.plan.get("stop_timeout", 5.0))
 
     def _over_marked(self) -> bool:
         return bool(self.run_dir) and os.path.exists(os.path.join(self.run_dir, OVER_MARK))

@@ -77,6 +77,25 @@ def child_setup() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 10.0) -> None:
+    """Stop a child started in its own process group: SIGTERM to the group, up to ``timeout``
+    seconds, then SIGKILL; and SIGKILL to whatever is left of the group after its leader."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, kill_wait)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class LocalHandle(Handle):
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc

@@ -9,6 +9,7 @@ import datetime
 import os
 import re
 import select
+import shlex
 import signal
 import socket
 import sys
@@ -176,7 +177,7 @@ class Run:
         for tr in self.runs.values():
             s = tr.spec
             out.append(f"{tr.name}  ({tr.task.endpoint})")
-            out.append("  argv: " + " ".join(_quote(a) for a in s.argv))
+            out.append("  argv: " + " ".join(shlex.quote(a) for a in s.argv))
             out.append(f"  cwd:  {s.cwd}")
             for k, v in secrets.mask_env(s.env).items():
                 out.append(f"  env:  {k}={v}")
@@ -201,7 +202,7 @@ class Run:
             self._loop()
         finally:
             try:
-                self._stop_all(reason="the run is over")
+                self._stop_all()
             finally:
                 self.ended = time.time()
                 self.display.stop()
@@ -353,17 +354,19 @@ class Run:
             self._write_record()
         self.display.refresh()
 
-    def _on_exit(self, tr: TaskRun, rc: int) -> None:
+    def _ended(self, tr: TaskRun, rc: int, state: TaskState) -> None:
+        """Record a task's end (after its output has been read to the end)."""
         if tr.reader is not None:
             tr.reader.join(timeout=2.0)
         with self.lock:
-            tr.returncode, tr.ended = rc, time.time()
+            tr.returncode, tr.ended, tr.state = rc, time.time(), state
             self.dirty = True
-            if rc == 0:
-                tr.state = TaskState.SUCCEEDED
-                self.display.info(f"{tr.name} exited 0 after {format_duration(tr.ended - tr.started)}")
-                return
-            tr.state = TaskState.FAILED
+
+    def _on_exit(self, tr: TaskRun, rc: int) -> None:
+        self._ended(tr, rc, TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED)
+        if rc == 0:
+            self.display.info(f"{tr.name} exited 0 after {format_duration(tr.ended - tr.started)}")
+            return
         what = describe_exit(rc)
         if tr.forced:
             tr.note = tr.forced
@@ -517,11 +520,7 @@ class Run:
                     if rc is None:
                         left = True
                         continue
-                    if tr.reader is not None:
-                        tr.reader.join(timeout=2.0)
-                    tr.returncode, tr.ended = rc, time.time()
-                    tr.state = TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED
-                    self.dirty = True
+                    self._ended(tr, rc, TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED)
                     if rc != 0:
                         self.display.info(f"{tr.name} ended with {describe_exit(rc)} after the run "
                                           f"had succeeded")
@@ -531,7 +530,7 @@ class Run:
             self._nap(waiting)
 
     # ------------------------------------------------------------------ stopping
-    def _stop_all(self, reason: str) -> None:
+    def _stop_all(self) -> None:
         """Stop what still runs: first chief, workers and evaluators (a chief that saves a last
         checkpoint on SIGTERM needs its ps), then ps tasks."""
         for tr in self.runs.values():
@@ -556,7 +555,7 @@ class Run:
             for tr in list(pending):
                 rc = tr.handle.poll()
                 if rc is not None:
-                    self._stopped(tr, rc)
+                    self._ended(tr, rc, TaskState.STOPPED)
                     pending.remove(tr)
             if not pending:
                 break
@@ -576,13 +575,6 @@ class Run:
         for tr in live:
             tr.handle.signal(signal.SIGKILL)
 
-    def _stopped(self, tr: TaskRun, rc: int) -> None:
-        if tr.reader is not None:
-            tr.reader.join(timeout=2.0)
-        tr.returncode, tr.ended = rc, time.time()
-        tr.state = TaskState.STOPPED
-        self.dirty = True
-
     # ------------------------------------------------------------------ signals
     def _install_signals(self):
         old = {}
@@ -595,8 +587,6 @@ class Run:
                 return
             if not self.interrupted:
                 self.interrupted = signum
-                if self.result != "running":
-                    return
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             old[sig] = signal.signal(sig, handler)
@@ -695,11 +685,6 @@ class Run:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)
         self.display.block("\n".join(text))
-
-
-def _quote(word: str) -> str:
-    import shlex
-    return shlex.quote(word)
 
 
 def _accepts(host: str, port: int) -> bool:
