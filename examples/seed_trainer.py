@@ -14,7 +14,7 @@ the four hand-started processes all end by themselves:
 * sessions get ``device_filters`` (a worker would otherwise wait for every task) and the
   non-chief ``Supervisor`` polls every second rather than every 30 s;
 * ``server.join()`` never returns, so the ps waits instead on a "done" queue that each
-  worker signals when it has finished, then exits.
+  worker signals once its training session is closed, then exits.
 
 Four processes (run each in its own terminal)::
 
@@ -25,6 +25,7 @@ Four processes (run each in its own terminal)::
     ... --job_name=worker --task_index=1
 """
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -80,6 +81,7 @@ def main(_):
         with tf.compat.v1.Session(server.target, config=config) as sess:
             sess.run(dequeue)
         print("ps %d: all workers done" % FLAGS.task_index, flush=True)
+        time.sleep(2)  # let the last worker's enqueue get its answer before the server goes
         os._exit(0)  # the server cannot be stopped; leave without waiting for it
     elif FLAGS.job_name == "worker":
         # Assigns ops to the local worker by default.
@@ -131,10 +133,18 @@ def main(_):
             acc, loss_value = sess.run([accuracy, loss])
             print("worker %d: done: global_step=%d accuracy=%.4f loss=%.4f"
                   % (FLAGS.task_index, step, acc, loss_value), flush=True)
-            sess.run(done_ops)  # tell every ps this worker is finished
 
         # Ask for all the services to stop.
         sv.stop()
+        # Only now, with the training session closed, tell every ps this worker is finished:
+        # the last token lets the ps exit, and a session still open on it could then wait
+        # for it forever. The wait for the ps's answer is bounded, and the process leaves
+        # without closing this session (closing it would talk to a ps that may be gone).
+        run_options = tf.compat.v1.RunOptions(timeout_in_ms=20000)
+        try:
+            tf.compat.v1.Session(server.target, config=config).run(done_ops, options=run_options)
+        except tf.errors.OpError as e:
+            print("worker %d: could not signal done: %s" % (FLAGS.task_index, e), flush=True)
         os._exit(0)
 
 
