@@ -156,6 +156,8 @@ def train(ctx, server, data) -> int:
         t0 = time.time()
         with session as sess:
             step = sess.start_step
+            if sess.restored_from:
+                log(ctx, f"restored {sess.restored_from} (global_step={sess.restored_step})")
             log(ctx, f"training ({FLAGS.mode}, {ctx.num_workers} worker(s), {ctx.num_ps} ps) "
                      f"from global_step={step} to {FLAGS.train_steps}")
             loss_value = float("nan")

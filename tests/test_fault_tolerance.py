@@ -115,4 +115,6 @@ def test_ctrl_c_leaves_a_checkpoint_that_the_next_launch_resumes_from(tmp_path, 
     assert saved >= step, (saved, step)  # the final checkpoint is at least where we interrupted
     r = subprocess.run(cmd + [f"--train_steps={saved + 50}"], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert f"from global_step={saved} to {saved + 50}" in r.stdout
+    # the chief restores the checkpoint it wrote at Ctrl-C (its first step can be a little
+    # later: the other worker steps as soon as the variables are restored)
+    assert f"-{saved} (global_step={saved})" in r.stdout, r.stdout[-3000:]

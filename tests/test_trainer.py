@@ -47,8 +47,10 @@ def test_resume_from_checkpoint(async_run, tmp_path):
     args = ["--mode=async", "--train_steps=200", f"--checkpoint_dir={ckpt}"]
     results = run_tasks(tf_config_tasks(TRAINER, cluster, args), tmp_path, timeout=90)
     assert_all_ended_ok(results)
+    restored = int(re.search(r"restored \S+ \(global_step=(\d+)\)",
+                             results["worker:0"].output).group(1))
     start = int(re.search(r"from global_step=(\d+)", results["worker:0"].output).group(1))
-    assert start >= 100
+    assert 100 <= restored <= start
     step, acc, _ = summary(results["worker:0"])
     assert step >= 200 and acc >= 0.9
 

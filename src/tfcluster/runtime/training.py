@@ -84,6 +84,17 @@ class _FastWorkerSessionCreator:
                                    max_wait_secs=self._max_wait_secs)
 
 
+def _checkpoint_step(tf, path: Optional[str]) -> Optional[int]:
+    """The global step saved in checkpoint ``path`` (None for no checkpoint)."""
+    if not path:
+        return None
+    try:
+        return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+    except Exception:  # noqa: BLE001 - no global_step in it: fall back to the "-N" suffix
+        tail = path.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else None
+
+
 class TrainingSession:
     """A ``MonitoredSession`` for one replica of between-graph training (a context manager).
 
@@ -189,6 +200,9 @@ class TrainingSession:
         self._stopped = False
         self.start_step: Optional[int] = None
         self.started_at: Optional[float] = None
+        #: chief only: the checkpoint the session was restored from, and its global step
+        self.restored_from: Optional[str] = None
+        self.restored_step: Optional[int] = None
 
     # --- context manager ---------------------------------------------------------------
     def __enter__(self) -> "TrainingSession":
@@ -199,6 +213,12 @@ class TrainingSession:
             def on_sigterm(signum, frame):
                 self.stop_signal = signum
             self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
+        if self.is_chief and self.checkpoint_dir:
+            # what ChiefSessionCreator is about to restore. start_step (read after the
+            # session is up) can already be past it: other workers step as soon as the
+            # variables are restored.
+            self.restored_from = tf.train.latest_checkpoint(self.checkpoint_dir)
+            self.restored_step = _checkpoint_step(tf, self.restored_from)
         self._sess = tf.compat.v1.train.MonitoredSession(
             session_creator=self._creator, hooks=self.hooks,
             stop_grace_period_secs=self.stop_grace_period_secs)
