@@ -135,6 +135,16 @@ def main(argv):
     def log(msg):
         print(f"mwms: {me} {msg}", flush=True)
 
+    # A worker restarted after the others have finished (it died while the last steps were
+    # saved, or in its teardown) would wait forever for peers that are gone: with the chief's
+    # checkpoint already at --train_steps there is nothing left to do.
+    latest = tf.train.latest_checkpoint(FLAGS.checkpoint_dir) if FLAGS.checkpoint_dir else None
+    if latest:
+        saved = int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE"))
+        if saved >= FLAGS.train_steps:
+            log(f"nothing to train: {latest} is at step {saved} (--train_steps={FLAGS.train_steps})")
+            return 0
+
     # thread pools are fixed when the strategy starts this task's server: size them first
     tf.config.threading.set_intra_op_parallelism_threads(local_threads())
     tf.config.threading.set_inter_op_parallelism_threads(max(2, local_threads()))

@@ -223,17 +223,28 @@ def test_mwms_example_runs_to_the_end_and_resumes(tmp_path, ports):
         assert s["resumed_from"] == 100 and s["step"] == 125, s
     assert_all_gone(record)
 
+    # at the target already (e.g. a worker restarted after the others finished): each worker
+    # ends at once instead of waiting for peers to all-reduce with
+    proc = start(path, tmp_path, tag="done")
+    assert finish(proc, timeout=60) == 0, tail(proc)
+    record = run_record(tmp_path)
+    for i in (0, 1):
+        log = task_log(record, f"worker:{i}")
+        assert "is at step 125 (--train_steps=125)" in log and "done: step=" not in log, log[-2000:]
+    assert_all_gone(record)
+
 
 def test_mwms_worker_killed_every_worker_restarts_and_resumes(tmp_path, ports):
     """A lost MWMS worker aborts the others' collectives (they exit 1); with on-failure (the
     example's policy) every worker is restarted and all resume from the chief's checkpoint."""
-    path = cluster_file(tmp_path, ports, "mwms", ["--train_steps=300", "--steps_per_loop=25"])
+    # long enough (a few seconds) for the kill to land mid-run, not after the last step
+    path = cluster_file(tmp_path, ports, "mwms", ["--train_steps=1000", "--steps_per_loop=25"])
     proc = start(path, tmp_path)
     try:
         at = kill_when(proc, tmp_path, "worker:1", min_step=50, watch="worker:0")
     finally:
         rc = finish(proc)
-    assert at < 300
+    assert at < 1000
     assert rc == 0, tail(proc)
     record = run_record(tmp_path)
     tasks = tasks_of(record)
@@ -241,6 +252,6 @@ def test_mwms_worker_killed_every_worker_restarts_and_resumes(tmp_path, ports):
     for i in (0, 1):
         assert tasks[f"worker:{i}"]["restarts"] >= 1, tasks[f"worker:{i}"]
         sums[i] = summary(task_log(record, f"worker:{i}"), f"mwms: worker:{i}")
-        assert sums[i]["step"] == 300 and sums[i]["resumed_from"] >= 50, sums[i]
+        assert sums[i]["step"] == 1000 and sums[i]["resumed_from"] >= 50, sums[i]
     assert sums[0]["loss"] == sums[1]["loss"]
     assert_all_gone(record)
