@@ -2,8 +2,9 @@
 
 trainer.py's model on a local grpc server; microseconds per step of: a plain
 ``Session.run([train_op, global_step])``; the same with ``operation_timeout_in_ms``; with
-intra 1 / inter 2 thread pools (what the runtime gives 3 tasks on 2 cores); and a
-``MonitoredSession`` with ``StopAtStepHook`` fetching ``loss`` too (what trainer.py does).
+intra 1 / inter 2 thread pools (what the runtime gives 3 tasks on 2 cores); a
+``MonitoredSession`` with ``StopAtStepHook``, fetching ``loss`` too or not (what trainer.py did
+before ``TrainingSession`` checked the step itself); and a ``MonitoredSession`` with no hooks.
 Variants alternate; prints the medians of ``REPS`` (default 3) repeats as JSON.
 
     python scripts/bench_programs/step_overhead.py [REPS]
@@ -56,22 +57,25 @@ def main():
                 s.run([op, gs])
             return (time.perf_counter() - t) / n * 1e6
 
-    def monitored(c, n=1500):
+    def monitored(c, n=1500, stop_hook=True, fetch_loss=True):
         g, gs, loss, op = build()
+        fetches = [op, gs, loss] if fetch_loss else [op, gs]
         with g.as_default():
             creator = tf.compat.v1.train.ChiefSessionCreator(master=server.target, config=c)
-            hooks = [tf.compat.v1.train.StopAtStepHook(last_step=10**9)]
+            hooks = [tf.compat.v1.train.StopAtStepHook(last_step=10**9)] if stop_hook else []
             with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as s:
                 for _ in range(50):
-                    s.run([op, gs, loss])
+                    s.run(fetches)
                 t = time.perf_counter()
                 for _ in range(n):
-                    s.run([op, gs, loss])
+                    s.run(fetches)
                 return (time.perf_counter() - t) / n * 1e6
 
     variants = {"plain": lambda: plain(cfg()), "plain_timeout": lambda: plain(cfg(True)),
                 "plain_pools_1_2": lambda: plain(cfg(False, (1, 2))),
-                "monitored_stopatstep_fetch_loss": lambda: monitored(cfg())}
+                "monitored_stopatstep_fetch_loss": lambda: monitored(cfg()),
+                "monitored_stopatstep": lambda: monitored(cfg(), fetch_loss=False),
+                "monitored_no_hooks": lambda: monitored(cfg(), stop_hook=False, fetch_loss=False)}
     res = {k: [] for k in variants}
     for i in range(reps):
         for k in (list(variants) if i % 2 == 0 else list(variants)[::-1]):

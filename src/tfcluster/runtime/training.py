@@ -166,8 +166,9 @@ class TrainingSession:
         # SIGTERM (tfcluster stopping the cluster, Ctrl-C on the launcher, a pod eviction)
         # ends the loop at the next step; closing then writes the final checkpoint.
         self.stop_signal: Optional[int] = None  # checked by should_stop(): no per-step hook
-        if last_step is not None:
-            all_hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=int(last_step)))
+        # No StopAtStepHook: run() checks the global step it fetches anyway (the hook costs a
+        # second read op and a hook round per step, ~10% of a small model's step on this
+        # machine: scripts/bench_programs/step_overhead.py).
         if sync_optimizer is not None:
             all_hooks.append(sync_optimizer.make_session_run_hook(self.is_chief))
         if self.is_chief:
@@ -311,13 +312,24 @@ class TrainingSession:
         import tensorflow as tf
 
         try:
-            return self._sess.run(fetches, feed_dict=feed_dict, options=options,
-                                  run_metadata=run_metadata)
+            if self.last_step is None:
+                return self._sess.run(fetches, feed_dict=feed_dict, options=options,
+                                      run_metadata=run_metadata)
+            out = self._sess.run((fetches, self.global_step), feed_dict=feed_dict,
+                                 options=options, run_metadata=run_metadata)
         except tf.errors.DeadlineExceededError:
             if self.last_step is not None and self.current_step() >= self.last_step:
                 self._stopped = True
                 return None
             raise
+        if out is None:  # MonitoredSession returns None once a hook has asked it to stop
+            return None
+        result, step = out
+        # StopAtStepHook's rule: the value fetched may be from before this run's increment,
+        # so look again only when it is (almost) there.
+        if step + 1 >= self.last_step and self.current_step() >= self.last_step:
+            self._stopped = True
+        return result
 
     def run_raw(self, fetches, feed_dict=None, options=None):
         """Run without hooks (e.g. evaluation after the loop; does not count as a step)."""
