@@ -191,8 +191,7 @@ def main(argv):
         write_dir = (FLAGS.checkpoint_dir if chief else
                      os.path.join(FLAGS.checkpoint_dir, f"workertemp_{resolver.task_type}_{resolver.task_id}"))
         manager = tf.train.CheckpointManager(ckpt, write_dir, max_to_keep=FLAGS.max_to_keep)
-        latest = tf.train.latest_checkpoint(FLAGS.checkpoint_dir)  # the chief's
-        if latest:
+        if latest:  # the chief's (read above)
             ckpt.restore(latest).assert_existing_objects_matched()
             resumed_from = int(step.numpy())
             log(f"resumed from {latest} at step {resumed_from}")

@@ -322,8 +322,6 @@ class TrainingSession:
                 self._stopped = True
                 return None
             raise
-        if out is None:  # MonitoredSession returns None once a hook has asked it to stop
-            return None
         result, step = out
         # StopAtStepHook's rule: the value fetched may be from before this run's increment,
         # so look again only when it is (almost) there.
