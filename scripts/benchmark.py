@@ -39,7 +39,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,8 @@ PROGRAMS = os.path.join(HERE, "bench_programs")
 TRAINER = os.path.join(ROOT, "trainer.py")
 PY = sys.executable
 sys.path.insert(0, os.path.join(ROOT, "src"))  # run from a checkout without installing too
-from tfcluster.launch.backend import stop_group  # noqa: E402
+from tfcluster.backends.base import stop_group  # noqa: E402
+from tfcluster.hosts import free_ports  # noqa: E402
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
@@ -252,20 +252,6 @@ def run(name: str, argv: Sequence[str], timeout: float, env: Optional[Dict[str, 
 
 # --------------------------------------------------------------------------------------
 # clusters on free ports
-
-def free_ports(n: int) -> List[int]:
-    socks, ports = [], []
-    try:
-        while len(ports) < n:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
 
 def cluster_file(tmp: str, num_ps: int, num_workers: int, tag: str) -> Tuple[str, Dict[str, List[str]]]:
     ports = free_ports(num_ps + num_workers)

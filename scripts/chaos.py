@@ -27,7 +27,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,15 +40,8 @@ TASKS = ["ps:0", "worker:0", "worker:1"]
 
 def free_ports(n: int) -> List[int]:
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from tfcluster.hosts import port_in_use
-    out: List[int] = []
-    while len(out) < n:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            p = s.getsockname()[1]
-        if p not in out and not port_in_use(p):
-            out.append(p)
-    return out
+    from tfcluster.hosts import free_ports as free
+    return free(n)
 
 
 def latest_checkpoint_step(ckpt_dir: str) -> Optional[int]:

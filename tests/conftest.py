@@ -2,30 +2,14 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import psutil
 import pytest
 
-from tfcluster.hosts import port_in_use
+from tfcluster.hosts import free_ports, port_in_use  # noqa: F401 (tests import free_ports from here)
 
 SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
-
-
-def free_ports(n: int) -> list:
-    """n distinct TCP ports that are free on this machine right now (IPv4 and IPv6 wildcard)."""
-    ports = []
-    for _ in range(1000):
-        if len(ports) == n:
-            break
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        if port not in ports and port_is_free(port):
-            ports.append(port)
-    assert len(ports) == n, "could not find free ports"
-    return ports
 
 
 def port_is_free(port: int) -> bool:

@@ -10,8 +10,10 @@ import time
 import psutil
 import pytest
 
-from tfcluster.launch import Options, launch
-from tfcluster.launch import policy
+from tfcluster import rules
+from tfcluster.cli import launch
+from tfcluster.launch import View
+from tfcluster.plan import LaunchOptions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")
@@ -66,12 +68,14 @@ def assert_gone(pids, timeout=10):
     ("exit-code", 137, 3, False), ("on-failure", 0, 0, False),
 ])
 def test_restart_decision_table(pol, rc, restarts, expect):
-    assert policy.decide(pol, rc, restarts, max_restarts=3).restart is expect
+    assert rules.decide_restart(rules.RestartRule(pol, max_restarts=3), rc, restarts).restart is expect
 
 
-def test_restart_backoff_doubles_and_total_budget():
-    assert [policy.decide("on-failure", 1, n, 10, backoff=1.0).delay for n in range(4)] == [1, 2, 4, 8]
-    assert not policy.decide("on-failure", 1, 0, 3, total_restarts=5, max_total_restarts=5).restart
+def test_restart_backoff_doubles_is_capped_and_total_budget():
+    rule = rules.RestartRule("on-failure", max_restarts=10, backoff=1.0)
+    assert [rules.decide_restart(rule, 1, n).delay for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    total = rules.RestartRule("on-failure", max_restarts=3, max_total_restarts=5)
+    assert not rules.decide_restart(total, 1, 0, total_restarts=5).restart
 
 
 # ---------------------------------------------------------------- plain processes (fast)
@@ -80,10 +84,10 @@ def test_worker_exit_7_fails_the_run_and_names_it(tmp_path, ports):
     f = write_cluster(tmp_path, ports(3), ["python", LISTENER])
     r = tfcluster("launch", f, env={"MODE_worker_1": "exit:7"})
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "first failure: worker:1 (exit 7)" in r.stdout
-    table = r.stdout[r.stdout.index("first failure"):]
+    assert "first failure: worker:1 (exit 7)" in r.stderr
+    table = r.stderr[r.stderr.index("first failure"):]
     assert table.splitlines()[2].startswith("worker:1")  # root cause is the first row
-    assert "exiting with 7" in r.stdout  # the tail of its log
+    assert "exiting with 7" in r.stderr  # the tail of its log
     record = json.loads((run_dir(tmp_path) / "run.json").read_text())
     assert record["result"] == "failed" and record["exit_code"] == 1
     assert record["root_cause"].startswith("worker:1 exit 7")
@@ -114,8 +118,8 @@ def test_bind_failure_at_start_is_reported_as_a_port_conflict(tmp_path, ports):
     r = tfcluster("launch", f, env={"MODE_worker_0": "bind-fail"})
     assert r.returncode == 2, r.stdout
     assert (f"first failure: worker:0 (exit 1) — port conflict: localhost:{p[1]} is in use "
-            f"(Could not start gRPC server)") in r.stdout
-    assert "restarted worker:0" not in r.stdout  # a taken port is not retried
+            f"(Could not start gRPC server)") in r.stderr
+    assert "restarted worker:0" not in r.stderr  # a taken port is not retried
 
 
 def test_dry_run_prints_argv_cwd_env_and_masks_secrets(tmp_path, ports):
@@ -164,11 +168,12 @@ def test_logs_are_private_and_secrets_masked_in_output(tmp_path, ports):
 
 def test_sigkill_escalation_for_a_task_that_ignores_sigterm(tmp_path, ports):
     f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
-    opts = Options(stop_timeout=1.0, quiet=True, stream=open(os.devnull, "w"))
+    opts = LaunchOptions(stop_timeout=1.0)
+    view = View(quiet=True, stream=open(os.devnull, "w"), err_stream=open(os.devnull, "w"))
     env = {"MODE_ps_0": "ignore-term", "MODE_worker_0": "exit:0"}
     os.environ.update(env)
     try:
-        rc = launch(f, opts)
+        rc = launch(f, opts, view)
     finally:
         for k in env:
             os.environ.pop(k)
@@ -247,7 +252,7 @@ def test_on_failure_restarts_the_task_with_the_same_port(tmp_path, ports):
     r = tfcluster("launch", f, env={"MODE_worker_1": "exit-once:3", "MODE_worker_0": "exit:0",
                                     "DELAY": "3"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "worker:1 failed (exit 3)" in r.stdout and "restarted worker:1" in r.stdout
+    assert "worker:1 failed (exit 3)" in r.stderr and "restarted worker:1" in r.stderr
     record = json.loads((run_dir(tmp_path) / "run.json").read_text())
     w1 = next(t for t in record["tasks"] if t["task"] == "worker:1")
     assert w1["restarts"] == 1 and w1["endpoint"] == f"localhost:{p[2]}"
@@ -259,7 +264,7 @@ def test_exit_code_policy_does_not_retry_a_permanent_error(tmp_path, ports):
                       extra="restart: {policy: exit-code, max_restarts: 3, backoff: 0.1}\n")
     r = tfcluster("launch", f, env={"MODE_worker_0": "exit:2"})
     assert r.returncode == 1
-    assert "exit code 2 is a permanent error" in r.stdout
+    assert "exit code 2 is a permanent error" in r.stderr
     record = json.loads((run_dir(tmp_path) / "run.json").read_text())
     assert record["total_restarts"] == 0
 
@@ -269,8 +274,8 @@ def test_watchdog_startup_deadline_names_the_task(tmp_path, ports):
                       extra="watchdog: {startup_timeout: 2}\n")
     r = tfcluster("launch", f, env={"MODE_ps_0": "nobind"})
     assert r.returncode == 1
-    assert "first failure: ps:0 (SIGKILL)" in r.stdout
-    assert "did not open port" in r.stdout
+    assert "first failure: ps:0 (SIGKILL)" in r.stderr
+    assert "did not open port" in r.stderr
 
 
 def test_watchdog_names_the_task_a_session_waits_for(tmp_path, ports):
@@ -278,7 +283,7 @@ def test_watchdog_names_the_task_a_session_waits_for(tmp_path, ports):
                       extra="watchdog: {waiting_timeout: 1.5}\n")
     r = tfcluster("launch", f, env={"MODE_worker_0": "wait-ps"})
     assert r.returncode == 1
-    assert "first failure: ps:0 (SIGKILL) — watchdog: worker:0 has waited 1.5s for it" in r.stdout
+    assert "first failure: ps:0 (SIGKILL) — watchdog: worker:0 has waited 1.5s for it" in r.stderr
 
 
 def test_watchdog_stalled_global_step_ends_the_run(tmp_path, ports):
@@ -286,7 +291,7 @@ def test_watchdog_stalled_global_step_ends_the_run(tmp_path, ports):
                       extra="watchdog: {stall_timeout: 2}\n")
     r = tfcluster("launch", f, env={"MODE_worker_0": "stall", "MODE_worker_1": "exit:0"})
     assert r.returncode == 1
-    assert "cause: watchdog: the global step has stood at 5 for 2s; not running: worker:1 (succeeded, exit 0)" in r.stdout
+    assert "cause: watchdog: the global step has stood at 5 for 2s; not running: worker:1 (succeeded, exit 0)" in r.stderr
     record = json.loads((run_dir(tmp_path) / "run.json").read_text())
     assert record["root_cause"].startswith("watchdog: the global step")
 
@@ -312,7 +317,7 @@ def test_per_host_mode_ends_with_the_remote_chief(tmp_path, ports):
             ps_agent.kill()
             ps_agent.wait()
     assert r.returncode == 0, r.stdout
-    assert "skipped (not on --host localhost): ps:0" in r.stdout
+    assert "skipped (not on --host localhost): ps:0" in r.stderr
     assert ps_agent.returncode == 0, out
     assert f"worker:0 on localhost:{p[1]}, which runs elsewhere, has ended" in out
     rec = json.loads((tmp_path / "runs" / "ps-host" / "run.json").read_text())
@@ -341,7 +346,7 @@ def test_non_chief_still_waiting_when_chief_ends(tmp_path, ports):
     r = tfcluster("launch", f, "--grace", "2", timeout=180)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "[worker:0] chief done w=11.0" in r.stdout
-    assert "giving worker:1 2s to finish" in r.stdout
+    assert "giving worker:1 2s to finish" in r.stderr
     assert time.time() - t0 < 90
     record = json.loads((run_dir(tmp_path) / "run.json").read_text())
     states = {t["task"]: t["state"] for t in record["tasks"]}

@@ -218,10 +218,10 @@ def test_slurm_script(tmp_path):
     r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert r.returncode == 0, r.stderr
     plan = _plan_from_script(script)
-    assert plan["order"] == ["chief", "ps", "worker"]
-    assert plan["jobs"]["worker"]["argv"][-2:] == ["--lr=0.1", "it's"]
+    assert sorted(plan["jobs"]) == ["chief", "ps", "worker"]
+    assert plan["jobs"]["worker"]["argv"] == ["{python}", "t.py", "--lr=0.1", "it's"]
     assert plan["jobs"]["worker"]["env"] == {"A": "x y"}
-    assert plan["port_base"] == 3000 and plan["chief"] == "chief:0"
+    assert plan["base_port"] == 3000 and plan["chief"] == "chief:0"
     assert plan["run_dir"] == os.path.join(str(tmp_path), "out", "slurm-{job_id}")
     assert 'RUN_DIR=' + shlex.quote(os.path.join(str(tmp_path), "out", "slurm-")) + '"${SLURM_JOB_ID}"' in script
 

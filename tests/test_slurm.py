@@ -18,6 +18,7 @@ import pytest
 from tfcluster import config
 from tfcluster.backends import slurm
 from tfcluster.hosts import free_port_run
+from tfcluster.plan import LaunchOptions, build_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,7 +53,7 @@ def test_layout_matches_slurm_cluster_resolver(tmp_path, monkeypatch):
         program: {command: [python, t.py]}
         base_port: 8888
     """, tmp_path)
-    plan = slurm.make_plan(c)
+    plan = _plan(c)
     nodes, per_node = ["n1", "n2", "n3"], [3, 3, 2]
     ours = slurm.layout(plan, nodes, per_node)
     assert [(j, i) for j, i, _, _ in ours][:4] == [("chief", 0), ("evaluator", 0), ("ps", 0), ("ps", 1)]
@@ -71,15 +72,19 @@ def test_layout_matches_slurm_cluster_resolver(tmp_path, monkeypatch):
 def test_layout_rejects_wrong_task_count(tmp_path):
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
     with pytest.raises(ValueError, match="3 TensorFlow tasks"):
-        slurm.layout(slurm.make_plan(c), ["n1"], [2])
+        slurm.layout(_plan(c), ["n1"], [2])
 
 
-def test_make_plan_needs_a_program(tmp_path):
+def test_plan_needs_a_program(tmp_path):
     from tfcluster.errors import UserError
     c = _cluster("cluster: {worker: 2}\n", tmp_path)
     with pytest.raises(UserError, match="no program"):
-        slurm.make_plan(c)
-    assert slurm.make_plan(c, command=["python", "x.py"])["jobs"]["worker"]["argv"] == ["python", "x.py"]
+        _plan(c)
+    assert _plan(c, command=("python", "x.py"))["jobs"]["worker"]["argv"] == ["{python}", "x.py"]
+
+
+def _plan(c, **opts):
+    return slurm.plan_data(build_plan(c, LaunchOptions(backend="slurm", **opts)))
 
 
 # --------------------------------------------------------------------------------------
@@ -366,21 +371,55 @@ def test_slurm_all_workers_and_restart(slurm_cluster, tmp_path):
     r = _launch(tmp_path / "cluster.yaml", "--run-id", "r1", timeout=90)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert "[worker:1] worker:1 fails once" in out and "restarting in 0s (1/1)" in out
-    assert "[worker:1] tfcluster: succeeded, the last worker to do so" in out, out[-3000:]
-    assert "[worker:0] tfcluster: succeeded" in out
+    assert "[worker:1] worker:1 fails once" in out and "restart 1 of 1 in 0s" in out
+    assert "[worker:1] tfcluster: succeeded; the run is over (every worker exited 0)" in out, out[-3000:]
+    assert "[worker:0] tfcluster: ended (exit 0)" in out
+    assert slurm_cluster.wait_empty_queue(10) == ""
+
+
+FLAKY_PROGRAM = """\
+import os, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+count = os.environ["TFCLUSTER_RESTART_COUNT"]
+print(task, "attempt", count, "of", os.environ["TFCLUSTER_MAX_RESTARTS"], flush=True)
+if task == "ps:0":
+    time.sleep(600)
+if task.startswith("worker") and count == "0":
+    time.sleep(4 if task == "worker:0" else 0)   # worker:1 takes the run's one restart first
+    sys.exit(3)
+print(task, "done", flush=True)
+"""
+
+
+def test_slurm_honours_restart_flags_and_the_run_budget(slurm_cluster, tmp_path):
+    """The file says never; --restart on-failure --max-restarts 2 on the command line wins on
+    Slurm as it does locally, a restarted task sees TFCLUSTER_RESTART_COUNT=1, and the file's
+    restart.max_total_restarts (1) is one budget for the whole run across Slurm tasks."""
+    (tmp_path / "prog.py").write_text(FLAKY_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nsuccess: all-workers\n"
+        "restart: {policy: never, max_restarts: 0, max_total_restarts: 1, backoff: 0}\n")
+    dry = _launch(tmp_path / "cluster.yaml", "--dry-run", "--restart", "on-failure",
+                  "--max-restarts", "2", timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert '"policy":"on-failure","max_restarts":2,"max_total_restarts":1' in dry.stdout
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "b1", "--restart", "on-failure",
+                "--max-restarts", "2", timeout=90)
+    out = r.stdout + r.stderr
+    # both workers fail at their first attempt; the run's budget allows one restart only
+    assert r.returncode == 1, out[-3000:]
+    assert "attempt 1 of 2" in out, out[-3000:]
+    assert "not restarted: the run's restart budget is spent (1 of 1)" in out, out[-3000:]
     assert slurm_cluster.wait_empty_queue(10) == ""
 
 
 def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
-    import argparse
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
-    args = argparse.Namespace(program=["python", "other.py", "--x=1"], task_flags=True, quiet=False,
-                              dry_run=True, logdir=str(tmp_path / "logs"), run_id="d1", success=None,
-                              grace=None, stop_timeout=5.0)
-    assert slurm.launch(c, args) == 0
+    plan = build_plan(c, LaunchOptions(backend="slurm", command=("python", "other.py", "--x=1"),
+                                       task_flags=True, logdir=str(tmp_path / "logs"), run_id="d1"))
+    assert slurm.launch(plan, dry_run=True) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --ntasks=3" in out and f"#SBATCH --output={tmp_path}/logs/d1/slurm-%j.out" in out
-    assert '"argv":["python","other.py","--x=1"]' in out and '"task_flags":true' in out
+    assert '"argv":["{python}","other.py","--x=1"]' in out and '"task_flags":true' in out
     assert not (tmp_path / "logs").exists()   # nothing made, nothing submitted

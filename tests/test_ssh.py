@@ -455,3 +455,33 @@ def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
 def _ssh_clients():
     return [p.pid for p in psutil.process_iter(["cmdline"])
             if any("tfc-ssh-" in w for w in (p.info["cmdline"] or [])) and _status(p.pid) != psutil.STATUS_ZOMBIE]
+
+
+def test_ssh_dry_run_shows_the_remote_view_and_leaves_nothing(tmp_path):
+    """--backend ssh --dry-run: each remote task as it will run there (ssh target, remote
+    interpreter, remote folder), from the same plan; no connection, no socket folder."""
+    if not shutil.which("ssh"):
+        pytest.skip("no ssh client")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    f = tmp_path / "cluster.yaml"
+    f.write_text(textwrap.dedent("""\
+        cluster: {ps: [h1:2222], worker: [h1:2223, h2:2224]}
+        program: {command: [python, train.py, --lr=0.1], env: {API_TOKEN: hunter22}}
+        remote: {python: /opt/py/bin/python3, workdir: /srv/job, user: alice}
+        hosts: {h2: {ssh_host: 10.9.9.9, port: 2200}}
+    """))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(f), "--backend", "ssh",
+                        "--dry-run", "--run-id", "d1"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, TMPDIR=str(tmp)))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "worker:1  (h2:2224)  ssh alice@10.9.9.9 (port 2200)" in out
+    assert "ps:0  (h1:2222)  ssh alice@h1" in out
+    assert "argv: /opt/py/bin/python3 /srv/job/train.py --lr=0.1" in out
+    assert "cwd:  /srv/job" in out and sys.executable not in out
+    assert "env:  TFCLUSTER_LOCAL_TASKS=2" in out and "env:  TFCLUSTER_RESTART_COUNT=0" in out
+    assert "API_TOKEN=****" in out and "hunter22" not in out
+    assert list(tmp.iterdir()) == []           # no ssh socket folder made
+    assert not (tmp_path / "runs").exists()

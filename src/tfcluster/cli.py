@@ -7,9 +7,10 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import replace
 from typing import List, Optional, Sequence
 
-from . import __version__
+from . import __version__, rules
 from .errors import UserError
 
 DESCRIPTION = """\
@@ -33,30 +34,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     s = sub.add_parser("launch", help="start every task of the file on this machine and watch them",
+                       usage="tfcluster launch [options] FILE [-- CMD ARGS...]",
                        description="Start the cluster's tasks, stream their output, decide success "
                        "or failure, and stop every task at the end. Anything after '--' is the "
-                       "program every task runs instead of the file's program.")
+                       "program every task runs instead of the file's program.",
+                       epilog="Task output goes to stdout, tfcluster's own lines to stderr. "
+                       "The run plan, the task contract and the rules: docs/PLAN.md.")
     s.add_argument("file", help="cluster file (cluster.yaml)")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="append --job_name, --task_index and --<job>_hosts to every task's argv")
-    s.add_argument("--success", choices=["chief", "all-workers"],
+    s.add_argument("--success", choices=list(rules.SUCCESS_RULES),
                    help="when the run has succeeded (default: the file's success:, else chief)")
     s.add_argument("--grace", type=_seconds, metavar="SECONDS",
                    help="seconds other workers get to finish once the run has succeeded (default 5)")
-    s.add_argument("--restart", choices=["never", "on-failure", "exit-code"],
+    s.add_argument("--restart", choices=list(rules.RESTART_POLICIES),
                    help="restart policy for every job (default: the file's restart.policy)")
     s.add_argument("--max-restarts", type=_count, metavar="N", help="restarts per task")
     s.add_argument("--logdir", help="folder for run folders (default: the file's logdir:, else runs)")
     s.add_argument("--run-id", help="name of this run's folder (default: a timestamp)")
     s.add_argument("--dry-run", action="store_true",
-                   help="print each task's argv, folder and environment additions; start nothing")
+                   help="print each task's argv, folder and environment additions as the backend "
+                   "will run them; start nothing")
     s.add_argument("--quiet", "-q", action="store_true",
                    help="show only tfcluster's own lines and failures, not the tasks' output")
     s.add_argument("--no-live", action="store_true",
                    help="plain log lines even on a terminal (no live status display)")
+    s.add_argument("--progress-interval", type=_seconds, default=15.0, metavar="SECONDS",
+                   help="without a live display: seconds between progress lines (default 15)")
     s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
                    help="how long a task gets between SIGTERM and SIGKILL when stopped (default 5)")
-    s.add_argument("--backend", choices=["local", "ssh", "slurm"],
+    s.add_argument("--backend", choices=list(rules.BACKENDS),
                    help="how tasks are started (default: local when every host is this machine, "
                    "else ssh)")
     s.add_argument("--host", action="append", metavar="NAME",
@@ -117,7 +124,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv and argv[0] == "launch" and not program:
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
+                  f"tfcluster launch: hint: put the program after '--': tfcluster launch FILE -- "
+                  f"{' '.join(unknown)}", file=sys.stderr)
+            return 2
+    else:
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -144,9 +159,10 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds")
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"'{text}' must be 0 or more")
-    return value
+    try:
+        return rules.check_seconds(value, "seconds")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' must be a finite number, 0 or more")
 
 
 def _count(text: str) -> int:
@@ -165,33 +181,12 @@ def _load(path: str, assign_counts: bool = False):
     from . import config
     cluster = config.load(path)
     if assign_counts and not cluster.resolved:
+        from .plan import assign_local_ports
         cluster = assign_local_ports(cluster)
         print(f"tfcluster: note: {', '.join(cluster.count_jobs)} given as a count; "
               f"ports assigned as the local backend would (from {cluster.base_port})",
               file=sys.stderr)
     return cluster
-
-
-def assign_local_ports(cluster):
-    """Give count jobs consecutive free ports on localhost, from the file's base_port."""
-    from .config import Endpoint
-    from .hosts import free_port_run
-    taken = {t.endpoint.port for t in cluster.tasks if t.endpoint is not None}
-    missing = [t for t in cluster.tasks if t.endpoint is None]
-    start = cluster.base_port
-    while True:
-        try:
-            first = free_port_run(len(missing), start)
-        except OSError as e:
-            raise UserError(f"base_port: {e}")
-        block = set(range(first, first + len(missing)))
-        clash = sorted(block & taken)
-        if not clash:
-            break
-        start = clash[-1] + 1
-    ports = iter(range(first, first + len(missing)))
-    assigned = {t.id: Endpoint("localhost", next(ports)) for t in missing}
-    return cluster.with_endpoints(lambda t: assigned[t.id])
 
 
 def cmd_validate(args) -> int:
@@ -241,14 +236,17 @@ def cmd_tf_config(args) -> int:
 
 
 def cmd_commands(args) -> int:
+    from . import contract
+    from .plan import LaunchOptions, build_plan
     cluster = _load(args.file, assign_counts=True)
-    for t in cluster.tasks:
-        argv = cluster.argv(t.id, task_flags=args.task_flags) if (t.command or t.args) else \
-            ["python", "my_trainer.py"] + (cluster.task_flag_args(t.id) if (
-                args.task_flags or t.task_flags) else [])
-        env = cluster.env(t.id)
+    plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags), need_program=False)
+    for t in plan.tasks:
+        task = t if t.argv else replace(t, argv=(contract.PYTHON, "my_trainer.py"))
+        argv = contract.display_argv(plan.argv(task))
+        env = plan.env(task)
+        env.pop(contract.RUN_DIR, None)   # a run by hand has no run folder
         assigns = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
-        print(f"# {t.name} — on {t.endpoint.host}")
+        print(f"# {t.name} — on {t.host}")
         print(f"cd {shlex.quote(t.cwd)} && env " + " ".join(assigns) + " "
               + " ".join(shlex.quote(w) for w in argv))
     return 0
@@ -285,9 +283,63 @@ def cmd_render(args) -> int:
     return 0
 
 
+def launch_options(args):
+    """The command line of ``launch`` as plain options: the only reader of its argparse."""
+    from .plan import LaunchOptions
+    return LaunchOptions(
+        command=tuple(args.program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
+        success=args.success, grace=args.grace, restart=args.restart,
+        max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
+        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
+
+
+def make_backend(plan, cluster):
+    """The composition root's one choice: which backend starts the plan's tasks."""
+    if plan.backend == "ssh":
+        from .backends.ssh import SshBackend
+        return SshBackend(cluster, stop_timeout=plan.stop_timeout)
+    from .backends.local import LocalBackend
+    return LocalBackend()
+
+
+def launch(path_or_cluster, options=None, view=None) -> int:
+    """Run a cluster file (or a loaded Cluster) to the end; returns the exit code. The Python
+    API of ``tfcluster launch`` (``options``: :class:`tfcluster.plan.LaunchOptions`,
+    ``view``: :class:`tfcluster.launch.View`)."""
+    from . import config
+    from .launch import Supervisor
+    from .plan import build_plan
+    cluster = config.load(path_or_cluster) if isinstance(path_or_cluster, str) else path_or_cluster
+    plan = build_plan(cluster, options)
+    if plan.backend == "slurm":
+        from .backends import slurm
+        return slurm.launch(plan)
+    backend = make_backend(plan, cluster)
+    from .launch.preflight import preflight
+    preflight(plan, backend)
+    return Supervisor(plan, backend, view).run()
+
+
 def cmd_launch(args) -> int:
-    from .launch import launch_from_args
-    return launch_from_args(args)
+    from . import config
+    from .launch import View
+    from .plan import build_plan
+    cluster = config.load(args.file)
+    plan = build_plan(cluster, launch_options(args))
+    if plan.backend == "slurm":
+        from .backends import slurm
+        return slurm.launch(plan, dry_run=args.dry_run, quiet=args.quiet)
+    backend = make_backend(plan, cluster)
+    if args.dry_run:
+        from .launch.describe import describe
+        print(describe(plan, backend))
+        return 0
+    from .launch import Supervisor
+    from .launch.preflight import preflight
+    preflight(plan, backend)
+    view = View(quiet=args.quiet, live=False if args.no_live else None,
+                progress_every=args.progress_interval)
+    return Supervisor(plan, backend, view).run()
 
 
 def cmd_status(args) -> int:

@@ -25,7 +25,7 @@ def hello(path: Optional[str] = None) -> int:
         from .hosts import is_local, port_in_use, describe_port_holder
         cluster = load(path)
         if not cluster.resolved:
-            from .cli import assign_local_ports
+            from .plan import assign_local_ports
             cluster = assign_local_ports(cluster)
         tasks = [t for t in cluster.tasks if t.job != "evaluator"]
         if len(tasks) < 2:

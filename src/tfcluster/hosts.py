@@ -1,10 +1,12 @@
-"""Which hosts are this machine, and who holds a port. No TensorFlow here."""
+"""Hosts and ports, said once: which hosts are this machine, whether a port is free, who
+holds it, and free ports for a cluster. The launcher, the file model, the runtime (thread
+pools sized by the tasks that share a host) and the tests all use these. No TensorFlow here."""
 from __future__ import annotations
 
 import functools
 import ipaddress
 import socket
-from typing import Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,6 +36,14 @@ def is_local(host: str) -> bool:
     except ValueError:
         pass
     return h in local_names()
+
+
+def host_of(address: str) -> str:
+    """The host part of ``host:port`` or ``[v6]:port``."""
+    address = address.strip()
+    if address.startswith("["):
+        return address[1:address.find("]")]
+    return address.rsplit(":", 1)[0] if ":" in address else address
 
 
 def port_holder(port: int) -> Optional[Tuple[int, str]]:
@@ -90,3 +100,44 @@ def free_port_run(count: int, start: int, host: str = "localhost") -> int:
             return port
         port = busy + 1
     raise OSError(f"no run of {count} free ports from {start}")
+
+
+def free_ports(n: int) -> List[int]:
+    """``n`` distinct TCP ports that a TensorFlow server could bind right now (chosen by the
+    kernel, then checked on the IPv4 and IPv6 wildcard addresses)."""
+    ports: List[int] = []
+    for _ in range(1000):
+        if len(ports) == n:
+            return ports
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if port not in ports and not port_in_use(port):
+            ports.append(port)
+    raise OSError(f"could not find {n} free ports")
+
+
+def accepts(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    if is_local(host):
+        host = "localhost"
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def reachable_beyond_loopback() -> bool:
+    """True when this machine has a network address other than loopback."""
+    try:
+        import psutil
+        for name, addrs in psutil.net_if_addrs().items():
+            for a in addrs:
+                if a.family in (socket.AF_INET, socket.AF_INET6):
+                    ip = a.address.split("%")[0]
+                    if not (ip.startswith("127.") or ip == "::1" or ip.startswith("fe80")):
+                        return True
+    except Exception:
+        return True
+    return False

@@ -195,10 +195,12 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
                  task_flags: Optional[bool] = None, run_dir: Optional[str] = None,
                  overcommit: bool = True) -> str:
     """The cluster as an sbatch script: one Slurm task per TensorFlow task (counts or list
-    lengths; hosts and ports come from the allocation). ``command`` replaces the file's program."""
+    lengths; hosts and ports come from the allocation). ``command`` replaces the file's program.
+    The script carries the same run plan that ``launch --backend slurm`` submits."""
     from .backends import slurm
-    if run_dir is None:
-        run_dir = os.path.join(cluster.logdir, "slurm-{job_id}")
-    plan = slurm.make_plan(cluster, command=command, task_flags=task_flags, run_dir=run_dir)
-    return slurm.batch_script(plan, partition=partition, time=time,
+    from .plan import LaunchOptions, build_plan
+    plan = build_plan(cluster, LaunchOptions(backend="slurm", command=tuple(command or ()),
+                                             task_flags=task_flags, run_id="slurm"))
+    plan = plan.with_run_dir(run_dir or os.path.join(plan.logdir, "slurm-{job_id}"))
+    return slurm.batch_script(slurm.plan_data(plan), partition=partition, time=time,
                               name=name or k8s_name(_stem(cluster)), overcommit=overcommit)

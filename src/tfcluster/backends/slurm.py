@@ -29,7 +29,6 @@ How the job ends
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -42,8 +41,8 @@ import threading
 import time
 from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
 
-from ..config import Cluster
 from ..errors import UserError
+from ..plan import RunPlan
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
@@ -55,45 +54,19 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 # --------------------------------------------------------------------------------------
-# The plan: everything a Slurm task needs, as JSON (no cluster file needed on the nodes).
+# The plan: the run plan as JSON (:meth:`tfcluster.plan.RunPlan.to_dict`), with the
+# interpreter that runs the node wrapper; no cluster file is needed on the nodes.
 
-def make_plan(cluster: Cluster, command: Optional[Sequence[str]] = None,
-              task_flags: Optional[bool] = None, run_dir: Optional[str] = None,
-              success: Optional[str] = None, grace: Optional[float] = None,
-              stop_timeout: float = 5.0, command_cwd: Optional[str] = None) -> Dict[str, Any]:
-    """The run as plain data for :mod:`.slurm_task`. Raises UserError for a missing program."""
-    jobs = sorted(cluster.jobs)   # SlurmClusterResolver's order: sorted(jobs.items())
-    plan_jobs: Dict[str, Any] = {}
-    for job in jobs:
-        tasks = cluster.jobs[job]
-        first = tasks[0]
-        argv = list(command) if command else list(first.command) + list(first.args)
-        if not argv:
-            raise UserError("program.command: no program to run; set it in the file or give one "
-                            "after '--' (tfcluster launch FILE --backend slurm -- python my_trainer.py)")
-        r = first.restart
-        plan_jobs[job] = {
-            "count": len(tasks),
-            "argv": argv,
-            "env": dict(first.env),
-            "cwd": (command_cwd or os.getcwd()) if command else first.cwd,
-            "task_flags": bool(first.task_flags if task_flags is None else task_flags),
-            "gpus": [t.gpus for t in tasks],
-            "restart": {"policy": r.policy, "max_restarts": r.max_restarts, "backoff": r.backoff},
-        }
-    return {
-        "version": 1,
-        "jobs": plan_jobs,
-        "order": jobs,
-        "port_base": cluster.base_port,
-        "chief": str(cluster.chief),
-        "success": success or cluster.success,
-        "grace": float(cluster.grace if grace is None else grace),
-        "stop_timeout": float(stop_timeout),
-        "run_dir": run_dir,
-        "python": sys.executable,
-        "source": os.path.abspath(cluster.source) if cluster.source else "",
-    }
+def plan_data(plan: RunPlan) -> Dict[str, Any]:
+    """The run plan as the batch script exports it and the node wrapper reads it."""
+    d = plan.to_dict()
+    d["extra"]["python"] = sys.executable
+    return d
+
+
+def job_order(plan: Dict[str, Any]) -> List[str]:
+    """SlurmClusterResolver's order of jobs: ``sorted(jobs.items())``."""
+    return sorted(plan["jobs"])
 
 
 def ntasks(plan: Dict[str, Any]) -> int:
@@ -102,7 +75,7 @@ def ntasks(plan: Dict[str, Any]) -> int:
 
 def rank_table(plan: Dict[str, Any]) -> List[Tuple[str, int]]:
     """(job, index) of every rank: jobs in plan order, indexes within a job."""
-    return [(job, i) for job in plan["order"] for i in range(plan["jobs"][job]["count"])]
+    return [(job, i) for job in job_order(plan) for i in range(plan["jobs"][job]["count"])]
 
 
 def srun_argv(plan: Dict[str, Any], name: Optional[str] = None, overcommit: bool = True) -> List[str]:
@@ -111,7 +84,7 @@ def srun_argv(plan: Dict[str, Any], name: Optional[str] = None, overcommit: bool
         argv.append("--overcommit")
     if name:
         argv.append(f"--job-name={name}")
-    return argv + [plan["python"], "-m", TASK_MODULE]
+    return argv + [plan["extra"].get("python", "python3"), "-m", TASK_MODULE]
 
 
 def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Optional[str] = None,
@@ -135,10 +108,10 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
         lines.append(f"#SBATCH --output={output}")
     lines.append("#")
     lines.append("# Slurm task (SLURM_PROCID) -> TensorFlow task, in SlurmClusterResolver's order;")
-    lines.append(f"# the tasks on each node listen on ports {plan['port_base']}, "
-                 f"{plan['port_base'] + 1}, ...:")
+    lines.append(f"# the tasks on each node listen on ports {plan['base_port']}, "
+                 f"{plan['base_port'] + 1}, ...:")
     rank = 0
-    for job in plan["order"]:
+    for job in job_order(plan):
         c = plan["jobs"][job]["count"]
         span = f"{rank}" if c == 1 else f"{rank}-{rank + c - 1}"
         tasks = f"{job}:0" if c == 1 else f"{job}:0..{job}:{c - 1}"
@@ -148,6 +121,7 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
                  + ("exits" if plan["success"] == "chief" else "and every worker exit")
                  + "; ps tasks are then stopped. Stop it early with: scancel $SLURM_JOB_ID")
     lines.append("")
+    lines.append("umask 077")
     lines.append(f"export {PLAN_ENV}={shlex.quote(json.dumps(plan, separators=(',', ':')))}")
     run_dir = plan.get("run_dir")
     if run_dir:
@@ -232,7 +206,7 @@ def layout(plan: Dict[str, Any], nodes: Sequence[str], per_node: Sequence[int]
     the tasks of a node get ports port_base, port_base+1, ..."""
     if len(nodes) != len(per_node):
         raise ValueError(f"{len(nodes)} nodes but tasks per node for {len(per_node)}")
-    slots = [(host, plan["port_base"] + i) for host, n in zip(nodes, per_node) for i in range(n)]
+    slots = [(host, plan["base_port"] + i) for host, n in zip(nodes, per_node) for i in range(n)]
     table = rank_table(plan)
     if len(slots) != len(table):
         raise ValueError(f"the step has {len(slots)} Slurm tasks but the cluster has {len(table)} "
@@ -243,47 +217,52 @@ def layout(plan: Dict[str, Any], nodes: Sequence[str], per_node: Sequence[int]
 # --------------------------------------------------------------------------------------
 # The launcher side: tfcluster launch FILE --backend slurm.
 
-def launch(cluster: Cluster, args) -> int:
-    """Submit (sbatch) or run (srun, inside an allocation) the cluster, follow it, stream its
+def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False) -> int:
+    """Submit (sbatch) or run (srun, inside an allocation) the plan, follow it, stream its
     output and return 0 (succeeded), 1 (failed), 2 (bad input) or 130 (interrupted; the job
     is cancelled)."""
-    program = list(getattr(args, "program", None) or [])
-    run_id = getattr(args, "run_id", None) or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    logdir = os.path.abspath(args.logdir) if getattr(args, "logdir", None) else cluster.logdir
-    run_dir = os.path.join(logdir, run_id)
-    plan = make_plan(cluster, command=program or None, task_flags=getattr(args, "task_flags", None),
-                     run_dir=run_dir, success=getattr(args, "success", None),
-                     grace=getattr(args, "grace", None),
-                     stop_timeout=getattr(args, "stop_timeout", None) or 5.0,
-                     command_cwd=os.getcwd())
-    quiet = bool(getattr(args, "quiet", False))
+    data = plan_data(plan)
+    run_dir = plan.run_dir
     out = sys.stdout
     inside = bool(os.environ.get("SLURM_JOB_ID"))
-    name = f"tfcluster-{run_id}"
-    if getattr(args, "dry_run", False):
+    name = f"tfcluster-{plan.run_id}"
+    if dry_run:
+        shown = _masked(data)
         if inside:
-            print(f"{PLAN_ENV}={shlex.quote(json.dumps(plan))} \\\n  "
-                  + " ".join(shlex.quote(w) for w in srun_argv(plan, name=name)), file=out)
+            print(f"{PLAN_ENV}={shlex.quote(json.dumps(shown))} \\\n  "
+                  + " ".join(shlex.quote(w) for w in srun_argv(shown, name=name)), file=out)
         else:
-            print(batch_script(plan, name=name, output=os.path.join(run_dir, "slurm-%j.out")),
+            print(batch_script(shown, name=name, output=os.path.join(run_dir, "slurm-%j.out")),
                   end="", file=out)
         return EXIT_OK
     tool = "srun" if inside else "sbatch"
     if not shutil.which(tool):
         raise UserError(f"--backend slurm: '{tool}' not found on PATH (is Slurm installed here?)")
     try:
-        os.makedirs(run_dir, exist_ok=True)
+        os.makedirs(plan.logdir, exist_ok=True)
+        os.makedirs(run_dir, mode=0o700)
+    except FileExistsError:
+        raise UserError(f"--run-id: {run_dir} exists already; choose another run id")
     except OSError as e:
         raise UserError(f"logdir: cannot create {run_dir} ({e.strerror or e})")
-    listed = [j for j in cluster.jobs if j not in cluster.count_jobs]
-    counts = ", ".join(f"{j}: {plan['jobs'][j]['count']}" for j in plan["order"])
-    _info(f"run {run_id}: {ntasks(plan)} Slurm task(s) ({counts}); "
+    listed = [j for j in plan.jobs if j not in plan.count_jobs]
+    counts = ", ".join(f"{j}: {data['jobs'][j]['count']}" for j in job_order(data))
+    _info(f"run {plan.run_id}: {ntasks(data)} Slurm task(s) ({counts}); "
           f"logs in {run_dir}" + (f"; hosts listed for {', '.join(listed)} are not used, Slurm "
                                   f"chooses the nodes" if listed else ""))
-    follower = _Follower(plan, run_dir, quiet=quiet)
+    follower = _Follower(data, run_dir, quiet=quiet)
     if inside:
         return follower.run_srun(name)
     return follower.run_sbatch(name)
+
+
+def _masked(data: Dict[str, Any]) -> Dict[str, Any]:
+    """The plan data with secret values masked (for printing)."""
+    from .. import secrets
+    shown = json.loads(json.dumps(data))
+    for j in shown["jobs"].values():
+        j["env"] = secrets.mask_env(j["env"])
+    return shown
 
 
 def _info(line: str, stream: IO[str] = sys.stderr) -> None:
@@ -363,7 +342,8 @@ class _Follower:
         output = os.path.join(self.run_dir, "slurm-%j.out")
         script = batch_script(self.plan, name=name, output=output)
         path = os.path.join(self.run_dir, "job.sbatch")
-        with open(path, "w") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(script)
         r = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=60)
         if r.returncode != 0:

@@ -33,7 +33,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -42,8 +41,8 @@ from typing import Dict, List, Optional
 from ..config import Cluster, RemoteSpec
 from ..errors import UserError
 from ..hosts import is_local
-
-from ..launch.backend import Backend, Handle, LocalBackend, ProcessSpec, child_setup
+from .base import Backend, Handle, ProcessSpec, child_setup
+from .local import LocalBackend
 
 DEFAULT_PYTHON = "python3"
 CONNECT_TIMEOUT = 10
@@ -207,32 +206,39 @@ class SshBackend(Backend):
             raise UserError("--backend ssh: the OpenSSH client 'ssh' is not installed here")
         self.cluster = cluster
         self.stop_timeout = stop_timeout
-        self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
+        self.control_dir: Optional[str] = None                   # made at the first connection
         self._masters: Dict[str, List[str]] = {}                 # host -> ssh argv
         self._procs: List[subprocess.Popen] = []                 # master connections
         self._lock = threading.Lock()
-        self._local = LocalBackend() if LocalBackend is not None else None
+        self._local = LocalBackend()
 
-    # ---- what runs there
+    # ---- what runs there: the remote interpreter and folder are this backend's own
     def settings(self, host: str) -> RemoteSpec:
         return remote_settings(self.cluster, host)
 
     def is_remote(self, host: str) -> bool:
         return host in self.cluster.spec.hosts or not is_local(host)
 
+    def python(self, host: str) -> List[str]:
+        if not self.is_remote(host):
+            return self._local.python(host)
+        return shlex.split(self.settings(host).python or DEFAULT_PYTHON)
+
     def remote_spec(self, spec: ProcessSpec) -> Dict[str, object]:
-        """argv, env and folder as the remote host sees them (python and workdir mapped)."""
+        """argv, env and folder as the remote host sees them (paths under the file's folder
+        mapped to ``workdir``)."""
         s = self.settings(spec.host)
-        argv = [self._map_path(w, s) for w in spec.argv]
-        if argv and (argv[0] == sys.executable or os.path.basename(argv[0]) in ("python", "python3")):
-            python = shlex.split(s.python or DEFAULT_PYTHON)
-            argv = python + argv[1:]
-        env = dict(spec.env)
-        if "TFCLUSTER_LOCAL_TASKS" in env:   # tasks sharing that host's cores, not all of them
-            env["TFCLUSTER_LOCAL_TASKS"] = str(max(1, sum(
-                1 for t in self.cluster.tasks if t.endpoint is not None and t.endpoint.host == spec.host)))
-        return {"argv": argv, "env": env, "cwd": self._map_path(spec.cwd, s),
-                "stop_timeout": self.stop_timeout}
+        return {"argv": [self._map_path(w, s) for w in spec.argv], "env": dict(spec.env),
+                "cwd": self._map_path(spec.cwd, s), "stop_timeout": self.stop_timeout}
+
+    def describe(self, spec: ProcessSpec) -> Dict[str, object]:
+        if not self.is_remote(spec.host):
+            return self._local.describe(spec)
+        s = self.settings(spec.host)
+        target = f"{s.user + '@' if s.user else ''}{s.ssh_host or spec.host}" + (
+            f" (port {s.port})" if s.port else "")
+        r = self.remote_spec(spec)
+        return {"where": f"ssh {target}", "argv": r["argv"], "cwd": r["cwd"]}
 
     def _map_path(self, word: str, s: RemoteSpec) -> str:
         if not s.workdir:
@@ -245,8 +251,11 @@ class SshBackend(Backend):
         return word
 
     # ---- Backend
+    def accepts(self, host: str, port: int) -> bool:
+        return self._local.accepts(host, port)
+
     def start(self, spec: ProcessSpec) -> Handle:
-        if not self.is_remote(spec.host) and self._local is not None:
+        if not self.is_remote(spec.host):
             return self._local.start(spec)
         s = self.settings(spec.host)
         base = self._master(spec.host, s, spec.name)
@@ -272,6 +281,8 @@ class SshBackend(Backend):
             if host in self._masters:
                 return self._masters[host]
             base = ssh_argv(s, host)
+            if self.control_dir is None:
+                self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
             path = os.path.join(self.control_dir, f"m{len(self._procs)}")
             mux = ["-o", f"ControlPath={path}"]
             err = tempfile.TemporaryFile()
@@ -312,7 +323,9 @@ class SshBackend(Backend):
             procs, self._procs, self._masters = list(self._procs), [], {}
         for p in procs:
             _stop_process(p)
-        shutil.rmtree(self.control_dir, ignore_errors=True)
+        if self.control_dir is not None:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+            self.control_dir = None
 
 
 def _stop_process(p: subprocess.Popen) -> None:

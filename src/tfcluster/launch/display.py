@@ -1,7 +1,12 @@
-"""What the launcher shows: prefixed task output, its own lines, and a live status table.
+"""What the launcher shows: task output on stdout, its own lines on stderr, and a live table.
 
-On a terminal, rich draws a live table (task states, uptime, restarts, global step, steps/s,
-ETA) under the scrolling output; elsewhere everything is plain lines.
+Task output (prefixed ``[worker:1]``) goes to stdout; tfcluster's own lines (starts, failures,
+restarts, the stop sequence, the summary) go to stderr, so ``>/dev/null`` keeps the launcher's
+story and ``2>/dev/null`` keeps only task output. Progress-protocol lines are consumed, not
+echoed (the task logs keep them). When stdout and stderr are both a terminal, rich draws a live
+table (task, state, uptime, restarts, step, metrics; the chief marked; global step, steps/s,
+ETA) under the scrolling output, on that one screen; otherwise the launcher prints a periodic
+progress line instead.
 """
 from __future__ import annotations
 
@@ -13,21 +18,31 @@ COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_
            "bright_green", "bright_yellow", "bright_blue"]
 
 
+def _isatty(stream) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
 class Display:
     def __init__(self, quiet: bool = False, live: Optional[bool] = None,
-                 table: Optional[Callable[[], object]] = None, stream=None):
-        self.stream = stream or sys.stdout
+                 table: Optional[Callable[[], object]] = None, stream=None, err_stream=None):
+        self.out = stream or sys.stdout
+        self.err = err_stream or (stream if stream is not None else sys.stderr)
         self.quiet = quiet
         self.lock = threading.Lock()
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = _isatty(self.out) and _isatty(self.err)
         self.live_wanted = self.tty if live is None else (live and self.tty)
         self.table = table
         self.live = None
         self.console = None
         if self.tty:
             from rich.console import Console
-            self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
-        self._colour = {}
+            self.console = Console(file=self.out, highlight=False, soft_wrap=True)
+        self._colour: dict = {}
+        self.echo = None      # a callable that gets every launcher line too (the launcher log)
+
+    @property
+    def shows_table(self) -> bool:
+        return self.live is not None
 
     # -- lifecycle
     def start(self) -> None:
@@ -57,23 +72,38 @@ class Display:
     def task_line(self, name: str, line: str) -> None:
         if self.quiet:
             return
-        self._emit(f"[{name}] ", line, self.colour(name))
+        self._emit(self.out, f"[{name}] ", line, self.colour(name))
 
     def info(self, line: str) -> None:
-        self._emit("tfcluster: ", line, "bold")
+        self._launcher(line, "bold")
 
     def error(self, line: str) -> None:
-        self._emit("tfcluster: ", line, "bold red")
+        self._launcher(line, "bold red")
+
+    def _launcher(self, line: str, style: str) -> None:
+        if self.echo is not None:
+            self.echo(line)
+        self._emit(self.err, "tfcluster: ", line, style)
 
     def block(self, text: str) -> None:
-        with self.lock:
-            if self.console is not None:
-                self.console.print(text, markup=False, highlight=False)
-            else:
-                self.stream.write(text + "\n")
-                self.stream.flush()
+        """A block of launcher text (the summary, a dry run's plan)."""
+        if self.echo is not None:
+            self.echo(text)
+        self.write(text, self.err)
 
-    def _emit(self, prefix: str, line: str, style: str) -> None:
+    def write(self, text: str, stream=None) -> None:
+        with self.lock:
+            try:
+                if self.console is not None:
+                    self.console.print(text, markup=False, highlight=False)
+                else:
+                    s = stream or self.out
+                    s.write(text + "\n")
+                    s.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def _emit(self, stream, prefix: str, line: str, style: str) -> None:
         with self.lock:
             try:
                 if self.console is not None:
@@ -82,7 +112,7 @@ class Display:
                     text.append(line)
                     self.console.print(text)
                 else:
-                    self.stream.write(prefix + line + "\n")
-                    self.stream.flush()
+                    stream.write(prefix + line + "\n")
+                    stream.flush()
             except (BrokenPipeError, ValueError):
                 pass

@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
 from tfcluster.errors import UserError
+from tfcluster.hosts import host_of, is_local
+from tfcluster.rules import REPLICA_JOBS, job_rank
 
-#: jobs whose tasks run a replica of the model (between-graph replication)
-REPLICA_JOBS = ("chief", "worker")
-#: the order jobs are listed in (others follow, sorted)
-JOB_ORDER = ("chief", "worker", "ps", "evaluator")
 
 
 class ContextError(UserError):
@@ -153,7 +150,7 @@ class TaskContext:
         if told.isdigit() and int(told) > 0:
             return int(told)
         hosts = [h for addrs in self.cluster.values() for h in addrs]
-        n = sum(1 for h in hosts if is_local_host(_host_of(h)))
+        n = sum(1 for h in hosts if is_local(host_of(h)))
         if not self.in_cluster:
             n += 1
         return max(1, n)
@@ -164,42 +161,9 @@ class TaskContext:
 
 # --- parsing ------------------------------------------------------------------------
 
-def _host_of(address: str) -> str:
-    address = address.strip()
-    if address.startswith("["):  # [::1]:2222
-        return address[1:address.find("]")]
-    return address.rsplit(":", 1)[0] if ":" in address else address
-
-
-_LOCAL_NAMES: Optional[set] = None
-
-
-def _local_names() -> set:
-    global _LOCAL_NAMES
-    if _LOCAL_NAMES is None:
-        names = {"localhost", "0.0.0.0", "::", "::1", "ip6-localhost"}
-        for fn in (socket.gethostname, socket.getfqdn):
-            try:
-                names.add(fn().lower())
-            except OSError:
-                pass
-        try:
-            import psutil
-
-            for addrs in psutil.net_if_addrs().values():
-                for a in addrs:
-                    if a.family in (socket.AF_INET, socket.AF_INET6):
-                        names.add(a.address.split("%")[0].lower())
-        except Exception:  # pragma: no cover - psutil missing or restricted
-            pass
-        _LOCAL_NAMES = names
-    return _LOCAL_NAMES
-
-
 def is_local_host(host: str) -> bool:
     """True when ``host`` names this machine (loopback, its hostname or one of its addresses)."""
-    h = host.lower()
-    return h.startswith("127.") or h in _local_names()
+    return is_local(host)
 
 
 def _split_hosts(value) -> List[str]:
@@ -228,8 +192,7 @@ def _check_cluster(cluster: Mapping[str, object], where: str) -> Dict[str, List[
             out[str(job)] = list(hosts)
     if not out:
         raise ContextError(f"{where}: the cluster has no tasks")
-    return dict(sorted(out.items(), key=lambda kv: (JOB_ORDER.index(kv[0]) if kv[0] in JOB_ORDER
-                                                    else len(JOB_ORDER), kv[0])))
+    return dict(sorted(out.items(), key=lambda kv: (job_rank(kv[0]), kv[0])))
 
 
 def parse_tf_config(text: str) -> TaskContext:

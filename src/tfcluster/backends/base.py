@@ -1,9 +1,9 @@
-"""Backends start processes; they know argv, env and host, never TensorFlow.
+"""The backend interface: backends start processes; they know argv, env and host, never
+TensorFlow, never the run's rules.
 
-The launcher (what to run, when a run has succeeded, restarts) talks to a backend through
-:class:`Backend` and :class:`Handle`. The local backend runs each task as a child process in
-its own process group, with a parent-death signal so that no task outlives a launcher that is
-killed with SIGKILL.
+The supervisor (:mod:`tfcluster.launch`: what to run, when a run has succeeded, restarts)
+talks to a backend through :class:`Backend` and :class:`Handle`; the CLI picks the backend
+(:mod:`.local`, :mod:`.ssh`). This module sits below both: it imports neither.
 """
 from __future__ import annotations
 
@@ -11,12 +11,18 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import IO, Dict, List, Optional
+
+from ..hosts import accepts
 
 
 @dataclass
 class ProcessSpec:
+    """One process to start: a task's argv (its interpreter resolved for where it runs), its
+    environment additions (the task contract), its folder and its host."""
+
     name: str                     # "worker:1"
     argv: List[str]
     env: Dict[str, str]           # additions over the launcher's environment
@@ -47,7 +53,23 @@ class Handle:
 
 
 class Backend:
+    """Starts tasks. ``python`` is the interpreter that replaces a plan's symbolic ``{python}``
+    on ``host``. A backend resolves only what is truly its own: the interpreter (here) and, when
+    it starts a task elsewhere, the remote folder (in :meth:`start` and :meth:`describe`)."""
+
     name = "base"
+    checks_local_ports = False    # the supervisor checks this machine's ports before starting
+
+    def python(self, host: str) -> List[str]:
+        return [sys.executable]
+
+    def accepts(self, host: str, port: int) -> bool:
+        """Whether ``host:port`` accepts connections (a task's server is up)."""
+        return accepts(host, port)
+
+    def describe(self, spec: ProcessSpec) -> Dict[str, object]:
+        """How ``spec`` will run, for dry runs: at least argv, cwd and where."""
+        return {"where": "this machine", "argv": spec.argv, "cwd": spec.cwd}
 
     def start(self, spec: ProcessSpec) -> Handle:
         raise NotImplementedError
@@ -94,60 +116,3 @@ def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-class LocalHandle(Handle):
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.pid = proc.pid
-        self.stdout = proc.stdout
-        self._pidfd: Optional[int] = None
-        try:
-            self._pidfd = os.pidfd_open(proc.pid)  # Linux 5.3+, Python 3.9+
-        except (AttributeError, OSError):
-            pass
-
-    def exit_fd(self) -> Optional[int]:
-        return self._pidfd
-
-    def __del__(self):
-        if self._pidfd is not None:
-            try:
-                os.close(self._pidfd)
-            except OSError:
-                pass
-
-    def poll(self) -> Optional[int]:
-        return self.proc.poll()
-
-    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)  # the task's own process group (start_new_session)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
-
-class LocalBackend(Backend):
-    """Child processes on this machine, each in its own session and process group."""
-
-    name = "local"
-
-    def start(self, spec: ProcessSpec) -> Handle:
-        env = dict(os.environ)
-        env.update(spec.env)
-        proc = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=child_setup, close_fds=True)
-        return LocalHandle(proc)

@@ -1,0 +1,126 @@
+"""The task contract: everything a task is given, in one place.
+
+Whatever starts a task -- the local launcher, ssh, a per-host agent, the Slurm node wrapper,
+a JobSet pod's entry point, or a person pasting ``tfcluster commands`` -- gives it exactly
+this (documented in docs/PLAN.md):
+
+``TF_CONFIG``
+    TensorFlow's format: ``{"cluster": {job: [host:port, ...]}, "task": {"type": job,
+    "index": i}}``; an ``evaluator`` gets a TF_CONFIG but is left out of ``cluster``.
+task flags (opt-in)
+    ``--job_name=J --task_index=I`` and ``--J_hosts=h1:p1,h2:p2`` for every job of the cluster.
+``CUDA_VISIBLE_DEVICES``
+    from ``jobs.<job>.gpus``; ``""`` for ps unless given.
+``TFCLUSTER_TASK``            the task's name, ``worker:1``
+``TFCLUSTER_RUN_DIR``         the run's folder (logs, run.json)
+``TFCLUSTER_LOCAL_TASKS``     how many tasks share this task's host (thread pools are sized by it)
+``TFCLUSTER_RESTART_COUNT``   0 on the first start, N on the N-th restart
+``TFCLUSTER_MAX_RESTARTS``    the task's restart budget (0 when its policy is never)
+``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
+
+and the file's (and job's) ``env``. ``python``/``python3`` as a task's command means "the
+interpreter that runs tfcluster" locally and the host's configured interpreter remotely:
+plans carry the symbolic :data:`PYTHON` and each backend resolves it (:func:`resolve_argv`).
+Nothing here imports TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Mapping, Optional, Sequence
+
+TF_CONFIG = "TF_CONFIG"
+TASK = "TFCLUSTER_TASK"
+RUN_DIR = "TFCLUSTER_RUN_DIR"
+LOCAL_TASKS = "TFCLUSTER_LOCAL_TASKS"
+RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
+MAX_RESTARTS = "TFCLUSTER_MAX_RESTARTS"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+#: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
+PYTHON = "{python}"
+PYTHON_WORDS = ("python", "python3")
+
+
+def is_python(word: str) -> bool:
+    return word == PYTHON or word in PYTHON_WORDS
+
+
+def symbolic_argv(argv: Sequence[str]) -> List[str]:
+    """``argv`` with a leading ``python``/``python3`` replaced by :data:`PYTHON`."""
+    argv = list(argv)
+    if argv and argv[0] in PYTHON_WORDS:
+        argv[0] = PYTHON
+    return argv
+
+
+def resolve_argv(argv: Sequence[str], python: Sequence[str]) -> List[str]:
+    """``argv`` with :data:`PYTHON` replaced by ``python`` (one or more words)."""
+    argv = list(argv)
+    if argv and argv[0] == PYTHON:
+        return list(python) + argv[1:]
+    return argv
+
+
+def display_argv(argv: Sequence[str]) -> List[str]:
+    """``argv`` as a person would type it (``python`` for the symbolic interpreter)."""
+    return resolve_argv(argv, ["python"])
+
+
+def cluster_dict(endpoints: Mapping[str, Sequence[str]]) -> Dict[str, List[str]]:
+    """The ClusterSpec dict from job -> endpoints: ``evaluator`` is left out (TensorFlow's rule)."""
+    return {job: list(eps) for job, eps in endpoints.items() if job != "evaluator"}
+
+
+def tf_config(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> Dict[str, object]:
+    """The TF_CONFIG dict of task ``job:index`` in ``cluster`` (a ClusterSpec dict)."""
+    return {"cluster": {j: list(eps) for j, eps in cluster.items()},
+            "task": {"type": job, "index": int(index)}}
+
+
+def tf_config_json(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> str:
+    return json.dumps(tf_config(cluster, job, index), separators=(",", ":"))
+
+
+def task_flags(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> List[str]:
+    """The seed's flags: ``--job_name --task_index`` and ``--<job>_hosts`` for every job."""
+    flags = [f"--job_name={job}", f"--task_index={int(index)}"]
+    for j, eps in cluster.items():
+        flags.append(f"--{j}_hosts={','.join(eps)}")
+    return flags
+
+
+def task_argv(argv: Sequence[str], cluster: Mapping[str, Sequence[str]], job: str, index: int,
+              with_flags: bool) -> List[str]:
+    """A task's argv: its program, plus the task flags when asked for."""
+    return list(argv) + (task_flags(cluster, job, index) if with_flags else [])
+
+
+def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]], *,
+             file_env: Mapping[str, str] = (), gpus: Optional[str] = None,
+             run_dir: Optional[str] = None, local_tasks: Optional[int] = None,
+             restart_count: int = 0, max_restarts: int = 0) -> Dict[str, str]:
+    """The environment additions of one task (over the environment it is started in).
+
+    ``cluster`` None leaves TF_CONFIG out (a backend that learns the endpoints only where
+    the task runs, as Slurm does, adds it there with the same function)."""
+    env: Dict[str, str] = dict(file_env)
+    if gpus is not None:
+        env[CUDA_VISIBLE_DEVICES] = gpus
+    if cluster is not None:
+        env[TF_CONFIG] = tf_config_json(cluster, job, index)
+    env["PYTHONUNBUFFERED"] = "1"
+    env[TASK] = f"{job}:{index}"
+    if local_tasks is not None:
+        env[LOCAL_TASKS] = str(max(1, int(local_tasks)))
+    if run_dir:
+        env[RUN_DIR] = run_dir
+    env[RESTART_COUNT] = str(int(restart_count))
+    env[MAX_RESTARTS] = str(int(max_restarts))
+    return env
+
+
+def restart_count() -> int:
+    """For a program: how many times this task has been restarted (0 on its first start)."""
+    value = os.environ.get(RESTART_COUNT, "0")
+    return int(value) if value.isdigit() else 0

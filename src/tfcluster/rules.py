@@ -1,0 +1,261 @@
+"""The rulebook: the vocabulary of a run and the rules that decide it, as pure functions.
+
+Every way of running a cluster (the local supervisor, ssh and per-host agents, the Slurm node
+wrapper) and every way of describing one (dry runs, ``commands``, ``render``) imports its
+words and rules from here, so that a rule is written once. Nothing here starts a process,
+reads a file or imports TensorFlow. The rules are documented in docs/PLAN.md.
+"""
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Tuple
+
+# ---------------------------------------------------------------------------- vocabulary
+
+#: restart policies (``restart.policy``, ``--restart``)
+RESTART_POLICIES = ("never", "on-failure", "exit-code")
+#: success rules (``success:``, ``--success``)
+SUCCESS_RULES = ("chief", "all-workers")
+#: jobs with a meaning in TensorFlow's TF_CONFIG, in the order tfcluster lists them;
+#: other job names (the guide's "local") come after them, in file order
+KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
+#: jobs whose tasks run a replica of the model (between-graph replication)
+REPLICA_JOBS = ("chief", "worker")
+#: jobs with at most one task (TensorFlow's rule)
+SINGLE_TASK_JOBS = ("chief", "evaluator")
+#: the backends ``launch --backend`` knows
+BACKENDS = ("local", "ssh", "slurm")
+
+#: the restart backoff never waits longer than this, however many restarts
+BACKOFF_CAP = 30.0
+#: a task that fails within this many seconds of its first start is not restarted unless
+#: the policy asks for it explicitly (a missing module or a typo fails the same way each time)
+EARLY_FAILURE_SECONDS = 0.0
+
+# exit codes of tfcluster itself
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def job_rank(job: str) -> int:
+    """Sort key of a job in listings (chief, ps, worker, evaluator, then the rest)."""
+    return KNOWN_JOBS.index(job) if job in KNOWN_JOBS else len(KNOWN_JOBS)
+
+
+def sort_jobs(jobs: Iterable[str]) -> list:
+    """Jobs in listing order; unknown jobs keep their given order after the known ones."""
+    jobs = list(jobs)
+    return sorted(jobs, key=lambda j: (job_rank(j), jobs.index(j)))
+
+
+def start_order(jobs: Iterable[str]) -> list:
+    """Jobs in the order their tasks are started: ps first (workers dial them), then the rest."""
+    jobs = sort_jobs(jobs)
+    return [j for j in jobs if j == "ps"] + [j for j in jobs if j != "ps"]
+
+
+def stop_waves(jobs: Iterable[str]) -> Tuple[list, list]:
+    """(first, then): the jobs stopped first -- chief, workers, evaluators, which may save a
+    last checkpoint on SIGTERM and need their ps for it -- and the ps tasks after them."""
+    jobs = sort_jobs(jobs)
+    return [j for j in jobs if j != "ps"], [j for j in jobs if j == "ps"]
+
+
+def chief_of(jobs: Iterable[str]) -> str:
+    """TensorFlow's rule: the ``chief`` task, else ``worker:0``."""
+    return "chief:0" if "chief" in set(jobs) else "worker:0"
+
+
+# ---------------------------------------------------------------------------- exit codes
+
+def signal_exit_code(signum: int) -> int:
+    """The exit code of a process stopped by signal ``signum`` (the shell's 128+N)."""
+    return 128 + int(signum)
+
+
+def task_exit_code(returncode: int) -> int:
+    """A task's return code (negative: killed by signal -N, as Popen reports it) as an exit
+    code a process can itself exit with."""
+    if returncode < 0:
+        return signal_exit_code(-returncode)
+    return returncode if returncode < 256 else 1
+
+
+def describe_exit(returncode: Optional[int]) -> str:
+    """'exit 7', 'SIGKILL', or '' while running."""
+    if returncode is None:
+        return ""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit {returncode}"
+
+
+# ---------------------------------------------------------------------------- restarts
+
+@dataclass(frozen=True)
+class RestartRule:
+    """A task's effective restart settings: the file's ``restart:`` (or the job's), with the
+    command line's ``--restart`` and ``--max-restarts`` applied."""
+
+    policy: str = "never"
+    max_restarts: int = 3
+    max_total_restarts: Optional[int] = None
+    backoff: float = 1.0
+
+    def __post_init__(self):
+        if self.policy not in RESTART_POLICIES:
+            raise ValueError(f"unknown restart policy {self.policy!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    restart: bool
+    reason: str
+    delay: float = 0.0
+
+
+def backoff_delay(backoff: float, restarts: int) -> float:
+    """Seconds before restart number ``restarts + 1``: backoff, 2*backoff, 4*backoff, ...,
+    never more than BACKOFF_CAP."""
+    if restarts > 64:
+        return BACKOFF_CAP
+    return min(BACKOFF_CAP, backoff * (2 ** restarts))
+
+
+def decide_restart(rule: RestartRule, returncode: int, restarts: int, total_restarts: int = 0,
+                   *, port_conflict: bool = False, run_over: bool = False,
+                   early: bool = False) -> Decision:
+    """Is a task that ended with ``returncode`` (negative: killed by signal -returncode) started
+    again, having been restarted ``restarts`` times (the whole run: ``total_restarts``)?
+
+    never       never restart.
+    on-failure  restart after any non-zero exit or signal.
+    exit-code   Kubeflow TFJob's rule: exit codes 1-127 are permanent errors (no restart);
+                128-255 and deaths by signal are retryable.
+    Never restarted, whatever the policy: an exit 0, a port conflict (the port stays taken),
+    a task that ends after the run is over, and one that failed at its very first start
+    within EARLY_FAILURE_SECONDS (``early``). Budgets: ``max_restarts`` per task and
+    ``max_total_restarts`` per run. The delay doubles with each restart (backoff_delay).
+    """
+    if returncode == 0:
+        return Decision(False, "exited 0")
+    if run_over:
+        return Decision(False, "the run is over")
+    if rule.policy == "never":
+        return Decision(False, "restart policy is never")
+    if port_conflict:
+        return Decision(False, "a port conflict is not retried (the port stays taken)")
+    if rule.policy == "exit-code" and 1 <= returncode <= 127:
+        return Decision(False, f"exit code {returncode} is a permanent error (exit-code policy: "
+                               f"1-127 are not retried)")
+    if early:
+        return Decision(False, "it failed at once on its first start (not retried; a broken "
+                               "program fails the same way each time)")
+    if restarts >= rule.max_restarts:
+        return Decision(False, f"restart budget spent ({restarts} of {rule.max_restarts})")
+    if rule.max_total_restarts is not None and total_restarts >= rule.max_total_restarts:
+        return Decision(False, f"the run's restart budget is spent ({total_restarts} of "
+                               f"{rule.max_total_restarts})")
+    return Decision(True, f"restart {restarts + 1} of {rule.max_restarts}",
+                    delay=backoff_delay(rule.backoff, restarts))
+
+
+# ---------------------------------------------------------------------------- success
+
+def success_reached(rule: str, chief: str, succeeded: Mapping[str, bool],
+                    chief_here: bool = True) -> Optional[str]:
+    """Has the run succeeded? ``succeeded`` maps each task this launcher (or wrapper) knows of
+    to whether it has exited 0 by itself. Returns the words that say why, or None.
+
+    chief        the chief (or worker:0) exited 0.
+    all-workers  every chief and worker task exited 0.
+    A task list with neither (only ps, say) succeeds when every task has exited 0. When the
+    chief runs elsewhere (per-host mode, ``chief_here`` False), the local workers decide.
+    """
+    if rule not in SUCCESS_RULES:
+        raise ValueError(f"unknown success rule {rule!r}")
+    if rule == "chief" and chief_here and chief in succeeded:
+        return f"{chief} exited 0" if succeeded[chief] else None
+    if succeeded and all(succeeded.values()):
+        return "every task here exited 0"
+    workers = [t for t in succeeded if t.split(":")[0] in REPLICA_JOBS]
+    if not workers:
+        workers = [t for t in succeeded if t.split(":")[0] not in ("ps", "evaluator")]
+    if workers and all(succeeded[t] for t in workers):
+        return "every worker exited 0"
+    return None
+
+
+def waits_for_grace(job: str) -> bool:
+    """After success, tasks of this job get the grace period to end by themselves (ps and
+    evaluator tasks are stopped at once)."""
+    return job not in ("ps", "evaluator")
+
+
+# ---------------------------------------------------------------------------- values
+
+def check_seconds(value: float, what: str) -> float:
+    """A finite, non-negative number of seconds, else ValueError naming ``what``."""
+    if value != value or math.isinf(value) or value < 0:
+        raise ValueError(f"{what}: must be a finite number of seconds, 0 or more (got {value})")
+    return value
+
+
+# ---------------------------------------------------------------------------- watchdog
+
+@dataclass(frozen=True)
+class WatchdogAction:
+    """What the watchdog asks for: ``kill`` a hung task (its exit then goes through the restart
+    rule like any failure) or ``fail_run``."""
+
+    action: str                   # "kill" | "fail_run"
+    task: Optional[str]
+    reason: str
+
+
+def check_startup(task: str, started: float, up: bool, now: float, timeout: float,
+                  port: Optional[int]) -> Optional[WatchdogAction]:
+    """A ps/worker task whose server has not opened its port within ``timeout`` seconds."""
+    if up or not timeout or now - started <= timeout:
+        return None
+    return WatchdogAction("kill", task, f"watchdog: its server did not open port {port} within "
+                                        f"{timeout:g}s")
+
+
+def check_waiting(waiter: str, waiting_on: Mapping[str, float], now: float, timeout: float,
+                  here: Mapping[str, bool], where: Mapping[str, str]) -> list:
+    """Tasks that ``waiter`` has reported as "CreateSession still waiting" about for
+    ``timeout`` seconds. ``here`` maps the tasks this launcher runs to whether they are
+    running (and not already being killed); ``where`` gives other tasks' endpoints."""
+    out = []
+    if not timeout:
+        return out
+    for other, since in waiting_on.items():
+        if now - since < timeout:
+            continue
+        if other not in here:
+            out.append(WatchdogAction(
+                "fail_run", other, f"watchdog: {waiter} has waited {timeout:g}s for {other} "
+                f"({where.get(other, '?')}), which this launcher does not run; is it started?"))
+        elif here[other]:
+            out.append(WatchdogAction("kill", other, f"watchdog: {waiter} has waited {timeout:g}s "
+                                                     f"for it (CreateSession still waiting)"))
+    return out
+
+
+def check_stall(best_step: Optional[int], best_step_at: float, now: float, timeout: float,
+                not_running: Iterable[str] = ()) -> Optional[WatchdogAction]:
+    """The reported global step has not moved for ``timeout`` seconds (once reported at all)."""
+    if not timeout or best_step is None or now - best_step_at <= timeout:
+        return None
+    gone = list(not_running)
+    return WatchdogAction("fail_run", None,
+                          f"watchdog: the global step has stood at {best_step} for {timeout:g}s"
+                          + (f"; not running: {', '.join(gone)}" if gone else
+                             "; every task is still running"))

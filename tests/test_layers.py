@@ -1,0 +1,115 @@
+"""The package's layers point one way: no import circles, no import from a lower floor to a
+higher one (imports inside functions count too). No TensorFlow, no processes."""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "tfcluster")
+
+# Floor of each module (a package name stands for every module in it). Lower floors never
+# import higher ones; the CLI is the composition root on top.
+FLOORS = [
+    # 0: vocabulary, rules, contract, small helpers
+    ["errors", "rules", "contract", "progress", "secrets", "hosts", "events", "gpus",
+     "keras_support", "slurm_options"],
+    # 1: the file model and run records
+    ["config", "runrecord"],
+    # 2: the run plan
+    ["plan"],
+    # 3: backends (below their consumers) and the in-task runtime
+    ["backends", "runtime", "keras"],
+    # 4: the supervisor
+    ["launch"],
+    # 5: renderers, commands, the composition root
+    ["render", "jobset", "pod", "report", "hello", "cli", "__main__", "__init__"],
+]
+
+
+def floor_of(module: str) -> int:
+    parts = module.split(".")
+    for name in (".".join(parts[:2]), parts[0]):
+        for i, names in enumerate(FLOORS):
+            if name in names:
+                return i
+    raise AssertionError(f"tfcluster.{module} has no floor in tests/test_layers.py; add it")
+
+
+def modules():
+    for root, _, files in os.walk(SRC):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(root, f), SRC)[:-3].replace(os.sep, ".")
+                if rel.endswith(".__init__"):
+                    rel = rel[: -len(".__init__")]
+                yield rel, os.path.join(root, f)
+
+
+def imports(module: str, path: str):
+    """tfcluster modules that ``module`` imports, anywhere in the file."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    is_pkg = path.endswith("__init__.py")
+    package = module.split(".") if is_pkg else module.split(".")[:-1]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                target = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.startswith("tfcluster"):
+                target = node.module.split(".")[1:]
+            else:
+                continue
+            names = [a.name for a in node.names]
+            for n in names:   # "from . import rules" imports a module
+                cand = ".".join(target + [n])
+                if os.path.exists(os.path.join(SRC, *cand.split("."))) or \
+                        os.path.exists(os.path.join(SRC, *cand.split(".")) + ".py"):
+                    out.add(cand)
+                elif target:
+                    out.add(".".join(target))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("tfcluster."):
+                    out.add(a.name[len("tfcluster."):])
+    out.discard(module)
+    return {m for m in out if m and m != "__init__"}
+
+
+GRAPH = {m: imports(m, p) for m, p in modules()}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_import_from_a_lower_floor_to_a_higher_one(module):
+    mine = floor_of(module)
+    up = [m for m in GRAPH[module] if floor_of(m) > mine]
+    assert not up, f"tfcluster.{module} (floor {mine}) imports higher floors: {up}"
+
+
+def test_no_import_circles():
+    seen, stack, cycles = set(), [], []
+
+    def visit(m):
+        if m in stack:
+            cycles.append(stack[stack.index(m):] + [m])
+            return
+        if m in seen:
+            return
+        seen.add(m)
+        stack.append(m)
+        for n in sorted(GRAPH.get(m, ())):
+            if n in GRAPH:
+                visit(n)
+        stack.pop()
+
+    for m in sorted(GRAPH):
+        visit(m)
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_sees_function_level_imports_and_circles():
+    assert "cli" not in GRAPH["hello"]            # hello once imported cli (a circle)
+    assert "plan" in GRAPH["hello"]               # a function-level import is seen
+    assert "backends.base" in GRAPH["launch.supervisor"]

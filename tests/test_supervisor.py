@@ -1,0 +1,265 @@
+"""The supervisor loop driven by a fake backend and a fake clock: restart, backoff, budgets,
+success rules, grace, watchdog and signals, in milliseconds. No processes, no TensorFlow.
+(The same behaviours with real processes: test_launch.py.)"""
+from __future__ import annotations
+
+import io
+import json
+import signal
+import textwrap
+
+import pytest
+
+from tfcluster import config, rules
+from tfcluster.backends.base import Backend, Handle
+from tfcluster.launch import Supervisor, View
+from tfcluster.launch.state import TaskState, TransitionError, check_transition
+from tfcluster.plan import LaunchOptions, build_plan
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeHandle(Handle):
+    """A task whose life is a script: exit with ``rc`` after ``after`` seconds (None: never);
+    ``lines`` are its output."""
+
+    def __init__(self, backend, spec, rc, after, lines, ignore_term=False):
+        self.backend, self.spec, self.rc, self.lines = backend, spec, rc, lines
+        self.pid = 100 + len(backend.started)
+        self.start = backend.clock()
+        self.end_at = None if after is None else self.start + after
+        self.stdout = io.BytesIO("".join(l + "\n" for l in lines).encode())
+        self.signals = []
+        self.ignore_term = ignore_term
+
+    def poll(self):
+        if self.end_at is not None and self.backend.clock() >= self.end_at:
+            return self.rc
+        return None
+
+    def signal(self, sig):
+        self.signals.append(sig)
+        self.backend.signal_log.append((self.spec.name, sig))
+        if self.end_at is not None and self.backend.clock() >= self.end_at:
+            return
+        if sig == signal.SIGKILL or not self.ignore_term:
+            self.rc, self.end_at = -int(sig), self.backend.clock()
+
+
+class FakeBackend(Backend):
+    name = "fake"
+
+    def __init__(self, clock, script):
+        self.clock = clock
+        self.script = script          # task -> list of (rc, after, lines) per attempt
+        self.started = []             # (task, env) in start order
+        self.up = set()
+        self.handles = {}
+        self.signal_log = []
+
+    def accepts(self, host, port):
+        return port in self.up
+
+    def start(self, spec):
+        attempts = self.script.get(spec.name, [(None, None, [])])
+        n = sum(1 for name, _ in self.started if name == spec.name)
+        rc, after, lines, *more = attempts[min(n, len(attempts) - 1)]
+        self.started.append((spec.name, dict(spec.env)))
+        h = FakeHandle(self, spec, rc, after, lines, ignore_term=bool(more and more[0]))
+        self.handles.setdefault(spec.name, []).append(h)
+        return h
+
+
+def make(tmp_path, body, script, options=None, clock=None):
+    p = tmp_path / "c.yaml"
+    p.write_text(textwrap.dedent(body) + f"logdir: {tmp_path / 'runs'}\n")
+    cluster = config.load(str(p))
+    plan = build_plan(cluster, options or LaunchOptions(run_id="t"))
+    clock = clock or Clock()
+    backend = FakeBackend(clock, script)
+
+    def nap(runs, seconds):
+        clock.now += seconds
+
+    out, err = io.StringIO(), io.StringIO()
+    sup = Supervisor(plan, backend, View(stream=out, err_stream=err, progress_every=5.0),
+                     clock=clock, nap=nap)
+    sup.check_ports = lambda: None
+    return sup, backend, clock, out, err
+
+
+CLUSTER = """\
+    cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}
+    program: {command: [python, t.py]}
+    grace: 2
+"""
+
+
+def record(tmp_path):
+    return json.loads((tmp_path / "runs" / "t" / "run.json").read_text())
+
+
+def events(tmp_path):
+    path = tmp_path / "runs" / "t" / "events.jsonl"
+    return [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else None
+
+
+def test_chief_success_stops_ps_after_grace(tmp_path):
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {
+        "worker:0": [(0, 3.0, ["hello"])], "worker:1": [(0, 4.0, [])]})
+    assert sup.run() == 0
+    assert [n for n, _ in be.started] == ["ps:0", "worker:0", "worker:1"]   # ps first
+    assert "run succeeded (worker:0 exited 0)" in err.getvalue()
+    assert "[worker:0] hello" in out.getvalue() and "tfcluster:" not in out.getvalue()
+    states = {t["task"]: t["state"] for t in record(tmp_path)["tasks"]}
+    assert states == {"ps:0": "stopped", "worker:0": "succeeded", "worker:1": "succeeded"}
+    assert be.handles["ps:0"][0].signals[0] == signal.SIGTERM
+
+
+def test_grace_runs_out_and_the_other_worker_is_stopped(tmp_path):
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 1.0, [])]})
+    assert sup.run() == 0
+    assert "giving worker:1 2s to finish" in err.getvalue()
+    states = {t["task"]: t["state"] for t in record(tmp_path)["tasks"]}
+    assert states["worker:1"] == "stopped"
+
+
+def test_all_workers_rule_waits_for_every_worker(tmp_path):
+    sup, be, clock, out, err = make(tmp_path, CLUSTER + "    success: all-workers\n", {
+        "worker:0": [(0, 1.0, [])], "worker:1": [(0, 6.0, [])]})
+    assert sup.run() == 0
+    assert clock.now - 1000.0 >= 6.0
+    assert "every worker exited 0" in err.getvalue()
+
+
+def test_restart_with_doubling_backoff_and_restart_count_in_env(tmp_path):
+    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 3, backoff: 1}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "worker:1": [(1, 0.5, []), (1, 0.5, []), (0, 0.5, [])],
+        "worker:0": [(0, 20.0, [])]})
+    assert sup.run() == 0
+    starts = [(n, env["TFCLUSTER_RESTART_COUNT"], env["TFCLUSTER_MAX_RESTARTS"])
+              for n, env in be.started if n == "worker:1"]
+    assert starts == [("worker:1", "0", "3"), ("worker:1", "1", "3"), ("worker:1", "2", "3")]
+    h = be.handles["worker:1"]
+    assert h[1].start - h[0].end_at == pytest.approx(1.0, abs=0.11)   # backoff 1, then 2
+    assert h[2].start - h[1].end_at == pytest.approx(2.0, abs=0.11)
+    assert record(tmp_path)["total_restarts"] == 2
+    ev = events(tmp_path)
+    if ev is not None:
+        assert [e["attempt"] for e in ev if e["event"] == "task_restarting"] == [1, 2]
+
+
+def test_restart_budget_spent_fails_the_run_naming_the_task(tmp_path):
+    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 1, backoff: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:1": [(5, 0.1, ["boom"])]})
+    assert sup.run() == 1
+    e = err.getvalue()
+    assert "first failure: worker:1 (exit 5)" in e and "not restarted: restart budget spent (1 of 1)" in e
+    assert "last lines of worker:1:\n  boom" in e
+
+
+def test_command_line_restart_overrides_the_file_and_total_budget(tmp_path):
+    body = CLUSTER + "    restart: {policy: never, max_total_restarts: 1, backoff: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "worker:0": [(1, 0.2, []), (0, 30.0, [])], "worker:1": [(1, 5.0, [])]},
+        options=LaunchOptions(run_id="t", restart="on-failure", max_restarts=5))
+    assert sup.run() == 1
+    assert "not restarted: the run's restart budget is spent (1 of 1)" in err.getvalue()
+
+
+def test_exit_code_policy_does_not_retry_permanent_errors(tmp_path):
+    body = CLUSTER + "    restart: {policy: exit-code, backoff: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:1": [(2, 0.1, [])]})
+    assert sup.run() == 1
+    assert "exit code 2 is a permanent error" in err.getvalue()
+
+
+def test_port_conflict_is_exit_2_and_never_retried(tmp_path):
+    body = CLUSTER + "    restart: {policy: on-failure, backoff: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "worker:0": [(1, 0.1, ["UnknownError: Could not start gRPC server"])]})
+    assert sup.run() == 2
+    assert sum(1 for n, _ in be.started if n == "worker:0") == 1
+
+
+def test_watchdog_startup_kills_a_server_that_never_opens_its_port(tmp_path):
+    body = CLUSTER + "    watchdog: {startup_timeout: 3}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:0": [(0, 60.0, [])]})
+    be.up = {3001, 3002}         # ps:0 never listens
+    assert sup.run() == 1
+    assert "first failure: ps:0 (SIGKILL) — watchdog: its server did not open port 3000 within 3s" in err.getvalue()
+
+
+def test_watchdog_waiting_kills_the_task_others_wait_for(tmp_path):
+    body = CLUSTER + "    watchdog: {waiting_timeout: 2, startup_timeout: 0}\n"
+    line = "CreateSession still waiting for response from worker: /job:worker/replica:0/task:1"
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:0": [(None, None, [line])]})
+    assert sup.run() == 1
+    assert "first failure: worker:1 (SIGKILL) — watchdog: worker:0 has waited 2s for it" in err.getvalue()
+
+
+def test_watchdog_stall_fails_the_run(tmp_path):
+    body = CLUSTER + "    watchdog: {stall_timeout: 4, startup_timeout: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "worker:0": [(None, None, ['@tfcluster progress {"step": 5, "total": 10, "loss": 0.5}'])]})
+    assert sup.run() == 1
+    e = err.getvalue()
+    assert "cause: watchdog: the global step has stood at 5 for 4s" in e
+    assert "@tfcluster progress" not in out.getvalue()    # consumed, not echoed
+    assert "worker:0: step 5/10" in e and "loss 0.5" in e  # the periodic human line
+
+
+def test_signal_stops_the_run_with_128_plus_n(tmp_path):
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {})
+    real_nap = sup._nap_fn
+
+    def nap(runs, seconds):
+        real_nap(runs, seconds)
+        if clock.now > 1003 and not sup.interrupted:
+            sup.interrupt(signal.SIGTERM)
+    sup._nap_fn = nap
+    assert sup.run() == 143
+    rec = record(tmp_path)
+    assert rec["result"] == "interrupted"
+    # workers are stopped before the ps
+    terms = [n for n, sig in be.signal_log if sig == signal.SIGTERM]
+    assert terms == ["worker:0", "worker:1", "ps:0"]
+
+
+def test_sigkill_after_the_stop_timeout_for_a_task_that_ignores_sigterm(tmp_path):
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {
+        "ps:0": [(None, None, [], True)], "worker:0": [(0, 1.0, [])], "worker:1": [(0, 1.0, [])]},
+        options=LaunchOptions(run_id="t", stop_timeout=1.5))
+    assert sup.run() == 0
+    assert be.handles["ps:0"][0].signals[:2] == [signal.SIGTERM, signal.SIGKILL]
+    assert "ps:0 (pid 101) still running after 1.5s: SIGKILL" in err.getvalue()
+
+
+def test_transitions_are_checked():
+    assert check_transition(TaskState.FAILED, TaskState.RESTARTING) == TaskState.RESTARTING
+    with pytest.raises(TransitionError):
+        check_transition(TaskState.SUCCEEDED, TaskState.RUNNING, "worker:0")
+    with pytest.raises(TransitionError):
+        check_transition(TaskState.PENDING, TaskState.FAILED)
+
+
+def test_success_rule_table():
+    s = rules.success_reached
+    assert s("chief", "worker:0", {"ps:0": False, "worker:0": True, "worker:1": False}) == "worker:0 exited 0"
+    assert s("chief", "worker:0", {"ps:0": False, "worker:0": False, "worker:1": True}) is None
+    assert s("all-workers", "chief:0", {"chief:0": True, "worker:0": True, "ps:0": False}) == "every worker exited 0"
+    assert s("all-workers", "chief:0", {"chief:0": True, "worker:0": False}) is None
+    assert s("chief", "worker:0", {"ps:0": True}, chief_here=False) == "every task here exited 0"
+
+
+def test_exit_codes_and_orders():
+    assert rules.signal_exit_code(signal.SIGINT) == 130 and rules.task_exit_code(-9) == 137
+    assert rules.start_order(["worker", "chief", "ps", "evaluator"]) == ["ps", "chief", "worker", "evaluator"]
+    assert rules.stop_waves(["ps", "worker", "chief"]) == (["chief", "worker"], ["ps"])
