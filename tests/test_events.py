@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from tfcluster.errors import UserError
-from tfcluster.events import EVENTS_FILE, LAUNCHER_LOG, EventLog, format_event, read_events
+from tfcluster.events import (EVENTS_FILE, LAUNCHER_LOG, EventLog, exit_fields, format_event,
+                              read_events)
 
 
 def test_emit_writes_one_json_line_and_one_human_line(tmp_path):
@@ -124,3 +125,45 @@ def test_human_lines_of_run_events():
         "decision: failed (rule chief, exit code 1): worker:0 exit 3"
     assert format_event({"event": "run_ended", "task": None, "result": "succeeded",
                          "exit_code": 0}) == "run ended: succeeded, exit code 0"
+
+
+def test_progress_is_throttled_per_task_and_the_last_report_kept(tmp_path):
+    clock = [100.0]
+    log = EventLog(str(tmp_path), clock=lambda: clock[0])
+    written = []
+    for i in range(30):                              # 8 reports a second, two tasks
+        written.append(log.progress("worker:0", i, 30, {"loss": 1.0 / (i + 1)}))
+        log.progress("worker:1", i)
+        clock[0] += 0.125
+    log.flush_progress("worker:0")
+    log.flush_progress("worker:0")                   # nothing held back any more: no-op
+    log.close()
+    events = read_events(str(tmp_path))
+    w0 = [(e["time"], e["step"]) for e in events if e["task"] == "worker:0"]
+    assert written.count(True) == 4 and len(w0) == 5
+    assert [s for _, s in w0] == [0, 8, 16, 24, 29]  # the held-back last step is not lost
+    assert all(b - a >= 0.6 for (a, _), (b, _) in zip(w0, w0[1:]))
+    assert all(b - a >= 1.0 for (a, _), (b, _) in zip(w0[:-1], w0[1:-1]))
+    assert len([e for e in events if e["task"] == "worker:1"]) == 4
+    assert events[0]["metrics"] == {"loss": 1.0} and events[0]["total"] == 30
+
+
+def test_exit_fields():
+    assert exit_fields(-9) == {"exit_code": None, "signal": "SIGKILL", "exit": "SIGKILL"}
+    assert exit_fields(3) == {"exit_code": 3, "signal": None, "exit": "exit 3"}
+    assert exit_fields(0)["exit"] == "exit 0"
+
+
+def test_a_held_back_report_is_written_once_its_interval_is_over(tmp_path):
+    clock = [0.0]
+    log = EventLog(str(tmp_path), clock=lambda: clock[0])
+    log.progress("worker:0", 1)
+    clock[0] = 0.5
+    log.progress("worker:0", 2)                      # held back; then the task goes quiet
+    log.flush_due()
+    assert [e["step"] for e in read_events(str(tmp_path))] == [1]
+    clock[0] = 1.2
+    log.flush_due()
+    events = read_events(str(tmp_path))
+    assert [(e["step"], e["time"]) for e in events] == [(1, 0.0), (2, 0.5)]
+    log.close()

@@ -260,3 +260,43 @@ def test_without_cluster_yaml_status_and_runs_look_in_runs(tmp_path, capsys, mon
     assert rc == 0 and out.startswith("run b1 ")
     rc, out, _ = cli(capsys, "runs", "runs", "--file", "a.yaml")
     assert rc == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["a1"]
+
+
+def test_kill_9_of_a_real_launcher_is_lost(tmp_path, ports):
+    """The issue's case: `tfcluster launch`, then kill -9 of the launcher; status says lost."""
+    port = ports(1)[0]
+    listener = os.path.join(ROOT, "tests", "programs", "listener.py")
+    f = tmp_path / "cluster.yaml"
+    f.write_text(f"cluster: {{worker: [localhost:{port}]}}\n"
+                 f"program: {{command: [python, {json.dumps(listener)}]}}\nlogdir: runs\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"), MODE="sleep")
+    launcher = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live",
+                                 "--run-id", "r1"], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = tmp_path / "runs" / "r1" / "run.json"
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if record.exists() and '"state": "running"' in record.read_text():
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the launcher never recorded a running task")
+        status = [sys.executable, "-m", "tfcluster", "status", "--json"]
+        r = subprocess.run(status, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert (r.returncode, json.loads(r.stdout)["result"]) == (3, "running"), r.stderr
+        task_pid = json.loads(r.stdout)["tasks"][0]["pid"]
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=10)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+    deadline = time.time() + 10                      # its task dies with it (parent-death signal)
+    while psutil.pid_exists(task_pid) and time.time() < deadline:
+        time.sleep(0.1)
+    r = subprocess.run(status, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, json.loads(r.stdout)["result"]) == (5, "lost"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "runs"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:2] == ["r1", "lost"]

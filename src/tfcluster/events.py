@@ -18,6 +18,7 @@ import datetime
 import json
 import math
 import os
+import signal
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -25,6 +26,7 @@ from typing import Any, Dict, List, Optional
 from .errors import UserError
 
 EVENTS_FILE = "events.jsonl"
+PROGRESS_INTERVAL = 1.0   # seconds: at most one progress event per task this often
 LAUNCHER_LOG = "launcher.log"
 
 #: The events the launcher writes, and the keys each one has beyond time/event/task.
@@ -75,6 +77,8 @@ class EventLog:
         self._events = None
         self._log = None
         self._closed = False
+        self._progress_at: Dict[str, float] = {}
+        self._held: Dict[str, Dict[str, Any]] = {}
 
     # -------------------------------------------------------------- writing
     def emit(self, event: str, task: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
@@ -92,6 +96,45 @@ class EventLog:
             self._write("_events", EVENTS_FILE, line)
             self._write("_log", LAUNCHER_LOG, human)
         return record
+
+    def progress(self, task: str, step: int, total: Optional[int] = None,
+                 metrics: Optional[Dict[str, float]] = None, when: Optional[float] = None) -> bool:
+        """A ``progress`` event for ``task``, at most one per PROGRESS_INTERVAL seconds per task.
+
+        A report that comes sooner is held back (only the latest is kept): a report after the
+        interval replaces it, and :meth:`flush_due` (call it from the launcher's loop) or
+        :meth:`flush_progress` (on the task's exit) writes it. Returns whether an event was written.
+        """
+        now = self.clock() if when is None else when
+        fields = {"time": now, "step": step, "total": total, "metrics": dict(metrics or {})}
+        with self._lock:
+            last = self._progress_at.get(task)
+            if last is not None and now - last < PROGRESS_INTERVAL:
+                self._held[task] = fields
+                return False
+            self._progress_at[task] = now
+            self._held.pop(task, None)
+        self.emit("progress", task, **fields)
+        return True
+
+    def flush_progress(self, task: str) -> None:
+        """Write the progress report of ``task`` that was held back, if any (call it when the
+        task exits, so the log ends at the task's last step)."""
+        with self._lock:
+            fields = self._held.pop(task, None)
+            if fields is not None:
+                self._progress_at[task] = fields["time"]
+        if fields is not None:
+            self.emit("progress", task, **fields)
+
+    def flush_due(self, now: Optional[float] = None) -> None:
+        """Write every held-back progress report whose task has had no event for the interval
+        (a task that stopped reporting: its last step is then on record within a second)."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            due = [t for t in self._held if now - self._progress_at.get(t, now) >= PROGRESS_INTERVAL]
+        for task in due:
+            self.flush_progress(task)
 
     def log(self, line: str, when: Optional[float] = None) -> None:
         """Write one of the launcher's own messages to ``launcher.log`` (not an event)."""
@@ -222,6 +265,18 @@ def format_event(ev: Dict[str, Any]) -> str:
         return f"run ended: {g('result')}, exit code {g('exit_code')}"
     rest = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in ("time", "event", "task"))
     return f"{name} {who}" + (f": {rest}" if rest else "")
+
+
+def exit_fields(returncode: Optional[int]) -> Dict[str, Any]:
+    """``exit_code``, ``signal`` and ``exit`` of a ``task_exited`` event, from a Popen-style
+    returncode (negative: killed by that signal)."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return {"exit_code": None, "signal": name, "exit": name}
+    return {"exit_code": returncode, "signal": None, "exit": exit_words(returncode, None)}
 
 
 def exit_words(exit_code: Any, signal_name: Any) -> str:

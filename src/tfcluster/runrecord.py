@@ -281,7 +281,7 @@ def status_record(run_dir: str, record: Dict[str, Any]) -> Dict[str, Any]:
     out = dict(record)
     out["result"] = derive_result(record, alive)
     out["launcher_alive"] = alive
-    out["run_dir"] = run_dir
+    out["run_dir"] = os.path.abspath(run_dir)
     return out
 
 
@@ -330,7 +330,8 @@ def run_summary(run_dir: str, record: Dict[str, Any], now: Optional[float] = Non
     restarts = record.get("total_restarts")
     if not isinstance(restarts, int):
         restarts = sum(int(t.get("restarts") or 0) for t in tasks)
-    return {"run_id": record.get("run_id") or os.path.basename(run_dir), "run_dir": run_dir,
+    return {"run_id": record.get("run_id") or os.path.basename(run_dir),
+            "run_dir": os.path.abspath(run_dir),
             "file": record.get("file"), "result": result, "exit_code": record.get("exit_code"),
             "started": record.get("started"), "ended": record.get("ended"),
             "duration": run_duration(run_dir, record, result, now),
