@@ -35,8 +35,8 @@ def make_run(folder, events=True, result="failed", file=None, run_id="20261130-1
     record = {
         "run_id": d.name, "file": str(file or folder / "cluster.yaml"), "run_dir": str(d),
         "launcher_pid": 999999, "launcher_started": T0 - 0.2, "backend": "local",
-        "success_rule": "chief", "started": T0, "ended": T0 + 62, "result": result,
-        "exit_code": 1, "root_cause": "worker:0 exit 3 <boom>", "total_restarts": 1,
+        "success_rule": "chief", "started": T0, "ended": None if result == "running" else T0 + 62,
+        "result": result, "exit_code": None if result == "running" else 1, "root_cause": "worker:0 exit 3 <boom>", "total_restarts": 1,
         "tasks": [
             {"task": "ps:0", "endpoint": "localhost:2222", "pid": 100, "state": "stopped",
              "exit": "SIGTERM", "restarts": 0, "started": T0 + 0.1, "ended": T0 + 61.5},
@@ -156,6 +156,18 @@ def test_report_of_a_lost_run_and_output_option(tmp_path, capsys):
     assert main(["report", str(d), "-o", str(out)]) == 0
     page = out.read_text()
     assert 'id="result">lost<' in page and "died without closing the record" in page
+
+
+def test_a_task_hanging_now_shows_its_stall(tmp_path):
+    d = make_run(tmp_path, result="running")
+    lines = (d / "events.jsonl").read_text().splitlines()
+    keep = [x for x in lines if '"worker:0"' in x and '"progress"' in x or '"task_started"' in x]
+    (d / "events.jsonl").write_text("\n".join(keep) + "\n")   # no exits: every task runs
+    os.utime(d / "run.json", (T0 + 120, T0 + 120))
+    tasks = {v.name: v for v in build_model(str(d))["tasks"]}
+    w0 = tasks["worker:0"]
+    assert [a.state for a in w0.attempts] == ["lost"]
+    assert w0.stalls == [(T0 + 59, T0 + 120)]          # last report at +59 s, seen until +120 s
 
 
 def test_report_finds_the_latest_run_of_the_file(tmp_path, capsys, monkeypatch):

@@ -81,7 +81,7 @@ def stall_threshold(gaps: List[float]) -> float:
 
 def _stalls(points: List[Tuple[float, int]], attempts: List[Attempt]) -> List[Tuple[float, float]]:
     """Gaps in progress, within one attempt: between reports, and from the last report to the
-    end of the attempt (a task that hangs, then is killed)."""
+    end of the attempt (a task that hangs, then is killed) or to now (a task hanging now)."""
     out: List[Tuple[float, float]] = []
     for a in attempts:
         end = a.end if a.end is not None else a.start
@@ -93,7 +93,7 @@ def _stalls(points: List[Tuple[float, int]], attempts: List[Attempt]) -> List[Tu
         for x, b in zip(ts, ts[1:]):
             if b - x >= limit:
                 out.append((x, b))
-        if not a.open and end - ts[-1] >= limit:
+        if end - ts[-1] >= limit:
             out.append((ts[-1], end))
     return out
 
@@ -434,7 +434,7 @@ tr.straggler td{color:#c92a2a;font-weight:600}
 .ev-task_exited td,.ev-watchdog td{color:#c92a2a}.ev-task_restarting td{color:#d9480f}
 .ev-decision td,.ev-run_ended td{font-weight:600}
 .note{color:#495057;font-style:italic}
-.key span{margin-right:14px}.key i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
+.key span{margin-right:14px;white-space:nowrap}.key i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
 """
 
 
