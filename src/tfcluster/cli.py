@@ -86,10 +86,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add --job_name/--task_index/--<job>_hosts even if the file does not ask")
     s.set_defaults(func=cmd_commands)
 
-    s = sub.add_parser("status", help="print the task table of a run (default: the latest run)")
-    s.add_argument("run_dir", nargs="?", help="a run folder, or a logdir (its latest run)")
-    s.add_argument("--file", help="cluster file whose logdir to look in (default: ./cluster.yaml)")
+    s = sub.add_parser("status", help="the result and task table of a run (default: the latest "
+                       "run of ./cluster.yaml)",
+                       description="Print a run's result (running, succeeded, failed, interrupted, "
+                       "or lost when its launcher died without closing the record) and its task "
+                       "table. Exit code: 0 succeeded, 1 failed, 2 bad input, 3 running, "
+                       "4 interrupted, 5 lost.")
+    _run_choice(s)
+    s.add_argument("--json", action="store_true", help="print the run record as JSON")
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("runs", help="list past runs, newest first",
+                       description="List the runs of a cluster file (default: ./cluster.yaml) in "
+                       "its logdir, or every run in LOGDIR: id, result, start, duration, tasks, "
+                       "restarts, file.")
+    s.add_argument("logdir", nargs="?", help="a folder of run folders (default: the file's logdir)")
+    s.add_argument("--file", help="only runs of this cluster file (default: ./cluster.yaml)")
+    s.add_argument("--json", action="store_true", help="print the list as JSON")
+    s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("report", help="write <run_dir>/report.html, a picture of a run",
+                       description="Write one self-contained HTML file (opens offline) with a "
+                       "timeline of every task, the global step over time per worker, and the "
+                       "run's events. Prints its path.")
+    _run_choice(s)
+    s.add_argument("--output", "-o", help="where to write the HTML (default: <run_dir>/report.html)")
+    s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("hello", help="the guide's 'Hello distributed TensorFlow!' (imports TensorFlow)")
     s.add_argument("file", nargs="?",
@@ -115,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_serve)
     return p
+
+
+def _run_choice(s: argparse.ArgumentParser) -> None:
+    """RUN_DIR and --file: which run status and report look at."""
+    s.add_argument("run_dir", nargs="?", help="a run folder, or a logdir (its latest run)")
+    s.add_argument("--file", help="cluster file: its latest run, in its logdir (default: ./cluster.yaml)")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -344,4 +372,17 @@ def cmd_launch(args) -> int:
 
 def cmd_status(args) -> int:
     from .runrecord import print_status
-    return print_status(args.run_dir, args.file)
+    return print_status(args.run_dir, args.file, as_json=args.json)
+
+
+def cmd_runs(args) -> int:
+    from .runrecord import print_runs
+    return print_runs(args.logdir, args.file, as_json=args.json)
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+    from .runrecord import find_run
+    run_dir, _ = find_run(args.run_dir, args.file)
+    print(write_report(run_dir, args.output))
+    return 0

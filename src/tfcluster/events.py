@@ -1,0 +1,287 @@
+"""The event log of a run: ``<run_dir>/events.jsonl`` and ``<run_dir>/launcher.log``.
+
+Every event is one JSON object on one line of ``events.jsonl``::
+
+    {"time": 1764522337.12, "event": "task_exited", "task": "worker:1",
+     "exit_code": null, "signal": "SIGKILL", "exit": "SIGKILL", "state": "failed"}
+
+``time`` (unix seconds, float), ``event`` (a name) and ``task`` (``"worker:1"``, or null for an
+event of the run) are always there; the other keys depend on the event (docs/LAUNCH.md lists
+them). The same events, and the launcher's own messages, are written as timestamped human lines
+to ``launcher.log``. Both files are readable by their owner only and flushed line by line, so a
+launcher killed with SIGKILL leaves at most a truncated last line, which :func:`read_events`
+skips.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import signal
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from .errors import UserError
+
+EVENTS_FILE = "events.jsonl"
+PROGRESS_INTERVAL = 1.0   # seconds: at most one progress event per task this often
+LAUNCHER_LOG = "launcher.log"
+
+#: The events the launcher writes, and the keys each one has beyond time/event/task.
+EVENTS = {
+    "run_started": ("run_id", "file", "backend", "tasks", "chief"),
+    "task_started": ("pid", "attempt", "host"),
+    "task_exited": ("exit_code", "signal", "exit", "state"),
+    "task_restarting": ("reason", "attempt", "delay"),
+    "watchdog": ("reason", "action"),
+    "stop_sent": ("signal",),
+    "progress": ("step", "total", "metrics"),
+    "decision": ("result", "rule", "exit_code", "reason"),
+    "run_ended": ("result", "exit_code"),
+}
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: non-finite floats become null (JSON has no NaN), tuples lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def _open_private(path: str):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+class EventLog:
+    """Appends events to ``events.jsonl`` and human lines to ``launcher.log`` in ``run_dir``.
+
+    Thread-safe; each line is flushed when written. The folder must exist. A write that fails
+    (disk full, folder removed) does not raise: the first error is kept in :attr:`error` and
+    the run goes on without its log.
+    """
+
+    def __init__(self, run_dir: str, clock=time.time):
+        self.run_dir = run_dir
+        self.clock = clock
+        self.error: Optional[str] = None
+        self._lock = threading.Lock()
+        self._events = None
+        self._log = None
+        self._closed = False
+        self._progress_at: Dict[str, float] = {}
+        self._held: Dict[str, Dict[str, Any]] = {}
+
+    # -------------------------------------------------------------- writing
+    def emit(self, event: str, task: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
+        """Write one event (and its human line); return the event as written.
+
+        ``time`` defaults to now; pass ``time=`` to date an event that happened earlier.
+        """
+        when = fields.pop("time", None)
+        record: Dict[str, Any] = {"time": float(self.clock() if when is None else when),
+                                  "event": event, "task": task}
+        record.update(_clean(fields))
+        line = json.dumps(record, separators=(", ", ": "), allow_nan=False)
+        human = f"{_stamp(record['time'])} {format_event(record)}"
+        with self._lock:
+            self._write("_events", EVENTS_FILE, line)
+            self._write("_log", LAUNCHER_LOG, human)
+        return record
+
+    def progress(self, task: str, step: int, total: Optional[int] = None,
+                 metrics: Optional[Dict[str, float]] = None, when: Optional[float] = None) -> bool:
+        """A ``progress`` event for ``task``, at most one per PROGRESS_INTERVAL seconds per task.
+
+        A report that comes sooner is held back (only the latest is kept): a report after the
+        interval replaces it, and :meth:`flush_due` (call it from the launcher's loop) or
+        :meth:`flush_progress` (on the task's exit) writes it. Returns whether an event was written.
+        """
+        now = self.clock() if when is None else when
+        fields = {"time": now, "step": step, "total": total, "metrics": dict(metrics or {})}
+        with self._lock:
+            last = self._progress_at.get(task)
+            if last is not None and now - last < PROGRESS_INTERVAL:
+                self._held[task] = fields
+                return False
+            self._progress_at[task] = now
+            self._held.pop(task, None)
+        self.emit("progress", task, **fields)
+        return True
+
+    def flush_progress(self, task: str) -> None:
+        """Write the progress report of ``task`` that was held back, if any (call it when the
+        task exits, so the log ends at the task's last step)."""
+        with self._lock:
+            fields = self._held.pop(task, None)
+            if fields is not None:
+                self._progress_at[task] = fields["time"]
+        if fields is not None:
+            self.emit("progress", task, **fields)
+
+    def flush_due(self, now: Optional[float] = None) -> None:
+        """Write every held-back progress report whose task has had no event for the interval
+        (a task that stopped reporting: its last step is then on record within a second)."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            due = [t for t in self._held if now - self._progress_at.get(t, now) >= PROGRESS_INTERVAL]
+        for task in due:
+            self.flush_progress(task)
+
+    def log(self, line: str, when: Optional[float] = None) -> None:
+        """Write one of the launcher's own messages to ``launcher.log`` (not an event)."""
+        stamp = _stamp(self.clock() if when is None else when)
+        with self._lock:
+            for part in str(line).splitlines() or [""]:
+                self._write("_log", LAUNCHER_LOG, f"{stamp} {part}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for name in ("_events", "_log"):
+                f = getattr(self, name)
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+                    setattr(self, name, None)
+
+    def __enter__(self) -> "EventLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _write(self, attr: str, filename: str, line: str) -> None:
+        if self._closed:
+            return
+        try:
+            f = getattr(self, attr)
+            if f is None:
+                f = _open_private(os.path.join(self.run_dir, filename))
+                setattr(self, attr, f)
+            f.write(line + "\n")
+            f.flush()
+        except OSError as e:
+            if self.error is None:
+                self.error = f"{os.path.join(self.run_dir, filename)}: {e}"
+
+
+# ------------------------------------------------------------------ reading
+def read_events(run_dir: str) -> List[Dict[str, Any]]:
+    """The events of a run, oldest first; [] when the run has no ``events.jsonl``.
+
+    A last line without its newline (a launcher killed mid-write) is skipped. Any other line that
+    is not a JSON object with a numeric ``time`` and a string ``event`` is bad input (UserError,
+    naming the file and line).
+    """
+    path = os.path.join(run_dir, EVENTS_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise UserError(f"{path}: cannot be read ({e.strerror or e})")
+    lines = data.split(b"\n")
+    complete = data.endswith(b"\n")
+    events = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        last = number == len(lines)
+        try:
+            ev = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            if last and not complete:
+                break  # truncated by a crash mid-line
+            raise UserError(f"{path}: line {number}: not valid JSON ({e})")
+        if not isinstance(ev, dict):
+            raise UserError(f"{path}: line {number}: not a JSON object")
+        if not isinstance(ev.get("event"), str):
+            raise UserError(f"{path}: line {number}: event: missing or not a string")
+        t = ev.get("time")
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise UserError(f"{path}: line {number}: time: missing or not a number")
+        task = ev.get("task")
+        if task is not None and not isinstance(task, str):
+            raise UserError(f"{path}: line {number}: task: not a string")
+        events.append(ev)
+    return events
+
+
+# ------------------------------------------------------------------ human lines
+def _stamp(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def format_event(ev: Dict[str, Any]) -> str:
+    """One event as a human line, without the timestamp ('worker:1 exited (SIGKILL), failed')."""
+    name, task = ev.get("event"), ev.get("task")
+    who = task or "run"
+    g = ev.get
+    if name == "run_started":
+        tasks = ", ".join(str(t) for t in g("tasks") or [])
+        return (f"run {g('run_id')} started: file {g('file')}, backend {g('backend')}, "
+                f"tasks {tasks}; chief {g('chief')}")
+    if name == "task_started":
+        attempt = g("attempt") or 0
+        return (f"{who} started: pid {g('pid')}" + (f" on {g('host')}" if g("host") else "")
+                + (f", restart {attempt}" if attempt else ""))
+    if name == "task_exited":
+        return f"{who} exited ({g('exit') or exit_words(g('exit_code'), g('signal'))})" + (
+            f", {g('state')}" if g("state") else "")
+    if name == "task_restarting":
+        return (f"{who} restarting (restart {g('attempt')}, in {_num(g('delay'))}s)"
+                + (f": {g('reason')}" if g("reason") else ""))
+    if name == "watchdog":
+        return f"watchdog: {who}: {g('reason')} -> {g('action')}"
+    if name == "stop_sent":
+        return f"{who}: sent {g('signal')}"
+    if name == "progress":
+        total = g("total")
+        metrics = g("metrics") or {}
+        extra = "".join(f" {k}={_num(v)}" for k, v in metrics.items()) if isinstance(metrics, dict) else ""
+        return f"{who} step {g('step')}" + (f"/{total}" if total else "") + extra
+    if name == "decision":
+        return (f"decision: {g('result')} (rule {g('rule')}, exit code {g('exit_code')})"
+                + (f": {g('reason')}" if g("reason") else ""))
+    if name == "run_ended":
+        return f"run ended: {g('result')}, exit code {g('exit_code')}"
+    rest = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in ("time", "event", "task"))
+    return f"{name} {who}" + (f": {rest}" if rest else "")
+
+
+def exit_fields(returncode: Optional[int]) -> Dict[str, Any]:
+    """``exit_code``, ``signal`` and ``exit`` of a ``task_exited`` event, from a Popen-style
+    returncode (negative: killed by that signal)."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return {"exit_code": None, "signal": name, "exit": name}
+    return {"exit_code": returncode, "signal": None, "exit": exit_words(returncode, None)}
+
+
+def exit_words(exit_code: Any, signal_name: Any) -> str:
+    if signal_name:
+        return str(signal_name)
+    if exit_code is None:
+        return "?"
+    return f"exit {exit_code}"

@@ -1,0 +1,377 @@
+"""tfcluster report: one self-contained HTML page per run, checked as text and in a real
+headless browser (Chromium; skipped with the reason where it is not installed)."""
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import re
+import select
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+
+import pytest
+
+from tfcluster.cli import main
+from tfcluster.events import EventLog
+from tfcluster.report import build_model, write_report
+from tfcluster.runrecord import write_json_private
+
+T0 = 1_764_500_000.0
+RESTART_RGB = (0xD9, 0x48, 0x0F)   # .restart-marker fill in report.CSS
+
+
+def make_run(folder, events=True, result="failed", file=None, run_id="20261130-120000", t0=T0):
+    """A run folder built from the documented formats: ps:0, worker:0 (chief), worker:1; worker:1
+    is killed (SIGKILL) at +20 s, restarted at +22 s, stalls from +40 s; worker:0 fails at +60 s."""
+    T0 = t0
+    d = folder / run_id
+    d.mkdir(parents=True)
+    tasks = ["ps:0", "worker:0", "worker:1"]
+    record = {
+        "run_id": d.name, "file": str(file or folder / "cluster.yaml"), "run_dir": str(d),
+        "launcher_pid": 999999, "launcher_started": T0 - 0.2, "backend": "local",
+        "success_rule": "chief", "started": T0, "ended": None if result == "running" else T0 + 62,
+        "result": result, "exit_code": None if result == "running" else 1, "root_cause": "worker:0 exit 3 <boom>", "total_restarts": 1,
+        "tasks": [
+            {"task": "ps:0", "endpoint": "localhost:2222", "pid": 100, "state": "stopped",
+             "exit": "SIGTERM", "restarts": 0, "started": T0 + 0.1, "ended": T0 + 61.5},
+            {"task": "worker:0", "endpoint": "localhost:2223", "pid": 101, "state": "failed",
+             "exit": "exit 3", "restarts": 0, "started": T0 + 0.1, "ended": T0 + 60,
+             "progress": {"step": 580, "total": 1000, "loss": 0.2, "at": T0 + 59}},
+            {"task": "worker:1", "endpoint": "localhost:2224", "pid": 202, "state": "stopped",
+             "exit": "SIGTERM", "restarts": 1, "started": T0 + 22, "ended": T0 + 61,
+             "progress": {"step": 300, "total": 1000, "at": T0 + 40}},
+        ]}
+    write_json_private(str(d / "run.json"), record)
+    if not events:
+        return d
+    log = EventLog(str(d))
+    e = log.emit
+    e("run_started", time=T0, run_id=d.name, file=record["file"], backend="local", tasks=tasks,
+      chief="worker:0")
+    for i, t in enumerate(tasks):
+        e("task_started", t, time=T0 + 0.1, pid=100 + i, attempt=0, host="localhost")
+    for s in range(2, 60):                          # worker:0: 10 steps/s
+        e("progress", "worker:0", time=T0 + s, step=10 * s, total=1000, metrics={"loss": 1.0 / s})
+    for s in range(2, 20):                          # worker:1 before the kill: 5 steps/s
+        e("progress", "worker:1", time=T0 + s, step=5 * s, total=1000, metrics={"loss": 1.0 / s})
+    e("task_exited", "worker:1", time=T0 + 20, exit_code=None, signal="SIGKILL", exit="SIGKILL",
+      state="failed")
+    e("task_restarting", "worker:1", time=T0 + 20.01, reason="exit-code policy: SIGKILL is retried <&>",
+      attempt=1, delay=2.0)
+    e("task_started", "worker:1", time=T0 + 22, pid=202, attempt=1, host="localhost")
+    for s in range(24, 41):
+        e("progress", "worker:1", time=T0 + s, step=5 * s + 100, total=1000)
+    e("watchdog", "worker:1", time=T0 + 58, reason="no progress for 18s", action="kill")
+    e("task_exited", "worker:0", time=T0 + 60, exit_code=3, signal=None, exit="exit 3", state="failed")
+    e("decision", time=T0 + 60.01, result="failed", rule="chief", exit_code=1,
+      reason="worker:0 exit 3 <boom>")
+    for t in ("worker:1", "ps:0"):
+        e("stop_sent", t, time=T0 + 60.1, signal="SIGTERM")
+    e("task_exited", "worker:1", time=T0 + 61, exit_code=None, signal="SIGTERM", exit="SIGTERM",
+      state="stopped")
+    e("task_exited", "ps:0", time=T0 + 61.5, exit_code=None, signal="SIGTERM", exit="SIGTERM",
+      state="stopped")
+    e("run_ended", time=T0 + 62, result="failed", exit_code=1)
+    log.close()
+    return d
+
+
+# ------------------------------------------------------------------ the page as text
+def test_the_model_sees_attempts_restarts_stalls_and_rates(tmp_path):
+    m = build_model(str(make_run(tmp_path)))
+    tasks = {v.name: v for v in m["tasks"]}
+    assert list(tasks) == ["ps:0", "worker:0", "worker:1"] and m["chief"] == "worker:0"
+    w1 = tasks["worker:1"]
+    assert [(a.attempt, a.exit, a.state) for a in w1.attempts] == [(0, "SIGKILL", "failed"),
+                                                                   (1, "SIGTERM", "stopped")]
+    assert w1.restart_count == 1 and w1.restarts[0]["delay"] == 2.0
+    assert w1.stalls == [(T0 + 40, T0 + 61)]        # last report +40 s, stopped at +61 s
+    assert tasks["worker:0"].stalls == []
+    assert tasks["worker:0"].rate == pytest.approx(10.0)
+    assert tasks["worker:1"].rate < 0.8 * m["fastest"]
+
+
+def test_report_draws_the_restart_and_is_self_contained(tmp_path, capsys):
+    d = make_run(tmp_path)
+    assert main(["report", str(d)]) == 0
+    path = capsys.readouterr().out.strip()
+    assert path == str(d / "report.html") and os.stat(path).st_mode & 0o077 == 0
+    page = open(path, encoding="utf-8").read()
+    assert re.search(r'<path class="restart-marker" id="restart-worker-1-1"', page)
+    assert "restart 1" in page and "SIGKILL" in page and "exit 3" in page
+    assert 'class="stall"' in page and 'class="watchdog-marker"' in page
+    assert page.count('class="stop-marker"') == 2 and 'class="decision"' in page
+    assert 'id="steps-worker-0"' in page and 'id="steps-worker-1"' in page
+    assert "straggler" in page and "worker:0 (chief)" in page
+    assert "exit-code policy: SIGKILL is retried &lt;&amp;&gt;" in page   # escaped
+    assert "<boom>" not in page
+    assert "progress reports are drawn in the chart" in page
+    assert_self_contained(page)
+
+
+def assert_self_contained(page):
+    """Nothing that a browser would fetch: no script, no linked style, no remote URL."""
+    low = page.lower()
+    assert "<script" not in low and "<link" not in low and "@import" not in low
+    assert not re.search(r'(src|href)\s*=', low)
+    assert not re.search(r'url\(', low)
+    assert "http://" not in low and "https://" not in low
+
+
+def test_a_run_without_events_degrades_to_its_record(tmp_path, capsys):
+    d = make_run(tmp_path, events=False)
+    assert main(["report", str(d)]) == 0
+    page = (d / "report.html").read_text()
+    assert "no events.jsonl" in page and 'class="restart-marker"' not in page
+    assert "1 restart before (time not recorded)" in page
+    m = build_model(str(d))
+    w1 = {v.name: v for v in m["tasks"]}["worker:1"]
+    assert w1.restart_count == 1 and [a.exit for a in w1.attempts] == ["SIGTERM"]
+    assert w1.last_step == 300
+    assert_self_contained(page)
+
+
+def test_a_broken_event_log_is_one_line_exit_2(tmp_path, capsys):
+    d = make_run(tmp_path)
+    with open(d / "events.jsonl", "r+") as f:
+        lines = f.readlines()
+        lines[3] = "{oops\n"
+        f.seek(0)
+        f.writelines(lines)
+    rc = main(["report", str(d)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1 and "events.jsonl: line 4: not valid JSON" in err
+    assert not (d / "report.html").exists()
+
+
+def test_report_of_a_lost_run_and_output_option(tmp_path, capsys):
+    d = make_run(tmp_path, result="running")          # launcher pid 999999 does not exist
+    out = tmp_path / "elsewhere.html"
+    assert main(["report", str(d), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert 'id="result">lost<' in page and "died without closing the record" in page
+
+
+def test_a_task_hanging_now_shows_its_stall(tmp_path):
+    d = make_run(tmp_path, result="running")
+    lines = (d / "events.jsonl").read_text().splitlines()
+    keep = [x for x in lines if '"worker:0"' in x and '"progress"' in x or '"task_started"' in x]
+    (d / "events.jsonl").write_text("\n".join(keep) + "\n")   # no exits: every task runs
+    os.utime(d / "run.json", (T0 + 120, T0 + 120))
+    tasks = {v.name: v for v in build_model(str(d))["tasks"]}
+    w0 = tasks["worker:0"]
+    assert [a.state for a in w0.attempts] == ["lost"]
+    assert w0.stalls == [(T0 + 59, T0 + 120)]          # last report at +59 s, seen until +120 s
+
+
+def test_report_finds_the_latest_run_of_the_file(tmp_path, capsys, monkeypatch):
+    (tmp_path / "cluster.yaml").write_text("cluster: {worker: [localhost:2223]}\nlogdir: runs\n")
+    d = make_run(tmp_path / "runs", file=tmp_path / "cluster.yaml")
+    make_run(tmp_path / "runs", run_id="newer-of-another-file", t0=T0 + 100)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 0
+    assert capsys.readouterr().out.strip() == str(d / "report.html")
+
+
+# ------------------------------------------------------------------ in a real browser
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def decode_png(data):
+    """(width, height, rows of RGB tuples) of an 8-bit RGB or RGBA PNG (what Chromium writes)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    prev = bytearray(stride)
+    rows = []
+    for y in range(height):
+        ftype = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if ftype == 1:
+                line[i] = (line[i] + a) & 255
+            elif ftype == 2:
+                line[i] = (line[i] + b) & 255
+            elif ftype == 3:
+                line[i] = (line[i] + ((a + b) >> 1)) & 255
+            elif ftype == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                line[i] = (line[i] + pred) & 255
+        rows.append([tuple(line[i:i + 3]) for i in range(0, stride, bpp)])
+        prev = line
+    return width, height, rows
+
+
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe:
+    it reads NUL-terminated JSON commands on fd 3 and writes answers and events on fd 4)."""
+
+    def __init__(self, profile, timeout=60.0):
+        self.timeout = timeout
+        cmd_r, self._cmd_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+
+        def child():  # the pipe ends become fds 3 and 4 of chromium
+            a = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 10)
+            b = fcntl.fcntl(res_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen(
+            [_chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+             "--disable-extensions", "--hide-scrollbars", "--remote-debugging-pipe",
+             "--host-resolver-rules=MAP * ~NOTFOUND",        # offline: nothing from the network
+             f"--user-data-dir={profile}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=child, pass_fds=(3, 4))
+        os.close(cmd_r)
+        os.close(res_w)
+        self._buf = b""
+        self._id = 0
+        self.events = []
+        self.session = None
+
+    def _message(self, deadline):
+        while b"\0" not in self._buf:
+            left = deadline - time.time()
+            if left <= 0:
+                raise TimeoutError("chromium did not answer in time")
+            if select.select([self._res_r], [], [], left)[0]:
+                chunk = os.read(self._res_r, 1 << 20)
+                if not chunk:
+                    raise EOFError("chromium closed its DevTools pipe")
+                self._buf += chunk
+        msg, _, self._buf = self._buf.partition(b"\0")
+        return json.loads(msg)
+
+    def send(self, method, params=None, browser=False):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if self.session and not browser:
+            msg["sessionId"] = self.session
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.time() + self.timeout
+        while True:
+            m = self._message(deadline)
+            if m.get("id") == self._id:
+                assert "error" not in m, f"{method}: {m['error']}"
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait_for(self, method):
+        deadline = time.time() + self.timeout
+        while not any(m.get("method") == method for m in self.events):
+            self.events.append(self._message(deadline))
+
+    def close(self):
+        try:
+            self.send("Browser.close", browser=True)
+        except (OSError, EOFError, TimeoutError, AssertionError):
+            pass
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=15)
+        os.close(self._cmd_w)
+        os.close(self._res_r)
+
+
+def render(page_path, profile, width=1100, height=1000, selector=".restart-marker"):
+    """Open a page: (what it logged — console calls, uncaught exceptions, error and warning log
+    entries such as failed loads —, the boxes of the elements matching selector, a PNG)."""
+    c = Chromium(profile)
+    try:
+        target = c.send("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
+        c.session = c.send("Target.attachToTarget", {"targetId": target, "flatten": True},
+                           browser=True)["sessionId"]
+        for method in ("Runtime.enable", "Log.enable", "Page.enable"):
+            c.send(method)
+        c.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                      "deviceScaleFactor": 1, "mobile": False})
+        c.send("Page.navigate", {"url": f"file://{page_path}"})
+        c.wait_for("Page.loadEventFired")
+        boxes = c.send("Runtime.evaluate", {"returnByValue": True, "expression":
+                       f"JSON.stringify([...document.querySelectorAll({json.dumps(selector)})]"
+                       ".map(e => {const r = e.getBoundingClientRect(); "
+                       "return [r.x, r.y, r.width, r.height]}))"})["result"]["value"]
+        png = base64.b64decode(c.send("Page.captureScreenshot", {"format": "png"})["data"])
+    finally:
+        c.close()
+    logged = []
+    for m in c.events:
+        p = m.get("params", {})
+        if m.get("method") == "Runtime.consoleAPICalled":
+            logged.append(f"console.{p['type']}: " + " ".join(str(a.get("value")) for a in p["args"]))
+        elif m.get("method") == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            logged.append(f"exception: {d.get('text')} {d.get('exception', {}).get('description', '')}")
+        elif m.get("method") == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+            logged.append(f"log {p['entry']['level']}: {p['entry']['text']} {p['entry'].get('url', '')}")
+    return logged, json.loads(boxes), png
+
+
+needs_browser = pytest.mark.skipif(_chromium() is None, reason="no chromium on PATH (install it "
+                                   "with .ci/system-deps: apt-get install chromium)")
+
+
+@needs_browser
+def test_the_browser_check_catches_errors(tmp_path):
+    """The check below can fail: script errors and loads from the network are caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><html><body><p>x</p><img src='https://cdn.example.com/a.png'>"
+                   "<script>console.error('boom'); no_such_function();</script></body></html>")
+    logged, boxes, png = render(str(bad), str(tmp_path / "profile"), 300, 200)
+    assert any("console.error: boom" in x for x in logged), logged
+    assert any("exception" in x and "no_such_function" in x for x in logged), logged
+    assert any("log error" in x and "cdn.example.com" in x for x in logged), logged
+    assert boxes == [] and png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_browser
+def test_the_report_renders_in_chromium_with_the_restart_drawn(tmp_path):
+    d = make_run(tmp_path)
+    page = write_report(str(d))
+    logged, boxes, png = render(page, str(tmp_path / "profile"))
+    assert logged == [], logged
+    width, height, rows = decode_png(png)
+    assert (width, height) == (1100, 1000)
+    colors = {}
+    for row in rows[::2]:
+        for px in row[::2]:
+            colors[px] = colors.get(px, 0) + 1
+    total = sum(colors.values())
+    assert len(colors) > 50, "the screenshot has almost no colours: blank page?"
+    assert colors.get((255, 255, 255), 0) < 0.97 * total, "the screenshot is (nearly) all white"
+    # the restart marker is laid out on screen, and its centre has the marker's colour
+    [(x, y, w, h)] = boxes
+    assert w >= 8 and h >= 8 and 0 <= x < width and 0 <= y < height, boxes
+    centre = rows[int(y + h / 2)][int(x + w / 2)]
+    assert all(abs(centre[i] - RESTART_RGB[i]) <= 8 for i in range(3)), centre

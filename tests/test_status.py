@@ -1,0 +1,302 @@
+"""tfcluster status and tfcluster runs: the result of a run, lost launchers, picking the run of
+the right cluster file, exit codes, and broken records."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tfcluster.cli import main
+from tfcluster.runrecord import STATUS_EXIT, write_json_private
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_cluster(folder, name="cluster.yaml"):
+    path = folder / name
+    path.write_text("cluster: {worker: [localhost:2223, localhost:2224]}\nlogdir: runs\n")
+    return path
+
+
+def write_run(logdir, run_id, file, result="succeeded", started=1000.0, duration=60.0,
+              restarts=0, **extra):
+    d = logdir / run_id
+    d.mkdir(parents=True, exist_ok=True)
+    record = {
+        "run_id": run_id, "file": str(file) if file else None, "run_dir": str(d),
+        "launcher_pid": 999999, "launcher_started": started - 0.5, "backend": "local",
+        "success_rule": "chief", "started": started,
+        "ended": None if result == "running" else started + duration,
+        "result": result, "exit_code": {"succeeded": 0, "failed": 1, "interrupted": 130}.get(result),
+        "root_cause": "worker:1 SIGKILL" if result == "failed" else None,
+        "total_restarts": restarts,
+        "tasks": [{"task": "worker:0", "endpoint": "localhost:2223", "pid": 11, "state": "succeeded",
+                   "exit": "exit 0", "restarts": 0, "started": started, "ended": started + duration},
+                  {"task": "worker:1", "endpoint": "localhost:2224", "pid": 12, "state": "running",
+                   "exit": "", "restarts": restarts, "started": started, "ended": None}],
+    }
+    record.update(extra)
+    write_json_private(str(d / "run.json"), record)
+    return d
+
+
+def cli(capsys, *args):
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# ------------------------------------------------------------------ lost launchers
+FAKE_LAUNCHER = """
+import os, sys, time, psutil
+from tfcluster.runrecord import write_json_private
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+write_json_private(os.path.join(d, "run.json"), {
+    "run_id": "r", "file": None, "launcher_pid": os.getpid(),
+    "launcher_started": psutil.Process().create_time(), "started": time.time(), "ended": None,
+    "result": "running", "exit_code": None, "tasks": []})
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_launcher_killed_with_sigkill_is_reported_lost(tmp_path, capsys):
+    run = tmp_path / "runs" / "r"
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    p = subprocess.Popen([sys.executable, "-c", FAKE_LAUNCHER, str(run)], stdout=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        rc, out, _ = cli(capsys, "status", "--json", str(run))
+        shown = json.loads(out)
+        assert (rc, shown["result"], shown["launcher_alive"]) == (STATUS_EXIT["running"], "running", True)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+        p.stdout.close()
+    before = (run / "run.json").read_bytes()
+    rc, out, _ = cli(capsys, "status", "--json", str(run))
+    shown = json.loads(out)
+    assert (rc, shown["result"], shown["launcher_alive"]) == (5, "lost", False)
+    assert (run / "run.json").read_bytes() == before          # status reports, never rewrites
+    rc, out, _ = cli(capsys, "status", str(run))
+    assert rc == 5 and "lost" in out.splitlines()[0] and "is gone" in out
+    rc, out, _ = cli(capsys, "runs", str(tmp_path / "runs"))
+    assert rc == 0 and " lost " in out
+
+
+def test_a_reused_pid_does_not_keep_a_run_alive(tmp_path, capsys):
+    me = psutil.Process()
+    d = write_run(tmp_path / "runs", "r", None, result="running", started=me.create_time(),
+                  launcher_pid=os.getpid(), launcher_started=me.create_time() - 3600)
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert (rc, json.loads(out)["result"]) == (5, "lost")
+    write_run(tmp_path / "runs", "r", None, result="running", started=me.create_time(),
+              launcher_pid=os.getpid(), launcher_started=me.create_time())
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert (rc, json.loads(out)["result"]) == (3, "running")
+
+
+def test_an_older_record_without_launcher_started(tmp_path, capsys):
+    me = psutil.Process()
+    # this process started before the run: it may be the launcher
+    d = write_run(tmp_path / "runs", "old", None, result="running", started=me.create_time() + 5,
+                  launcher_pid=os.getpid(), launcher_started=None)
+    assert cli(capsys, "status", str(d))[0] == 3
+    # a process started after the run cannot be its launcher
+    write_run(tmp_path / "runs", "old", None, result="running", started=me.create_time() - 3600,
+              launcher_pid=os.getpid(), launcher_started=None)
+    assert cli(capsys, "status", str(d))[0] == 5
+
+
+def test_a_lost_run_does_not_keep_ageing(tmp_path, capsys):
+    d = write_run(tmp_path / "runs", "r", None, result="running", started=time.time() - 7200)
+    os.utime(d / "run.json", (time.time() - 3600, time.time() - 3600))
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 5
+    assert "last seen after 1h00m" in out          # not "running for 2h"
+    assert "2h" not in out
+
+
+# ------------------------------------------------------------------ which run
+def test_status_shows_the_latest_run_of_that_file_not_of_the_folder(tmp_path, capsys, monkeypatch):
+    a, b = write_cluster(tmp_path, "a.yaml"), write_cluster(tmp_path, "b.yaml")
+    logdir = tmp_path / "runs"
+    write_run(logdir, "a-old", a, result="failed", started=1000)
+    write_run(logdir, "a-new", a, result="succeeded", started=2000)
+    write_run(logdir, "b-newest", b, result="failed", started=3000)
+    os.utime(logdir / "a-old" / "run.json")       # touched last: mtime must not decide
+    rc, out, _ = cli(capsys, "status", "--file", str(a))
+    assert rc == 0 and out.startswith("run a-new ")
+    rc, out, _ = cli(capsys, "status", "--file", str(b))
+    assert rc == 1 and out.startswith("run b-newest ") and "root cause: worker:1 SIGKILL" in out
+    # no arguments: ./cluster.yaml's logdir and runs of that file only
+    monkeypatch.chdir(tmp_path)
+    c = write_cluster(tmp_path)
+    assert cli(capsys, "status")[0] == 2             # no run of cluster.yaml yet
+    write_run(logdir, "c1", c, result="interrupted", started=1500)
+    rc, out, _ = cli(capsys, "status")
+    assert rc == 4 and out.startswith("run c1 ")
+    # a logdir as RUN_DIR: its latest run, whatever the file
+    rc, out, _ = cli(capsys, "status", str(logdir))
+    assert rc == 1 and out.startswith("run b-newest ")
+
+
+@pytest.mark.parametrize("result", ["succeeded", "failed", "interrupted", "running"])
+def test_exit_code_follows_the_result(tmp_path, capsys, result):
+    d = write_run(tmp_path / "runs", "r", None, result=result,
+                  launcher_pid=os.getpid(), launcher_started=psutil.Process().create_time())
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert json.loads(out)["result"] == result
+    assert rc == {"succeeded": 0, "failed": 1, "running": 3, "interrupted": 4}[result]
+
+
+# ------------------------------------------------------------------ broken records
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "not valid JSON"),
+    ('["a list"]', "not a JSON object"),
+    ('{"result": "maybe", "tasks": []}', "result: 'maybe' is not one of"),
+    ('{"result": "failed", "tasks": {}}', "tasks: not a list"),
+    ('{"result": "failed", "tasks": [{"task": "worker:0"}]}', "tasks[0].state"),
+    ('{"result": "running", "launcher_pid": "12"}', "launcher_pid"),
+    ('{"result": "failed", "started": "yesterday"}', "started: not a number"),
+])
+def test_a_broken_run_json_is_one_line_exit_2(tmp_path, capsys, text, words):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "run.json").write_text(text)
+    for cmd in (["status"], ["status", "--json"], ["report"]):
+        rc, out, err = cli(capsys, *cmd, str(d))
+        assert rc == 2 and out == ""
+        assert len(err.splitlines()) == 1 and words in err and "run.json" in err
+
+
+def test_a_broken_record_at_the_command_line_has_no_traceback(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "run.json").write_text('{"result": "running", "tasks": [')
+    (d / "events.jsonl").write_text("")
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "status", str(d)], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src")))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("tfcluster: error: ") and len(r.stderr.splitlines()) == 1
+
+
+def test_a_broken_run_among_others_is_named_and_skipped(tmp_path, capsys):
+    logdir = tmp_path / "runs"
+    write_run(logdir, "good", None, result="succeeded", started=1000)
+    (logdir / "bad").mkdir()
+    (logdir / "bad" / "run.json").write_text("{")
+    rc, out, err = cli(capsys, "status", str(logdir))
+    assert rc == 0 and out.startswith("run good ")
+    assert "warning" in err and os.path.join("bad", "run.json") in err
+    rc, out, err = cli(capsys, "runs", str(logdir))
+    assert rc == 0 and "good" in out and "bad" not in out and "bad" in err
+
+
+def test_status_of_nothing_is_bad_input(tmp_path, capsys):
+    assert cli(capsys, "status", str(tmp_path / "nope"))[0] == 2
+    assert cli(capsys, "status", "--file", str(tmp_path / "nope.yaml"))[0] == 2
+    (tmp_path / "empty").mkdir()
+    rc, _, err = cli(capsys, "status", str(tmp_path / "empty"))
+    assert rc == 2 and "no runs" in err
+
+
+# ------------------------------------------------------------------ runs
+def test_runs_lists_the_runs_of_a_file_newest_first(tmp_path, capsys, monkeypatch):
+    a, b = write_cluster(tmp_path, "a.yaml"), write_cluster(tmp_path, "b.yaml")
+    logdir = tmp_path / "runs"
+    write_run(logdir, "a1", a, result="failed", started=1000, duration=90, restarts=2)
+    write_run(logdir, "a2", a, result="succeeded", started=5000, duration=3725)
+    write_run(logdir, "a3", a, result="running", started=9000)   # launcher 999999: gone
+    write_run(logdir, "b1", b, result="succeeded", started=7000)
+    rc, out, _ = cli(capsys, "runs", "--file", str(a))
+    lines = out.splitlines()
+    assert rc == 0 and lines[0].split() == ["run", "result", "started", "duration", "tasks",
+                                            "restarts", "file"]
+    assert [line.split()[:2] for line in lines[1:]] == [["a3", "lost"], ["a2", "succeeded"],
+                                                        ["a1", "failed"]]
+    assert "1h02m" in lines[2] and "1m30s" in lines[3]
+    assert lines[3].split()[-3:-1] == ["2", "2"]      # tasks, restarts
+    rc, out, _ = cli(capsys, "runs", "--json", str(logdir))
+    rows = json.loads(out)
+    assert [r["run_id"] for r in rows] == ["a3", "b1", "a2", "a1"]
+    assert rows[3] == {"run_id": "a1", "run_dir": str(logdir / "a1"), "file": str(a),
+                       "result": "failed", "exit_code": 1, "started": 1000, "ended": 1090,
+                       "duration": 90, "tasks": ["worker:0", "worker:1"], "restarts": 2}
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = cli(capsys, "runs")                 # no ./cluster.yaml: every run in ./runs
+    assert rc == 0 and len(out.splitlines()) == 5
+    write_cluster(tmp_path)
+    rc, out, _ = cli(capsys, "runs")                 # ./cluster.yaml: its runs only
+    assert rc == 0 and out.startswith("no runs of ")
+
+
+def test_a_launcher_on_another_host_is_not_checked(tmp_path, capsys):
+    d = write_run(tmp_path / "runs", "r", None, result="running", launcher_host="elsewhere.invalid")
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    shown = json.loads(out)
+    assert (rc, shown["result"], shown["launcher_alive"]) == (3, "running", None)
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert "on elsewhere.invalid: not checked from here" in out
+
+
+def test_without_cluster_yaml_status_and_runs_look_in_runs(tmp_path, capsys, monkeypatch):
+    a, b = write_cluster(tmp_path, "a.yaml"), write_cluster(tmp_path, "b.yaml")
+    write_run(tmp_path / "runs", "a1", a, result="failed", started=1000)
+    write_run(tmp_path / "runs", "b1", b, result="succeeded", started=2000)
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = cli(capsys, "status")
+    assert rc == 0 and out.startswith("run b1 ")
+    rc, out, _ = cli(capsys, "runs", "runs", "--file", "a.yaml")
+    assert rc == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["a1"]
+
+
+def test_kill_9_of_a_real_launcher_is_lost(tmp_path, ports):
+    """The issue's case: `tfcluster launch`, then kill -9 of the launcher; status says lost."""
+    port = ports(1)[0]
+    listener = os.path.join(ROOT, "tests", "programs", "listener.py")
+    f = tmp_path / "cluster.yaml"
+    f.write_text(f"cluster: {{worker: [localhost:{port}]}}\n"
+                 f"program: {{command: [python, {json.dumps(listener)}]}}\nlogdir: runs\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"), MODE="sleep")
+    launcher = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live",
+                                 "--run-id", "r1"], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = tmp_path / "runs" / "r1" / "run.json"
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if record.exists() and '"state": "running"' in record.read_text():
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the launcher never recorded a running task")
+        status = [sys.executable, "-m", "tfcluster", "status", "--json"]
+        r = subprocess.run(status, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert (r.returncode, json.loads(r.stdout)["result"]) == (3, "running"), r.stderr
+        task_pid = json.loads(r.stdout)["tasks"][0]["pid"]
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=10)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+    deadline = time.time() + 10                      # its task dies with it (parent-death signal)
+    while psutil.pid_exists(task_pid) and time.time() < deadline:
+        time.sleep(0.1)
+    r = subprocess.run(status, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, json.loads(r.stdout)["result"]) == (5, "lost"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "runs"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:2] == ["r1", "lost"]
