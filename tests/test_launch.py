@@ -367,3 +367,45 @@ def test_ci_smoke_launch_on_2222_2223(tmp_path):
     assert "chief done" in r.stdout
     for port in (2222, 2223):
         assert not port_in_use(port)
+
+
+def test_streams_events_and_a_closed_record(tmp_path, ports):
+    """Task output on stdout, tfcluster's own lines on stderr (a failure is seen with
+    >/dev/null, and 2>/dev/null leaves only task output); progress-protocol lines are consumed;
+    events.jsonl has every task's start and end; run.json is closed; a restart is counted."""
+    prog = tmp_path / "p.py"
+    prog.write_text(
+        "import json, os, sys, time\n"
+        "task = os.environ['TFCLUSTER_TASK']\n"
+        "print('hello from', task, 'attempt', os.environ['TFCLUSTER_RESTART_COUNT'], flush=True)\n"
+        "print('@tfcluster progress {\"step\": 3, \"total\": 9, \"loss\": 0.25}', flush=True)\n"
+        "if task == 'worker:1' and os.environ['TFCLUSTER_RESTART_COUNT'] == '0':\n"
+        "    sys.exit(4)\n"
+        "if task == 'worker:1':\n"
+        "    time.sleep(1.5)\n"
+        "    sys.exit(6)\n"
+        "time.sleep(30)\n")
+    f = write_cluster(tmp_path, ports(3), ["python", str(prog)],
+                      extra="restart: {policy: on-failure, max_restarts: 1, backoff: 0.1}\n")
+    r = tfcluster("launch", f, "--progress-interval", "0.2")
+    assert r.returncode == 1, r.stderr
+    assert "[worker:1] hello from worker:1 attempt 0" in r.stdout
+    assert "[worker:1] hello from worker:1 attempt 1" in r.stdout
+    assert "tfcluster:" not in r.stdout and "@tfcluster progress" not in r.stdout
+    assert "first failure: worker:1 (exit 6)" in r.stderr and "[worker:" not in r.stderr
+    assert "worker:0: step 3/9" in r.stderr and "loss 0.25" in r.stderr   # the periodic line
+    d = run_dir(tmp_path)
+    assert "@tfcluster progress" in (d / "worker-0.log").read_text()   # logs keep everything
+    record = json.loads((d / "run.json").read_text())
+    assert record["result"] == "failed" and record["exit_code"] == 1 and record["total_restarts"] == 1
+    assert record["launcher_started"] and record["chief"] == "worker:0"
+    events = [json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()]
+    started = [(e["task"], e["attempt"]) for e in events if e["event"] == "task_started"]
+    assert sorted(started) == [("ps:0", 0), ("worker:0", 0), ("worker:1", 0), ("worker:1", 1)]
+    exited = {e["task"] for e in events if e["event"] == "task_exited"}
+    assert exited == {"ps:0", "worker:0", "worker:1"}
+    assert all(isinstance(e["time"], float) for e in events)
+    assert [e["event"] for e in events][-1] == "run_ended"
+    assert any(e["event"] == "task_restarting" and e["task"] == "worker:1" for e in events)
+    assert "task_restarting" in (d / "launcher.log").read_text() or "restart" in (d / "launcher.log").read_text()
+    assert f"tfcluster report {d}" in r.stderr

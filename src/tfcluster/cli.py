@@ -344,7 +344,8 @@ def launch(path_or_cluster, options=None, view=None) -> int:
         return slurm.launch(plan)
     backend = make_backend(plan, cluster)
     from .launch.preflight import preflight
-    preflight(plan, backend)
+    for w in preflight(plan, backend):
+        print(f"tfcluster: warning: {w}", file=sys.stderr)
     return Supervisor(plan, backend, view).run()
 
 
@@ -364,7 +365,8 @@ def cmd_launch(args) -> int:
         return 0
     from .launch import Supervisor
     from .launch.preflight import preflight
-    preflight(plan, backend)
+    for w in preflight(plan, backend):
+        print(f"tfcluster: warning: {w}", file=sys.stderr)
     view = View(quiet=args.quiet, live=False if args.no_live else None,
                 progress_every=args.progress_interval)
     return Supervisor(plan, backend, view).run()

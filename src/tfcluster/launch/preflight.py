@@ -8,12 +8,14 @@ from typing import List
 from .. import contract
 from ..backends.base import Backend
 from ..errors import UserError
+from ..gpus import gpu_warnings
 from ..hosts import is_local
 from ..plan import RunPlan
 
 
 def preflight(plan: RunPlan, backend: Backend) -> List[str]:
-    """Raise UserError naming the task for what would fail every task at once; return warnings."""
+    """Raise UserError naming the task for what would fail every task at once (a missing
+    program, script or folder); return warnings (GPU indexes this machine does not have)."""
     problems: List[str] = []
     seen = set()
     for t in plan.selected_tasks:
@@ -26,7 +28,8 @@ def preflight(plan: RunPlan, backend: Backend) -> List[str]:
         problems.extend(_program_problems(t, backend))
     if problems:
         raise UserError("\n".join(problems) + "\nnothing was started")
-    return []
+    return gpu_warnings([(t.name, t.gpus if t.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
+                         for t in plan.selected_tasks if is_local(t.host) or backend.name == "local"])
 
 
 def _program_problems(t, backend: Backend) -> List[str]:

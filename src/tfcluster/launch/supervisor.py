@@ -21,6 +21,7 @@ from typing import Callable, Deque, Dict, List, Optional
 from .. import contract, rules, secrets
 from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
+from ..events import EventLog, exit_fields
 from ..hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
 from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
@@ -30,7 +31,6 @@ from .output import OutputReader, Seen
 from .state import RunState, TaskState, check_transition, describe_exit
 
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
-PROGRESS_EVENT_EVERY = 1.0     # at most one progress event per task per second
 
 
 @dataclass
@@ -45,9 +45,20 @@ class View:
 
 
 class NullEvents:
-    """Where events go when the run has no folder (yet)."""
+    """Where events go before the run has a folder."""
+
+    error = None
 
     def emit(self, event: str, task: Optional[str] = None, **fields) -> None:
+        pass
+
+    def progress(self, *args, **kwargs) -> None:
+        pass
+
+    def flush_progress(self, task: str) -> None:
+        pass
+
+    def flush_due(self) -> None:
         pass
 
     def log(self, line: str) -> None:
@@ -78,7 +89,6 @@ class TaskRun:
     note: str = ""
     up: bool = False                      # its port accepts connections
     forced: str = ""                      # why tfcluster killed it (watchdog)
-    progress_event_at: float = 0.0
 
     @property
     def name(self) -> str:
@@ -181,7 +191,10 @@ class Supervisor:
                 self._write_record(force=True)
                 self.backend.close()
         self._summary()
+        if self.events.error:
+            self.display.error(f"the event log could not be written: {self.events.error}")
         self.events.close()
+        self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
     def _make_run_dir(self) -> None:
@@ -195,15 +208,8 @@ class Supervisor:
             raise UserError(f"logdir: cannot create {run_dir} ({e.strerror or e})")
         for tr in self.runs.values():
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
-        self.events = self._open_events(run_dir)
+        self.events = EventLog(run_dir, clock=self.clock)
         self.display.echo = self.events.log
-
-    def _open_events(self, run_dir: str):
-        try:
-            from ..events import EventLog
-        except ImportError:
-            return NullEvents()
-        return EventLog(run_dir)
 
     def _announce(self) -> None:
         d = self.display
@@ -285,11 +291,7 @@ class Supervisor:
             if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
                 self.rate = max(0.0, (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
             self.dirty = True
-            due = now - tr.progress_event_at >= PROGRESS_EVENT_EVERY
-            if due:
-                tr.progress_event_at = now
-        if due:
-            self.events.emit("progress", task=tr.name, step=p.step, total=p.total, metrics=p.metrics)
+        self.events.progress(tr.name, p.step, p.total, p.metrics)
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
@@ -333,6 +335,7 @@ class Supervisor:
         now = self.clock()
         if self.dirty and now - self.last_record > 1.0:
             self._write_record()
+        self.events.flush_due()
         if self.display.shows_table:
             self.display.refresh()
         elif self.best_step is not None and now - self.last_progress_line >= self.view.progress_every:
@@ -346,9 +349,8 @@ class Supervisor:
         with self.lock:
             tr.returncode, tr.ended = rc, self.clock()
             self._set(tr, state)
-        sig = describe_exit(rc) if rc < 0 else None
-        self.events.emit("task_exited", task=tr.name, exit_code=rc if rc >= 0 else None,
-                         signal=sig, exit=describe_exit(rc), state=state.value)
+        self.events.flush_progress(tr.name)
+        self.events.emit("task_exited", tr.name, state=state.value, **exit_fields(rc))
 
     def _on_exit(self, tr: TaskRun, rc: int) -> None:
         self._ended(tr, rc, TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED)
