@@ -90,14 +90,25 @@ def build_parser() -> argparse.ArgumentParser:
                    "second task from a session on the first")
     s.set_defaults(func=cmd_hello)
 
-    s = sub.add_parser("render", help="print a Kubernetes TFJob or a Slurm batch script for the file")
-    s.add_argument("kind", choices=["k8s", "slurm"])
+    s = sub.add_parser("render", help="print a Kubernetes TFJob or JobSet, or a Slurm batch script "
+                       "for the file")
+    s.add_argument("kind", choices=["k8s", "jobset", "slurm"],
+                   help="k8s: Kubeflow TFJob; jobset: JobSet (jobset.x-k8s.io); slurm: sbatch script")
     s.add_argument("file")
-    s.add_argument("--image", help="k8s: container image (required for k8s)")
-    s.add_argument("--name", help="name of the TFJob / Slurm job (default: the file's name)")
-    s.add_argument("--namespace", help="k8s: namespace")
-    s.add_argument("--partition", help="slurm: partition")
-    s.add_argument("--time", help="slurm: time limit (e.g. 01:00:00)")
+    s.add_argument("--image", help="k8s, jobset: container image (required)")
+    s.add_argument("--name", help="name of the TFJob / JobSet / Slurm job (default: the file's name)")
+    s.add_argument("--namespace", help="k8s, jobset: namespace")
+    g = s.add_argument_group("slurm options (override the file's slurm: section)")
+    g.add_argument("--partition", help="partition(s)")
+    g.add_argument("--time", help="time limit: minutes, [days-]hours:minutes:seconds, ..., UNLIMITED")
+    g.add_argument("--account", help="account to charge")
+    g.add_argument("--qos", help="quality of service")
+    g.add_argument("--constraint", help="node features, e.g. 'intel&gpu'")
+    g.add_argument("--gpus-per-task", type=_count, metavar="N",
+                   help="GPUs per task (default: from jobs.<job>.gpus; ps on CPU)")
+    g.add_argument("--gres", help="generic resources per node, e.g. gpu:2 (instead of --gpus-per-task)")
+    g.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="any other sbatch option, as --name=value (repeatable), e.g. --sbatch=--mem=8G")
     s.set_defaults(func=cmd_render)
 
     s = sub.add_parser("schema", help="print the JSON Schema of cluster.yaml")
@@ -276,12 +287,22 @@ def cmd_serve(args) -> int:
 def cmd_render(args) -> int:
     from . import config, render
     cluster = config.load(args.file)
-    if args.kind == "k8s":
+    if args.kind in ("k8s", "jobset"):
         if not args.image:
-            raise UserError("render k8s: --image IMAGE is required (the container that runs the program)")
-        print(render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace), end="")
+            raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "
+                            f"the program)")
+        if args.kind == "k8s":
+            text = render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        else:
+            from .jobset import render_jobset
+            text = render_jobset(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        print(text, end="")
     else:
-        print(render.render_slurm(cluster, partition=args.partition, time=args.time, name=args.name), end="")
+        from .slurm_options import from_flags
+        options = from_flags(cluster.spec.slurm, partition=args.partition, time=args.time,
+                             account=args.account, qos=args.qos, constraint=args.constraint,
+                             gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch)
+        print(render.render_slurm(cluster, name=args.name, slurm=options), end="")
     return 0
 
 
