@@ -78,6 +78,11 @@ FLAGS = {"partition": "--partition", "time": "--time", "account": "--account", "
          "sbatch": "--sbatch"}
 
 
+def _q(text: str) -> str:
+    """``text`` quoted for a one-line message (control characters escaped)."""
+    return f"'{text}'" if text.isprintable() else repr(text)
+
+
 def check_time(text: str) -> str:
     """``text`` if it is a time limit sbatch accepts; ValueError naming the formats otherwise.
     Stricter than sbatch in one way: a field after the first is below 60 (24 for hours)."""
@@ -89,11 +94,11 @@ def check_time(text: str) -> str:
         if m:
             for name, part in list(zip(names, m.groups()))[1:]:
                 if int(part) >= _LIMITS[name]:
-                    raise ValueError(f"'{text}': {name} must be below {_LIMITS[name]}")
+                    raise ValueError(f"{_q(text)}: {name} must be below {_LIMITS[name]}")
             if value.strip("0:-") == "":
-                raise ValueError(f"'{text}' is a zero time limit; write UNLIMITED for no limit")
+                raise ValueError(f"{_q(text)} is a zero time limit; write UNLIMITED for no limit")
             return value
-    raise ValueError(f"'{text}' is not a Slurm time limit ({TIME_HELP})")
+    raise ValueError(f"{_q(text)} is not a Slurm time limit ({TIME_HELP})")
 
 
 def check_value(field: str, text: str) -> str:
@@ -102,7 +107,7 @@ def check_value(field: str, text: str) -> str:
         raise ValueError(f"{text!r} contains {bad!r}, which could break the batch script")
     pattern, what = _FIELD_CHARS[field]
     if not pattern.fullmatch(text):
-        raise ValueError(f"'{text}' is not {what}")
+        raise ValueError(f"{_q(text)} is not {what}")
     return text
 
 
