@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import yaml
 
 from conftest import SHARED
 from test_render import _strict, load, validate
+from test_slurm_options import doc_blocks
 from tfcluster import jobset, pod
 from tfcluster.cli import main
 from tfcluster.errors import UserError
@@ -292,3 +294,25 @@ def test_pod_names_follow_jobset():
         "js-worker-0-0.s:2222", "js-worker-0-1.s:2222", "js-worker-1-0.s:2222", "js-worker-1-1.s:2222"]}
     env = {"TFCLUSTER_REPLICATED_JOB": "worker", "TFCLUSTER_JOB_INDEX": "1", "JOB_COMPLETION_INDEX": "0"}
     assert pod.task_of(layout, env) == ("worker", 2)
+
+
+def test_the_docs_example(tmp_path, jobset_schema):
+    """docs/BACKENDS.md, 'kubernetes: JobSet': the file, the command, the Secret and the cluster."""
+    yaml_text, commands = doc_blocks("## kubernetes: JobSet")[:2]
+    (tmp_path / "mnist.yaml").write_text(yaml_text)
+    render_line = next(x for x in commands.splitlines() if x.startswith("tfcluster render jobset"))
+    words = render_line.split("|")[0].split()
+    assert main(words[1:3] + [str(tmp_path / words[3])] + words[4:]) == 0
+    with open(os.path.join(ROOT, "docs", "BACKENDS.md")) as f:
+        doc = f.read()
+    claimed = json.loads(" ".join(re.search(r"In the example the cluster is\s+`(.*?)`", doc, re.S)
+                                  .group(1).split()))
+    c = load(yaml_text, tmp_path, "mnist.yaml")
+    text = jobset.render_jobset(c, image="registry.example/trainer:1.0", namespace="ml")
+    m = yaml.safe_load(text)
+    validate(jobset_schema, m)
+    layout = json.loads(next(e["value"] for e in container(m, "ps")["env"] if e["name"] == pod.LAYOUT_ENV))
+    assert pod.cluster_dict(layout, m["metadata"]["name"]) == claimed
+    secret_line = next(x for x in commands.splitlines() if x.startswith("kubectl create secret"))
+    assert secret_line.replace(" -n ml", "").split("--from-literal=")[0] in text.splitlines()[0]
+    assert "--from-literal=WANDB_API_KEY=...;" in text.splitlines()[0]

@@ -223,3 +223,23 @@ def test_real_slurm_takes_the_options(slurm_cluster, tmp_path):  # noqa: F811
                          text=True, timeout=60)
     assert bad.returncode != 0 and "partition" in bad.stderr.lower(), bad.stderr
     assert slurm_cluster.wait_empty_queue(30) == ""
+
+
+def doc_blocks(heading: str):
+    """The fenced code blocks of docs/BACKENDS.md after ``heading``, in order."""
+    with open(os.path.join(ROOT, "docs", "BACKENDS.md")) as f:
+        text = f.read()
+    return re.findall(r"```\w*\n(.*?)```", text[text.index(heading):], re.S)
+
+
+def test_the_docs_example(tmp_path):
+    """docs/BACKENDS.md, 'Slurm options': the file, the command and the #SBATCH lines it shows."""
+    yaml_text, command, shown = doc_blocks("### Slurm options")[:3]
+    (tmp_path / "cluster.yaml").write_text(yaml_text)
+    words = shlex.split(command.split(">")[0])
+    assert words[:3] == ["tfcluster", "render", "slurm"]
+    r = cli(*words[1:], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stdout.splitlines() if x.startswith("#SBATCH")]
+    assert lines[:3] == ["#SBATCH --job-name=tfcluster", "#SBATCH --ntasks=6", "#SBATCH --overcommit"]
+    assert lines[3:] == shown.strip().splitlines()
