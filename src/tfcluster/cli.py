@@ -98,17 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--image", help="k8s, jobset: container image (required)")
     s.add_argument("--name", help="name of the TFJob / JobSet / Slurm job (default: the file's name)")
     s.add_argument("--namespace", help="k8s, jobset: namespace")
-    g = s.add_argument_group("slurm options (override the file's slurm: section)")
-    g.add_argument("--partition", help="partition(s)")
-    g.add_argument("--time", help="time limit: minutes, [days-]hours:minutes:seconds, ..., UNLIMITED")
-    g.add_argument("--account", help="account to charge")
-    g.add_argument("--qos", help="quality of service")
-    g.add_argument("--constraint", help="node features, e.g. 'intel&gpu'")
-    g.add_argument("--gpus-per-task", type=_count, metavar="N",
-                   help="GPUs per task (default: from jobs.<job>.gpus; ps on CPU)")
-    g.add_argument("--gres", help="generic resources per node, e.g. gpu:2 (instead of --gpus-per-task)")
-    g.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                   help="any other sbatch option, as --name=value (repeatable), e.g. --sbatch=--mem=8G")
+    add_slurm_flags(s)
     s.set_defaults(func=cmd_render)
 
     s = sub.add_parser("schema", help="print the JSON Schema of cluster.yaml")
@@ -119,6 +109,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_serve)
     return p
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
+    """Slurm scheduler flags (``render slurm``; ``launch --backend slurm`` can add the same);
+    :func:`slurm_options_from_args` validates them over the file's ``slurm:`` section."""
+    g = parser.add_argument_group("slurm options (override the file's slurm: section)")
+    g.add_argument("--partition", help="partition(s)")
+    g.add_argument("--time", help="time limit: minutes, [days-]hours:minutes:seconds, ..., UNLIMITED")
+    g.add_argument("--account", help="account to charge")
+    g.add_argument("--qos", help="quality of service")
+    g.add_argument("--constraint", help="node features, e.g. 'intel&gpu'")
+    g.add_argument("--gpus-per-task", type=_count, metavar="N",
+                   help="GPUs per task (default: from jobs.<job>.gpus; ps on CPU)")
+    g.add_argument("--gres", help="generic resources per node, e.g. gpu:2 (instead of --gpus-per-task)")
+    g.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="any other sbatch option, as --name=value (repeatable), e.g. --sbatch=--mem=8G")
+
+
+def slurm_options_from_args(cluster, args):
+    """The run's :class:`~tfcluster.slurm_options.SlurmSpec`: the file's ``slurm:`` with the flags
+    of :func:`add_slurm_flags` over it. Raises UserError naming the flag (exit 2)."""
+    from .slurm_options import from_flags
+    return from_flags(cluster.spec.slurm, partition=args.partition, time=args.time,
+                      account=args.account, qos=args.qos, constraint=args.constraint,
+                      gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -298,10 +313,7 @@ def cmd_render(args) -> int:
             text = render_jobset(cluster, image=args.image, name=args.name, namespace=args.namespace)
         print(text, end="")
     else:
-        from .slurm_options import from_flags
-        options = from_flags(cluster.spec.slurm, partition=args.partition, time=args.time,
-                             account=args.account, qos=args.qos, constraint=args.constraint,
-                             gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch)
+        options = slurm_options_from_args(cluster, args)
         print(render.render_slurm(cluster, name=args.name, slurm=options), end="")
     return 0
 

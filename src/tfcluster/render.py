@@ -158,7 +158,7 @@ def _gpu_count(job: str, tasks: List[Task]) -> int:
     distinct = sorted(set(counts.values()))
     if len(distinct) > 1:
         detail = ", ".join(f"{job}:{i} has {n}" for i, n in counts.items())
-        raise UserError(f"jobs.{job}.gpus: every task of a TFJob replica type gets the same number of "
+        raise UserError(f"jobs.{job}.gpus: on Kubernetes every pod of a job gets the same number of "
                         f"GPUs, but {detail}; give each task the same number of GPU ids")
     return distinct[0] if distinct else 0
 
