@@ -7,8 +7,11 @@ import json
 import os
 import re
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -248,3 +251,61 @@ def test_the_docs_example(tmp_path):
     lines = [x for x in r.stdout.splitlines() if x.startswith("#SBATCH")]
     assert lines[:3] == ["#SBATCH --job-name=tfcluster", "#SBATCH --ntasks=6", "#SBATCH --overcommit"]
     assert lines[3:] == shown.strip().splitlines()
+
+
+@pytest.fixture(scope="module")
+def gpu_slurm(tmp_path_factory):
+    """A one-node Slurm with four stand-in GPUs (gres/gpu on character devices made with mknod:
+    Slurm binds them and sets CUDA_VISIBLE_DEVICES; nothing opens them)."""
+    import test_slurm
+    if not all(shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "sbatch")) or os.geteuid():
+        pytest.skip("needs Slurm and munge installed, and root (see test_slurm.py)")
+    base = str(tmp_path_factory.mktemp("gpuslurm"))
+    try:
+        for i in range(4):
+            os.mknod(os.path.join(base, f"gpu{i}"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except (OSError, AttributeError) as e:
+        pytest.skip(f"cannot make stand-in GPU device files here: {e}")
+    with open(os.path.join(base, "gres.conf"), "w") as f:
+        f.write(f"Name=gpu File={base}/gpu[0-3]\n")
+    node = "NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN"
+    assert node in test_slurm.SLURM_CONF
+    original = test_slurm.SLURM_CONF
+    test_slurm.SLURM_CONF = original.replace(node, "GresTypes=gpu\n" + node.replace(
+        "State=UNKNOWN", "Gres=gpu:4 State=UNKNOWN"))
+    s = test_slurm.OneNodeSlurm(base)
+    try:
+        s.start()
+    except Exception as e:
+        s.stop()
+        pytest.skip(f"could not start a one-node Slurm with stand-in GPUs: {e}")
+    finally:
+        test_slurm.SLURM_CONF = original
+    yield s
+    s.stop()
+
+
+def test_real_slurm_binds_gpus_per_task_and_keeps_ps_on_cpu(gpu_slurm, tmp_path):
+    """jobs.<job>.gpus under Slurm: --gpus-per-task from the ids, Slurm's own binding kept for the
+    workers (distinct devices), ps tasks without GPUs."""
+    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
+        cluster: {ps: 1, worker: 2}
+        program:
+          command: [python, -c, "import os; print('CVD=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'))"]
+        jobs: {worker: {gpus: [3, 3]}}   # one GPU each; the ids are Slurm's choice, not these
+        logdir: runs
+    """))
+    r = cli("render", "slurm", "c.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --gpus-per-task=1" in r.stdout.splitlines()
+    (tmp_path / "job.sbatch").write_text(r.stdout)
+    sub = subprocess.run(["sbatch", "--parsable", "--wait", "job.sbatch"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    job = sub.stdout.strip().split(";")[0]
+    out = (tmp_path / f"slurm-{job}.out").read_text() if job else ""
+    assert sub.returncode == 0, (sub.stderr, out)
+    seen = dict(re.findall(r"\[(\w+:\d)\] CVD=(\S+)", out))
+    assert seen.keys() == {"ps:0", "worker:0", "worker:1"}, out
+    assert seen["ps:0"] == "''"
+    workers = {seen["worker:0"], seen["worker:1"]}   # the file's ids would give '3' twice
+    assert len(workers) == 2 and workers <= {"'0'", "'1'", "'2'", "'3'"}, out
