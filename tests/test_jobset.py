@@ -180,8 +180,10 @@ def test_what_a_jobset_cannot_express(tmp_path):
     with pytest.raises(UserError, match=r"jobs\.worker\.gpus"):
         jobset.jobset(c, image="img:1")
     c = load("cluster: {worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path, "c.yaml")
-    with pytest.raises(UserError, match=r"JobSet name 'x{60}' \(--name\): the pod name 'x{60}-worker-0-1' .* longer than 63"):
-        jobset.jobset(c, image="img:1", name="x" * 60)
+    jobset.jobset(c, image="img:1", name="x" * 46)  # x*46-worker-0-1-abcde: 63, JobSet's limit
+    with pytest.raises(UserError, match=r"JobSet name 'x{47}' \(--name\): the pod names of job "
+                                        r"'worker' \('x{47}-worker-0-1-xxxxx'\) would be longer than 63"):
+        jobset.jobset(c, image="img:1", name="x" * 47)
     with pytest.raises(UserError, match="--name 'Bad_Name' is not a Kubernetes name"):
         jobset.jobset(c, image="img:1", name="Bad_Name")
     with pytest.raises(UserError, match="--image"):

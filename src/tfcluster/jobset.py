@@ -56,7 +56,7 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 PORT = 2222
 PORT_NAME = "tensorflow"
 CONTAINER = "tensorflow"
-MAX_NAME = 63                         # a pod's host name is a DNS label
+MAX_NAME = 63                         # a pod's name is a DNS label
 PERMANENT_EXIT_CODES = list(range(1, 128))  # TFJob's ExitCode policy: 1-127 permanent
 
 
@@ -128,12 +128,14 @@ def _rjob_names(cluster: Cluster) -> Dict[str, str]:
 
 
 def _check_lengths(js_name: str, layout: Dict[str, Any], source: str) -> None:
-    """JobSet's own check: every pod's host name must fit in a DNS label."""
+    """JobSet's own admission check: the longest pod name of every replicated job, with the Job
+    controller's 5-character suffix, must be a DNS label (at most 63 characters)."""
     for job, spec in layout["jobs"].items():
-        longest = f"{js_name}-{spec['rjob']}-{spec['replicas'] - 1}-{spec['pods'] - 1}"
+        longest = f"{js_name}-{spec['rjob']}-{spec['replicas'] - 1}-{spec['pods'] - 1}-xxxxx"
         if len(longest) > MAX_NAME:
-            raise UserError(f"JobSet name '{js_name}' ({source}): the pod name '{longest}' of job "
-                            f"'{job}' is longer than {MAX_NAME} characters; give a shorter --name")
+            raise UserError(f"JobSet name '{js_name}' ({source}): the pod names of job '{job}' "
+                            f"('{longest}') would be longer than {MAX_NAME} characters; give a "
+                            f"shorter --name")
 
 
 def _success_targets(cluster: Cluster, rjobs: Dict[str, str]) -> List[str]:
