@@ -173,6 +173,11 @@ def test_gpus_become_gpus_per_task_with_ps_on_cpu(tmp_path):
         {"chief": [None], "ps": ["", ""], "worker": [None, None]}
     # an explicit count wins
     assert sbatch_options(c, SlurmSpec(gpus_per_task=4)) == ["--gpus-per-task=4"]
+    # a job without gpus: inherits Slurm's binding; ps stays on CPU even when it is bound
+    c = load(GPU.replace(', chief: {gpus: ["0,1"]}', ''), tmp_path, "b.yaml")
+    assert task_gpus(c, SlurmSpec()) == {"chief": [None], "ps": ["", ""], "worker": [None, None]}
+    assert task_gpus(c, SlurmSpec(gpus_per_task=0)) == \
+        {"chief": [None], "ps": ["", ""], "worker": ["0,1", "2,3"]}
 
 
 def test_gres_keeps_the_files_gpu_ids(tmp_path):

@@ -15,8 +15,9 @@ GPU binding (``jobs.<job>.gpus`` under Slurm)
     among them (ps: none), exactly as on one machine.
   * ``slurm.gpus_per_task`` given, or else derived from the file (every task with GPU ids has the
     same number G of them): ``--gpus-per-task=G``. Slurm chooses each task's devices and sets its
-    ``CUDA_VISIBLE_DEVICES``; tfcluster keeps it for the jobs that use GPUs and hides the GPUs
-    from ps tasks and tasks without ids (``CUDA_VISIBLE_DEVICES=""``), so ps runs on CPU. The
+    ``CUDA_VISIBLE_DEVICES``; tfcluster keeps it for the jobs that use GPUs (and jobs without
+    ``gpus:``, which inherit) and hides the GPUs from ps tasks (``CUDA_VISIBLE_DEVICES=""``), so
+    ps runs on CPU. The
     GPUs Slurm bound to those tasks stay idle: a step cannot give its tasks different counts
     (a heterogeneous job could; tfcluster does not build one). Different counts in the file are
     an error that suggests ``slurm.gres``.
@@ -220,16 +221,17 @@ def sbatch_lines(cluster: "Cluster", spec: SlurmSpec) -> List[str]:
 
 
 def task_gpus(cluster: "Cluster", spec: SlurmSpec) -> Dict[str, List[Optional[str]]]:
-    """``CUDA_VISIBLE_DEVICES`` per job and task for the Slurm task wrapper: None keeps what
-    Slurm set (its ``--gpus-per-task`` binding), ``""`` hides the GPUs (ps and tasks without
-    ids), an id list picks among the node's GPUs (``gres`` or no Slurm GPU binding)."""
+    """``CUDA_VISIBLE_DEVICES`` per job and task for the Slurm task wrapper. Under Slurm's
+    ``--gpus-per-task`` binding: None keeps what Slurm set (tasks with ids, and tasks that
+    inherit), ``""`` hides the GPUs (ps, and tasks of a job with ids beyond its list). Otherwise
+    (``gres``, or no GPUs): the file's values, ids picking among the node's GPUs."""
     bound = gpus_per_task(cluster, spec) > 0
     out: Dict[str, List[Optional[str]]] = {}
     for job, tasks in cluster.jobs.items():
         if not bound:
             out[job] = [t.gpus for t in tasks]
         else:
-            out[job] = [None if _gpu_ids(t.gpus) else "" for t in tasks]
+            out[job] = ["" if t.gpus == "" else None for t in tasks]
     return out
 
 
