@@ -1,6 +1,7 @@
 """Slurm scheduler options: the file's ``slurm:`` section and the matching flags, validated once.
 
-Pure: no Slurm command is run here. :class:`SlurmSpec` is the model (pydantic, part of
+Pure: no Slurm command is run here. ``cluster`` arguments need only ``.tasks`` whose items have
+``.job``, ``.index`` and ``.gpus`` (a :class:`~tfcluster.config.Cluster`, or a run plan). :class:`SlurmSpec` is the model (pydantic, part of
 ``cluster.yaml``); :func:`from_flags` merges command-line flags over the file's section (flags
 win) and names the flag in its errors; :func:`sbatch_options` gives the options for ``sbatch``
 (:func:`sbatch_lines` as ``#SBATCH`` lines) including the GPU binding, and :func:`task_gpus` the
@@ -192,7 +193,8 @@ def gpus_per_task(cluster: "Cluster", spec: SlurmSpec) -> int:
         return 0
     if spec.gpus_per_task is not None:
         return spec.gpus_per_task
-    counts: Dict[str, int] = {t.name: _gpu_ids(t.gpus) for t in cluster.tasks if _gpu_ids(t.gpus)}
+    counts: Dict[str, int] = {f"{t.job}:{t.index}": _gpu_ids(t.gpus) for t in cluster.tasks
+                              if _gpu_ids(t.gpus)}
     distinct = sorted(set(counts.values()))
     if len(distinct) > 1:
         jobs = sorted({name.split(":")[0] for name in counts})
@@ -227,11 +229,8 @@ def task_gpus(cluster: "Cluster", spec: SlurmSpec) -> Dict[str, List[Optional[st
     (``gres``, or no GPUs): the file's values, ids picking among the node's GPUs."""
     bound = gpus_per_task(cluster, spec) > 0
     out: Dict[str, List[Optional[str]]] = {}
-    for job, tasks in cluster.jobs.items():
-        if not bound:
-            out[job] = [t.gpus for t in tasks]
-        else:
-            out[job] = ["" if t.gpus == "" else None for t in tasks]
+    for t in sorted(cluster.tasks, key=lambda t: (t.job, t.index)):
+        out.setdefault(t.job, []).append(("" if t.gpus == "" else None) if bound else t.gpus)
     return out
 
 
