@@ -6,6 +6,7 @@ started here (they need root to run the daemons as configured)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -423,3 +424,36 @@ def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
     assert "#SBATCH --ntasks=3" in out and f"#SBATCH --output={tmp_path}/logs/d1/slurm-%j.out" in out
     assert '"argv":["{python}","other.py","--x=1"]' in out and '"task_flags":true' in out
     assert not (tmp_path / "logs").exists()   # nothing made, nothing submitted
+
+
+def test_launch_slurm_takes_the_scheduler_options(slurm_cluster, tmp_path):
+    """launch --backend slurm takes the same options as render slurm (file or flags, through
+    the run plan): they show in the submitted job; a bad time is exit 2 before anything is
+    submitted, and a partition Slurm does not have is one line, exit 2."""
+    (tmp_path / "prog.py").write_text(OK_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\ngrace: 1\n"
+        f"base_port: {free_port_run(3, 26000 + os.getpid() % 2000)}\n"
+        "slurm: {account: lab, sbatch: [--comment=from-the-file]}\n")
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "o1", "--partition", "debug", "--time", "5",
+                "--sbatch=--comment=tfc-launch", timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    job = re.search(r"submitted Slurm job (\d+)", r.stderr).group(1)
+    show = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
+                          timeout=30).stdout
+    fields = dict(re.findall(r"(\w+)=(\S*)", show))
+    assert (fields["Partition"], fields["TimeLimit"], fields["Account"], fields["Comment"]) == \
+        ("debug", "00:05:00", "lab", "tfc-launch"), show
+    bad = _launch(tmp_path / "cluster.yaml", "--run-id", "o2", "--time", "abc", timeout=60)
+    assert bad.returncode == 2 and "--time: 'abc' is not a Slurm time limit" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "runs" / "o2").exists()
+    nosuch = _launch(tmp_path / "cluster.yaml", "--run-id", "o3", "--partition", "nosuch", timeout=60)
+    assert nosuch.returncode == 2, nosuch.stderr
+    errors = [l for l in nosuch.stderr.splitlines() if l.startswith("tfcluster: error:")]
+    assert len(errors) == 1 and "sbatch refused the job" in errors[0] and "partition" in errors[0].lower()
+    local = subprocess.run([sys.executable, "-m", "tfcluster", "launch", "cluster.yaml", "--partition",
+                            "debug", "--dry-run"], cwd=str(tmp_path), capture_output=True, text=True,
+                           timeout=60)
+    assert local.returncode == 2 and "apply to --backend slurm only" in local.stderr
+    assert slurm_cluster.wait_empty_queue(10) == ""

@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "else ssh)")
     s.add_argument("--host", action="append", metavar="NAME",
                    help="start only the tasks on host NAME, here (per-host mode; repeatable)")
+    add_slurm_flags(s)
     s.set_defaults(func=cmd_launch)
 
     s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster")
@@ -119,14 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "second task from a session on the first")
     s.set_defaults(func=cmd_hello)
 
-    s = sub.add_parser("render", help="print a Kubernetes TFJob or a Slurm batch script for the file")
-    s.add_argument("kind", choices=["k8s", "slurm"])
+    s = sub.add_parser("render", help="print a Kubernetes TFJob or JobSet, or a Slurm batch script "
+                       "for the file")
+    s.add_argument("kind", choices=["k8s", "jobset", "slurm"],
+                   help="k8s: Kubeflow TFJob; jobset: JobSet (jobset.x-k8s.io); slurm: sbatch script")
     s.add_argument("file")
-    s.add_argument("--image", help="k8s: container image (required for k8s)")
-    s.add_argument("--name", help="name of the TFJob / Slurm job (default: the file's name)")
-    s.add_argument("--namespace", help="k8s: namespace")
-    s.add_argument("--partition", help="slurm: partition")
-    s.add_argument("--time", help="slurm: time limit (e.g. 01:00:00)")
+    s.add_argument("--image", help="k8s, jobset: container image (required)")
+    s.add_argument("--name", help="name of the TFJob / JobSet / Slurm job (default: the file's name)")
+    s.add_argument("--namespace", help="k8s, jobset: namespace")
+    add_slurm_flags(s)
     s.set_defaults(func=cmd_render)
 
     s = sub.add_parser("schema", help="print the JSON Schema of cluster.yaml")
@@ -143,6 +145,34 @@ def _run_choice(s: argparse.ArgumentParser) -> None:
     """RUN_DIR and --file: which run status and report look at."""
     s.add_argument("run_dir", nargs="?", help="a run folder, or a logdir (its latest run)")
     s.add_argument("--file", help="cluster file: its latest run, in its logdir (default: ./cluster.yaml)")
+
+
+SLURM_FLAGS = ("partition", "time", "account", "qos", "constraint", "gpus_per_task", "gres", "sbatch")
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
+    """Slurm scheduler flags (``render slurm``; ``launch --backend slurm`` can add the same);
+    :func:`slurm_options_from_args` validates them over the file's ``slurm:`` section."""
+    g = parser.add_argument_group("slurm options (override the file's slurm: section)")
+    g.add_argument("--partition", help="partition(s)")
+    g.add_argument("--time", help="time limit: minutes, [days-]hours:minutes:seconds, ..., UNLIMITED")
+    g.add_argument("--account", help="account to charge")
+    g.add_argument("--qos", help="quality of service")
+    g.add_argument("--constraint", help="node features, e.g. 'intel&gpu'")
+    g.add_argument("--gpus-per-task", type=_count, metavar="N",
+                   help="GPUs per task (default: from jobs.<job>.gpus; ps on CPU)")
+    g.add_argument("--gres", help="generic resources per node, e.g. gpu:2 (instead of --gpus-per-task)")
+    g.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="any other sbatch option, as --name=value (repeatable), e.g. --sbatch=--mem=8G")
+
+
+def slurm_options_from_args(cluster, args):
+    """The run's :class:`~tfcluster.slurm_options.SlurmSpec`: the file's ``slurm:`` with the flags
+    of :func:`add_slurm_flags` over it. Raises UserError naming the flag (exit 2)."""
+    from .slurm_options import from_flags
+    return from_flags(cluster.spec.slurm, partition=args.partition, time=args.time,
+                      account=args.account, qos=args.qos, constraint=args.constraint,
+                      gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -302,23 +332,31 @@ def cmd_serve(args) -> int:
 def cmd_render(args) -> int:
     from . import config, render
     cluster = config.load(args.file)
-    if args.kind == "k8s":
+    if args.kind in ("k8s", "jobset"):
         if not args.image:
-            raise UserError("render k8s: --image IMAGE is required (the container that runs the program)")
-        print(render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace), end="")
+            raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "
+                            f"the program)")
+        if args.kind == "k8s":
+            text = render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        else:
+            from .jobset import render_jobset
+            text = render_jobset(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        print(text, end="")
     else:
-        print(render.render_slurm(cluster, partition=args.partition, time=args.time, name=args.name), end="")
+        options = slurm_options_from_args(cluster, args)
+        print(render.render_slurm(cluster, name=args.name, slurm=options), end="")
     return 0
 
 
-def launch_options(args):
+def launch_options(args, cluster):
     """The command line of ``launch`` as plain options: the only reader of its argparse."""
     from .plan import LaunchOptions
     return LaunchOptions(
         command=tuple(args.program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
         success=args.success, grace=args.grace, restart=args.restart,
         max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
-        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
+        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()),
+        slurm=slurm_options_from_args(cluster, args))
 
 
 def make_backend(plan, cluster):
@@ -354,7 +392,11 @@ def cmd_launch(args) -> int:
     from .launch import View
     from .plan import build_plan
     cluster = config.load(args.file)
-    plan = build_plan(cluster, launch_options(args))
+    plan = build_plan(cluster, launch_options(args, cluster))
+    flags = [f"--{k.replace('_', '-')}" for k in SLURM_FLAGS if getattr(args, k)]
+    if flags and plan.backend != "slurm":
+        raise UserError(f"{flags[0]}: Slurm options apply to --backend slurm only, not "
+                        f"--backend {plan.backend}")
     if plan.backend == "slurm":
         from .backends import slurm
         return slurm.launch(plan, dry_run=args.dry_run, quiet=args.quiet)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationErr
 from typing_extensions import Annotated
 
 from .errors import ConfigError, UserError
+from .slurm_options import SlurmSpec
 
 VERSION = 1
 # TensorFlow's rule for job names (tensorflow/core/util/device_name_utils.cc: IsJobName):
@@ -148,6 +149,8 @@ class ClusterFile(_Strict):
     hosts: Dict[str, RemoteSpec] = Field(default_factory=dict,
                                          description="per-host ssh settings, merged over remote:")
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec,
+                             description="Slurm scheduler options (render slurm, --backend slurm)")
 
 
 def json_schema() -> Dict[str, Any]:
@@ -651,6 +654,8 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
             i += 1  # skip the host name
         elif model is ClusterFile and part == "watchdog":
             model = WatchdogSpec
+        elif model is ClusterFile and part == "slurm":
+            model = SlurmSpec
         else:
             return ()
         i += 1

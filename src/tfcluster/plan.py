@@ -42,6 +42,7 @@ class LaunchOptions:
     stop_timeout: float = 5.0                # SIGTERM -> SIGKILL
     backend: Optional[str] = None            # local | ssh | slurm (None: local, or ssh for remote hosts)
     hosts: Tuple[str, ...] = ()              # per-host mode: start only the tasks on these hosts
+    slurm: Any = None                        # SlurmSpec: the file's slurm: with the flags over it
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,10 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         raise UserError(f"cluster: no task of this file runs on this machine (hosts: {', '.join(known)}); "
                         f"use --backend ssh to start remote tasks")
 
+    extra: Dict[str, Any] = {}
+    if backend == "slurm":
+        tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
+
     wd = cluster.spec.watchdog
     success = opts.success or cluster.success
     if success not in rules.SUCCESS_RULES:
@@ -325,7 +330,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         watchdog=Watchdog(wd.startup_timeout, wd.waiting_timeout, wd.stall_timeout),
         logdir=logdir, run_id=run_id, run_dir=run_dir, base_port=cluster.base_port,
         cluster=cluster.cluster_spec_dict() if endpoints else None,
-        count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts))
+        count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts), extra=extra)
 
 
 def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int]) -> TaskPlan:
@@ -345,6 +350,17 @@ def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, i
         argv=tuple(contract.symbolic_argv(argv)), env=tuple(t.env), cwd=cwd, gpus=t.gpus,
         task_flags=t.task_flags if opts.task_flags is None else bool(opts.task_flags),
         restart=rule, local_tasks=keys.get(host_key(host), 1) if host is not None else 1)
+
+
+def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[TaskPlan, ...], Dict[str, Any]]:
+    """Slurm's scheduler options and GPU binding (tfcluster.slurm_options): the #SBATCH lines,
+    GPUs per task, and each task's CUDA_VISIBLE_DEVICES (None: the one Slurm binds)."""
+    from . import slurm_options
+    spec = spec if spec is not None else cluster.spec.slurm
+    gpus = slurm_options.task_gpus(cluster, spec)
+    tasks = tuple(replace(t, gpus=gpus[t.job][t.index]) if t.job in gpus else t for t in tasks)
+    return tasks, {"lines": slurm_options.sbatch_lines(cluster, spec),
+                   "gpus_per_task": slurm_options.gpus_per_task(cluster, spec)}
 
 
 def _printable(text: str) -> str:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .config import Cluster, JobSpec, Task
 from .errors import UserError
+
+if TYPE_CHECKING:
+    from .slurm_options import SlurmSpec
 
 # TFJob replica types (training-operator: pkg/apis/kubeflow.org/v1/tensorflow_types.go).
 TFJOB_REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"}
@@ -61,16 +64,7 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
         raise UserError("render k8s: --image IMAGE is required (the container image that runs the program)")
     if clean_pod_policy not in CLEAN_POD_POLICIES:
         raise UserError(f"clean pod policy '{clean_pod_policy}' is not one of {', '.join(CLEAN_POD_POLICIES)}")
-    job_name = k8s_name(name or _stem(cluster))
-    if name and job_name != name:
-        raise UserError(f"--name '{name}' is not a Kubernetes name (lowercase letters, digits and '-', "
-                        f"starting with a letter, at most 63 characters); for example '{job_name}'")
-    metadata: Dict[str, Any] = {"name": job_name}
-    if namespace:
-        if k8s_name(namespace) != namespace:
-            raise UserError(f"--namespace '{namespace}' is not a Kubernetes name")
-        metadata["namespace"] = namespace
-    metadata["labels"] = {"app.kubernetes.io/managed-by": "tfcluster"}
+    metadata = k8s_metadata(cluster, name, namespace)
 
     replica_specs: Dict[str, Any] = {}
     problems: List[str] = []
@@ -100,6 +94,22 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata, "spec": spec}
 
 
+def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str]) -> Dict[str, Any]:
+    """``metadata`` of a manifest: ``name`` (default: from the file's name), ``namespace``, and
+    tfcluster's label. Raises UserError for names Kubernetes refuses."""
+    job_name = k8s_name(name or _stem(cluster))
+    if name and job_name != name:
+        raise UserError(f"--name '{name}' is not a Kubernetes name (lowercase letters, digits and '-', "
+                        f"starting with a letter, at most 63 characters); for example '{job_name}'")
+    metadata: Dict[str, Any] = {"name": job_name}
+    if namespace:
+        if k8s_name(namespace) != namespace:
+            raise UserError(f"--namespace '{namespace}' is not a Kubernetes name")
+        metadata["namespace"] = namespace
+    metadata["labels"] = {"app.kubernetes.io/managed-by": "tfcluster"}
+    return metadata
+
+
 def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str) -> Dict[str, Any]:
     first = tasks[0]
     command = _program_words(cluster, job)
@@ -118,18 +128,25 @@ def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str) -> 
     env = [{"name": k, "value": v} for k, v in first.env if k != "TF_CONFIG"]
     if env:
         container["env"] = env
-    cwd = _raw(cluster, job, "cwd")
-    if cwd and os.path.isabs(cwd):
-        container["workingDir"] = cwd
-    container["ports"] = [{"name": TFJOB_PORT_NAME, "containerPort": TFJOB_DEFAULT_PORT}]
-    gpus = _gpu_count(job, tasks)
-    if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    _finish_container(container, cluster, job, tasks, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT)
     return {
         "replicas": len(tasks),
         "restartPolicy": RESTART_POLICIES[first.restart.policy],
         "template": {"spec": {"containers": [container]}},
     }
+
+
+def _finish_container(container: Dict[str, Any], cluster: Cluster, job: str, tasks: List[Task],
+                      port_name: str, port: int) -> None:
+    """Add a job's working folder (an absolute ``cwd`` only: it is the image's), its port and its
+    ``nvidia.com/gpu`` limit to a pod's container."""
+    cwd = _raw(cluster, job, "cwd")
+    if cwd and os.path.isabs(cwd):
+        container["workingDir"] = cwd
+    container["ports"] = [{"name": port_name, "containerPort": port}]
+    gpus = _gpu_count(job, tasks)
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
 
 
 def _gpu_count(job: str, tasks: List[Task]) -> int:
@@ -141,7 +158,7 @@ def _gpu_count(job: str, tasks: List[Task]) -> int:
     distinct = sorted(set(counts.values()))
     if len(distinct) > 1:
         detail = ", ".join(f"{job}:{i} has {n}" for i, n in counts.items())
-        raise UserError(f"jobs.{job}.gpus: every task of a TFJob replica type gets the same number of "
+        raise UserError(f"jobs.{job}.gpus: on Kubernetes every pod of a job gets the same number of "
                         f"GPUs, but {detail}; give each task the same number of GPU ids")
     return distinct[0] if distinct else 0
 
@@ -193,14 +210,18 @@ def _header(cluster: Cluster, how: str) -> str:
 def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Optional[str] = None,
                  name: Optional[str] = None, command: Optional[Sequence[str]] = None,
                  task_flags: Optional[bool] = None, run_dir: Optional[str] = None,
-                 overcommit: bool = True) -> str:
+                 overcommit: bool = True, slurm: Optional["SlurmSpec"] = None) -> str:
     """The cluster as an sbatch script: one Slurm task per TensorFlow task (counts or list
     lengths; hosts and ports come from the allocation). ``command`` replaces the file's program.
-    The script carries the same run plan that ``launch --backend slurm`` submits."""
-    from .backends import slurm
+    The script carries the same run plan that ``launch --backend slurm`` submits; scheduler
+    options: ``slurm`` (default: the file's ``slurm:``), with ``partition``/``time`` over it, all
+    validated (:mod:`tfcluster.slurm_options`)."""
+    from .backends import slurm as backend
     from .plan import LaunchOptions, build_plan
+    from .slurm_options import from_flags
+    options = from_flags(slurm if slurm is not None else cluster.spec.slurm, partition=partition, time=time)
     plan = build_plan(cluster, LaunchOptions(backend="slurm", command=tuple(command or ()),
-                                             task_flags=task_flags, run_id="slurm"))
+                                             task_flags=task_flags, run_id="slurm", slurm=options))
     plan = plan.with_run_dir(run_dir or os.path.join(plan.logdir, "slurm-{job_id}"))
-    return slurm.batch_script(slurm.plan_data(plan), partition=partition, time=time,
-                              name=name or k8s_name(_stem(cluster)), overcommit=overcommit)
+    return backend.batch_script(backend.plan_data(plan), name=name or k8s_name(_stem(cluster)),
+                                overcommit=overcommit)

@@ -84,6 +84,9 @@ def srun_argv(plan: Dict[str, Any], name: Optional[str] = None, overcommit: bool
         argv.append("--overcommit")
     if name:
         argv.append(f"--job-name={name}")
+    gpus = (plan["extra"].get("slurm") or {}).get("gpus_per_task") or 0
+    if gpus:
+        argv.append(f"--gpus-per-task={gpus}")
     return argv + [plan["extra"].get("python", "python3"), "-m", TASK_MODULE]
 
 
@@ -106,6 +109,7 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
         lines.append(f"#SBATCH --time={time}")
     if output:
         lines.append(f"#SBATCH --output={output}")
+    lines.extend((plan["extra"].get("slurm") or {}).get("lines") or [])
     lines.append("#")
     lines.append("# Slurm task (SLURM_PROCID) -> TensorFlow task, in SlurmClusterResolver's order;")
     lines.append(f"# the tasks on each node listen on ports {plan['base_port']}, "

@@ -1,0 +1,316 @@
+"""Slurm scheduler options (the file's slurm: section, render slurm's flags): time limits, values
+that could break the batch script, the #SBATCH lines and the GPU binding. No TensorFlow; the last
+test submits a held job to the one-node Slurm of test_slurm.py when it can be started."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from test_render import load
+from test_slurm import slurm_cluster  # noqa: F401 - the one-node Slurm fixture
+from tfcluster import render
+from tfcluster.errors import UserError
+from tfcluster.slurm_options import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
+                                     task_gpus)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "tfcluster", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+
+
+def one_error_line(r):
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def plan_of(script: str):
+    line = next(x for x in script.splitlines() if x.startswith("export TFCLUSTER_SLURM_PLAN="))
+    return json.loads(shlex.split(line.split("=", 1)[1])[0])
+
+
+# --------------------------------------------------------------------------------------
+# Time limits
+
+GOOD_TIMES = ["30", "0:30", "5:30", "1:00:00", "100:00:00", "2-0", "2-12", "1-12:30", "1-0:0:1",
+              "7-23:59:59", "UNLIMITED", "infinite", "0", "1:75:00", "10:60", "1-24"]
+# sbatch takes these two too, but they are none of its documented formats: refused, clearer
+UNDOCUMENTED = ["-5", "1-"]
+BAD_TIMES = ["abc", "1h", "1:00:00:00", "1:2:3-4", "", "1.5", "1::00", "one", "1 -2",
+             "1:00:00\n#SBATCH --x"] + UNDOCUMENTED
+
+
+@pytest.mark.parametrize("text", GOOD_TIMES)
+def test_time_formats_sbatch_accepts(text):
+    assert check_time(text) == (text.upper() if text.isalpha() else text)
+    assert SlurmSpec(time=text).time == check_time(text)
+
+
+@pytest.mark.parametrize("text", BAD_TIMES)
+def test_bad_time_limits(text):
+    with pytest.raises(ValueError, match="is not a Slurm time limit"):
+        check_time(text)
+    with pytest.raises(UserError, match="^--time: .* is not a Slurm time limit \\(minutes, "):
+        from_flags(time=text)
+
+
+def test_bad_time_is_exit_2_naming_the_flag_or_the_field(tmp_path):
+    (tmp_path / "c.yaml").write_text("cluster: {worker: 2}\nprogram: {command: [python, t.py]}\n")
+    line = one_error_line(cli("render", "slurm", "c.yaml", "--time", "abc", cwd=tmp_path))
+    assert line.startswith("tfcluster: error: --time: 'abc' is not a Slurm time limit (minutes, ")
+    (tmp_path / "d.yaml").write_text("cluster: {worker: 2}\nslurm: {time: 1h}\n")
+    line = one_error_line(cli("validate", "d.yaml", cwd=tmp_path))
+    assert re.match(r"tfcluster: error: .*d\.yaml: slurm\.time: '1h' is not a Slurm time limit", line)
+    # YAML reads an unquoted 1:00:00 as the number 3600 (base 60)
+    (tmp_path / "e.yaml").write_text("cluster: {worker: 2}\nslurm: {time: 1:00:00}\n")
+    line = one_error_line(cli("render", "slurm", "e.yaml", cwd=tmp_path))
+    assert "slurm.time: 3600 is a number: write the time limit as a quoted string" in line
+    (tmp_path / "f.yaml").write_text("cluster: {worker: 2}\nslurm: {partiton: gpu}\n")
+    line = one_error_line(cli("validate", "f.yaml", cwd=tmp_path))
+    assert line.endswith("slurm.partiton: unknown key in slurm (did you mean 'partition'?)")
+
+
+# --------------------------------------------------------------------------------------
+# Values that could break the script
+
+@pytest.mark.parametrize("field,value", [
+    ("partition", "gpu\n#SBATCH --uid=0"), ("partition", "gpu\nrm -rf ~"), ("partition", "gpu --uid=0"),
+    ("partition", "$(reboot)"), ("partition", "a;b"), ("partition", "gpu\x00"), ("partition", "g'pu"),
+    ("account", "lab`id`"), ("account", "lab\\x"), ("qos", "high\r"), ("qos", "a|b"),
+    ("constraint", "intel gpu"), ("constraint", 'a"b'), ("gres", "gpu:2\t"), ("gres", "gpu:$N"),
+    ("partition", ""),
+])
+def test_hostile_values_are_rejected(field, value):
+    with pytest.raises(UserError) as e:
+        from_flags(**{field: value})
+    assert e.value.message.startswith(f"--{field}: ") and "\n" not in e.value.message
+
+
+@pytest.mark.parametrize("option,why", [
+    ("--mem=8G\necho pwned", "could break the batch script"), ("--mem 8G", "could break"),
+    ("-N2", "not a long sbatch option"), ("mem=8G", "not a long sbatch option"),
+    ("--comment=$(id)", "could break"), ("--ntasks=3", "tfcluster sets --ntasks itself"),
+    ("--partition=gpu", "use slurm.partition (--partition) instead"),
+    ("--time=5", "use slurm.time (--time) instead"), ("--gres=gpu:1", "use slurm.gres"),
+])
+def test_bad_pass_through_options(option, why):
+    with pytest.raises(UserError, match=f"^--sbatch: .*{re.escape(why)}"):
+        from_flags(sbatch=[option])
+
+
+def test_safe_values_pass():
+    spec = from_flags(partition="gpu,cpu", account="lab-1", qos="high", constraint="intel&[rack1|rack2]",
+                      gres="gpu:a100:2", sbatch=["--mem=8G", "--exclusive", "--mail-user=a@b.org",
+                                                 "--output=/scratch/%x-%j.out"])
+    assert spec.constraint == "intel&[rack1|rack2]" and spec.sbatch[-1] == "--output=/scratch/%x-%j.out"
+
+
+# --------------------------------------------------------------------------------------
+# The lines
+
+CPU = "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n"
+
+
+def test_lines_flags_over_the_file(tmp_path):
+    c = load(CPU + "slurm: {partition: cpu, time: '2:00:00', account: lab, "
+                   "sbatch: [--mem=8G, --exclusive]}\n", tmp_path)
+    assert sbatch_lines(c, c.spec.slurm) == [
+        "#SBATCH --partition=cpu", "#SBATCH --time=2:00:00", "#SBATCH --account=lab",
+        "#SBATCH --mem=8G", "#SBATCH --exclusive"]
+    spec = from_flags(c.spec.slurm, time="30", qos="debug", constraint="skylake",
+                      sbatch=["--mem=16G", "--requeue"])
+    assert sbatch_options(c, spec) == [
+        "--partition=cpu", "--time=30", "--account=lab", "--qos=debug", "--constraint=skylake",
+        "--exclusive", "--mem=16G", "--requeue"]
+    assert c.spec.slurm.time == "2:00:00"  # the file's model is not changed
+
+
+def test_render_slurm_puts_the_lines_in_the_header(tmp_path):
+    (tmp_path / "c.yaml").write_text(CPU + "slurm: {partition: cpu, account: lab}\n")
+    r = cli("render", "slurm", "c.yaml", "--partition", "gpu", "--time", "1-12", "--qos", "high",
+            "--constraint", "intel&gpu", "--sbatch=--mem=8G", "--sbatch=--exclusive", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = lines[:lines.index("#")]
+    assert header[2:] == ["#SBATCH --job-name=c", "#SBATCH --ntasks=3", "#SBATCH --overcommit",
+                          "#SBATCH --partition=gpu", "#SBATCH --time=1-12", "#SBATCH --account=lab",
+                          "#SBATCH --qos=high", "#SBATCH --constraint=intel&gpu", "#SBATCH --mem=8G",
+                          "#SBATCH --exclusive"]
+    assert subprocess.run(["bash", "-n"], input=r.stdout, text=True).returncode == 0
+
+
+# --------------------------------------------------------------------------------------
+# GPUs
+
+GPU = """\
+cluster: {chief: 1, ps: 2, worker: 2}
+program: {command: [python, t.py]}
+jobs: {worker: {gpus: ["0,1", "2,3"]}, chief: {gpus: ["0,1"]}}
+"""
+
+
+def test_gpus_become_gpus_per_task_with_ps_on_cpu(tmp_path):
+    c = load(GPU, tmp_path)
+    assert sbatch_options(c, SlurmSpec()) == ["--gpus-per-task=2"]
+    # Slurm's binding is kept for GPU tasks (None), ps hidden from the GPUs
+    assert task_gpus(c, SlurmSpec()) == {"chief": [None], "ps": ["", ""], "worker": [None, None]}
+    script = render.render_slurm(c)
+    assert "#SBATCH --gpus-per-task=2" in script.splitlines()
+    assert {j: s["gpus"] for j, s in plan_of(script)["jobs"].items()} == \
+        {"chief": [None], "ps": ["", ""], "worker": [None, None]}
+    # an explicit count wins
+    assert sbatch_options(c, SlurmSpec(gpus_per_task=4)) == ["--gpus-per-task=4"]
+    # a job without gpus: inherits Slurm's binding; ps stays on CPU even when it is bound
+    c = load(GPU.replace(', chief: {gpus: ["0,1"]}', ''), tmp_path, "b.yaml")
+    assert task_gpus(c, SlurmSpec()) == {"chief": [None], "ps": ["", ""], "worker": [None, None]}
+    assert task_gpus(c, SlurmSpec(gpus_per_task=0)) == \
+        {"chief": [None], "ps": ["", ""], "worker": ["0,1", "2,3"]}
+
+
+def test_gres_keeps_the_files_gpu_ids(tmp_path):
+    c = load(GPU, tmp_path)
+    spec = from_flags(gres="gpu:4")
+    assert sbatch_options(c, spec) == ["--gres=gpu:4"]
+    assert task_gpus(c, spec) == {"chief": ["0,1"], "ps": ["", ""], "worker": ["0,1", "2,3"]}
+    assert plan_of(render.render_slurm(c, slurm=spec))["jobs"]["worker"]["gpus"] == ["0,1", "2,3"]
+
+
+def test_no_gpus_no_binding_and_different_counts_are_an_error(tmp_path):
+    c = load(CPU, tmp_path)
+    assert sbatch_options(c, SlurmSpec()) == []
+    assert plan_of(render.render_slurm(c))["jobs"]["worker"]["gpus"] == [None, None]
+    c = load(GPU.replace('chief: {gpus: ["0,1"]}', 'chief: {gpus: ["0"]}'), tmp_path, "b.yaml")
+    with pytest.raises(UserError, match=r"^jobs\.chief\.gpus: under Slurm every task of the step gets "
+                                        r"the same number of GPUs, but chief:0 has 1, worker:0 has 2"):
+        sbatch_options(c, SlurmSpec())
+    assert sbatch_options(c, SlurmSpec(gres="gpu:3")) == ["--gres=gpu:3"]
+
+
+# --------------------------------------------------------------------------------------
+# A real Slurm
+
+def test_real_slurm_takes_the_options(slurm_cluster, tmp_path):  # noqa: F811
+    """A rendered script with options is accepted by sbatch and the options show in the job;
+    a partition Slurm does not have is refused before anything runs."""
+    (tmp_path / "c.yaml").write_text(CPU)
+    r = cli("render", "slurm", "c.yaml", "--partition", "debug", "--time", "0:10:00",
+            "--account", "lab", "--sbatch=--comment=tfcluster-test", "--sbatch=--hold", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "job.sbatch").write_text(r.stdout)
+    sub = subprocess.run(["sbatch", "--parsable", "job.sbatch"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    try:
+        show = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
+                              timeout=30).stdout
+        fields = dict(re.findall(r"(\w+)=(\S*)", show))
+        assert (fields["Partition"], fields["TimeLimit"], fields["Account"], fields["Comment"],
+                fields["NumTasks"], fields["JobName"]) == \
+            ("debug", "00:10:00", "lab", "tfcluster-test", "3", "c")
+        assert fields["JobState"] == "PENDING" and fields["Reason"] == "JobHeldUser"
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    r = cli("render", "slurm", "c.yaml", "--partition", "nosuch", cwd=tmp_path)
+    (tmp_path / "bad.sbatch").write_text(r.stdout)
+    bad = subprocess.run(["sbatch", "--test-only", "bad.sbatch"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "partition" in bad.stderr.lower(), bad.stderr
+    for text in GOOD_TIMES + BAD_TIMES:  # sbatch agrees with check_time on every example
+        if "\n" in text:
+            continue
+        t = subprocess.run(["sbatch", "--test-only", f"--time={text}", "--wrap=true"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        assert (t.returncode == 0) == (text in GOOD_TIMES + UNDOCUMENTED), (text, t.stderr)
+    assert slurm_cluster.wait_empty_queue(30) == ""
+
+
+def doc_blocks(heading: str):
+    """The fenced code blocks of docs/BACKENDS.md after ``heading``, in order."""
+    with open(os.path.join(ROOT, "docs", "BACKENDS.md")) as f:
+        text = f.read()
+    return re.findall(r"```\w*\n(.*?)```", text[text.index(heading):], re.S)
+
+
+def test_the_docs_example(tmp_path):
+    """docs/BACKENDS.md, 'Slurm options': the file, the command and the #SBATCH lines it shows."""
+    yaml_text, command, shown = doc_blocks("### Slurm options")[:3]
+    (tmp_path / "cluster.yaml").write_text(yaml_text)
+    words = shlex.split(command.split(">")[0])
+    assert words[:3] == ["tfcluster", "render", "slurm"]
+    r = cli(*words[1:], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stdout.splitlines() if x.startswith("#SBATCH")]
+    assert lines[:3] == ["#SBATCH --job-name=tfcluster", "#SBATCH --ntasks=6", "#SBATCH --overcommit"]
+    assert lines[3:] == shown.strip().splitlines()
+
+
+@pytest.fixture(scope="module")
+def gpu_slurm(tmp_path_factory):
+    """A one-node Slurm with four stand-in GPUs (gres/gpu on character devices made with mknod:
+    Slurm binds them and sets CUDA_VISIBLE_DEVICES; nothing opens them)."""
+    import test_slurm
+    if not all(shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "sbatch")) or os.geteuid():
+        pytest.skip("needs Slurm and munge installed, and root (see test_slurm.py)")
+    base = str(tmp_path_factory.mktemp("gpuslurm"))
+    try:
+        for i in range(4):
+            os.mknod(os.path.join(base, f"gpu{i}"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except (OSError, AttributeError) as e:
+        pytest.skip(f"cannot make stand-in GPU device files here: {e}")
+    with open(os.path.join(base, "gres.conf"), "w") as f:
+        f.write(f"Name=gpu File={base}/gpu[0-3]\n")
+    node = "NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN"
+    assert node in test_slurm.SLURM_CONF
+    original = test_slurm.SLURM_CONF
+    test_slurm.SLURM_CONF = original.replace(node, "GresTypes=gpu\n" + node.replace(
+        "State=UNKNOWN", "Gres=gpu:4 State=UNKNOWN"))
+    s = test_slurm.OneNodeSlurm(base)
+    try:
+        s.start()
+    except Exception as e:
+        s.stop()
+        pytest.skip(f"could not start a one-node Slurm with stand-in GPUs: {e}")
+    finally:
+        test_slurm.SLURM_CONF = original
+    yield s
+    s.stop()
+
+
+def test_real_slurm_binds_gpus_per_task_and_keeps_ps_on_cpu(gpu_slurm, tmp_path):
+    """jobs.<job>.gpus under Slurm: --gpus-per-task from the ids, Slurm's own binding kept for the
+    workers (distinct devices), ps tasks without GPUs."""
+    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
+        cluster: {ps: 1, worker: 2}
+        program:
+          command: [python, -c, "import os; print('CVD=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'))"]
+        jobs: {worker: {gpus: [3, 3]}}   # one GPU each; the ids are Slurm's choice, not these
+        logdir: runs
+    """))
+    r = cli("render", "slurm", "c.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --gpus-per-task=1" in r.stdout.splitlines()
+    (tmp_path / "job.sbatch").write_text(r.stdout)
+    sub = subprocess.run(["sbatch", "--parsable", "--wait", "job.sbatch"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    job = sub.stdout.strip().split(";")[0]
+    out = (tmp_path / f"slurm-{job}.out").read_text() if job else ""
+    assert sub.returncode == 0, (sub.stderr, out)
+    seen = dict(re.findall(r"\[(\w+:\d)\] CVD=(\S+)", out))
+    assert seen.keys() == {"ps:0", "worker:0", "worker:1"}, out
+    assert seen["ps:0"] == "''"
+    workers = {seen["worker:0"], seen["worker:1"]}   # the file's ids would give '3' twice
+    assert len(workers) == 2 and workers <= {"'0'", "'1'", "'2'", "'3'"}, out
