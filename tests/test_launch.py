@@ -409,3 +409,51 @@ def test_streams_events_and_a_closed_record(tmp_path, ports):
     assert any(e["event"] == "task_restarting" and e["task"] == "worker:1" for e in events)
     assert "task_restarting" in (d / "launcher.log").read_text() or "restart" in (d / "launcher.log").read_text()
     assert f"tfcluster report {d}" in r.stderr
+
+
+def test_sigkill_of_the_launcher_ends_every_process_a_task_started(tmp_path, ports):
+    """A task that is a `bash -c` wrapper around a program that forks: after `kill -9` of the
+    launcher, the wrapper, the program and its child are all gone (the reaper kills the whole
+    process group, not only the task's leader)."""
+    prog = tmp_path / "forker.py"
+    prog.write_text("import subprocess, sys, time\n"
+                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+                    "print('forked', flush=True)\n"
+                    "time.sleep(300)\n")
+    f = write_cluster(tmp_path, ports(2), ["bash", "-c", f"{sys.executable} {prog}; echo done"],
+                      jobs={"worker": 2})
+    proc = _start_launcher(f)
+    try:
+        pids = _wait_running(tmp_path, 2, proc)
+        deadline = time.time() + 20
+        tree = []
+        while time.time() < deadline:
+            tree = [c.pid for p in pids for c in psutil.Process(p).children(recursive=True)]
+            if len(tree) >= 4:     # per task: python forker.py and its sleeping child
+                break
+            time.sleep(0.1)
+        assert len(tree) >= 4, tree
+        proc.kill()
+        proc.wait()
+        assert_gone(pids + tree, timeout=10)
+    finally:
+        for p in psutil.process_iter(["environ"]):
+            try:
+                if (p.info["environ"] or {}).get("TFCLUSTER_RUN_DIR", "").startswith(str(tmp_path)):
+                    p.kill()
+            except psutil.Error:
+                pass
+
+
+def test_a_task_that_exits_leaves_no_child_behind(tmp_path, ports):
+    """When a task's leader exits (even successfully), what is left of its process group ends."""
+    prog = tmp_path / "p.py"
+    prog.write_text("import os, subprocess, sys, time\n"
+                    "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+                    "open(os.path.join(os.environ['TFCLUSTER_RUN_DIR'], 'child.pid'), 'w').write(str(c.pid))\n"
+                    "time.sleep(0.5)\n")
+    f = write_cluster(tmp_path, ports(1), ["python", str(prog)], jobs={"worker": 1})
+    r = tfcluster("launch", f)
+    assert r.returncode == 0, r.stderr
+    child = int((run_dir(tmp_path) / "child.pid").read_text())
+    assert_gone([child], timeout=5)

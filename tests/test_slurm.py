@@ -5,6 +5,7 @@ The real-Slurm tests skip when Debian's slurm-wlm and munge are not installed or
 started here (they need root to run the daemons as configured)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from tfcluster import config
@@ -263,6 +265,14 @@ def test_slurm_trains_1ps_2workers_to_the_end(slurm_cluster, tmp_path):
         assert (run_dir / f"{stem}.log").exists()
     assert "TRAINED worker:0" in (run_dir / "worker-0.log").read_text()
     assert '"failed": false' in (run_dir / "ps-0.exit.json").read_text()
+    # the same closed record as the local launcher's: status and runs read it
+    assert (run_dir.stat().st_mode & 0o077) == 0 and ((run_dir / "job.sbatch").stat().st_mode & 0o077) == 0
+    st = subprocess.run([sys.executable, "-m", "tfcluster", "status", str(run_dir), "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert st.returncode == 0, st.stdout + st.stderr
+    rec = json.loads(st.stdout)
+    assert rec["result"] == "succeeded" and rec["backend"] == "slurm"
+    assert {t["task"]: t["state"] for t in rec["tasks"]}["worker:0"] == "succeeded"
 
 
 FAIL_PROGRAM = """\
@@ -457,3 +467,41 @@ def test_launch_slurm_takes_the_scheduler_options(slurm_cluster, tmp_path):
                            timeout=60)
     assert local.returncode == 2 and "apply to --backend slurm only" in local.stderr
     assert slurm_cluster.wait_empty_queue(10) == ""
+
+
+def test_killed_launcher_inside_an_allocation_ends_the_step(slurm_cluster, tmp_path):
+    """Inside an allocation the launcher runs srun itself; `kill -9` of the launcher ends srun's
+    job step and every task of it (srun gets SIGTERM when its parent dies)."""
+    if not shutil.which("salloc"):
+        pytest.skip("no salloc")
+    prog = tmp_path / "prog.py"
+    prog.write_text("import os, time\nprint('up', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\n"
+        f"base_port: {free_port_run(3, 28000 + os.getpid() % 2000)}\n")
+    salloc = subprocess.Popen(["salloc", "-n", "3", "--overcommit", sys.executable, "-m", "tfcluster",
+                               "launch", "cluster.yaml", "--backend", "slurm", "--run-id", "k1"],
+                              cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    try:
+        log = tmp_path / "runs" / "k1" / "worker-1.log"
+        deadline = time.time() + 60
+        while time.time() < deadline and not (log.exists() and "up" in log.read_text()):
+            time.sleep(0.2)
+        assert log.exists() and "up" in log.read_text(), "the step did not start"
+        task_pids = [int(line.split()[1]) for stem in ("ps-0", "worker-0", "worker-1")
+                     for line in (tmp_path / "runs" / "k1" / f"{stem}.log").read_text().splitlines()
+                     if line.startswith("up ")]
+        launcher = next(c for c in psutil.Process(salloc.pid).children(recursive=True)
+                        if "tfcluster" in " ".join(c.cmdline()) and "launch" in c.cmdline())
+        launcher.kill()
+        salloc.communicate(timeout=60)
+        deadline = time.time() + 30
+        while time.time() < deadline and any(psutil.pid_exists(p) for p in task_pids):
+            time.sleep(0.2)
+        assert not [p for p in task_pids if psutil.pid_exists(p)], "tasks outlived the launcher"
+    finally:
+        if salloc.poll() is None:
+            os.killpg(salloc.pid, signal.SIGKILL)
+            salloc.wait()
+    assert slurm_cluster.wait_empty_queue(30) == ""

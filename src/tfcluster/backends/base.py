@@ -83,12 +83,12 @@ class Backend:
 PR_SET_PDEATHSIG = 1
 
 
-def child_setup() -> None:
-    """Runs in each task between fork and exec: die with the launcher (PR_SET_PDEATHSIG),
-    default signal dispositions."""
+def child_setup(death_signal: int = signal.SIGKILL) -> None:
+    """Runs in each task between fork and exec: ``death_signal`` when the launcher dies
+    (PR_SET_PDEATHSIG), default signal dispositions."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
     except Exception:
         pass
     # The launcher may have died between fork and prctl: then our parent is init already.

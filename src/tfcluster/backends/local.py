@@ -1,17 +1,113 @@
 """The local backend: each task a child process of the launcher, in its own session and process
-group, with a parent-death signal so that no task outlives a launcher killed with SIGKILL."""
+group.
+
+Nothing a task starts outlives the launcher, however the launcher ends:
+
+* each task's leader has a parent-death signal (SIGKILL when the launcher dies);
+* a reaper -- a small process of its own session, started with the first task -- knows every
+  task's process group through a pipe from the launcher. When the launcher dies (SIGKILL, the
+  OOM killer), the pipe's end closes and the reaper kills those whole groups: a task's forked
+  children and the program behind a ``bash -c`` wrapper die too. A clean end tells the reaper
+  to quit instead;
+* when a task's leader exits, what is left of its group is killed before the leader is reaped
+  (so its group id cannot have been reused).
+
+Not covered: a process that deliberately leaves its task's process group (``setsid``, a
+daemon's double fork). docs/SECURITY.md says so.
+"""
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
+import sys
+import threading
+import time
 from typing import Optional
 
 from .base import Backend, Handle, ProcessSpec, child_setup
 
+# The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
+# is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.
+REAPER = r"""
+import os, signal, sys, time
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    line = line.strip()
+    if line == "quit":
+        sys.exit(0)
+    if line[:1] in "+-" and line[1:].isdigit():
+        (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+def alive(g):
+    try:
+        os.killpg(g, 0)
+        return True
+    except OSError:
+        return False
+for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
+    for g in list(groups):
+        try:
+            os.killpg(g, sig)
+        except OSError:
+            groups.discard(g)
+    deadline = time.time() + wait
+    while groups and time.time() < deadline:
+        groups = {g for g in groups if alive(g)}
+        time.sleep(0.05)
+"""
+
+
+class Reaper:
+    """The launcher's side of the reaper process (see the module's docstring)."""
+
+    def __init__(self):
+        self.proc: Optional[subprocess.Popen] = None
+        self.lock = threading.Lock()
+
+    def _tell(self, line: str) -> None:
+        with self.lock:
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-S", "-c", REAPER], stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                    close_fds=True)
+            try:
+                self.proc.stdin.write(f"{line}\n".encode())
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+    def watch(self, pgid: int) -> None:
+        self._tell(f"+{pgid}")
+
+    def forget(self, pgid: int) -> None:
+        if self.proc is not None:
+            self._tell(f"-{pgid}")
+
+    def close(self) -> None:
+        with self.lock:
+            proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.write(b"quit\n")
+            proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
 
 class LocalHandle(Handle):
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen, reaper: Optional[Reaper] = None):
         self.proc = proc
+        self.reaper = reaper
         self.pid = proc.pid
         self.stdout = proc.stdout
         self._pidfd: Optional[int] = None
@@ -30,16 +126,49 @@ class LocalHandle(Handle):
             except OSError:
                 pass
 
+    def _exited(self) -> bool:
+        """The leader has exited (it may not be reaped yet)."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def _end_group(self) -> None:
+        """The leader has exited but is not reaped: kill what is left of its group (the group id
+        cannot have been reused yet), then let the reaper forget it."""
+        if self.proc.returncode is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.reaper is not None:
+            self.reaper.forget(self.pid)
+            self.reaper = None
+
     def poll(self) -> Optional[int]:
+        if self.proc.returncode is None and self._exited():
+            self._end_group()
         return self.proc.poll()
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            rc = self.poll()
+            if rc is not None:
+                return rc
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return None
+            if self._pidfd is not None:
+                select.select([self._pidfd], [], [], left)
+            else:
+                time.sleep(left)
 
     def signal(self, sig: int) -> None:
+        if self.proc.returncode is not None:
+            return     # reaped: its group id may belong to another process now
         try:
             os.killpg(self.pid, sig)  # the task's own process group (start_new_session)
         except ProcessLookupError:
@@ -57,6 +186,12 @@ class LocalBackend(Backend):
     name = "local"
     checks_local_ports = True
 
+    def __init__(self):
+        self.reaper = Reaper()
+
+    def close(self) -> None:
+        self.reaper.close()
+
     def start(self, spec: ProcessSpec) -> Handle:
         env = dict(os.environ)
         env.update(spec.env)
@@ -64,4 +199,5 @@ class LocalBackend(Backend):
             spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=child_setup, close_fds=True)
-        return LocalHandle(proc)
+        self.reaper.watch(proc.pid)
+        return LocalHandle(proc, self.reaper)

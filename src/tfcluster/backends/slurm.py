@@ -29,6 +29,7 @@ How the job ends
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -43,6 +44,7 @@ from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
 from ..plan import RunPlan
+from .base import child_setup
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
@@ -255,9 +257,66 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False) -> int:
           f"logs in {run_dir}" + (f"; hosts listed for {', '.join(listed)} are not used, Slurm "
                                   f"chooses the nodes" if listed else ""))
     follower = _Follower(data, run_dir, quiet=quiet)
-    if inside:
-        return follower.run_srun(name)
-    return follower.run_sbatch(name)
+    record = _Record(plan)
+    code = None
+    try:
+        code = follower.run_srun(name) if inside else follower.run_sbatch(name)
+    finally:   # the record is closed on every path: success, failure, Ctrl-C, a refused job
+        record.close(code, follower.job_id)
+    return code
+
+
+class _Record:
+    """run.json for a Slurm run (the same record ``tfcluster status``/``runs`` read): written
+    when the launch starts, closed with its result and the tasks' own ends (their exit.json)."""
+
+    def __init__(self, plan: RunPlan):
+        self.plan, self.started = plan, time.time()
+        self.write("running", None, None)
+
+    def close(self, code: Optional[int], job_id: Optional[str]) -> None:
+        result = {EXIT_OK: "succeeded", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
+        self.write(result, EXIT_FAILED if code is None else code, job_id, ended=time.time())
+
+    def write(self, result: str, code: Optional[int], job_id: Optional[str],
+              ended: Optional[float] = None) -> None:
+        from ..runrecord import write_json_private
+        ends = {rec.get("task"): rec for _, rec in _failures(self.plan.run_dir, every=True)}
+        tasks = []
+        for t in self.plan.tasks:
+            rec = ends.get(t.name) or {}
+            state = "running" if ended is None else (
+                "failed" if rec.get("failed") else ("succeeded" if rec.get("exit_code") == 0 and
+                                                    "over" not in rec.get("reason", "") else "stopped"))
+            tasks.append({"task": t.name, "host": rec.get("host"), "endpoint":
+                          f"{rec['host']}:{rec['port']}" if rec.get("host") else "",
+                          "chief": t.name == self.plan.chief, "pid": None, "state": state,
+                          "exit_code": rec.get("exit_code"), "exit": rec.get("reason", ""),
+                          "restarts": 0, "started": None, "ended": rec.get("time"),
+                          "log": os.path.join(self.plan.run_dir, f"{t.file_stem}.log")})
+        try:
+            import psutil
+            launcher_started = psutil.Process().create_time()
+        except Exception:
+            launcher_started = None
+        data = {"run_id": self.plan.run_id, "file": os.path.abspath(self.plan.source) if self.plan.source else None,
+                "run_dir": self.plan.run_dir, "launcher_pid": os.getpid(),
+                "launcher_started": launcher_started, "backend": "slurm", "slurm_job": job_id,
+                "success_rule": self.plan.success, "chief": self.plan.chief,
+                "started": self.started, "ended": ended, "result": result, "exit_code": code,
+                "total_restarts": sum(1 for n in _listdir(self.plan.run_dir) if n.startswith(".restart-")),
+                "tasks": tasks}
+        try:
+            write_json_private(os.path.join(self.plan.run_dir, "run.json"), data)
+        except OSError as e:
+            _info(f"cannot write run.json: {e}")
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def _masked(data: Dict[str, Any]) -> Dict[str, Any]:
@@ -280,6 +339,7 @@ def _info(line: str, stream: IO[str] = sys.stderr) -> None:
 class _Follower:
     def __init__(self, plan: Dict[str, Any], run_dir: str, quiet: bool):
         self.plan, self.run_dir, self.quiet = plan, run_dir, quiet
+        self.job_id: Optional[str] = os.environ.get("SLURM_JOB_ID")
 
     # ---- output
     def _line(self, text: str) -> None:
@@ -297,8 +357,10 @@ class _Follower:
         env[PLAN_ENV] = json.dumps(self.plan, separators=(",", ":"))
         argv = srun_argv(self.plan, name=name)
         _info(f"inside Slurm job {os.environ['SLURM_JOB_ID']}: " + " ".join(argv[:-3]))
+        # srun ends the step (its tasks with it) on SIGTERM: it gets one when the launcher dies
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=functools.partial(child_setup, signal.SIGTERM))
         reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
         reader.start()
         try:
@@ -353,7 +415,7 @@ class _Follower:
         if r.returncode != 0:
             msg = (r.stderr or r.stdout).strip().replace("\n", "; ")
             raise UserError(f"--backend slurm: sbatch refused the job: {msg}")
-        job_id = r.stdout.strip().split(";")[0]
+        job_id = self.job_id = r.stdout.strip().split(";")[0]
         out_path = output.replace("%j", job_id)
         _info(f"submitted Slurm job {job_id} ({name}); output: {out_path}; stop it with: scancel {job_id}")
         tail = _Tail(out_path)
@@ -415,7 +477,8 @@ class _Follower:
         return EXIT_FAILED
 
 
-def _failures(run_dir: str) -> List[Tuple[str, Dict[str, Any]]]:
+def _failures(run_dir: str, every: bool = False) -> List[Tuple[str, Dict[str, Any]]]:
+    """The tasks' exit records that say they failed (``every``: all of them), oldest first."""
     out = []
     try:
         names = os.listdir(run_dir)
@@ -428,7 +491,7 @@ def _failures(run_dir: str) -> List[Tuple[str, Dict[str, Any]]]:
                     rec = json.load(f)
             except (OSError, ValueError):
                 continue
-            if rec.get("failed"):
+            if rec.get("failed") or every:
                 out.append((rec.get("task", n), rec))
     out.sort(key=lambda x: x[1].get("time", 0))
     return out

@@ -326,6 +326,7 @@ class SshBackend(Backend):
         if self.control_dir is not None:
             shutil.rmtree(self.control_dir, ignore_errors=True)
             self.control_dir = None
+        self._local.close()
 
 
 def _stop_process(p: subprocess.Popen) -> None:
