@@ -90,7 +90,12 @@ class ProgressReporter:
 
     def _report(self, step: int, logs: Optional[Mapping[str, Any]], now: float) -> None:
         metrics: Dict[str, float] = {}
-        for key, value in (logs or {}).items():
+        if hasattr(logs, "fetch"):  # ParameterServerStrategy: the step's logs are a RemoteValue
+            try:
+                logs = logs.fetch()
+            except Exception:  # noqa: BLE001 - e.g. the step's worker was lost; report the step
+                logs = None
+        for key, value in (logs if isinstance(logs, Mapping) else {}).items():
             if key in ("batch", "size", "step", "total", "epoch"):
                 continue
             number = _number(value)
