@@ -7,6 +7,7 @@ programs (tests/programs/keras_tutorial_*.py, no tfcluster import), with Keras 2
 ``TF_USE_LEGACY_KERAS=1``, the ``keras2`` extra) and with TensorFlow's default Keras 3.
 """
 import importlib.util
+import json
 import os
 import stat
 import subprocess
@@ -72,8 +73,6 @@ def program_file(tmp_path, ports, program, args, env, pss=False, command=("pytho
 
 def summary(text, prefix):
     """The JSON object at the end of the example's last ``<prefix> done: ...`` line."""
-    import json
-
     lines = [ln for ln in text.splitlines() if ln.startswith(prefix + " done: ")]
     assert lines, f"no '{prefix} done:' line in:\n{text[-3000:]}"
     return json.loads(lines[-1][lines[-1].index("{"):])
@@ -81,8 +80,6 @@ def summary(text, prefix):
 
 def history(text, prefix):
     """The per-epoch history the tutorial program prints at its end."""
-    import json
-
     lines = [ln for ln in text.splitlines() if ln.startswith(prefix + ": done: ")]
     assert lines, f"no '{prefix}: done:' line in:\n{text[-3000:]}"
     return json.loads(lines[-1][len(prefix + ": done: "):])
@@ -117,6 +114,16 @@ def test_mwms_example_fits_to_the_end_with_keras2(tmp_path, ports):
     # synchronous training: both workers hold the same model
     assert sums[0]["history"] == sums[1]["history"] and sums[0]["accuracy"] == sums[1]["accuracy"]
     assert (tmp_path / "backup.done").exists()
+    assert_all_gone(record)
+
+    # launched again (as a worker restarted after the others ended would be): nothing to do,
+    # every worker exits at once instead of waiting for peers
+    proc, rc = launch(path, tmp_path, timeout=90)
+    assert rc == 0, tail(proc)
+    record = run_record(tmp_path)
+    for i in (0, 1):
+        log = task_log(record, f"worker:{i}")
+        assert "nothing to train" in log and " done: " not in log, log[-2000:]
     assert_all_gone(record)
 
 
@@ -234,6 +241,18 @@ def test_unmodified_pss_tutorial_program_fits_a_dataset_with_keras2(tmp_path, po
     assert_all_gone(record)
 
 
+def test_pss_example_refuses_keras3_in_one_line(tmp_path, ports):
+    p = ports(2)
+    tf_config = {"cluster": {"chief": [f"localhost:{p[0]}"], "ps": [f"localhost:{p[1]}"]},
+                 "task": {"type": "chief", "index": 0}}
+    env = {**os.environ, **KERAS3, "TF_CONFIG": json.dumps(tf_config)}
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "keras_pss.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("keras_pss: error:")]
+    assert len(errors) == 1 and "keras2" in errors[0] and "Traceback" not in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("variant, error", [
     ("--input=creator", "AttributeError: module 'keras.utils' has no attribute 'experimental'"),
     ("--input=dataset", "ValueError: To use this dataset, you need to pass this dataset to "
@@ -259,7 +278,8 @@ def test_pss_fit_fails_with_keras3(tmp_path, ports, variant, error):
 def test_legacy_keras_without_tf_keras_is_refused_before_anything_starts(tmp_path, ports):
     """TF_USE_LEGACY_KERAS=1 for an interpreter that cannot import tf_keras (here ``python -S``,
     which sees no site-packages): exit 2 and one line, no task started."""
-    bare = tmp_path / "bare-python"
+    (tmp_path / "bin").mkdir()
+    bare = tmp_path / "bin" / "python3"
     bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
     bare.chmod(bare.stat().st_mode | stat.S_IXUSR)
     path = program_file(tmp_path, ports, "keras_tutorial_mwms.py", [], KERAS2, command=(str(bare),))

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from tfcluster import keras_support
-from tfcluster.keras_support import failure_hint, latest_bar_state, legacy_keras_problem
+from tfcluster.keras_support import (failure_hint, latest_bar_state, legacy_keras_problem,
+                                     python_interpreter)
 
 
 # ------------------------------------------------------------------ legacy_keras_problem
@@ -16,7 +17,8 @@ from tfcluster.keras_support import failure_hint, latest_bar_state, legacy_keras
 def bare_python(tmp_path):
     """A real interpreter that sees no site-packages (``python -S``): tf_keras is not
     importable there unless PYTHONPATH shows one."""
-    path = tmp_path / "bare-python"
+    (tmp_path / "bin").mkdir()
+    path = tmp_path / "bin" / "python3"
     path.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     keras_support._cache.clear()
@@ -75,6 +77,14 @@ def test_the_answer_is_cached_per_interpreter(bare_python, tmp_path):
 def test_an_interpreter_that_does_not_run_is_not_reported_here(tmp_path):
     keras_support._cache.clear()
     assert legacy_keras_problem({"TF_USE_LEGACY_KERAS": "1"}, str(tmp_path / "no-python")) is None
+
+
+@pytest.mark.parametrize("argv, python", [
+    (["/usr/bin/python3", "prog.py"], "/usr/bin/python3"), (["python3.11", "-m", "x"], "python3.11"),
+    (["/venv/bin/python"], "/venv/bin/python"), (["bash", "run.sh"], None), (["./trainer"], None),
+    ([], None), (["/opt/pythonista/tool"], None)])
+def test_python_interpreter_of_a_task(argv, python):
+    assert python_interpreter(argv) == python
 
 
 # ------------------------------------------------------------------ failure_hint

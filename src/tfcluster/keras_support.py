@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 # TensorFlow's own test (tensorflow/python/util/lazy_loader.py and tensorflow/__init__.py)
 LEGACY_KERAS_VALUES = ("true", "True", "1")
@@ -48,6 +48,17 @@ def has_tf_keras(python: str, env: Optional[Mapping[str, str]] = None) -> Option
             rc = None
         _cache[key] = {0: True, 1: False}.get(rc) if rc is not None else None
     return _cache[key]
+
+
+_PYTHON_NAME = re.compile(r"python[0-9.]*$")
+
+
+def python_interpreter(argv: Sequence[str]) -> Optional[str]:
+    """The interpreter a task's argv runs (``argv[0]`` when its name is python, python3,
+    python3.11, ...), or None for any other program."""
+    if argv and _PYTHON_NAME.match(os.path.basename(argv[0])):
+        return argv[0]
+    return None
 
 
 def legacy_keras_problem(env: Mapping[str, str], python: str) -> Optional[str]:
