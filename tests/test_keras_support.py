@@ -255,3 +255,43 @@ def test_progress_reporter_without_known_steps_counts_batches():
     assert [p.step for p in got] == [1, 2, 3, 3, 4, 5, 6, 6]
     assert all(p.total is None for p in got)
     assert got[0].metrics == {"loss": 0.5, "epoch": 1}
+
+
+def test_progress_reporter_fetches_remote_logs_only_when_it_reports():
+    """ParameterServerStrategy hands batch-end callbacks a RemoteValue of the logs; fetching
+    it waits for the step, so it is fetched only for the lines that are printed."""
+    import io
+
+    from tfcluster.keras import ProgressReporter
+
+    class Remote:
+        fetched = 0
+
+        def __init__(self, value):
+            self.value = value
+
+        def fetch(self):
+            Remote.fetched += 1
+            if isinstance(self.value, Exception):
+                raise self.value
+            return self.value
+
+    class Tensor:  # an eager tensor's numpy()
+        def numpy(self):
+            return 0.25
+
+    now = [0.0]
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=1, stream=out, clock=lambda: now[0])
+    rep.begin({"epochs": 1, "steps": 20})
+    rep.epoch_begin(0)
+    for batch in range(4, 20, 5):  # steps_per_execution=5: called every 5th batch
+        now[0] += 0.3
+        rep.batch_end(batch, Remote({"loss": Remote(Tensor()), "accuracy": 0.5}))
+    now[0] += 1.0  # a step whose worker was lost: its step is reported, without metrics
+    rep.batch_end(19, Remote(RuntimeError("worker lost")))
+    got = _reports(out.getvalue())
+    assert [p.step for p in got] == [5, 20], out.getvalue()
+    assert got[0].metrics == {"loss": 0.25, "accuracy": 0.5, "epoch": 1}
+    assert got[1].metrics == {"epoch": 1}
+    assert Remote.fetched == 3  # two printed lines' logs and their loss; none for the others
