@@ -26,6 +26,9 @@ from tfcluster.progress import report_progress
 
 __all__ = ["ProgressCallback"]
 
+# built on first access by the module's __getattr__ (an annotation binds no value)
+ProgressCallback: type
+
 
 def _number(value: Any) -> Optional[float]:
     """A float for a logged metric (a Python/NumPy number, an eager tensor, a PSS RemoteValue),
@@ -138,6 +141,10 @@ def _build_callback_class():
 
 
 _built: Dict[str, type] = {}
+
+
+def __dir__():
+    return sorted([*globals(), "ProgressCallback"])
 
 
 def __getattr__(name: str):
