@@ -1,0 +1,297 @@
+"""Unit tests of tfcluster.keras_support (no TensorFlow) and of tfcluster.keras's lazy import."""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tfcluster import keras_support
+from tfcluster.keras_support import (failure_hint, latest_bar_state, legacy_keras_problem,
+                                     python_interpreter)
+
+
+# ------------------------------------------------------------------ legacy_keras_problem
+
+@pytest.fixture
+def bare_python(tmp_path):
+    """A real interpreter that sees no site-packages (``python -S``): tf_keras is not
+    importable there unless PYTHONPATH shows one."""
+    (tmp_path / "bin").mkdir()
+    path = tmp_path / "bin" / "python3"
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    keras_support._cache.clear()
+    yield str(path)
+    keras_support._cache.clear()
+
+
+@pytest.fixture
+def fake_tf_keras(tmp_path):
+    """A folder holding a package named tf_keras (find_spec finds it; nothing imports it)."""
+    pkg = tmp_path / "site" / "tf_keras"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise SystemExit('tf_keras must not be imported')\n")
+    return str(tmp_path / "site")
+
+
+@pytest.mark.parametrize("value", ["1", "true", "True"])
+def test_legacy_keras_asked_without_tf_keras_is_a_problem(bare_python, value):
+    problem = legacy_keras_problem({"TF_USE_LEGACY_KERAS": value}, bare_python)
+    assert problem is not None and "\n" not in problem
+    assert f"TF_USE_LEGACY_KERAS={value}" in problem and bare_python in problem
+    assert "pip install -e '.[keras2]'" in problem and "pip install tf_keras" in problem
+
+
+def test_tf_keras_on_the_tasks_pythonpath_is_found(bare_python, fake_tf_keras):
+    env = {"TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": fake_tf_keras}
+    assert legacy_keras_problem(env, bare_python) is None
+    # the same interpreter without that PYTHONPATH: another cache entry, and a problem
+    assert legacy_keras_problem({"TF_USE_LEGACY_KERAS": "1"}, bare_python) is not None
+
+
+@pytest.mark.parametrize("env", [{}, {"TF_USE_LEGACY_KERAS": "0"}, {"TF_USE_LEGACY_KERAS": "yes"},
+                                 {"TF_USE_LEGACY_KERAS": ""}])
+def test_no_legacy_keras_asked_is_never_a_problem(bare_python, env):
+    # TensorFlow's own test: only "1", "true" and "True" switch to tf_keras
+    assert legacy_keras_problem(env, bare_python) is None
+    assert not keras_support._cache, "nothing asked: the interpreter need not be run"
+
+
+def test_this_interpreter_answers_like_find_spec():
+    import importlib.util
+
+    keras_support._cache.clear()
+    has = importlib.util.find_spec("tf_keras") is not None
+    problem = legacy_keras_problem({**os.environ, "TF_USE_LEGACY_KERAS": "1"}, sys.executable)
+    assert (problem is None) == has
+
+
+def test_the_answer_is_cached_per_interpreter(bare_python, tmp_path):
+    env = {"TF_USE_LEGACY_KERAS": "1"}
+    assert legacy_keras_problem(env, bare_python) is not None
+    os.unlink(bare_python)  # a second call must not run it again
+    assert legacy_keras_problem(env, bare_python) is not None
+
+
+def test_an_interpreter_that_does_not_run_is_not_reported_here(tmp_path):
+    keras_support._cache.clear()
+    assert legacy_keras_problem({"TF_USE_LEGACY_KERAS": "1"}, str(tmp_path / "no-python")) is None
+
+
+@pytest.mark.parametrize("argv, python", [
+    (["/usr/bin/python3", "prog.py"], "/usr/bin/python3"), (["python3.11", "-m", "x"], "python3.11"),
+    (["/venv/bin/python"], "/venv/bin/python"), (["bash", "run.sh"], None), (["./trainer"], None),
+    ([], None), (["/opt/pythonista/tool"], None)])
+def test_python_interpreter_of_a_task(argv, python):
+    assert python_interpreter(argv) == python
+
+
+# ------------------------------------------------------------------ failure_hint
+
+# the last lines of a worker's log on TF 2.21 / Keras 3.15, MWMS model.fit (numpy or tf.data)
+MWMS_KERAS3_TAIL = """\
+         [-1.93968725e+00, -2.69012421e-01,  1.98352730e+00,
+          -7.45039344e-01, -1.52197443e-02,  7.59318054e-01,
+          -1.02261081e-01]], dtype=float32)>
+  }) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.
+""".splitlines()
+
+# the coordinator's log, PSS model.fit on a tf.data.Dataset with Keras 3
+PSS_DATASET_KERAS3_TAIL = """\
+Traceback (most recent call last):
+  File "/work/prog.py", line 59, in <module>
+    history = model.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2)
+  File "/usr/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+  File "/usr/lib/python3.11/site-packages/tensorflow/python/distribute/input_lib.py", line 984, in __iter__
+    raise ValueError("To use this dataset, you need to pass this dataset to "
+ValueError: To use this dataset, you need to pass this dataset to ClusterCoordinator.create_per_worker_dataset.
+""".splitlines()
+
+# the coordinator's log, PSS model.fit the tutorial's way (DatasetCreator) with Keras 3
+PSS_CREATOR_KERAS3_TAIL = """\
+Traceback (most recent call last):
+  File "/work/prog.py", line 55, in <module>
+    data = tf.keras.utils.experimental.DatasetCreator(dataset_fn)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+AttributeError: module 'keras.utils' has no attribute 'experimental'
+""".splitlines()
+
+
+@pytest.mark.parametrize("tail, what", [
+    (MWMS_KERAS3_TAIL, "MultiWorkerMirroredStrategy"),
+    (PSS_DATASET_KERAS3_TAIL, "ParameterServerStrategy"),
+    (PSS_CREATOR_KERAS3_TAIL, "ParameterServerStrategy"),
+])
+def test_known_keras3_failures_get_one_line_naming_the_fix(tail, what):
+    hint = failure_hint(tail)
+    assert hint is not None and "\n" not in hint, hint
+    assert what in hint and "Keras 3" in hint
+    assert "pip install -e '.[keras2]'" in hint and 'TF_USE_LEGACY_KERAS: "1"' in hint
+
+
+def test_the_pss_dataset_error_outside_keras3_gets_no_hint():
+    # a custom loop iterating a dataset without create_per_worker_dataset: not a Keras matter
+    tail = [ln.replace("keras/src", "tf_keras/src") for ln in PSS_DATASET_KERAS3_TAIL]
+    assert failure_hint(tail) is None
+    assert failure_hint([ln for ln in PSS_DATASET_KERAS3_TAIL if "keras" not in ln]) is None
+
+
+def test_legacy_keras_without_tf_keras_in_the_log():
+    hint = failure_hint(["W tensorflow: Your environment has TF_USE_LEGACY_KERAS set to True, but "
+                         "you do not have the tf_keras package installed. You must install it"])
+    assert hint and "pip install tf_keras" in hint
+
+
+@pytest.mark.parametrize("tail", [
+    [], ["Traceback (most recent call last):", "ValueError: bad value"],
+    ["UnavailableError: Collective ops is aborted by: worker:1 is gone"],
+    ["keras_tutorial: done: {}"],
+])
+def test_other_failures_get_no_hint(tail):
+    assert failure_hint(tail) is None
+
+
+# ------------------------------------------------------------------ latest_bar_state
+
+BS = "\b"
+# what tf_keras 2.21 writes for verbose=1 (to a pipe: posix makes its display "dynamic")
+TF_KERAS_EPOCH = ("1/4 [======>.......................] - ETA: 1s - loss: 0.5000" + BS * 62 + "\r"
+                  "2/4 [==============>...............] - ETA: 0s - loss: 0.4000" + BS * 62 + "\r"
+                  "4/4 [==============================] - 0s 5ms/step - loss: 0.3000  ")
+# Keras 3.15: the same with ANSI bold/colour sequences and a Unicode bar
+KERAS3_EPOCH = ("\x1b[1m1/4\x1b[0m \x1b[32m━━━━━\x1b[0m\x1b[37m━━━━━━━━━━━━━━━\x1b[0m \x1b[1m0s\x1b[0m "
+                "277ms/step - loss: 0.5000" + BS * 60 + "\r"
+                "\x1b[1m4/4\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m \x1b[1m0s\x1b[0m "
+                "8ms/step - loss: 0.3000  ")
+
+
+def test_tf_keras_bar_shows_its_last_state():
+    assert latest_bar_state(TF_KERAS_EPOCH) == \
+        "4/4 [==============================] - 0s 5ms/step - loss: 0.3000"
+
+
+def test_keras3_bar_shows_its_last_state_without_escape_sequences():
+    assert latest_bar_state(KERAS3_EPOCH) == "4/4 ━━━━━━━━━━━━━━━━━━━━ 0s 8ms/step - loss: 0.3000"
+
+
+def test_a_line_split_at_each_redraw_is_cleaned_too():
+    # a reader that splits on \r as well as \n gets each state with its trailing backspaces
+    assert latest_bar_state("1/4 [===>....] - loss: 0.5" + BS * 25) == "1/4 [===>....] - loss: 0.5"
+
+
+def test_plain_lines_are_unchanged():
+    for line in ["", "Epoch 1/3", "  indented  ", "@tfcluster progress {\"step\": 1}"]:
+        assert latest_bar_state(line) == line
+
+
+def test_blank_last_segments_and_erase_sequences_are_skipped():
+    assert latest_bar_state("step 3/3\r\x1b[K\r   ") == "step 3/3"
+    assert latest_bar_state("\r\r") == ""
+    # backspaces move the cursor; what follows overwrites
+    assert latest_bar_state("abc" + BS * 2 + "X") == "aXc"
+
+
+# ------------------------------------------------------------------ tfcluster.keras
+
+def test_importing_tfcluster_keras_does_not_import_tensorflow():
+    code = ("import sys, tfcluster.keras as k; "
+            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported'; "
+            "assert 'ProgressCallback' in k.__all__; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_unknown_attribute_of_tfcluster_keras_is_an_attribute_error():
+    import tfcluster.keras as k
+
+    with pytest.raises(AttributeError):
+        k.NoSuchThing
+
+
+def _reports(text):
+    from tfcluster.progress import parse_progress
+
+    return [parse_progress(ln) for ln in text.splitlines()]
+
+
+def test_progress_reporter_counts_steps_across_epochs_and_throttles():
+    import io
+
+    from tfcluster.keras import ProgressReporter
+
+    now = [0.0]
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=2, stream=out, clock=lambda: now[0])
+    rep.begin({"epochs": 3, "steps": 10, "verbose": 1})
+    rep.epoch_begin(1)  # resumed by BackupAndRestore: the first epoch is 1
+    for batch in range(10):
+        now[0] += 0.1   # 10 batches a second: at most one line per 0.5 s gets through
+        rep.batch_end(batch, {"loss": 1.0 - batch / 20, "accuracy": batch / 10})
+    rep.epoch_end(1, {"loss": 0.5, "accuracy": 0.9, "val_loss": float("nan")})
+    got = _reports(out.getvalue())
+    assert [p.step for p in got] == [11, 16, 20], out.getvalue()
+    assert all(p.total == 30 for p in got)
+    assert got[0].metrics == {"loss": 1.0, "accuracy": 0.0, "epoch": 2}
+    # the epoch's end always reports; a NaN metric is left out
+    assert got[-1].metrics == {"loss": 0.5, "accuracy": 0.9, "epoch": 2}
+
+
+def test_progress_reporter_without_known_steps_counts_batches():
+    import io
+
+    from tfcluster.keras import ProgressReporter
+
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=0, stream=out)
+    rep.begin({"epochs": 2, "steps": None})
+    for epoch in range(2):
+        rep.epoch_begin(epoch)
+        for batch in range(3):
+            rep.batch_end(batch, {"loss": 0.5, "size": 32, "note": "text"})
+        rep.epoch_end(epoch, {"loss": 0.25})
+    got = _reports(out.getvalue())
+    assert [p.step for p in got] == [1, 2, 3, 3, 4, 5, 6, 6]
+    assert all(p.total is None for p in got)
+    assert got[0].metrics == {"loss": 0.5, "epoch": 1}
+
+
+def test_progress_reporter_fetches_remote_logs_only_when_it_reports():
+    """ParameterServerStrategy hands batch-end callbacks a RemoteValue of the logs; fetching
+    it waits for the step, so it is fetched only for the lines that are printed."""
+    import io
+
+    from tfcluster.keras import ProgressReporter
+
+    class Remote:
+        fetched = 0
+
+        def __init__(self, value):
+            self.value = value
+
+        def fetch(self):
+            Remote.fetched += 1
+            if isinstance(self.value, Exception):
+                raise self.value
+            return self.value
+
+    class Tensor:  # an eager tensor's numpy()
+        def numpy(self):
+            return 0.25
+
+    now = [0.0]
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=1, stream=out, clock=lambda: now[0])
+    rep.begin({"epochs": 1, "steps": 20})
+    rep.epoch_begin(0)
+    for batch in range(4, 20, 5):  # steps_per_execution=5: called every 5th batch
+        now[0] += 0.3
+        rep.batch_end(batch, Remote({"loss": Remote(Tensor()), "accuracy": 0.5}))
+    now[0] += 1.0  # a step whose worker was lost: its step is reported, without metrics
+    rep.batch_end(19, Remote(RuntimeError("worker lost")))
+    got = _reports(out.getvalue())
+    assert [p.step for p in got] == [5, 20], out.getvalue()
+    assert got[0].metrics == {"loss": 0.25, "accuracy": 0.5, "epoch": 1}
+    assert got[1].metrics == {"epoch": 1}
+    assert Remote.fetched == 3  # two printed lines' logs and their loss; none for the others
