@@ -53,7 +53,12 @@ def imports(module: str, path: str):
     is_pkg = path.endswith("__init__.py")
     package = module.split(".") if is_pkg else module.split(".")[:-1]
     out = set()
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+                   for n in ast.walk(block)}
     for node in ast.walk(tree):
+        if id(node) in typing_only:   # annotations only: not a dependency at run time
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)] if node.level > 1 else package

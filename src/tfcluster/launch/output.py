@@ -1,5 +1,7 @@
 """Reading a task's output: every line to its log file, what matters to the supervisor noted.
 
+A line that redraws itself with carriage returns (Keras' progress bar) is kept as its latest
+state (what a terminal would show), in the console and in the log.
 One reader thread per started task. A line is masked (secrets), written to the task's log
 (everything, progress-protocol lines included), and classified: a port conflict, a
 "CreateSession still waiting" about another task, or a progress report. The reader only
@@ -14,25 +16,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, IO, Optional
 
+from ..keras_support import latest_bar_state
 from ..progress import Progress, parse_progress
 
 PORT_CONFLICT = re.compile(r"Could not start gRPC server|Address already in use|Failed to add port")
 STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
                            r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
 TAIL_LINES = 20
-_ANSI_ERASE = re.compile(r"\x1b\[[0-9;]*[KJ]|\x08+")
-
-
-def screen_text(line: str) -> str:
-    """What a terminal shows for a line that redraws itself with carriage returns (Keras'
-    and tqdm's progress bars): the last non-empty segment, without erase sequences."""
-    if "\r" not in line and "\x1b[" not in line and "\x08" not in line:
-        return line
-    parts = [_ANSI_ERASE.sub("", p) for p in line.split("\r")]
-    for p in reversed(parts):
-        if p.strip():
-            return p
-    return ""
 
 
 @dataclass
@@ -70,7 +60,7 @@ class OutputReader(threading.Thread):
             if log is not None and self.banner:
                 log.write(self.banner.encode() + b"\n")
             for raw in iter(self.stream.readline, b""):
-                line = self.mask(screen_text(raw.decode("utf-8", "replace").rstrip("\r\n")))
+                line = self.mask(latest_bar_state(raw.decode("utf-8", "replace").rstrip("\r\n")))
                 if log is not None:
                     log.write((line + "\n").encode("utf-8", "replace"))
                     log.flush()

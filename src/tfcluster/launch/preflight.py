@@ -10,12 +10,13 @@ from ..backends.base import Backend
 from ..errors import UserError
 from ..gpus import gpu_warnings
 from ..hosts import is_local
+from ..keras_support import legacy_keras_problem, python_interpreter
 from ..plan import RunPlan
 
 
 def preflight(plan: RunPlan, backend: Backend) -> List[str]:
     """Raise UserError naming the task for what would fail every task at once (a missing
-    program, script or folder); return warnings (GPU indexes this machine does not have)."""
+    program, script or folder; legacy Keras asked for without tf_keras); return warnings (GPU indexes this machine does not have)."""
     problems: List[str] = []
     seen = set()
     for t in plan.selected_tasks:
@@ -26,6 +27,11 @@ def preflight(plan: RunPlan, backend: Backend) -> List[str]:
             continue
         seen.add(key)
         problems.extend(_program_problems(t, backend))
+        python = python_interpreter(contract.resolve_argv(t.argv, backend.python(t.host)))
+        if python is not None:
+            keras = legacy_keras_problem({**os.environ, **dict(t.env)}, python)
+            if keras:
+                problems.append(f"{t.name}: {keras}")
     if problems:
         raise UserError("\n".join(problems) + "\nnothing was started")
     return gpu_warnings([(t.name, t.gpus if t.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))

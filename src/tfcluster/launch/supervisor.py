@@ -22,6 +22,7 @@ from .. import contract, rules, secrets
 from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
 from ..events import EventLog, exit_fields
+from ..keras_support import failure_hint
 from ..hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
 from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
@@ -703,18 +704,10 @@ class Supervisor:
             if tail:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)
-            hint = _failure_hint(list(self.root_cause.seen.tail))
+            hint = failure_hint(list(self.root_cause.seen.tail))
             if hint:
                 text.append(f"hint: {hint}")
         self.display.block("\n".join(text))
-
-
-def _failure_hint(lines: List[str]) -> Optional[str]:
-    try:
-        from ..keras_support import failure_hint
-    except ImportError:
-        return None
-    return failure_hint(lines)
 
 
 def _mask_argv(argv: List[str], declared) -> List[str]:
