@@ -79,10 +79,11 @@ def test_bad_input_exit_2_one_line_no_traceback(args, needle):
 
 def test_bad_file_exit_2(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223, localhost:70000]}\n")
+    f.write_text("cluster:\n  ps: [localhost:2222]\n  worker:\n    - localhost:2223\n    - localhost:70000\n")
     r = run("validate", str(f))
     assert r.returncode == 2
-    assert r.stderr.strip() == f"tfcluster: error: {f}: cluster.worker[1]: port 70000 is out of range 1-65535"
+    assert r.stderr.strip() == (f"tfcluster: error: {f}: cluster.worker[1]: port 70000 is out of range "
+                                f"1-65535 (line 5)")
 
 
 def test_schema_is_json():

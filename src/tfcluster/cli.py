@@ -195,31 +195,41 @@ def assign_local_ports(cluster):
 
 
 def cmd_validate(args) -> int:
+    from .config import printable
     from .hosts import is_local
+    from . import secrets
     cluster = _load(args.file)
+    declared = cluster.secret_names
+    for w in cluster.warnings:
+        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
     if args.json:
         out = {"source": cluster.source, "success": cluster.success, "chief": str(cluster.chief),
-               "logdir": cluster.logdir, "tasks": []}
+               "logdir": cluster.logdir, "secrets": sorted(declared),
+               "warnings": list(cluster.warnings), "tasks": []}
         for t in cluster.tasks:
+            env = dict(t.env)
             out["tasks"].append({
                 "task": t.name, "endpoint": str(t.endpoint) if t.endpoint else None,
                 "local": bool(t.endpoint and is_local(t.endpoint.host)),
-                "argv": list(t.command) + list(t.args), "cwd": t.cwd, "task_flags": t.task_flags,
-                "gpus": t.gpus, "env": dict(t.env), "restart": t.restart.policy})
+                "argv": secrets.mask_argv(list(t.command) + list(t.args), declared,
+                                          secrets.secret_values(env, declared=declared)),
+                "cwd": t.cwd, "task_flags": t.task_flags,
+                "gpus": t.gpus, "env": secrets.mask_env(env, declared), "restart": t.restart.policy})
         if cluster.resolved:
             out["cluster_spec"] = cluster.cluster_spec_dict()
         print(json.dumps(out, indent=2))
         return 0
     n = len(cluster.tasks)
-    print(f"{cluster.source}: ok — {n} task{'s' if n != 1 else ''} in "
-          f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
-          f"chief: {cluster.chief}; success: {cluster.success}; "
-          f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}")
+    print(printable(f"{cluster.source}: ok — {n} task{'s' if n != 1 else ''} in "
+                    f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
+                    f"chief: {cluster.chief}; success: {cluster.success}; "
+                    f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
     width = max(len(t.name) for t in cluster.tasks)
     for t in cluster.tasks:
         ep = str(t.endpoint) if t.endpoint else "(assigned at launch)"
         where = "" if not t.endpoint else ("" if is_local(t.endpoint.host) else "  [remote]")
-        argv = list(t.command) + list(t.args)
+        argv = secrets.mask_argv(list(t.command) + list(t.args), declared,
+                                 secrets.secret_values(dict(t.env), declared=declared))
         run = " ".join(shlex.quote(w) for w in argv) if argv else "(no program: give one after --)"
         if t.task_flags:
             run += " + task flags"
@@ -227,8 +237,10 @@ def cmd_validate(args) -> int:
         if t.gpus is not None:
             extra.append(f"CUDA_VISIBLE_DEVICES={t.gpus!r}")
         if t.env:
-            extra.append("env: " + ", ".join(k for k, _ in t.env))
-        print(f"  {t.name:<{width}}  {ep:<22}{where}  {run}" + (f"  ({'; '.join(extra)})" if extra else ""))
+            extra.append("env: " + ", ".join(k + (" (secret)" if secrets.is_secret(k, declared) else "")
+                                             for k, _ in t.env))
+        print(printable(f"  {t.name:<{width}}  {ep:<22}{where}  {run}"
+                        + (f"  ({'; '.join(extra)})" if extra else "")))
     if "evaluator" in cluster.jobs:
         print("  (evaluator gets TF_CONFIG but is left out of the ClusterSpec, TensorFlow's rule)")
     return 0
@@ -241,13 +253,26 @@ def cmd_tf_config(args) -> int:
 
 
 def cmd_commands(args) -> int:
+    """One shell line per task. Every word is quoted (keys too: ``'K=V'``); a secret variable is
+    read from the environment of the shell the line is pasted into (``"K=${K:?set K}"``)
+    instead of printing its value."""
+    import re
+    from . import secrets
     cluster = _load(args.file, assign_counts=True)
+    declared = cluster.secret_names
     for t in cluster.tasks:
         argv = cluster.argv(t.id, task_flags=args.task_flags) if (t.command or t.args) else \
             ["python", "my_trainer.py"] + (cluster.task_flag_args(t.id) if (
                 args.task_flags or t.task_flags) else [])
-        env = cluster.env(t.id)
-        assigns = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+        assigns = []
+        for k, v in cluster.env(t.id).items():
+            if v and secrets.is_secret(k, declared):
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                    assigns.append(f'"{k}=${{{k}:?set {k} (secret)}}"')
+                else:  # not a shell variable name: it cannot be read from the shell
+                    assigns.append(shlex.quote(f"{k}={secrets.MASK}"))
+            else:
+                assigns.append(shlex.quote(f"{k}={v}"))
         print(f"# {t.name} — on {t.endpoint.host}")
         print(f"cd {shlex.quote(t.cwd)} && env " + " ".join(assigns) + " "
               + " ".join(shlex.quote(w) for w in argv))

@@ -90,3 +90,20 @@ def free_port_run(count: int, start: int, host: str = "localhost") -> int:
             return port
         port = busy + 1
     raise OSError(f"no run of {count} free ports from {start}")
+
+
+def endpoint_key(host: str, port: int) -> Tuple[str, int]:
+    """Which port ``host:port`` is: every name of this machine (``localhost``, ``localhost.``,
+    127.0.0.0/8, ``::1``, ``::ffff:127.0.0.1``, ``0.0.0.0``, ``::``, its own names and addresses)
+    gives ``("<local>", port)``, because TensorFlow's server binds the port on every interface;
+    other hosts give their normalised name or address."""
+    h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
+    try:
+        ip = ipaddress.ip_address(h)
+        mapped = getattr(ip, "ipv4_mapped", None)
+        h = str(mapped or ip)
+    except ValueError:
+        pass
+    if is_local(h):
+        return ("<local>", port)
+    return (h, port)
