@@ -155,6 +155,22 @@ def test_commands_quote_hostile_env_keys_and_values(tmp_path, capsys):
     assert "$(touch pwned1)=1" in seen and "A B;touch pwned2=$(touch pwned3)" in seen
 
 
+def test_commands_keep_control_characters_on_one_line(tmp_path, capsys):
+    path = _file(tmp_path, """\
+        cluster: {worker: [localhost:2223]}
+        program:
+          command: [printf, '%s|', "two\\nlines", "esc\\e[2J", "back\\\\slash 'q'", "\\u202eRTL"]
+          env: {"A": "x\\ny"}
+        """)
+    assert cli.main(["commands", path]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 2 and "\x1b" not in out and "\u202e" not in out
+    line = out.splitlines()[1]
+    r = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "two\nlines|esc\x1b[2J|back\\slash 'q'|\u202eRTL|"
+
+
 def test_env_keys_that_cannot_be_variables_are_rejected(tmp_path, capsys):
     path = _file(tmp_path, """\
         cluster: {worker: [localhost:2223]}

@@ -253,11 +253,25 @@ def cmd_tf_config(args) -> int:
 
 
 def cmd_commands(args) -> int:
-    """One shell line per task. Every word is quoted (keys too: ``'K=V'``); a secret variable is
-    read from the environment of the shell the line is pasted into (``"K=${K:?set K}"``)
-    instead of printing its value."""
+    """One shell line per task. Every word is quoted (keys too: ``'K=V'``); a word with a control
+    character (a newline, ESC) is written in bash's ``$'...'`` form, so that each task stays one
+    line and nothing raw reaches the terminal; a secret variable is read from the environment of
+    the shell the line is pasted into (``"K=${K:?set K}"``) instead of printing its value."""
     import re
     from . import secrets
+    from .config import printable
+
+    def word(w: str) -> str:
+        if printable(w) == w:
+            return shlex.quote(w)
+        out = []
+        for ch in w:
+            if printable(ch) != ch:
+                out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+            else:
+                out.append("\\" + ch if ch in "\\'" else ch)
+        return "$'" + "".join(out) + "'"
+
     cluster = _load(args.file, assign_counts=True)
     declared = cluster.secret_names
     for t in cluster.tasks:
@@ -270,12 +284,11 @@ def cmd_commands(args) -> int:
                 if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
                     assigns.append(f'"{k}=${{{k}:?set {k} (secret)}}"')
                 else:  # not a shell variable name: it cannot be read from the shell
-                    assigns.append(shlex.quote(f"{k}={secrets.MASK}"))
+                    assigns.append(word(f"{k}={secrets.MASK}"))
             else:
-                assigns.append(shlex.quote(f"{k}={v}"))
+                assigns.append(word(f"{k}={v}"))
         print(f"# {t.name} — on {t.endpoint.host}")
-        print(f"cd {shlex.quote(t.cwd)} && env " + " ".join(assigns) + " "
-              + " ".join(shlex.quote(w) for w in argv))
+        print(f"cd {word(t.cwd)} && env " + " ".join(assigns) + " " + " ".join(word(w) for w in argv))
     return 0
 
 
