@@ -370,6 +370,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.tf
 def test_tensorflow_server_listens_on_ipv4_and_ipv6(ports):
     """What docs/SECURITY.md says: a server whose cluster names localhost listens on every
     interface, IPv6 included."""

@@ -15,12 +15,10 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
-import math
 import os
 import re
 import reprlib
 import shlex
-import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
@@ -82,12 +80,15 @@ class WatchdogSpec(_Strict):
     """No silent hangs: deadlines after which tfcluster names the task it waits for."""
 
     startup_timeout: float = Field(
-        120.0, ge=0, allow_inf_nan=False, description="seconds a ps/worker task gets to open its port (0: no check)")
+        120.0, ge=0, allow_inf_nan=False,
+        description="seconds a ps/worker task gets to open its port (0: no check)")
     waiting_timeout: float = Field(
-        120.0, ge=0, allow_inf_nan=False, description="seconds a task may report 'CreateSession still waiting for "
+        120.0, ge=0, allow_inf_nan=False,
+        description="seconds a task may report 'CreateSession still waiting for "
         "response from worker' about another task before that task is treated as failed (0: off)")
     stall_timeout: float = Field(
-        300.0, ge=0, allow_inf_nan=False, description="seconds the reported global step may stand still before the run "
+        300.0, ge=0, allow_inf_nan=False,
+        description="seconds the reported global step may stand still before the run "
         "is treated as hung (0: off; only once a task has reported progress)")
 
 
@@ -152,7 +153,8 @@ class ClusterFile(_Strict):
         "all-workers: every worker must exit 0")
     restart: RestartSpec = Field(default_factory=RestartSpec)
     logdir: str = Field("runs", description="logs and run records go to <logdir>/<run-id>/")
-    grace: float = Field(DEFAULT_GRACE, ge=0, allow_inf_nan=False, description="seconds other workers get to finish "
+    grace: float = Field(DEFAULT_GRACE, ge=0, allow_inf_nan=False,
+                         description="seconds other workers get to finish "
                          "after the run has succeeded")
     base_port: int = Field(DEFAULT_BASE_PORT, ge=1, le=65535,
                            description="first port tried for jobs given as a count (local backend)")
@@ -395,8 +397,7 @@ def loads(text: str, source: str = "<string>", base_dir: Optional[str] = None) -
 def _parse_yaml(text: str) -> Tuple[Any, Dict[str, int]]:
     """``yaml.safe_load`` that also refuses duplicate keys and aliases that expand beyond
     :data:`MAX_EXPANDED_VALUES`, and returns the line of each field (``cluster.worker[1]`` -> 3)."""
-    import yaml
-    loader = _SafeLoader()(text)
+    loader = _loader_class()(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -411,7 +412,7 @@ def _parse_yaml(text: str) -> Tuple[Any, Dict[str, int]]:
 _LOADER = None
 
 
-def _SafeLoader():
+def _loader_class():
     """yaml.SafeLoader (same tags, same values) with two refusals, built once on first use."""
     global _LOADER
     if _LOADER is not None:
