@@ -70,6 +70,7 @@ def test_mask_argv():
                       "HF_TOKEN=****", "--token-file=/run/t", "--bucket", "****", "--steps", "3",
                       "--data=/x/****", "-password=****", "--api-key="]
     assert secrets.mask_argv(["--password", "--next"]) == ["--password", "--next"]
+    assert secrets.argv_secret_values(argv, declared={"BUCKET"}) == ["abc123", "hunter22", "hf_x"]
 
 
 # ---- the commands that print a cluster file
@@ -221,6 +222,15 @@ def test_render_k8s_header_cannot_add_objects(tmp_path):
     c = config.load(_file(d, "cluster: {worker: 1}\nprogram: {command: [python, t.py]}\n"))
     docs = [doc for doc in yaml.safe_load_all(render.render_k8s(c, image="img")) if doc]
     assert len(docs) == 1 and docs[0]["kind"] == "TFJob"
+
+
+def test_errors_about_a_file_with_a_newline_in_its_path_stay_one_line(tmp_path, capsys):
+    d = tmp_path / "a\nb\x1b[2J"
+    d.mkdir()
+    path = _file(d, "cluster: {worker: [localhost:70000]}\n")
+    assert cli.main(["validate", path]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "\x1b" not in err and "a\\nb\\x1b[2J" in err
 
 
 def test_check_text_for_script_lines():

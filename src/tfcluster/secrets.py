@@ -15,7 +15,8 @@ What is masked:
 * :func:`mask_env` -- values of secret variables in an environment (dry runs, run records,
   ``validate --json``);
 * :func:`mask_argv` -- ``--api-key=VALUE`` / ``--password VALUE`` / ``TOKEN=VALUE`` words, and
-  any known secret value inside a word;
+  any known secret value inside a word (:func:`argv_secret_values` gives those flag values, to
+  mask them in output too);
 * :class:`Masker` -- known secret values wherever they appear in text (task output, logs),
   from :func:`values_to_mask`: the secret variables of the tasks' environments plus the
   declared names in the launcher's own environment (which the tasks inherit). The launcher's
@@ -91,29 +92,40 @@ def mask_argv(argv: Sequence[str], declared: Collection[str] = (),
     ``--password V``, ``-password=V``, ``API_TOKEN=V``) and any of ``values`` masked inside
     words. For run records and dry runs: a masked argv is for reading, not for running."""
     masker = Masker(values)
-    out: List[str] = []
+    return [masker(word) if secret is None else word[:len(word) - len(secret)] + MASK
+            for word, secret in _argv_secrets(argv, declared)]
+
+
+def argv_secret_values(argv: Sequence[str], declared: Collection[str] = ()) -> List[str]:
+    """The values that :func:`mask_argv` masks as flag values (to mask them in task output too,
+    with :class:`Masker`)."""
+    return [secret for _, secret in _argv_secrets(argv, declared)
+            if secret and len(secret) >= MIN_MASKED_LENGTH]
+
+
+def _argv_secrets(argv: Sequence[str], declared: Collection[str]):
+    """(word, its secret part or None) for each word of ``argv``."""
     mask_next = False
     for word in argv:
         word = str(word)
         if mask_next:
             mask_next = False
             if word and not word.startswith("-"):
-                out.append(MASK)
+                yield word, word
                 continue
         if word.startswith("-") and not word.startswith("---"):
             flag, eq, value = word.lstrip("-").partition("=")
             if flag and (is_secret(flag, declared) or _declared_flag(flag, declared)):
-                if eq:
-                    out.append(word[:len(word) - len(value)] + (MASK if value else ""))
+                if eq and value:
+                    yield word, value
                     continue
-                mask_next = True
+                mask_next = not eq
         elif "=" in word:
             name, _, value = word.partition("=")
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and value and is_secret(name, declared):
-                out.append(f"{name}={MASK}")
+                yield word, value
                 continue
-        out.append(masker(word))
-    return out
+        yield word, None
 
 
 def _declared_flag(flag: str, declared: Collection[str]) -> bool:
