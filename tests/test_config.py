@@ -176,6 +176,9 @@ def test_task_lookup_errors():
         c.task("wroker:0")
     with pytest.raises(UserError, match="JOB:INDEX"):
         c.task("worker")
+    with pytest.raises(UserError) as e:
+        c.task("worker\x1b[2J:0\n")
+    assert "'worker\\x1b[2J:0\\n' is not a task" in e.value.message
 
 
 def test_load_errors(tmp_path):

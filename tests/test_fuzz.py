@@ -230,25 +230,34 @@ def _check_accepted(path, text, out_validate):
         assert shlex.split(python), text
 
 
-def _check_commands(text, out):
+def _check_commands(path, text, out):
+    """One line per task that splits back into exactly: cd DIR && env K=V... ARGV..."""
+    c = config.load(path)
     c_lines = [l for l in out.splitlines() if not l.startswith("#")]
+    assert len(c_lines) == len(c.tasks), (text, out)
     assert len(c_lines) * 2 == len(out.splitlines()), (text, out)  # one line per task
     assert "\x1b" not in out and "\r" not in out, (text, out)
-    for line in c_lines:
+    for task, line in zip(c.tasks, c_lines):
         if "$'" in line:  # bash's $'...' form (control characters); tests/test_security.py runs it
             continue
         words = shlex.split(line)  # splittable
         assert words[:1] == ["cd"] and words[2:4] == ["&&", "env"], (text, line)
+        n_env = len({k for k, _ in task.env} | {"TF_CONFIG"}
+                    | ({"CUDA_VISIBLE_DEVICES"} if task.gpus is not None else set()))
+        n_argv = len(task.command + task.args) or 2  # or: python my_trainer.py
+        if task.task_flags:
+            n_argv += 2 + len([j for j in c.jobs if j != "evaluator"])
+        assert len(words) == 4 + n_env + n_argv, (text, line)
         assignments = [w for w in words[4:] if "=" in w and not w.startswith("-")]
         assert any(w.startswith("TF_CONFIG=") for w in assignments), (text, line)
 
 
-def test_mutation_fuzz_of_cluster_files(tmp_path):
+def test_mutation_fuzz_of_cluster_files(tmp_path, monkeypatch):
     rng = random.Random(SEED)
     seeds = _seeds()
     deadline = time.monotonic() + BUDGET_S
     cases = accepted = 0
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # launch --dry-run resolves relative paths against it
     while cases < MAX_CASES and time.monotonic() < deadline:
         text = _text(_mutate(rng.choice(seeds), rng), rng)
         if text is None:
@@ -275,7 +284,7 @@ def test_mutation_fuzz_of_cluster_files(tmp_path):
         rc, out, err = _call(["commands", path])
         assert rc in (0, 2), (text, err)
         if rc == 0:
-            _check_commands(text, out)
+            _check_commands(path, text, out)
         task = config.load(path).tasks[0].name
         rc, out, err = _call(["tf-config", path, task])
         assert rc in (0, 2), (text, err)

@@ -212,7 +212,7 @@ class TaskId:
     def parse(cls, text: str) -> "TaskId":
         m = re.fullmatch(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*[:/]\s*(\d+)\s*", text or "")
         if not m:
-            raise UserError(f"'{text}' is not a task; write JOB:INDEX, for example worker:1")
+            raise UserError(f"{_short(text)} is not a task; write JOB:INDEX, for example worker:1")
         return cls(m.group(1), int(m.group(2)))
 
 
