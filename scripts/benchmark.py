@@ -274,7 +274,7 @@ def launch(name: str, tmp: str, num_ps: int, num_workers: int, command: Sequence
     """``tfcluster launch`` of a fresh cluster file on free ports (one retry on a port race)."""
     for attempt in range(2):
         path, _ = cluster_file(tmp, num_ps, num_workers, f"{name}-{attempt}")
-        argv = tfcluster_argv() + ["launch", path, "--no-live", "--logdir", os.path.join(tmp, "runs"),
+        argv = tfcluster_argv() + ["launch", path, "--no-live", "--echo-progress", "--logdir", os.path.join(tmp, "runs"),
                                    *extra, "--", *command]
         r = run(name, argv, timeout, **kw)
         if r.rc != 2 or "in use" not in r.tail(40):
@@ -533,6 +533,8 @@ def rss_sampler(pid: int) -> Dict[str, Any]:
     tasks = {}
     for child in me.children(recursive=False):
         try:
+            if "TFCLUSTER_TASK" not in child.environ():
+                continue    # the launcher's reaper, not a task
             total = child.memory_info().rss
             for g in child.children(recursive=True):
                 try:

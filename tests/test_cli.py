@@ -79,10 +79,11 @@ def test_bad_input_exit_2_one_line_no_traceback(args, needle):
 
 def test_bad_file_exit_2(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223, localhost:70000]}\n")
+    f.write_text("cluster:\n  ps: [localhost:2222]\n  worker:\n    - localhost:2223\n    - localhost:70000\n")
     r = run("validate", str(f))
     assert r.returncode == 2
-    assert r.stderr.strip() == f"tfcluster: error: {f}: cluster.worker[1]: port 70000 is out of range 1-65535"
+    assert r.stderr.strip() == (f"tfcluster: error: {f}: cluster.worker[1]: port 70000 is out of range "
+                                f"1-65535 (line 5)")
 
 
 def test_schema_is_json():
@@ -92,11 +93,15 @@ def test_schema_is_json():
 
 # ---- fuzz: no input may produce a traceback
 
+HOSTILE = ["\0", "a\udc80", "a\nb", "\x1b[2J", "X=1 $(touch f) Y", "-oProxyCommand=x", "=", "",
+           "localhost.:2222", "[::ffff:127.0.0.1]:2222", "0.0.0.0:2222", "node1:2222", "python 'x"]
 yaml_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True),
-                         st.text(max_size=12), st.sampled_from(["localhost:2222", "[::1]:1", "a:b", "x"]))
+                         st.text(max_size=12), st.sampled_from(["localhost:2222", "[::1]:1", "a:b", "x"]),
+                         st.sampled_from(HOSTILE))
 keys = st.one_of(st.sampled_from(["cluster", "program", "jobs", "ps", "worker", "chief", "evaluator",
                                   "command", "args", "env", "gpus", "restart", "policy", "success",
-                                  "logdir", "task_flags", "max_restarts", "grace", "version"]),
+                                  "logdir", "task_flags", "max_restarts", "grace", "version", "secrets",
+                                  "hosts", "remote", "python", "ssh_host", "cwd", "backoff"] + HOSTILE),
                  st.text(max_size=6))
 values = st.recursive(yaml_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)), max_leaves=20)
@@ -110,9 +115,13 @@ def test_fuzz_from_dict_never_crashes(data):
     except UserError as e:
         assert e.message and "Traceback" not in e.message
         return
-    for t in c.tasks:  # a valid file gives a usable model
+    for t in c.tasks:  # a valid file gives a usable model, and nothing no program can take
         if c.resolved:
             json.dumps(c.tf_config(t.id))
+        for k, v in t.env:
+            assert k and "=" not in k and "\0" not in k + v
+        assert "\0" not in "".join(t.command + t.args) + t.cwd
+        json.dumps([t.command, t.args, t.env, t.cwd], ensure_ascii=False).encode("utf-8")  # no surrogates
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

@@ -94,8 +94,9 @@ def test_counts_are_assigned_later():
 
 
 def test_ipv6_endpoints():
-    c = loads('cluster: {worker: ["[::1]:2222", "[fe80::1%eth0]:2223"]}')
-    assert c.cluster_spec_dict()["worker"] == ["[::1]:2222", "[fe80::1%eth0]:2223"]
+    c = loads('cluster: {worker: ["[fd00::1]:2222", "[fe80::1%eth0]:2223"]}')
+    assert c.cluster_spec_dict()["worker"] == ["[fd00::1]:2222", "[fe80::1%eth0]:2223"]
+    assert loads('cluster: {worker: ["[::1]:2222"]}').cluster_spec_dict()["worker"] == ["[::1]:2222"]
     assert parse_endpoint("[::1]:80") == ("::1", 80)
 
 
@@ -175,6 +176,9 @@ def test_task_lookup_errors():
         c.task("wroker:0")
     with pytest.raises(UserError, match="JOB:INDEX"):
         c.task("worker")
+    with pytest.raises(UserError) as e:
+        c.task("worker\x1b[2J:0\n")
+    assert "'worker\\x1b[2J:0\\n' is not a task" in e.value.message
 
 
 def test_load_errors(tmp_path):
@@ -213,3 +217,134 @@ def test_committed_schema_is_current_and_accepts_the_shipped_file():
         jsonschema.validate(yaml.safe_load(f), committed)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"cluster": {"worker": ["a:1"]}, "sucess": "chief"}, committed)
+
+
+# ---- hostile and careless files (issue 14): each is exit 2 with one line naming the field
+
+@pytest.mark.parametrize("text,expected", [
+    ("cluster:\n  worker: [a:1]\n  ps: [a:2]\n  worker: [a:3]\n",
+     "line 4, column 3: duplicate key 'worker' (first on line 2)"),
+    ("cluster: {worker: [a:1]}\ncluster: {worker: [b:1]}\n", "duplicate key 'cluster' (first on line 1)"),
+    ("cluster: {worker: [a:1]}\nprogram: {env: {A: 1, A: 2}}\n", "line 2, column 23: duplicate key 'A'"),
+    ("cluster: &c {worker: [a:1], x: *c}\n", "a recursive structure"),
+    ('cluster: {worker: [a:1]}\nprogram: {env: {"X=1 $(touch f) Y": 1}}',
+     "program.env.X=1 $(touch f) Y: a variable name cannot contain '='"),
+    ('cluster: {worker: [a:1]}\njobs: {worker: {env: {"": 1}}}', "jobs.worker.env.: empty variable name"),
+    ('cluster: {worker: [a:1]}\nprogram: {env: {"-u": 1}}', "starts with '-'"),
+    ('cluster: {worker: [a:1]}\nprogram: {env: {"A\\eB": 1}}', "program.env.A\\x1bB: 'A\\x1bB' is not a variable name"),
+    ('cluster: {worker: [a:1]}\nprogram: {args: ["a\\0b"]}', "program.args[0]: contains a NUL byte"),
+    ('cluster: {worker: [a:1]}\nprogram: {cwd: "a\\0b"}', "program.cwd: contains a NUL byte"),
+    ('cluster: {worker: [a:1]}\nlogdir: "r\\0"', "logdir: contains a NUL byte"),
+    ('cluster: {worker: [a:1]}\nprogram: {env: {X: "\\0"}}', "program.env.X: contains a NUL byte"),
+    ('cluster: {worker: [a:1]}\nprogram: {command: "python \\0"}', "program.command: contains a NUL byte"),
+    ('cluster: {worker: [a:1]}\nprogram: {env: {X: "\\udc80"}}', "program.env.X: contains U+DC80, a lone surrogate"),
+    ('cluster: {worker: [a:1]}\njobs: {"\\ud800": {}}', "jobs.\\ud800: the key contains U+D800"),
+    ('cluster: {worker: ["a\\udfff:1"]}', "contains U+DFFF"),
+    ('cluster: {worker: [a:1]}\nremote: {python: "py \'x"}', "remote.python: cannot be split into words"),
+    ('cluster: {worker: [a:1]}\nhosts: {a: {python: ""}}', "hosts.a.python: empty"),
+    ('cluster: {worker: [a:1]}\nremote: {ssh_host: "-oProxyCommand=touch f"}', "remote.ssh_host: '-oProxyCommand"),
+    ('cluster: {worker: [a:1]}\nhosts: {a: {user: "-l"}}', "hosts.a.user: '-l' is not a host or user name"),
+    ('cluster: {worker: [a:1]}\nremote: {ssh_options: ["A=b\\nProxyCommand=x"]}', "remote.ssh_options[0]:"),
+    ('cluster: {worker: [a:1]}\nhosts: {a: {workdir: "/srv\\n/x"}}', "hosts.a.workdir: '/srv\\n/x' contains a control"),
+    ('cluster: {worker: [a:1]}\nremote: {identity_file: "~/.ssh/id\\e"}', "remote.identity_file:"),
+    ('cluster: {worker: [a:1]}\nremote: {user: "a b"}', "remote.user: 'a b' is not a host or user name"),
+    ("cluster: {worker: [-oProxy:1]}", "'-oProxy' is not a valid host name (it starts with '-'"),
+    ('cluster: {"worker\\n": [a:1]}', "job name 'worker\\n' is not valid"),
+    ("cluster: {worker: [a:1]}\nrestart: {backoff: .inf}", "restart.backoff: input should be a finite number"),
+    ("cluster: {worker: [a:1]}\njobs: {worker: {restart: {backoff: .nan}}}", "jobs.worker.restart.backoff: input should be a finite"),
+    ("cluster: {worker: [a:1]}\ngrace: .inf", "grace: input should be a finite number"),
+    ("cluster: {worker: [a:1]}\nwatchdog: {stall_timeout: .inf}", "watchdog.stall_timeout: input should be a finite"),
+    ('cluster: {worker: [a:1]}\nlogdir: "runs\\nrm -rf ~"', "logdir: 'runs\\nrm -rf ~' contains a control character"),
+    ('cluster: {worker: [a:1]}\njobs: {worker: {cwd: "a\\rb"}}', "jobs.worker.cwd: 'a\\rb' contains a control"),
+    ("cluster: {worker: [a:1]}\nhosts: {b: {user: x}}", "hosts.b: no host 'b' in cluster (hosts in cluster: a)"),
+    ("cluster: {worker: 2}\nhosts: {b: {user: x}}", "hosts.b: no host 'b' in cluster (cluster: has no host:port"),
+    ("cluster: {ps: [localhost:1], worker: [node1:2]}",
+     "cluster.ps[0]: localhost:1 is this machine's loopback address, but cluster.worker[0] (node1:2) is "
+     "another machine: its tasks would dial their own loopback and hang"),
+    ("cluster: {worker: [node1:2, 127.0.0.1:2]}", "cluster.worker[1]: 127.0.0.1:2 is this machine's loopback"),
+    ("cluster: {Worker: [a:1], PS: [a:2]}", "cluster.Worker: did you mean 'worker'?"),
+    ("cluster: {Worker: [a:1], PS: [a:2]}", "cluster.PS: did you mean 'ps'?"),
+    ("cluster: {workers: [a:1]}", "cluster.workers: did you mean 'worker'?"),
+    ("cluster: {ps_hosts: [a:1], worker_hosts: [a:2]}", "cluster.worker_hosts: did you mean 'worker'?"),
+    ("cluster: {Master: [a:1]}", "cluster.Master: did you mean 'chief'?"),
+    ("cluster: {Chief: [a:1], Evaluator: [a:2]}", "cluster.Evaluator: did you mean 'evaluator'?"),
+    ("worker: [a:1]\ncluster: {worker: [a:2]}", "worker: unknown key; jobs go under cluster:"),
+    ("apiVersion: kubeflow.org/v1\nkind: TFJob\nspec: {tfReplicaSpecs: {}}", "looks like a Kubernetes TFJob"),
+    ("cluster: {worker: [a:1]}\nsecrets: [A=B]", "secrets[0]: a variable name cannot contain '='"),
+    ("cluster: {worker: [a:1]}\nsecrets: A_TOKEN", "secrets: input should be a valid list"),
+])
+def test_hostile_and_careless_files(text, expected):
+    found = problems(text)
+    assert any(expected in p for p in found), found
+    for p in found:
+        assert "\n" not in p and "\x1b" not in p and "\0" not in p and len(p) < 300
+
+
+@pytest.mark.parametrize("alias", [
+    "localhost.", "0.0.0.0", "[::]", "[::1]", "127.0.0.2", "[::ffff:127.0.0.1]", "LOCALHOST",
+    "@hostname", "@address"])
+def test_one_local_port_under_two_names_is_a_duplicate(alias):
+    import socket
+    from tfcluster.hosts import local_names
+    if alias == "@hostname":
+        alias = socket.gethostname()
+    elif alias == "@address":
+        addrs = sorted(a for a in local_names() if a[:1].isdigit() and not a.startswith("127."))
+        if not addrs:
+            pytest.skip("no non-loopback IPv4 address")
+        alias = addrs[0]
+    found = problems(f'cluster: {{ps: ["localhost:2222"], worker: ["{alias}:2222"]}}')
+    assert any("is already used by cluster.ps[0] (the same port on this machine)" in p for p in found), found
+
+
+def test_endpoint_key():
+    from tfcluster.hosts import endpoint_key
+    assert endpoint_key("localhost", 1) == endpoint_key("::ffff:127.0.0.1", 1) == ("<local>", 1)
+    assert endpoint_key("Node1.Example.", 5) == endpoint_key("node1.example", 5) == ("node1.example", 5)
+    assert endpoint_key("10.255.0.9", 5) != endpoint_key("10.255.0.9", 6)
+
+
+def test_a_job_that_looks_like_a_typo_is_legal_but_warned_about():
+    c = loads("cluster: {worker: [a:1], PS: [a:2]}")
+    assert [t.name for t in c.tasks] == ["worker:0", "PS:0"]
+    assert len(c.warnings) == 1 and "cluster.PS: a job named 'PS' is an ordinary job" in c.warnings[0]
+    assert loads("cluster: {worker: [a:1], local: [a:2]}").warnings == ()
+
+
+def test_line_numbers_in_errors():
+    text = "cluster:\n  ps: [a:1]\n  worker:\n    - a:2\n    - a:70000\nprogram:\n  comand: x\n"
+    found = problems(text)
+    assert "cluster.worker[1]: port 70000 is out of range 1-65535 (line 5)" in found
+    assert any(p.startswith("program.comand: unknown key") and p.endswith("(line 7)") for p in found)
+
+
+def test_billion_laughs_fails_fast(tmp_path):
+    import time
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefghi", "bcdefghij"):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    lines.append("cluster: {worker: *j}")
+    f = tmp_path / "laughs.yaml"
+    f.write_text("\n".join(lines) + "\n")
+    assert len(f.read_bytes()) < 450
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        config.load(str(f))
+    assert time.monotonic() - t0 < 3
+    assert "aliases expand to more than 100000 values" in e.value.message
+    # aliases as such are fine
+    c = loads("program: {args: &a [--x, --y]}\njobs: {worker: {args: *a}}\ncluster: {worker: [a:1]}\n")
+    assert c.task("worker:0").args == ("--x", "--y")
+
+
+def test_error_values_are_short_however_big():
+    big = "cluster: {worker: [a:1]}\nsuccess: [" + ", ".join(["[x, y, z]"] * 5000) + "]\n"
+    found = problems(big)
+    assert len(found) == 1 and len(found[0]) < 200, found
+    assert config._short(list(range(10 ** 6))) .startswith("[0, 1, 2, 3")
+
+
+def test_secrets_key():
+    c = loads("cluster: {worker: [a:1]}\nprogram: {env: {BUCKET: gs://x}}\nsecrets: [BUCKET, NOT_IN_ENV]")
+    assert c.secret_names == frozenset({"BUCKET", "NOT_IN_ENV"})
+    assert loads("cluster: {worker: [a:1]}").secret_names == frozenset()

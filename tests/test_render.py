@@ -190,6 +190,28 @@ def test_render_k8s_on_the_command_line():
     assert yaml.safe_load(r.stdout)["metadata"]["name"] == "demo"
 
 
+def test_tfjob_secret_variables_come_from_a_secret(tmp_path, tfjob_schema):
+    c = load("""\
+        cluster: {chief: 1, worker: 2}
+        program:
+          command: [python, t.py]
+          env: {HF_TOKEN: hf_abcdef, BUCKET: gs://private, LR: 0.1}
+        secrets: [BUCKET]
+        """, tmp_path, name="secret-job.yaml")
+    text = render.render_k8s(c, image="img", namespace="ml")
+    assert "hf_abcdef" not in text and "gs://private" not in text
+    assert "# Secret variables (HF_TOKEN, BUCKET) are read from the Secret 'secret-job-env'" in text
+    assert "kubectl create secret generic secret-job-env -n ml --from-literal=HF_TOKEN=" in text
+    manifest = yaml.safe_load(text)
+    validate(tfjob_schema, manifest)
+    for rtype in ("Chief", "Worker"):
+        env = manifest["spec"]["tfReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]["env"]
+        assert env == [
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "secret-job-env", "key": "HF_TOKEN"}}},
+            {"name": "BUCKET", "valueFrom": {"secretKeyRef": {"name": "secret-job-env", "key": "BUCKET"}}},
+            {"name": "LR", "value": "0.1"}]
+
+
 # --------------------------------------------------------------------------------------
 # Slurm
 

@@ -80,7 +80,7 @@ def test_bad_time_is_exit_2_naming_the_flag_or_the_field(tmp_path):
     assert "slurm.time: 3600 is a number: write the time limit as a quoted string" in line
     (tmp_path / "f.yaml").write_text("cluster: {worker: 2}\nslurm: {partiton: gpu}\n")
     line = one_error_line(cli("validate", "f.yaml", cwd=tmp_path))
-    assert line.endswith("slurm.partiton: unknown key in slurm (did you mean 'partition'?)")
+    assert "slurm.partiton: unknown key in slurm (did you mean 'partition'?) (line 2)" in line
 
 
 # --------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show only tfcluster's own lines and failures, not the tasks' output")
     s.add_argument("--no-live", action="store_true",
                    help="plain log lines even on a terminal (no live status display)")
+    s.add_argument("--echo-progress", action="store_true",
+                   help="also print the tasks' '@tfcluster progress' lines (for tools that parse "
+                   "them; they are consumed by default)")
     s.add_argument("--progress-interval", type=_seconds, default=15.0, metavar="SECONDS",
                    help="without a live display: seconds between progress lines (default 15)")
     s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
@@ -248,31 +251,41 @@ def _load(path: str, assign_counts: bool = False):
 
 
 def cmd_validate(args) -> int:
+    from .config import printable
     from .hosts import is_local
+    from . import secrets
     cluster = _load(args.file)
+    declared = cluster.secret_names
+    for w in cluster.warnings:
+        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
     if args.json:
         out = {"source": cluster.source, "success": cluster.success, "chief": str(cluster.chief),
-               "logdir": cluster.logdir, "tasks": []}
+               "logdir": cluster.logdir, "secrets": sorted(declared),
+               "warnings": list(cluster.warnings), "tasks": []}
         for t in cluster.tasks:
+            env = dict(t.env)
             out["tasks"].append({
                 "task": t.name, "endpoint": str(t.endpoint) if t.endpoint else None,
                 "local": bool(t.endpoint and is_local(t.endpoint.host)),
-                "argv": list(t.command) + list(t.args), "cwd": t.cwd, "task_flags": t.task_flags,
-                "gpus": t.gpus, "env": dict(t.env), "restart": t.restart.policy})
+                "argv": secrets.mask_argv(list(t.command) + list(t.args), declared,
+                                          secrets.secret_values(env, declared=declared)),
+                "cwd": t.cwd, "task_flags": t.task_flags,
+                "gpus": t.gpus, "env": secrets.mask_env(env, declared), "restart": t.restart.policy})
         if cluster.resolved:
             out["cluster_spec"] = cluster.cluster_spec_dict()
         print(json.dumps(out, indent=2))
         return 0
     n = len(cluster.tasks)
-    print(f"{cluster.source}: ok — {n} task{'s' if n != 1 else ''} in "
-          f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
-          f"chief: {cluster.chief}; success: {cluster.success}; "
-          f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}")
+    print(printable(f"{cluster.source}: ok — {n} task{'s' if n != 1 else ''} in "
+                    f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
+                    f"chief: {cluster.chief}; success: {cluster.success}; "
+                    f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
     width = max(len(t.name) for t in cluster.tasks)
     for t in cluster.tasks:
         ep = str(t.endpoint) if t.endpoint else "(assigned at launch)"
         where = "" if not t.endpoint else ("" if is_local(t.endpoint.host) else "  [remote]")
-        argv = list(t.command) + list(t.args)
+        argv = secrets.mask_argv(list(t.command) + list(t.args), declared,
+                                 secrets.secret_values(dict(t.env), declared=declared))
         run = " ".join(shlex.quote(w) for w in argv) if argv else "(no program: give one after --)"
         if t.task_flags:
             run += " + task flags"
@@ -280,8 +293,10 @@ def cmd_validate(args) -> int:
         if t.gpus is not None:
             extra.append(f"CUDA_VISIBLE_DEVICES={t.gpus!r}")
         if t.env:
-            extra.append("env: " + ", ".join(k for k, _ in t.env))
-        print(f"  {t.name:<{width}}  {ep:<22}{where}  {run}" + (f"  ({'; '.join(extra)})" if extra else ""))
+            extra.append("env: " + ", ".join(k + (" (secret)" if secrets.is_secret(k, declared) else "")
+                                             for k, _ in t.env))
+        print(printable(f"  {t.name:<{width}}  {ep:<22}{where}  {run}"
+                        + (f"  ({'; '.join(extra)})" if extra else "")))
     if "evaluator" in cluster.jobs:
         print("  (evaluator gets TF_CONFIG but is left out of the ClusterSpec, TensorFlow's rule)")
     return 0
@@ -294,19 +309,46 @@ def cmd_tf_config(args) -> int:
 
 
 def cmd_commands(args) -> int:
+    """One shell line per task. Every word is quoted (keys too: ``'K=V'``); a word with a control
+    character (a newline, ESC) is written in bash's ``$'...'`` form, so that each task stays one
+    line and nothing raw reaches the terminal; a secret variable is read from the environment of
+    the shell the line is pasted into (``"K=${K:?set K}"``) instead of printing its value."""
+    import re
+    from . import secrets
+    from .config import printable
+
+    def word(w: str) -> str:
+        if printable(w) == w:
+            return shlex.quote(w)
+        out = []
+        for ch in w:
+            if printable(ch) != ch:
+                out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+            else:
+                out.append("\\" + ch if ch in "\\'" else ch)
+        return "$'" + "".join(out) + "'"
+
     from . import contract
     from .plan import LaunchOptions, build_plan
     cluster = _load(args.file, assign_counts=True)
+    declared = cluster.secret_names
     plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags), need_program=False)
     for t in plan.tasks:
         task = t if t.argv else replace(t, argv=(contract.PYTHON, "my_trainer.py"))
         argv = contract.display_argv(plan.argv(task))
         env = plan.env(task)
         env.pop(contract.RUN_DIR, None)   # a run by hand has no run folder
-        assigns = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+        assigns = []
+        for k, v in env.items():
+            if v and secrets.is_secret(k, declared):
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                    assigns.append(f'"{k}=${{{k}:?set {k} (secret)}}"')
+                else:  # not a shell variable name: it cannot be read from the shell
+                    assigns.append(word(f"{k}={secrets.MASK}"))
+            else:
+                assigns.append(word(f"{k}={v}"))
         print(f"# {t.name} — on {t.host}")
-        print(f"cd {shlex.quote(t.cwd)} && env " + " ".join(assigns) + " "
-              + " ".join(shlex.quote(w) for w in argv))
+        print(f"cd {word(t.cwd)} && env " + " ".join(assigns) + " " + " ".join(word(w) for w in argv))
     return 0
 
 
@@ -392,6 +434,8 @@ def cmd_launch(args) -> int:
     from .launch import View
     from .plan import build_plan
     cluster = config.load(args.file)
+    for w in cluster.warnings:
+        print(f"tfcluster: warning: {config.printable(cluster.source)}: {w}", file=sys.stderr)
     plan = build_plan(cluster, launch_options(args, cluster))
     flags = [f"--{k.replace('_', '-')}" for k in SLURM_FLAGS if getattr(args, k)]
     if flags and plan.backend != "slurm":
@@ -410,7 +454,7 @@ def cmd_launch(args) -> int:
     for w in preflight(plan, backend):
         print(f"tfcluster: warning: {w}", file=sys.stderr)
     view = View(quiet=args.quiet, live=False if args.no_live else None,
-                progress_every=args.progress_interval)
+                progress_every=args.progress_interval, echo_progress=args.echo_progress)
     return Supervisor(plan, backend, view).run()
 
 

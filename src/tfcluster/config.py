@@ -17,6 +17,7 @@ import ipaddress
 import json
 import os
 import re
+import reprlib
 import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
@@ -30,7 +31,8 @@ from .slurm_options import SlurmSpec
 VERSION = 1
 # TensorFlow's rule for job names (tensorflow/core/util/device_name_utils.cc: IsJobName):
 # a letter, then letters, digits or underscores.
-JOB_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+# \Z, not $: "$" would also match before a trailing newline.
+JOB_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]*\Z")
 # Job names with a meaning in TensorFlow's TF_CONFIG; other names are allowed (the seed's "local").
 KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
 SINGLE_TASK_JOBS = ("chief", "evaluator")
@@ -39,6 +41,14 @@ SUCCESS_RULES = ("chief", "all-workers")
 RESTART_POLICIES = ("never", "on-failure", "exit-code")
 DEFAULT_GRACE = 5.0
 DEFAULT_BASE_PORT = 2222
+# A YAML file's aliases may not expand to more values than this ("billion laughs").
+MAX_EXPANDED_VALUES = 100_000
+# Near-misses of TensorFlow's job names: TFJob's replica types, plurals, the seed's flag names.
+JOB_SPELLINGS = {"master": "chief", "workers": "worker", "chiefs": "chief", "evaluators": "evaluator",
+                 "parameter_server": "ps", "parameter_servers": "ps", "ps_hosts": "ps",
+                 "worker_hosts": "worker", "chief_hosts": "chief", "evaluator_hosts": "evaluator"}
+# Top-level keys of a Kubernetes TFJob manifest.
+TFJOB_KEYS = ("apiVersion", "kind", "metadata", "spec", "tfReplicaSpecs")
 
 
 # --------------------------------------------------------------------------------------
@@ -63,19 +73,23 @@ class RestartSpec(_Strict):
     max_restarts: int = Field(3, ge=0, description="restarts allowed per task")
     max_total_restarts: Optional[int] = Field(
         None, ge=0, description="restarts allowed for the whole run (default: no limit beyond per task)")
-    backoff: float = Field(1.0, ge=0, description="seconds before the first restart; doubles each time")
+    backoff: float = Field(1.0, ge=0, allow_inf_nan=False,
+                           description="seconds before the first restart; doubles each time")
 
 
 class WatchdogSpec(_Strict):
     """No silent hangs: deadlines after which tfcluster names the task it waits for."""
 
     startup_timeout: float = Field(
-        120.0, ge=0, description="seconds a ps/worker task gets to open its port (0: no check)")
+        120.0, ge=0, allow_inf_nan=False,
+        description="seconds a ps/worker task gets to open its port (0: no check)")
     waiting_timeout: float = Field(
-        120.0, ge=0, description="seconds a task may report 'CreateSession still waiting for "
+        120.0, ge=0, allow_inf_nan=False,
+        description="seconds a task may report 'CreateSession still waiting for "
         "response from worker' about another task before that task is treated as failed (0: off)")
     stall_timeout: float = Field(
-        300.0, ge=0, description="seconds the reported global step may stand still before the run "
+        300.0, ge=0, allow_inf_nan=False,
+        description="seconds the reported global step may stand still before the run "
         "is treated as hung (0: off; only once a task has reported progress)")
 
 
@@ -140,7 +154,8 @@ class ClusterFile(_Strict):
         "all-workers: every worker must exit 0")
     restart: RestartSpec = Field(default_factory=RestartSpec)
     logdir: str = Field("runs", description="logs and run records go to <logdir>/<run-id>/")
-    grace: float = Field(DEFAULT_GRACE, ge=0, description="seconds other workers get to finish "
+    grace: float = Field(DEFAULT_GRACE, ge=0, allow_inf_nan=False,
+                         description="seconds other workers get to finish "
                          "after the run has succeeded")
     base_port: int = Field(DEFAULT_BASE_PORT, ge=1, le=65535,
                            description="first port tried for jobs given as a count (local backend)")
@@ -151,6 +166,10 @@ class ClusterFile(_Strict):
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec,
                              description="Slurm scheduler options (render slurm, --backend slurm)")
+    secrets: List[str] = Field(
+        default_factory=list, description="names of environment variables whose values are secret: "
+        "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "
+        "(besides names that look secret, such as API_TOKEN)")
 
 
 def json_schema() -> Dict[str, Any]:
@@ -196,7 +215,7 @@ class TaskId:
     def parse(cls, text: str) -> "TaskId":
         m = re.fullmatch(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*[:/]\s*(\d+)\s*", text or "")
         if not m:
-            raise UserError(f"'{text}' is not a task; write JOB:INDEX, for example worker:1")
+            raise UserError(f"{_short(text)} is not a task; write JOB:INDEX, for example worker:1")
         return cls(m.group(1), int(m.group(2)))
 
 
@@ -238,6 +257,12 @@ class Cluster:
     base_port: int
     spec: ClusterFile = field(repr=False)
     count_jobs: Tuple[str, ...] = ()      # jobs given as a count in the file
+    warnings: Tuple[str, ...] = ()        # legal but probably not meant (a job named 'PS')
+
+    @property
+    def secret_names(self) -> frozenset:
+        """Variables declared secret in the file (``secrets:``)."""
+        return frozenset(self.spec.secrets)
 
     # ---- tasks
     @property
@@ -357,29 +382,140 @@ def load(path: str) -> Cluster:
 def loads(text: str, source: str = "<string>", base_dir: Optional[str] = None) -> Cluster:
     import yaml  # local: pyyaml is light, but only this path needs it
 
+    shown = printable(source)
     try:
-        data = yaml.safe_load(text)
+        data, lines = _parse_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(source, [f"not valid YAML: {where}{problem}"])
+        raise ConfigError(shown, [printable(f"not valid YAML: {where}{problem}")])
     except (ValueError, TypeError, RecursionError, OverflowError) as e:  # odd scalars
-        raise ConfigError(source, [f"not valid YAML: {type(e).__name__}: {str(e)[:120]}"])
+        raise ConfigError(shown, [printable(f"not valid YAML: {type(e).__name__}: {str(e)[:120]}")])
     if data is None:
-        raise ConfigError(source, ["the file is empty; it needs at least a 'cluster:' mapping"])
-    return from_dict(data, source=source, base_dir=base_dir)
+        raise ConfigError(shown, ["the file is empty; it needs at least a 'cluster:' mapping"])
+    return from_dict(data, source=source, base_dir=base_dir, _lines=lines)
 
 
-def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None) -> Cluster:
+def _parse_yaml(text: str) -> Tuple[Any, Dict[str, int]]:
+    """``yaml.safe_load`` that also refuses duplicate keys and aliases that expand beyond
+    :data:`MAX_EXPANDED_VALUES`, and returns the line of each field (``cluster.worker[1]`` -> 3)."""
+    loader = _loader_class()(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        lines: Dict[str, int] = {}
+        _node_lines(node, (), lines)
+        return loader.construct_document(node), lines
+    finally:
+        loader.dispose()
+
+
+_LOADER = None
+
+
+def _loader_class():
+    """yaml.SafeLoader (same tags, same values) with two refusals, built once on first use."""
+    global _LOADER
+    if _LOADER is not None:
+        return _LOADER
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    class Refused(yaml.MarkedYAMLError):
+        pass
+
+    class Loader(yaml.SafeLoader):
+        def compose_mapping_node(self, anchor):
+            node = super().compose_mapping_node(anchor)
+            seen: Dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                try:
+                    key = self.yaml_constructors[key_node.tag](self, key_node)
+                    hash(key)
+                except Exception:  # odd key: construction reports it
+                    key = (key_node.tag, key_node.value)
+                if key in seen:
+                    first = seen[key]
+                    raise Refused(None, None, f"duplicate key {_short(key)} (first on line "
+                                  f"{first.line + 1}); YAML keeps only the last, so write it once",
+                                  key_node.start_mark)
+                seen[key] = key_node.start_mark
+            return node
+
+        def compose_document(self):
+            node = super().compose_document()
+            sizes: Dict[int, int] = {}
+            physical = [0]
+
+            def size(n, path) -> int:
+                if id(n) in sizes:
+                    return sizes[id(n)]
+                if id(n) in path:
+                    raise Refused(None, None, "an alias refers to a value that contains it "
+                                  "(a recursive structure)", n.start_mark)
+                physical[0] += 1
+                total = 1
+                if isinstance(n, (SequenceNode, MappingNode)):
+                    path.add(id(n))
+                    children = n.value if isinstance(n, SequenceNode) else \
+                        [c for pair in n.value for c in pair]
+                    for c in children:
+                        total += size(c, path)
+                        if total > MAX_EXPANDED_VALUES and total > physical[0]:
+                            raise Refused(None, None, f"aliases expand to more than "
+                                          f"{MAX_EXPANDED_VALUES} values", c.start_mark)
+                    path.discard(id(n))
+                sizes[id(n)] = total
+                return total
+
+            if node is not None:
+                size(node, set())
+            return node
+
+    _LOADER = Loader
+    return Loader
+
+
+def _node_lines(node: Any, loc: Tuple[Any, ...], lines: Dict[str, int], depth: int = 0) -> None:
+    """Line numbers of fields, a few levels deep (the levels error messages name)."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+    if depth > 4 or len(lines) > 5000:
+        return
+    if isinstance(node, MappingNode):
+        for k, v in node.value:
+            if isinstance(k, ScalarNode):
+                sub = loc + (k.value,)
+                lines.setdefault(_loc_str(sub), k.start_mark.line + 1)
+                _node_lines(v, sub, lines, depth + 1)
+    elif isinstance(node, SequenceNode):
+        for i, v in enumerate(node.value[:1000]):
+            sub = loc + (i,)
+            lines.setdefault(_loc_str(sub), v.start_mark.line + 1)
+            _node_lines(v, sub, lines, depth + 1)
+
+
+def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
+              _lines: Optional[Dict[str, int]] = None) -> Cluster:
     """Validate a parsed file (a dict) into a Cluster."""
     base_dir = os.path.abspath(base_dir or os.getcwd())
+    shown = printable(source)
+
+    def fail(problems: List[str]):
+        return ConfigError(shown, [printable(_with_line(p, _lines or {})) for p in _unique(problems)])
+
     if not isinstance(data, dict):
-        raise ConfigError(source, [f"the file must be a mapping with a 'cluster:' key, not {_kind(data)}"])
+        raise fail([f"the file must be a mapping with a 'cluster:' key, not {_kind(data)}"])
     problems: List[str] = []
     non_str = [k for k in data if not isinstance(k, str)]
     if non_str:
-        raise ConfigError(source, [f"key {non_str[0]!r}: keys must be strings"])
+        raise fail([f"key {_short(non_str[0])}: keys must be strings"])
+    bad_text = _check_strings(data)
+    if bad_text:  # NUL or lone surrogates: nothing else is worth checking, and printing may fail
+        raise fail(bad_text)
     if "cluster" not in data:
         problems.append("cluster: required (job -> list of host:port), for example "
                         "cluster: {ps: [localhost:2222], worker: [localhost:2223]}")
@@ -388,18 +524,35 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None) -> Cl
     except ValidationError as e:
         problems.extend(p for p in _pydantic_problems(e) if not p.startswith("cluster: required"))
         spec = None
+    warnings: List[str] = []
     if "cluster" in data:
-        problems.extend(_check_cluster(data["cluster"]))
+        problems.extend(_check_cluster(data["cluster"], warnings))
         problems.extend(_check_jobs(data.get("jobs"), data["cluster"]))
+        problems.extend(_check_hosts(data.get("hosts"), data["cluster"]))
     for where, value in _command_fields(data):
         problems.extend(_check_command(where, value))
+    problems.extend(_check_names(data))
     if problems:
-        raise ConfigError(source, _unique(problems))
+        raise fail(problems)
     assert spec is not None
     cluster, more = _resolve(spec, data["cluster"], source, base_dir)
     if more:
-        raise ConfigError(source, more)
+        raise fail(more)
+    if warnings:
+        cluster = replace(cluster, warnings=tuple(printable(_with_line(w, _lines or {}))
+                                                  for w in warnings))
     return cluster
+
+
+def _with_line(problem: str, lines: Dict[str, int]) -> str:
+    """``cluster.worker[1]: ...`` -> ``cluster.worker[1]: ... (line 4)`` when the line is known."""
+    where = problem.split(": ", 1)[0]
+    while where:
+        if where in lines:
+            return f"{problem} (line {lines[where]})"
+        cut = max(where.rfind("."), where.rfind("["))
+        where = where[:cut] if cut > 0 else ""
+    return problem
 
 
 def _resolve(spec: ClusterFile, raw_cluster: Dict[str, Any], source: str,
@@ -444,49 +597,73 @@ def _resolve(spec: ClusterFile, raw_cluster: Dict[str, Any], source: str,
 
 def _duplicate_endpoints(cluster: Cluster) -> List[str]:
     """The same port twice on one host (TensorFlow binds 0.0.0.0:<port>, so host aliases clash too)."""
+    from .hosts import endpoint_key
     seen: Dict[Tuple[str, int], str] = {}
     problems = []
     for job, tasks in cluster.jobs.items():
         for t in tasks:
             if t.endpoint is None:
                 continue
-            key = (_host_key(t.endpoint.host), t.endpoint.port)
+            key = endpoint_key(t.endpoint.host, t.endpoint.port)
             where = f"cluster.{job}[{t.index}]"
             if key in seen:
-                problems.append(f"{where}: {t.endpoint} is already used by {seen[key]}")
+                problems.append(f"{where}: {t.endpoint} is already used by {seen[key]}"
+                                + (" (the same port on this machine)" if key[0] == "<local>" else ""))
             else:
                 seen[key] = where
     return problems
 
 
-def _host_key(host: str) -> str:
-    h = host.lower()
-    if h in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return "loopback"
+def is_loopback(host: str) -> bool:
+    """True for names that mean "this machine" wherever they are read: ``localhost``, 127.0.0.0/8,
+    ``::1``, ``0.0.0.0``, ``::`` (and their spellings: ``localhost.``, ``::ffff:127.0.0.1``)."""
+    h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
+    if h in ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback") \
+            or h.endswith(".localhost"):
+        return True
     try:
-        if ipaddress.ip_address(h).is_loopback:
-            return "loopback"
+        ip = ipaddress.ip_address(h)
     except ValueError:
-        pass
-    return h
+        return False
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return ip.is_loopback or ip.is_unspecified
 
 
 # --------------------------------------------------------------------------------------
 # Checks of the parts pydantic does not check.
 
-def _check_cluster(raw: Any) -> List[str]:
+def _job_hint(job: str) -> Optional[str]:
+    """The TensorFlow job a name probably means ('Worker', 'workers', 'PS', 'ps_hosts'), or None."""
+    if job in KNOWN_JOBS:
+        return None
+    low = job.lower()
+    guess = JOB_SPELLINGS.get(low, low)
+    if guess in KNOWN_JOBS:
+        return guess
+    close = difflib.get_close_matches(low, KNOWN_JOBS, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _check_cluster(raw: Any, warnings: Optional[List[str]] = None) -> List[str]:
+    from .hosts import endpoint_key
     if not isinstance(raw, dict):
         return [f"cluster: must be a mapping of job -> list of host:port, not {_kind(raw)}"]
     if not raw:
         return ["cluster: no jobs; give at least a worker (or chief) job"]
     problems = []
     seen: Dict[Tuple[str, int], str] = {}
+    loopback: Optional[Tuple[str, str]] = None     # (where, endpoint) of the first loopback entry
+    remote: Optional[Tuple[str, str]] = None       # the same for the first other machine
+    hints: Dict[str, str] = {}
     for job, entries in raw.items():
         where = f"cluster.{job}"
         if not isinstance(job, str) or not JOB_NAME.match(job):
-            problems.append(f"cluster: job name {job!r} is not valid in TensorFlow "
+            problems.append(f"cluster: job name {_short(job)} is not valid in TensorFlow "
                             f"(a letter, then letters, digits or '_')")
             continue
+        hint = _job_hint(job)
+        if hint and hint not in raw:
+            hints[job] = hint
         if isinstance(entries, bool) or entries is None:
             problems.append(f"{where}: empty job; give a list of host:port or a task count")
             continue
@@ -516,17 +693,204 @@ def _check_cluster(raw: Any) -> List[str]:
             except ValueError as e:
                 problems.append(f"{where}[{i}]: {e}")
                 continue
-            key = (_host_key(host), port)
+            key = endpoint_key(host, port)
             if key in seen:
                 problems.append(f"{where}[{i}]: {format_endpoint(host, port)} is already used by {seen[key]}"
-                                + ("" if _host_key(host) != "loopback" or seen[key] == "?" else
-                                   " (the same port on this machine)"))
+                                + (" (the same port on this machine)" if key[0] == "<local>" else ""))
             else:
                 seen[key] = f"{where}[{i}]"
+            if loopback is None and is_loopback(host):
+                loopback = (f"{where}[{i}]", format_endpoint(host, port))
+            elif remote is None and key[0] != "<local>":
+                remote = (f"{where}[{i}]", format_endpoint(host, port))
+    if loopback and remote:
+        problems.append(f"{loopback[0]}: {loopback[1]} is this machine's loopback address, but "
+                        f"{remote[0]} ({remote[1]}) is another machine: its tasks would dial their "
+                        f"own loopback and hang; write this machine's name or address instead")
     if not problems and "worker" not in raw and "chief" not in raw:
         problems.append(f"cluster: no worker and no chief job (jobs: {', '.join(map(str, raw))}); "
                         f"a run needs a worker or a chief")
+        for job, hint in hints.items():
+            problems.append(f"cluster.{job}: did you mean '{hint}'? (TensorFlow's job names are "
+                            f"lowercase: {', '.join(KNOWN_JOBS)})")
+    elif warnings is not None:
+        for job, hint in hints.items():
+            warnings.append(f"cluster.{job}: a job named '{job}' is an ordinary job to TensorFlow and "
+                            f"tfcluster, not '{hint}' (job names are case-sensitive); rename it if "
+                            f"you meant '{hint}'")
     return problems
+
+
+def _check_hosts(hosts: Any, raw_cluster: Any) -> List[str]:
+    """``hosts.<name>`` must name a host of ``cluster:`` (as ``jobs.<job>`` must name a job)."""
+    if not isinstance(hosts, dict) or not isinstance(raw_cluster, dict):
+        return []
+    names = []
+    for entries in raw_cluster.values():
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                host = parse_endpoint(entry)[0]
+            except ValueError:
+                continue
+            if host not in names:
+                names.append(host)
+    problems = []
+    for host in hosts:
+        if host not in names:
+            known = f"hosts in cluster: {', '.join(names[:10])}" if names else "cluster: has no host:port entries"
+            problems.append(f"hosts.{host}: no host '{host}' in cluster ({known}){_did_you_mean(host, names)}")
+    return problems
+
+
+# Names that end in a shell line, an ssh argv or a script: no control characters, no leading '-'.
+_NAME_FIELDS = ("ssh_host", "user")
+_PATH_FIELDS = ("identity_file", "workdir")
+
+
+def _check_names(data: Dict[str, Any]) -> List[str]:
+    problems: List[str] = []
+    logdir = data.get("logdir")
+    if isinstance(logdir, str):
+        problems.extend(_check_path("logdir", logdir))
+    program = data.get("program")
+    if isinstance(program, dict):
+        problems.extend(_check_env("program.env", program.get("env")))
+        if isinstance(program.get("cwd"), str):
+            problems.extend(_check_path("program.cwd", program["cwd"]))
+    jobs = data.get("jobs")
+    for job, spec in (jobs.items() if isinstance(jobs, dict) else ()):
+        if isinstance(spec, dict):
+            problems.extend(_check_env(f"jobs.{job}.env", spec.get("env")))
+            if isinstance(spec.get("cwd"), str):
+                problems.extend(_check_path(f"jobs.{job}.cwd", spec["cwd"]))
+    secrets = data.get("secrets")
+    if isinstance(secrets, list):
+        for i, name in enumerate(secrets):
+            if isinstance(name, str):
+                problems.extend(_check_env_name(f"secrets[{i}]", name))
+    remotes = [("remote", data.get("remote"))]
+    hosts = data.get("hosts")
+    remotes += [(f"hosts.{h}", v) for h, v in (hosts.items() if isinstance(hosts, dict) else ())]
+    for where, spec in remotes:
+        if not isinstance(spec, dict):
+            continue
+        for key in _NAME_FIELDS:
+            value = spec.get(key)
+            if isinstance(value, str):
+                if not value.strip() or value.startswith("-") or _has_control(value) or " " in value:
+                    problems.append(f"{where}.{key}: {_short(value)} is not a host or user name "
+                                    f"(no spaces or control characters, not starting with '-')")
+        for key in _PATH_FIELDS:
+            if isinstance(spec.get(key), str):
+                problems.extend(_check_path(f"{where}.{key}", spec[key]))
+        options = spec.get("ssh_options")
+        for i, opt in enumerate(options if isinstance(options, list) else []):
+            if isinstance(opt, str) and (_has_control(opt) or opt.startswith("-")):
+                problems.append(f"{where}.ssh_options[{i}]: {_short(opt)} is not an ssh -o option "
+                                f"(Key=value, no control characters)")
+        python = spec.get("python")
+        if isinstance(python, str):
+            try:
+                words = shlex.split(python)
+            except ValueError as e:
+                problems.append(f"{where}.python: cannot be split into words ({e})")
+            else:
+                if not words:
+                    problems.append(f"{where}.python: empty; give the remote interpreter, e.g. python3")
+                elif _has_control(python):
+                    problems.append(f"{where}.python: contains a control character")
+    return problems
+
+
+def _check_path(where: str, value: str) -> List[str]:
+    if not value.strip():
+        return [f"{where}: empty path"]
+    if _has_control(value):
+        return [f"{where}: {_short(value)} contains a control character (a newline?); "
+                f"paths reach shell lines and scripts"]
+    return []
+
+
+def _check_env(where: str, env: Any) -> List[str]:
+    if not isinstance(env, dict):
+        return []
+    problems = []
+    for key in env:
+        if isinstance(key, str):
+            problems.extend(_check_env_name(f"{where}.{key}", key))
+    return problems
+
+
+def _check_env_name(where: str, name: str) -> List[str]:
+    if not name:
+        return [f"{where}: empty variable name"]
+    if "=" in name:
+        return [f"{where}: a variable name cannot contain '=' ({_short(name)})"]
+    if _has_control(name) or name != name.strip():
+        return [f"{where}: {_short(name)} is not a variable name (control characters or spaces)"]
+    if name.startswith("-"):
+        return [f"{where}: {_short(name)} is not a variable name (it starts with '-')"]
+    return []
+
+
+def _check_strings(data: Any, limit: int = 10) -> List[str]:
+    """NUL bytes and lone surrogates anywhere (keys and values): no program can receive them."""
+    problems: List[str] = []
+    stack: List[Tuple[Tuple[Any, ...], Any]] = [((), data)]
+    visited = 0
+    while stack and len(problems) < limit and visited < 2 * MAX_EXPANDED_VALUES:
+        loc, value = stack.pop()
+        visited += 1
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str):
+                    why = _bad_text(k)
+                    if why:
+                        problems.append(f"{_loc_str(loc + (printable(k),))}: the key {why}")
+                        continue
+                stack.append((loc + (k,), v))
+        elif isinstance(value, list):
+            stack.extend((loc + (i,), v) for i, v in enumerate(value))
+        elif isinstance(value, str):
+            why = _bad_text(value)
+            if why:
+                problems.append(f"{_loc_str(loc) or 'the file'}: {why}")
+    return sorted(problems)
+
+
+def _bad_text(text: str) -> str:
+    if "\0" in text:
+        return "contains a NUL byte, which no program argument, path or variable can hold"
+    for ch in text:
+        if "\ud800" <= ch <= "\udfff":
+            return f"contains U+{ord(ch):04X}, a lone surrogate (not a character)"
+    return ""
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _has_control(text: str) -> bool:
+    return bool(_CONTROL.search(text))
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (newline, ESC, bidi overrides, lone surrogates) written as
+    escapes, so that printing it cannot add a line, move the cursor or recolour a terminal."""
+    text = str(text)
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+
+
+def check_text(where: str, value: Optional[str]) -> Optional[str]:
+    """For values that end in a shell line, a script or a manifest (Slurm's --job-name,
+    --partition, --time, a run id): raise UserError naming ``where`` when ``value`` holds a
+    control character (a newline would start a new command). Returns ``value``."""
+    if value is not None and _has_control(str(value)):
+        raise UserError(f"{where}: {_short(value)} contains a control character (a newline?); "
+                        f"it would end up on a line of its own in the script")
+    return value
 
 
 def _check_jobs(jobs: Any, raw_cluster: Any) -> List[str]:
@@ -575,6 +939,9 @@ def parse_endpoint(entry: Any) -> Tuple[str, int]:
             raise ValueError(f"'{text}' has no host; write host:port")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", host) or len(host) > 253:
             raise ValueError(f"'{host}' is not a valid host name or address")
+        if host.startswith(("-", ".")):
+            raise ValueError(f"'{host}' is not a valid host name (it starts with '{host[0]}'; "
+                             f"ssh would read a leading '-' as an option)")
     if port_text is None or port_text == "":
         raise ValueError(f"'{text}' has no port; write host:port, for example {text}:2222")
     if not re.fullmatch(r"\d+", port_text):
@@ -668,7 +1035,15 @@ def _pydantic_problems(e: ValidationError) -> List[str]:
         loc = tuple(err.get("loc", ()))
         where = _loc_str(loc)
         kind = err.get("type", "")
-        if kind == "extra_forbidden":
+        if kind == "extra_forbidden" and len(loc) == 1 and loc[0] in TFJOB_KEYS:
+            problems.append(f"{where}: unknown key; this looks like a Kubernetes TFJob, not a cluster "
+                            f"file (docs/CLUSTER_YAML.md); 'tfcluster render k8s' writes a TFJob from one")
+        elif kind == "extra_forbidden" and len(loc) == 1 and (
+                loc[0] in KNOWN_JOBS or _job_hint(str(loc[0]))):
+            job = loc[0] if loc[0] in KNOWN_JOBS else _job_hint(str(loc[0]))
+            problems.append(f"{where}: unknown key; jobs go under cluster:, for example "
+                            f"cluster: {{{job}: [host:port, ...]}}")
+        elif kind == "extra_forbidden":
             key = loc[-1] if loc else "?"
             keys = _keys_for(loc)
             parent = _loc_str(loc[:-1])
@@ -702,8 +1077,18 @@ def _did_you_mean(word: str, choices) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 40
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 4
+_REPR.maxlevel = 2
+
+
 def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else f"'{value}'"
+    """A short, one-line picture of a value; its cost does not grow with the value."""
+    if isinstance(value, str):
+        text = f"'{printable(value[:60])}'"
+    else:
+        text = printable(_REPR.repr(value))
     return text if len(text) <= 40 else text[:37] + "..."
 
 

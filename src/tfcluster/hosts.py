@@ -129,15 +129,33 @@ def accepts(host: str, port: int) -> bool:
 
 
 def reachable_beyond_loopback() -> bool:
-    """True when this machine has a network address other than loopback."""
+    """True when this machine has a network address other than loopback (IPv4 or IPv6,
+    link-local addresses included: TensorFlow's server listens on all of them)."""
     try:
         import psutil
         for name, addrs in psutil.net_if_addrs().items():
             for a in addrs:
                 if a.family in (socket.AF_INET, socket.AF_INET6):
                     ip = a.address.split("%")[0]
-                    if not (ip.startswith("127.") or ip == "::1" or ip.startswith("fe80")):
+                    if not (ip.startswith("127.") or ip == "::1"):
                         return True
     except Exception:
         return True
     return False
+
+
+def endpoint_key(host: str, port: int) -> Tuple[str, int]:
+    """Which port ``host:port`` is: every name of this machine (``localhost``, ``localhost.``,
+    127.0.0.0/8, ``::1``, ``::ffff:127.0.0.1``, ``0.0.0.0``, ``::``, its own names and addresses)
+    gives ``("<local>", port)``, because TensorFlow's server binds the port on every interface;
+    other hosts give their normalised name or address."""
+    h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
+    try:
+        ip = ipaddress.ip_address(h)
+        mapped = getattr(ip, "ipv4_mapped", None)
+        h = str(mapped or ip)
+    except ValueError:
+        pass
+    if is_local(h):
+        return ("<local>", port)
+    return (h, port)

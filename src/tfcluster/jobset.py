@@ -50,7 +50,7 @@ from .config import Cluster, Task
 from .errors import UserError
 from . import pod
 from .render import _finish_container, _header, _program_words, k8s_metadata, k8s_name
-from .secrets import is_secret_name
+from . import secrets
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 PORT = 2222
@@ -60,10 +60,10 @@ MAX_NAME = 63                         # a pod's name is a DNS label
 PERMANENT_EXIT_CODES = list(range(1, 128))  # TFJob's ExitCode policy: 1-127 permanent
 
 
-def is_secret(name: str) -> bool:
-    """Whether the variable ``name`` is taken from the Secret instead of written inline.
-    The one place that decides (``tfcluster.secrets`` owns the rule)."""
-    return is_secret_name(name)
+def is_secret(cluster: Cluster, name: str) -> bool:
+    """Whether the variable ``name`` is taken from the Secret instead of written inline:
+    tfcluster's one masking policy (the file's ``secrets:`` list, or a secret-looking name)."""
+    return secrets.is_secret(name, cluster.secret_names)
 
 
 def render_jobset(cluster: Cluster, image: str, name: Optional[str] = None,
@@ -206,7 +206,7 @@ def pod_env(cluster: Cluster, job: str, rjob: str, layout: Dict[str, Any],
     for key, _value in cluster.jobs[job][0].env:
         if key == "TF_CONFIG":
             continue
-        if is_secret(key) and secret:
+        if is_secret(cluster, key) and secret:
             env.append({"name": key, "valueFrom": {"secretKeyRef": {
                 "name": secret[0], "key": _secret_key(cluster, rjob, job, key)}}})
         else:
@@ -223,7 +223,7 @@ def secret_keys(cluster: Cluster, js_name: str) -> Optional[Tuple[str, List[str]
     keys = []
     for job, tasks in cluster.jobs.items():
         for key, _ in tasks[0].env:
-            if key != "TF_CONFIG" and is_secret(key):
+            if key != "TF_CONFIG" and is_secret(cluster, key):
                 k = _secret_key(cluster, k8s_name(job), job, key)
                 if k not in keys:
                     keys.append(k)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import contract, rules
-from .config import Cluster, Endpoint, Task
+from .config import Cluster, Endpoint, Task, check_text
 from .errors import UserError
 from .hosts import free_port_run, is_local
 
@@ -110,6 +110,7 @@ class RunPlan:
     cluster: Optional[Dict[str, List[str]]]  # the ClusterSpec dict; None: endpoints come later
     count_jobs: Tuple[str, ...] = ()
     only_hosts: Tuple[str, ...] = ()         # per-host mode: the --host names
+    secret_names: Tuple[str, ...] = ()       # the file's secrets: (besides secret-looking names)
     extra: Dict[str, Any] = field(default_factory=dict, compare=False)  # backend settings (slurm:)
 
     # ---- tasks
@@ -159,6 +160,17 @@ class RunPlan:
             restart_count=restart_count,
             max_restarts=0 if task.restart.policy == "never" else task.restart.max_restarts)
 
+    def secret_values(self, environ=None) -> List[str]:
+        """What is masked in output, logs and records: secret values of the tasks' env, of the
+        declared names in ``environ`` (the launcher's environment, which tasks inherit), and of
+        secret-looking flags in the tasks' argv (one masking policy: tfcluster.secrets)."""
+        from . import secrets
+        values = secrets.values_to_mask([dict(t.env) for t in self.tasks], self.secret_names,
+                                        os.environ if environ is None else environ)
+        for t in self.tasks:
+            values += secrets.argv_secret_values(t.argv, self.secret_names)
+        return sorted(set(values), key=len, reverse=True)
+
     def with_run_dir(self, run_dir: str) -> "RunPlan":
         return replace(self, run_dir=run_dir, run_id=os.path.basename(run_dir))
 
@@ -186,6 +198,7 @@ class RunPlan:
             "logdir": self.logdir, "run_id": self.run_id, "run_dir": self.run_dir,
             "base_port": self.base_port, "cluster": self.cluster,
             "count_jobs": list(self.count_jobs), "only_hosts": list(self.only_hosts),
+            "secret_names": list(self.secret_names),
             "extra": dict(self.extra),
         }
 
@@ -213,6 +226,7 @@ class RunPlan:
                    logdir=d["logdir"], run_id=d["run_id"], run_dir=d["run_dir"],
                    base_port=int(d["base_port"]), cluster=d["cluster"],
                    count_jobs=tuple(d["count_jobs"]), only_hosts=tuple(d.get("only_hosts") or ()),
+                   secret_names=tuple(d.get("secret_names") or ()),
                    extra=dict(d.get("extra") or {}))
 
 
@@ -276,7 +290,11 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     if not RUN_ID.fullmatch(run_id):
         raise UserError(f"--run-id: '{_printable(run_id)}' is not a run folder name (letters, digits, "
                         f"'.', '_', '+' and '-', starting with a letter or digit; no '/')")
-    logdir = os.path.abspath(opts.logdir) if opts.logdir else cluster.logdir
+    logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
+    if opts.command_cwd:
+        check_text("the working folder", opts.command_cwd)
+    for i, word in enumerate(opts.command):
+        check_text(f"the command after '--' (word {i + 1})", word)
     run_dir = os.path.join(logdir, run_id)
     if opts.run_id is None:   # a timestamp taken twice in one second: number the second
         base, n = run_dir, 1
@@ -330,7 +348,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         watchdog=Watchdog(wd.startup_timeout, wd.waiting_timeout, wd.stall_timeout),
         logdir=logdir, run_id=run_id, run_dir=run_dir, base_port=cluster.base_port,
         cluster=cluster.cluster_spec_dict() if endpoints else None,
-        count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts), extra=extra)
+        count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
+        secret_names=tuple(sorted(cluster.secret_names)), extra=extra)
 
 
 def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int]) -> TaskPlan:

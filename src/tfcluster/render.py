@@ -17,7 +17,8 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from .config import Cluster, JobSpec, Task
+from . import secrets
+from .config import Cluster, JobSpec, Task, printable
 from .errors import UserError
 
 if TYPE_CHECKING:
@@ -51,10 +52,32 @@ def render_k8s(cluster: Cluster, image: str, name: Optional[str] = None,
     cannot express (an unknown job name, different GPU counts within one job)."""
     import yaml
 
-    return _header(cluster, "kubectl apply -f -") + yaml.safe_dump(
-        tfjob(cluster, image=image, name=name, namespace=namespace,
-              clean_pod_policy=clean_pod_policy),
-        sort_keys=False, default_flow_style=False, width=100)
+    manifest = tfjob(cluster, image=image, name=name, namespace=namespace,
+                     clean_pod_policy=clean_pod_policy)
+    header = _header(cluster, "kubectl apply -f -")
+    names = secret_env_names(cluster)
+    if names:
+        secret = secret_name(manifest["metadata"]["name"])
+        ns = f" -n {manifest['metadata']['namespace']}" if "namespace" in manifest["metadata"] else ""
+        header += (f"# Secret variables ({', '.join(names)}) are read from the Secret '{secret}'; "
+                   f"create it first, for example:\n#   kubectl create secret generic {secret}{ns} "
+                   + " ".join(f'--from-literal={n}="${n}"' for n in names) + "\n")
+    return header + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=100)
+
+
+def secret_name(job_name: str) -> str:
+    """The Kubernetes Secret that holds a TFJob's secret variables: ``<job-name>-env``."""
+    return f"{job_name[:59].rstrip('-')}-env"
+
+
+def secret_env_names(cluster: Cluster) -> List[str]:
+    """Variables of the tasks' env that are secret (declared in ``secrets:`` or by their name)."""
+    names: List[str] = []
+    for t in cluster.tasks:
+        for k, v in t.env:
+            if v and k not in names and secrets.is_secret(k, cluster.secret_names):
+                names.append(k)
+    return names
 
 
 def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
@@ -65,9 +88,18 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
     if clean_pod_policy not in CLEAN_POD_POLICIES:
         raise UserError(f"clean pod policy '{clean_pod_policy}' is not one of {', '.join(CLEAN_POD_POLICIES)}")
     metadata = k8s_metadata(cluster, name, namespace)
+    job_name = metadata["name"]
 
     replica_specs: Dict[str, Any] = {}
     problems: List[str] = []
+    secret_keys = secret_env_names(cluster)
+    for key in secret_keys:
+        if not re.fullmatch(r"[-._a-zA-Z0-9]+", key):
+            problems.append(f"env.{printable(key)}: a secret variable becomes a key of the Secret "
+                            f"'{secret_name(job_name)}', which allows only letters, digits, '-', '_' and '.'")
+        if len({v for t in cluster.tasks for k, v in t.env if k == key}) > 1:
+            problems.append(f"env.{printable(key)}: a secret variable with different values in different "
+                            f"jobs; the Secret '{secret_name(job_name)}' holds one value per name")
     for job, tasks in cluster.jobs.items():
         rtype = TFJOB_REPLICA_TYPES.get(job)
         if rtype is None:
@@ -75,7 +107,8 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
                             f"rename '{job}' or use another backend")
             continue
         try:
-            replica_specs[rtype] = _replica_spec(cluster, job, tasks, image)
+            replica_specs[rtype] = _replica_spec(cluster, job, tasks, image, secret_name(job_name),
+                                                 secret_keys)
         except UserError as e:
             problems.append(e.message)
     if problems:
@@ -110,7 +143,8 @@ def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str]
     return metadata
 
 
-def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str) -> Dict[str, Any]:
+def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str,
+                  secret: str, secret_keys: Sequence[str]) -> Dict[str, Any]:
     first = tasks[0]
     command = _program_words(cluster, job)
     if not command:
@@ -125,7 +159,9 @@ def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str) -> 
     }
     if command[1:]:
         container["args"] = command[1:]
-    env = [{"name": k, "value": v} for k, v in first.env if k != "TF_CONFIG"]
+    env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
+           if k in secret_keys else {"name": k, "value": v}
+           for k, v in first.env if k != "TF_CONFIG"]
     if env:
         container["env"] = env
     _finish_container(container, cluster, job, tasks, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT)
@@ -200,7 +236,7 @@ def _stem(cluster: Cluster) -> str:
 
 
 def _header(cluster: Cluster, how: str) -> str:
-    src = cluster.source or "a cluster dict"
+    src = printable(cluster.source) if cluster.source else "a cluster dict"
     return f"# Generated by tfcluster from {src}; submit with: {how}\n"
 
 
@@ -223,5 +259,6 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
     plan = build_plan(cluster, LaunchOptions(backend="slurm", command=tuple(command or ()),
                                              task_flags=task_flags, run_id="slurm", slurm=options))
     plan = plan.with_run_dir(run_dir or os.path.join(plan.logdir, "slurm-{job_id}"))
-    return backend.batch_script(backend.plan_data(plan), name=name or k8s_name(_stem(cluster)),
-                                overcommit=overcommit)
+    data = backend.plan_data(plan)
+    backend.hold_back_secrets(data)       # secret values stay out of the script
+    return backend.batch_script(data, name=name or k8s_name(_stem(cluster)), overcommit=overcommit)

@@ -46,7 +46,8 @@ from ..hosts import accepts  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
 from ..progress import parse_progress  # noqa: E402
 from .base import stop_group  # noqa: E402
-from .slurm import PLAN_ENV, STOP_SIGNAL, expand_hostlist, expand_tasks_per_node, layout  # noqa: E402
+from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
+                    expand_tasks_per_node, fill_secrets, layout)
 
 STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
                            r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
@@ -85,6 +86,10 @@ class Task:
 
     def __init__(self, data: Dict[str, Any]):
         self.data = data
+        missing = fill_secrets(data, dict(os.environ))
+        if missing:
+            raise ValueError(f"secret values not passed to the job: {', '.join(missing)} (export "
+                             f"them where sbatch runs)")
         self.plan = RunPlan.from_dict(data)
         rank = int(os.environ["SLURM_PROCID"])
         nodes = expand_hostlist(_env("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") or "")
@@ -109,7 +114,7 @@ class Task:
         self.step = (f"{os.environ['SLURM_JOB_ID']}.{_env('SLURM_STEP_ID', 'SLURM_STEPID')}"
                      if os.environ.get("SLURM_JOB_ID") and _env("SLURM_STEP_ID", "SLURM_STEPID") else None)
         self.where = {f"{j}:{i}": f"{h}:{p}" for j, i, h, p in table}
-        self.mask = secrets.Masker(secrets.secret_values(dict(self.task.env)))
+        self.mask = secrets.Masker(self.plan.secret_values())
         self.log = None
         self.best_step: Optional[int] = None
         self.best_step_at = 0.0
@@ -129,7 +134,7 @@ class Task:
         return contract.resolve_argv(self.plan.argv(self.task, cluster=self.cluster), [sys.executable])
 
     def env(self, restarts: int) -> Dict[str, str]:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIX)}
         env.pop(PLAN_ENV, None)
         run_plan = self.plan.with_run_dir(self.run_dir) if self.run_dir else self.plan
         env.update(run_plan.env(self.task, restarts, cluster=self.cluster, local_tasks=self.local_tasks))

@@ -43,6 +43,7 @@ class View:
     stream: object = None              # task output (default stdout)
     err_stream: object = None          # tfcluster's own lines (default stderr)
     progress_every: float = PROGRESS_EVERY
+    echo_progress: bool = False        # also print progress-protocol lines (tools parse them)
 
 
 class NullEvents:
@@ -137,8 +138,8 @@ class Supervisor:
         self.events = NullEvents()
         self.display = Display(quiet=self.view.quiet, live=self.view.live, table=self._live_table,
                                stream=self.view.stream, err_stream=self.view.err_stream)
-        envs = [dict(t.env) for t in plan.tasks]
-        self.mask = secrets.Masker(secrets.secret_values(*envs))
+        self.secret_values = plan.secret_values()
+        self.mask = secrets.Masker(self.secret_values)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0))
 
@@ -280,8 +281,9 @@ class Supervisor:
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
         """Called by a task's reader for each line (reader thread)."""
-        if p is None:
+        if p is None or self.view.echo_progress:
             self.display.task_line(tr.name, line)
+        if p is None:
             return
         now = self.clock()
         with self.lock:
@@ -582,7 +584,7 @@ class Supervisor:
     # ------------------------------------------------------------------ records
     def record(self) -> dict:
         tasks = []
-        declared = ()
+        declared = self.plan.secret_names
         for tr in list(self.runs.values()):
             p = tr.progress
             tasks.append({
@@ -592,7 +594,8 @@ class Supervisor:
                 "exit": describe_exit(tr.returncode), "restarts": tr.restarts,
                 "started": tr.started, "first_started": tr.first_started, "ended": tr.ended,
                 "log": tr.log_path,
-                "argv": _mask_argv(tr.spec.argv, declared), "env": secrets.mask_env(tr.spec.env),
+                "argv": secrets.mask_argv(tr.spec.argv, declared, self.secret_values),
+                "env": secrets.mask_env(tr.spec.env, declared),
                 "note": tr.note,
                 "progress": None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at},
@@ -708,11 +711,6 @@ class Supervisor:
             if hint:
                 text.append(f"hint: {hint}")
         self.display.block("\n".join(text))
-
-
-def _mask_argv(argv: List[str], declared) -> List[str]:
-    mask = getattr(secrets, "mask_argv", None)
-    return list(argv) if mask is None else mask(argv, declared)
 
 
 def _num(v: float) -> str:
