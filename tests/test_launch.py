@@ -386,7 +386,7 @@ def test_streams_events_and_a_closed_record(tmp_path, ports):
         "    sys.exit(6)\n"
         "time.sleep(30)\n")
     f = write_cluster(tmp_path, ports(3), ["python", str(prog)],
-                      extra="restart: {policy: on-failure, max_restarts: 1, backoff: 0.1}\n")
+                      extra="restart: {policy: on-failure, max_restarts: 1, backoff: 0.1, min_uptime: 0}\n")
     r = tfcluster("launch", f, "--progress-interval", "0.2")
     assert r.returncode == 1, r.stderr
     assert "[worker:1] hello from worker:1 attempt 0" in r.stdout
@@ -457,3 +457,89 @@ def test_a_task_that_exits_leaves_no_child_behind(tmp_path, ports):
     assert r.returncode == 0, r.stderr
     child = int((run_dir(tmp_path) / "child.pid").read_text())
     assert_gone([child], timeout=5)
+
+
+# ---------------------------------------------------------------- careless input at launch
+
+def test_a_missing_script_is_exit_2_before_anything_starts(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", "missing.py"],
+                      extra="restart: {policy: on-failure}\n")
+    r = tfcluster("launch", f)
+    assert r.returncode == 2, r.stderr
+    assert f"program script not found: {tmp_path}/missing.py" in r.stderr
+    assert "nothing was started" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists()
+    r = tfcluster("launch", f, "--", "python", "nope.py", cwd=str(tmp_path))
+    assert r.returncode == 2 and "program script not found" in r.stderr
+
+
+def test_a_missing_folder_is_named_as_a_folder(tmp_path, ports):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
+    with open(f, "a") as fh:
+        fh.write("jobs: {worker: {cwd: no/such/dir}}\n")
+    r = tfcluster("launch", f)
+    assert r.returncode == 2
+    assert f"worker:0: working folder does not exist: {tmp_path}/no/such/dir" in r.stderr
+    assert "program not found" not in r.stderr
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--run-id", "../x", "--run-id: '../x' is not a run folder name"),
+    ("--stop-timeout", "inf", "must be a finite number"),
+    ("--grace", "nan", "must be a finite number"),
+])
+def test_bad_launch_flags_are_exit_2(tmp_path, ports, flag, value, words):
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
+    r = tfcluster("launch", f, flag, value)
+    assert r.returncode == 2 and words in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists() and "Traceback" not in r.stderr
+
+
+def test_launch_usage_shows_the_program_and_hints_at_the_double_dash(tmp_path, ports):
+    r = tfcluster("launch", "--help")
+    assert "tfcluster launch [options] FILE [-- CMD ARGS...]" in r.stdout
+    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
+    r = tfcluster("launch", f, "python", "my_trainer.py")
+    assert r.returncode == 2
+    assert "hint: put the program after '--': tfcluster launch FILE -- python my_trainer.py" in r.stderr
+
+
+def test_gpus_that_do_not_exist_are_a_warning_naming_the_task(tmp_path, ports):
+    """jobs.worker.gpus: [0, 1] on a machine with one GPU (a stand-in nvidia-smi): a warning on
+    stderr naming worker:1, and the run goes on."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-11111111-2222-3333-4444-555555555555)'\n")
+    smi.chmod(0o755)
+    f = write_cluster(tmp_path, ports(3), ["python", LISTENER])
+    with open(f, "a") as fh:
+        fh.write("jobs: {worker: {gpus: [0, 1]}}\n")
+    r = tfcluster("launch", f, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "MODE_worker_0": "exit:0"})
+    assert r.returncode == 0, r.stderr
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("tfcluster: warning:")]
+    assert len(warnings) == 1 and "worker:1" in warnings[0] and "GPU 1 does not exist" in warnings[0]
+    r = tfcluster("launch", f, "--dry-run", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert "warning" not in r.stderr
+
+
+def test_a_declared_secret_is_masked_in_output_logs_and_the_record(tmp_path, ports):
+    """secrets: [MY_CRED] -- the value comes from the launcher's environment (not the file) and
+    is passed as a flag: it is masked in task output, the log, run.json's argv and the dry run."""
+    prog = tmp_path / "p.py"
+    prog.write_text("import os, sys\nprint('cred is', os.environ['MY_CRED'], 'argv', sys.argv[1:])\n"
+                    "print('limits', os.environ['MAX_TOKENS'], os.environ['TOKENIZERS_PARALLELISM'])\n")
+    f = write_cluster(tmp_path, ports(1), ["python", str(prog)], jobs={"worker": 1})
+    with open(f, "a") as fh:
+        fh.write("secrets: [MY_CRED]\n")
+    env = {"MY_CRED": "opensesame42", "MAX_TOKENS": "1000", "TOKENIZERS_PARALLELISM": "false"}
+    r = tfcluster("launch", f, "--", "python", str(prog), "--api-key=opensesame42", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "opensesame42" not in r.stdout + r.stderr and "cred is ****" in r.stdout
+    assert "limits 1000 false" in r.stdout     # ordinary names are not taken for secrets
+    d = run_dir(tmp_path)
+    assert "opensesame42" not in (d / "worker-0.log").read_text()
+    record = (d / "run.json").read_text()
+    assert "opensesame42" not in record and "--api-key=****" in record
+    dry = tfcluster("launch", f, "--dry-run", "--", "python", str(prog), "--api-key=opensesame42", env=env)
+    assert "opensesame42" not in dry.stdout and "--api-key=****" in dry.stdout

@@ -378,7 +378,7 @@ def test_slurm_all_workers_and_restart(slurm_cluster, tmp_path):
     (tmp_path / "prog.py").write_text(RESTART_PROGRAM)
     (tmp_path / "cluster.yaml").write_text(
         "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nsuccess: all-workers\n"
-        "restart: {policy: on-failure, max_restarts: 1, backoff: 0}\n")
+        "restart: {policy: on-failure, max_restarts: 1, backoff: 0, min_uptime: 0}\n")
     r = _launch(tmp_path / "cluster.yaml", "--run-id", "r1", timeout=90)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
@@ -409,11 +409,12 @@ def test_slurm_honours_restart_flags_and_the_run_budget(slurm_cluster, tmp_path)
     (tmp_path / "prog.py").write_text(FLAKY_PROGRAM)
     (tmp_path / "cluster.yaml").write_text(
         "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nsuccess: all-workers\n"
-        "restart: {policy: never, max_restarts: 0, max_total_restarts: 1, backoff: 0}\n")
+        "restart: {policy: never, max_restarts: 0, max_total_restarts: 1, backoff: 0, min_uptime: 0}\n")
     dry = _launch(tmp_path / "cluster.yaml", "--dry-run", "--restart", "on-failure",
                   "--max-restarts", "2", timeout=60)
     assert dry.returncode == 0, dry.stderr
-    assert '"policy":"on-failure","max_restarts":2,"max_total_restarts":1' in dry.stdout
+    assert '"policy":"on-failure","max_restarts":2,"max_total_restarts":1,"backoff":0,"min_uptime":0' \
+        in dry.stdout.replace(".0,", ",").replace(".0}", "}")
     r = _launch(tmp_path / "cluster.yaml", "--run-id", "b1", "--restart", "on-failure",
                 "--max-restarts", "2", timeout=90)
     out = r.stdout + r.stderr

@@ -139,7 +139,7 @@ def test_all_workers_rule_waits_for_every_worker(tmp_path):
 
 
 def test_restart_with_doubling_backoff_and_restart_count_in_env(tmp_path):
-    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 3, backoff: 1}\n"
+    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 3, backoff: 1, min_uptime: 0}\n"
     sup, be, clock, out, err = make(tmp_path, body, {
         "worker:1": [(1, 0.5, []), (1, 0.5, []), (0, 0.5, [])],
         "worker:0": [(0, 20.0, [])]})
@@ -157,7 +157,7 @@ def test_restart_with_doubling_backoff_and_restart_count_in_env(tmp_path):
 
 
 def test_restart_budget_spent_fails_the_run_naming_the_task(tmp_path):
-    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 1, backoff: 0}\n"
+    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 1, backoff: 0, min_uptime: 0}\n"
     sup, be, clock, out, err = make(tmp_path, body, {"worker:1": [(5, 0.1, ["boom"])]})
     assert sup.run() == 1
     e = err.getvalue()
@@ -166,12 +166,27 @@ def test_restart_budget_spent_fails_the_run_naming_the_task(tmp_path):
 
 
 def test_command_line_restart_overrides_the_file_and_total_budget(tmp_path):
-    body = CLUSTER + "    restart: {policy: never, max_total_restarts: 1, backoff: 0}\n"
+    body = CLUSTER + "    restart: {policy: never, max_total_restarts: 1, backoff: 0, min_uptime: 0}\n"
     sup, be, clock, out, err = make(tmp_path, body, {
         "worker:0": [(1, 0.2, []), (0, 30.0, [])], "worker:1": [(1, 5.0, [])]},
         options=LaunchOptions(run_id="t", restart="on-failure", max_restarts=5))
     assert sup.run() == 1
     assert "not restarted: the run's restart budget is spent (1 of 1)" in err.getvalue()
+
+
+def test_a_first_run_that_fails_at_once_is_not_restarted(tmp_path):
+    """restart.min_uptime (1 s by default): a broken program fails the same way every time."""
+    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 5, backoff: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:1": [(1, 0.3, ["No module named x"])]})
+    assert sup.run() == 1
+    assert sum(1 for n, _ in be.started if n == "worker:1") == 1
+    assert "not restarted: its first run failed within 1s (restart.min_uptime" in err.getvalue()
+    # a failure after min_uptime is restarted
+    (tmp_path / "later").mkdir()
+    sup, be, clock, out, err = make(tmp_path / "later", body, {
+        "worker:1": [(1, 1.5, []), (0, 0.5, [])], "worker:0": [(0, 5.0, [])]})
+    assert sup.run() == 0
+    assert sum(1 for n, _ in be.started if n == "worker:1") == 2
 
 
 def test_exit_code_policy_does_not_retry_permanent_errors(tmp_path):

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import List, Optional, Sequence
 
 from . import __version__, rules
-from .errors import UserError
+from .errors import UserError, print_error
 
 DESCRIPTION = """\
 Run distributed TensorFlow (ps / worker / chief / evaluator tasks) from one YAML file.
@@ -201,8 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:
-        for line in e.message.splitlines():
-            print(f"tfcluster: error: {line}", file=sys.stderr)
+        print_error(e)
         return e.exit_code
     except KeyboardInterrupt:
         print("tfcluster: interrupted", file=sys.stderr)

@@ -25,7 +25,9 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
 from typing_extensions import Annotated
 
+from . import rules
 from .errors import ConfigError, UserError
+from .rules import KNOWN_JOBS, SINGLE_TASK_JOBS
 from .slurm_options import SlurmSpec
 
 VERSION = 1
@@ -33,12 +35,8 @@ VERSION = 1
 # a letter, then letters, digits or underscores.
 # \Z, not $: "$" would also match before a trailing newline.
 JOB_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]*\Z")
-# Job names with a meaning in TensorFlow's TF_CONFIG; other names are allowed (the seed's "local").
-KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
-SINGLE_TASK_JOBS = ("chief", "evaluator")
-JOB_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
-SUCCESS_RULES = ("chief", "all-workers")
-RESTART_POLICIES = ("never", "on-failure", "exit-code")
+# Job names with a meaning in TensorFlow's TF_CONFIG (rules.KNOWN_JOBS); other names are
+# allowed (the seed's "local"). The vocabulary (jobs, policies, success rules) is rules.py's.
 DEFAULT_GRACE = 5.0
 DEFAULT_BASE_PORT = 2222
 # A YAML file's aliases may not expand to more values than this ("billion laughs").
@@ -75,6 +73,10 @@ class RestartSpec(_Strict):
         None, ge=0, description="restarts allowed for the whole run (default: no limit beyond per task)")
     backoff: float = Field(1.0, ge=0, allow_inf_nan=False,
                            description="seconds before the first restart; doubles each time")
+    min_uptime: float = Field(1.0, ge=0, allow_inf_nan=False,
+                              description="a task whose first run fails within this many seconds "
+                              "is not restarted (a missing module or a bad flag fails the same way "
+                              "every time); 0 restarts it anyway")
 
 
 class WatchdogSpec(_Strict):
@@ -268,7 +270,7 @@ class Cluster:
     @property
     def tasks(self) -> List[Task]:
         """All tasks, chief first, then ps, worker, evaluator, other jobs."""
-        order = sorted(self.jobs, key=lambda j: (JOB_ORDER.get(j, 4), list(self.jobs).index(j)))
+        order = rules.sort_jobs(self.jobs)
         return [t for j in order for t in self.jobs[j]]
 
     def task(self, task_id: Union[str, TaskId]) -> Task:

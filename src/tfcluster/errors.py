@@ -1,6 +1,7 @@
 """Errors that end a command with a one-line message and exit code 2 (bad input)."""
 from __future__ import annotations
 
+import sys
 from typing import Iterable, List
 
 
@@ -22,3 +23,12 @@ class ConfigError(UserError):
         self.problems: List[str] = list(problems)
         lines = [f"{source}: {p}" if source else p for p in self.problems]
         super().__init__("\n".join(lines))
+
+
+def print_error(error: UserError, stream=None) -> None:
+    """The one way tfcluster reports bad input: ``tfcluster: error: <line>`` per line, stderr."""
+    out = stream or sys.stderr
+    sys.stdout.flush()
+    for line in error.message.splitlines() or [""]:
+        out.write(f"tfcluster: error: {line}\n")
+    out.flush()

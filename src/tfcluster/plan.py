@@ -188,7 +188,8 @@ class RunPlan:
                 "endpoints": None if first.host is None else [t.endpoint for t in tasks],
                 "local_tasks": [t.local_tasks for t in tasks],
                 "restart": {"policy": r.policy, "max_restarts": r.max_restarts,
-                            "max_total_restarts": r.max_total_restarts, "backoff": r.backoff},
+                            "max_total_restarts": r.max_total_restarts, "backoff": r.backoff,
+                            "min_uptime": r.min_uptime},
             }
         return {
             "version": PLAN_VERSION, "source": self.source, "base_dir": self.base_dir,
@@ -357,7 +358,8 @@ def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, i
     rule = rules.RestartRule(
         policy=opts.restart or r.policy,
         max_restarts=r.max_restarts if opts.max_restarts is None else opts.max_restarts,
-        max_total_restarts=cluster.restart.max_total_restarts, backoff=r.backoff)
+        max_total_restarts=cluster.restart.max_total_restarts, backoff=r.backoff,
+        min_uptime=r.min_uptime)
     if opts.command:
         argv, cwd = list(opts.command), opts.command_cwd or os.getcwd()
     else:

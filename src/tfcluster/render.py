@@ -29,7 +29,7 @@ TFJOB_REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker", "evalua
 TFJOB_DEFAULT_PORT = 2222               # the operator's default for the port named tfjob-port
 TFJOB_PORT_NAME = "tfjob-port"
 TFJOB_CONTAINER = "tensorflow"          # the operator looks for the container with this name
-RESTART_POLICIES = {"never": "Never", "on-failure": "OnFailure", "exit-code": "ExitCode"}
+TFJOB_RESTART_POLICIES = {"never": "Never", "on-failure": "OnFailure", "exit-code": "ExitCode"}
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 
 _PYTHONS = ("python", "python3")
@@ -167,7 +167,7 @@ def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str,
     _finish_container(container, cluster, job, tasks, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT)
     return {
         "replicas": len(tasks),
-        "restartPolicy": RESTART_POLICIES[first.restart.policy],
+        "restartPolicy": TFJOB_RESTART_POLICIES[first.restart.policy],
         "template": {"spec": {"containers": [container]}},
     }
 

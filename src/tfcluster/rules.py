@@ -30,9 +30,6 @@ BACKENDS = ("local", "ssh", "slurm")
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
-#: a task that fails within this many seconds of its first start is not restarted unless
-#: the policy asks for it explicitly (a missing module or a typo fails the same way each time)
-EARLY_FAILURE_SECONDS = 0.0
 
 # exit codes of tfcluster itself
 EXIT_OK = 0
@@ -107,6 +104,7 @@ class RestartRule:
     max_restarts: int = 3
     max_total_restarts: Optional[int] = None
     backoff: float = 1.0
+    min_uptime: float = 1.0       # a first run that fails sooner is not restarted (0: off)
 
     def __post_init__(self):
         if self.policy not in RESTART_POLICIES:
@@ -139,8 +137,9 @@ def decide_restart(rule: RestartRule, returncode: int, restarts: int, total_rest
     exit-code   Kubeflow TFJob's rule: exit codes 1-127 are permanent errors (no restart);
                 128-255 and deaths by signal are retryable.
     Never restarted, whatever the policy: an exit 0, a port conflict (the port stays taken),
-    a task that ends after the run is over, and one that failed at its very first start
-    within EARLY_FAILURE_SECONDS (``early``). Budgets: ``max_restarts`` per task and
+    a task that ends after the run is over, and one whose first run failed within
+    ``min_uptime`` seconds (``early``: a missing module or a bad flag fails the same way
+    every time). Budgets: ``max_restarts`` per task and
     ``max_total_restarts`` per run. The delay doubles with each restart (backoff_delay).
     """
     if returncode == 0:
@@ -155,8 +154,9 @@ def decide_restart(rule: RestartRule, returncode: int, restarts: int, total_rest
         return Decision(False, f"exit code {returncode} is a permanent error (exit-code policy: "
                                f"1-127 are not retried)")
     if early:
-        return Decision(False, "it failed at once on its first start (not retried; a broken "
-                               "program fails the same way each time)")
+        return Decision(False, f"its first run failed within {rule.min_uptime:g}s "
+                               f"(restart.min_uptime: a broken program fails the same way every "
+                               f"time; set 0 to restart it anyway)")
     if restarts >= rule.max_restarts:
         return Decision(False, f"restart budget spent ({restarts} of {rule.max_restarts})")
     if rule.max_total_restarts is not None and total_restarts >= rule.max_total_restarts:

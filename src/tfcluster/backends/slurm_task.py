@@ -207,7 +207,7 @@ class Task:
             if rc == 0:
                 return self.ended_ok()
             what = rules.describe_exit(rc) + (f" ({self.forced})" if self.forced else "")
-            early = not restarts and time.time() - first_start < rules.EARLY_FAILURE_SECONDS
+            early = not restarts and time.time() - first_start < self.rule.min_uptime
             d = rules.decide_restart(self.rule, rc, restarts, self._total_restarts(),
                                      run_over=_over.is_set() or _cancelled.is_set(), early=early)
             if d.restart and self._claim_restart():

@@ -366,7 +366,7 @@ class Supervisor:
             tr.note = f"port conflict: {tr.plan.endpoint} is in use (Could not start gRPC server)"
         self.display.error(f"{tr.name} failed ({describe_exit(rc)})" + (f": {tr.note}" if tr.note else ""))
         early = (not tr.restarts and tr.first_started is not None and tr.ended is not None
-                 and tr.ended - tr.first_started < rules.EARLY_FAILURE_SECONDS)
+                 and tr.ended - tr.first_started < tr.plan.restart.min_uptime)
         d = rules.decide_restart(tr.plan.restart, rc, tr.restarts, self.total_restarts,
                                  port_conflict=tr.seen.port_conflict, early=early)
         if d.restart:

@@ -46,12 +46,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Serve this task until SIGTERM/SIGINT (exit 0). Exit 2 on bad input or a taken port."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args, unknown = _parser().parse_known_args(argv)
-    from tfcluster.errors import UserError
+    from tfcluster.errors import UserError, print_error
     from tfcluster.runtime.context import task_context
 
     def err(e: UserError) -> int:
-        sys.stderr.write(f"tfcluster: error: {e.message}\n")
-        sys.stderr.flush()
+        print_error(e)
         return getattr(e, "exit_code", 2)
 
     try:

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import List, Optional, Sequence
 
-from tfcluster.errors import UserError
+from tfcluster.errors import UserError, print_error
 from tfcluster.runtime.context import ContextError, TaskContext
 
 #: exit code of a task whose port is taken (a user error: the cluster file's port is busy)
@@ -53,9 +53,7 @@ class ServerStartError(UserError):
 
 def fail(error: UserError) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
     """Print ``tfcluster: error: <message>`` to stderr and exit with the error's code."""
-    sys.stdout.flush()
-    sys.stderr.write(f"tfcluster: error: {error.message}\n")
-    sys.stderr.flush()
+    print_error(error)
     raise SystemExit(getattr(error, "exit_code", 2))
 
 
