@@ -47,6 +47,16 @@ def run_dir(tmp_path):
     return runs[0]
 
 
+def kill_tasks_of(tmp_path):
+    """Clean-up after a test that killed a launcher: any task of its runs still alive."""
+    for p in psutil.process_iter(["environ"]):
+        try:
+            if (p.info["environ"] or {}).get("TFCLUSTER_RUN_DIR", "").startswith(str(tmp_path)):
+                p.kill()
+        except psutil.Error:
+            pass
+
+
 def assert_gone(pids, timeout=10):
     deadline = time.time() + timeout
     alive = pids
@@ -235,12 +245,7 @@ def test_sigkill_of_the_launcher_still_ends_its_tasks(tmp_path, ports):
         proc.wait()
         assert_gone(pids, timeout=5)
     finally:
-        for p in psutil.process_iter(["environ"]):
-            try:
-                if (p.info["environ"] or {}).get("TFCLUSTER_RUN_DIR", "").startswith(str(tmp_path)):
-                    p.kill()
-            except psutil.Error:
-                pass
+        kill_tasks_of(tmp_path)
 
 
 # ---------------------------------------------------------------- restarts and watchdog
@@ -437,12 +442,7 @@ def test_sigkill_of_the_launcher_ends_every_process_a_task_started(tmp_path, por
         proc.wait()
         assert_gone(pids + tree, timeout=10)
     finally:
-        for p in psutil.process_iter(["environ"]):
-            try:
-                if (p.info["environ"] or {}).get("TFCLUSTER_RUN_DIR", "").startswith(str(tmp_path)):
-                    p.kill()
-            except psutil.Error:
-                pass
+        kill_tasks_of(tmp_path)
 
 
 def test_a_task_that_exits_leaves_no_child_behind(tmp_path, ports):
