@@ -278,3 +278,21 @@ def test_exit_codes_and_orders():
     assert rules.signal_exit_code(signal.SIGINT) == 130 and rules.task_exit_code(-9) == 137
     assert rules.start_order(["worker", "chief", "ps", "evaluator"]) == ["ps", "chief", "worker", "evaluator"]
     assert rules.stop_waves(["ps", "worker", "chief"]) == (["chief", "worker"], ["ps"])
+
+
+def test_live_table_marks_the_chief_and_shows_rate_and_metrics(tmp_path):
+    from rich.console import Console
+    lines = ['@tfcluster progress {"step": 10, "total": 100, "loss": 0.5, "accuracy": 0.75}']
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 2.0, lines)]})
+    assert sup.run() == 0
+    tr = sup.runs["worker:0"]
+    tr.steps.clear()
+    tr.steps.extend([(clock.now, 10), (clock.now + 2, 30)])
+    from tfcluster.launch.supervisor import _rate
+    tr.rate = _rate(tr.steps, clock.now + 2, None)
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(sup._live_table())
+    text = buf.getvalue()
+    assert "worker:0 (chief)" in text and "loss" in text and "accuracy" in text
+    assert "0.75" in text and "10.0" in text, text    # the metric and 10 steps/s
+    assert "global step 10/100" in text

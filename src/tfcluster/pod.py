@@ -28,6 +28,8 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Tuple
 
+from .rules import EXIT_BAD_INPUT
+
 LAYOUT_ENV = "TFCLUSTER_JOBSET"
 NAME_ENV = "TFCLUSTER_JOBSET_NAME"
 RJOB_ENV = "TFCLUSTER_REPLICATED_JOB"
@@ -39,7 +41,7 @@ DOWNWARD_ANNOTATIONS = {
     RJOB_ENV: "jobset.sigs.k8s.io/replicatedjob-name",
     JOB_INDEX_ENV: "jobset.sigs.k8s.io/job-index",
 }
-EXIT_USAGE = 2
+EXIT_USAGE = EXIT_BAD_INPUT
 
 
 class PodError(Exception):

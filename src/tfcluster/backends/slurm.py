@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
 
+from .. import rules
 from ..config import check_text, printable
 from ..errors import UserError
 from ..plan import RunPlan
@@ -53,7 +54,8 @@ TASK_MODULE = "tfcluster.backends.slurm_task"
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED = rules.EXIT_OK, rules.EXIT_FAILED
+EXIT_INTERRUPTED = rules.signal_exit_code(signal.SIGINT)
 
 
 # --------------------------------------------------------------------------------------

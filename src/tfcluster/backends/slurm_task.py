@@ -52,7 +52,7 @@ from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # no
 STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
                            r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
 
-EXIT_CANCELLED = 128 + signal.SIGTERM
+EXIT_CANCELLED = rules.signal_exit_code(signal.SIGTERM)
 OVER_MARK = "run_over"
 
 

@@ -91,6 +91,8 @@ class TaskRun:
     note: str = ""
     up: bool = False                      # its port accepts connections
     forced: str = ""                      # why tfcluster killed it (watchdog)
+    steps: Deque = field(default_factory=lambda: deque(maxlen=20))   # (time, step) reports
+    rate: Optional[float] = None          # this task's reported steps per second
 
     @property
     def name(self) -> str:
@@ -290,9 +292,9 @@ class Supervisor:
             if self.best_step is None or p.step > self.best_step:
                 self.best_step, self.best_step_at = p.step, now
             self._rate_points.append((now, p.step))
-            pts = [x for x in self._rate_points if now - x[0] <= 30]
-            if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
-                self.rate = max(0.0, (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
+            self.rate = _rate(self._rate_points, now, self.rate)
+            tr.steps.append((now, p.step))
+            tr.rate = _rate(tr.steps, now, tr.rate)
             self.dirty = True
         self.events.progress(tr.name, p.step, p.total, p.metrics)
 
@@ -641,10 +643,10 @@ class Supervisor:
             if p is None or tr.state != TaskState.RUNNING:
                 continue
             line = f"{tr.name}: step {p.step}" + (f"/{p.total}" if p.total else "")
-            if self.rate:
-                line += f", {self.rate:.1f} steps/s"
+            if tr.rate:
+                line += f", {tr.rate:.1f} steps/s"
                 if p.total and p.total > p.step:
-                    line += f", ETA {format_duration((p.total - p.step) / self.rate)}"
+                    line += f", ETA {format_duration((p.total - p.step) / tr.rate)}"
             if p.metrics:
                 line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
             age = now - (tr.seen.progress_at or now)
@@ -660,7 +662,7 @@ class Supervisor:
             for k in (tr.progress.metrics if tr.progress else {}):
                 if k not in metric_names and len(metric_names) < 4:
                     metric_names.append(k)
-        for h in ["task", "state", "pid", "uptime", "restarts", "step"] + metric_names:
+        for h in ["task", "state", "pid", "uptime", "restarts", "step", "steps/s"] + metric_names:
             table.add_column(h)
         now = self.clock()
         best = None
@@ -672,6 +674,7 @@ class Supervisor:
                 best = p
             name = tr.name + (" (chief)" if tr.name == self.plan.chief else "")
             table.add_row(name, tr.state.value, str(tr.pid or ""), up, str(tr.restarts), step,
+                          f"{tr.rate:.1f}" if tr.rate else "",
                           *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
                             for k in metric_names])
         if best is not None:
@@ -711,6 +714,14 @@ class Supervisor:
             if hint:
                 text.append(f"hint: {hint}")
         self.display.block("\n".join(text))
+
+
+def _rate(points, now: float, old: Optional[float]) -> Optional[float]:
+    """Steps per second over the reports of the last 30 s (the old rate while too few)."""
+    pts = [x for x in points if now - x[0] <= 30]
+    if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
+        return max(0.0, (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
+    return old
 
 
 def _num(v: float) -> str:

@@ -25,12 +25,13 @@ import time
 from typing import List, Optional, Sequence
 
 from tfcluster.errors import UserError, print_error
+from tfcluster.rules import EXIT_BAD_INPUT
 from tfcluster.runtime.context import ContextError, TaskContext
 
 #: exit code of a task whose port is taken (a user error: the cluster file's port is busy)
-EXIT_PORT_IN_USE = 2
+EXIT_PORT_IN_USE = EXIT_BAD_INPUT
 #: exit code of a task given a bad TF_CONFIG or bad task flags
-EXIT_BAD_CONTEXT = 2
+EXIT_BAD_CONTEXT = EXIT_BAD_INPUT
 
 DONE_QUEUE_NAME = "tfcluster_done_ps{}"
 
