@@ -14,6 +14,7 @@ remote processes with psutil, and the programs are files in the test's tmp folde
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -485,3 +486,29 @@ def test_ssh_dry_run_shows_the_remote_view_and_leaves_nothing(tmp_path):
     assert "API_TOKEN=****" in out and "hunter22" not in out
     assert list(tmp.iterdir()) == []           # no ssh socket folder made
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_start_failure_leaves_a_closed_record(tmp_path):
+    """An ssh host that cannot be reached (a ProxyCommand that fails: no traffic leaves this
+    machine) is a one-line error, exit 2, after the run folder exists: its run.json is closed
+    (result failed), `status` says so and `runs` lists it."""
+    if not shutil.which("ssh"):
+        pytest.skip("no ssh client")
+    (tmp_path / "t.py").write_text("print('never')\n")
+    f = tmp_path / "cluster.yaml"
+    f.write_text("cluster: {ps: [h1:2222], worker: [h1:2223]}\n"
+                 "program: {command: [python, t.py]}\n"
+                 "remote: {ssh_options: [ProxyCommand=false]}\n")
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(f), "--run-id", "s1"],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 2, r.stderr
+    errors = [l for l in r.stderr.splitlines() if l.startswith("tfcluster: error:")]
+    assert len(errors) == 1 and "ps:0: cannot reach h1 over ssh" in errors[0], r.stderr
+    rec = json.loads((tmp_path / "runs" / "s1" / "run.json").read_text())
+    assert rec["result"] == "failed" and rec["exit_code"] == 2 and rec["ended"]
+    st = subprocess.run([sys.executable, "-m", "tfcluster", "status", "--file", str(f), "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert st.returncode == 1 and json.loads(st.stdout)["result"] == "failed"
+    runs = subprocess.run([sys.executable, "-m", "tfcluster", "runs", "--file", str(f)],
+                          capture_output=True, text=True, timeout=60)
+    assert runs.returncode == 0 and "s1" in runs.stdout and "failed" in runs.stdout

@@ -180,12 +180,16 @@ class Supervisor:
             self._announce()
             self._start_all()
             self._loop()
+        except UserError as e:   # found after the run folder exists (a task that cannot start)
+            self.root_note = e.message
+            self.exit_code = e.exit_code
+            raise
         finally:
             try:
                 self._stop_all()
             finally:
                 self.ended = self.clock()
-                if self.result == RunState.RUNNING:   # a bug or an error while starting
+                if self.result == RunState.RUNNING:   # an error while starting, or a bug
                     self.result = RunState.FAILED
                     if self.exit_code is None:
                         self.exit_code = rules.EXIT_FAILED
