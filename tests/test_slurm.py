@@ -506,3 +506,35 @@ def test_killed_launcher_inside_an_allocation_ends_the_step(slurm_cluster, tmp_p
             os.killpg(salloc.pid, signal.SIGKILL)
             salloc.wait()
     assert slurm_cluster.wait_empty_queue(30) == ""
+
+
+STALL_PROGRAM = """\
+import json, os, socket, time
+task = os.environ["TFCLUSTER_TASK"]
+cfg = json.loads(os.environ["TF_CONFIG"])
+me = cfg["cluster"][cfg["task"]["type"]][cfg["task"]["index"]]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(me.rsplit(":", 1)[1])))
+s.listen()
+if task == "worker:0":
+    print('@tfcluster progress {"step": 5, "total": 100}', flush=True)
+time.sleep(300)
+"""
+
+
+def test_slurm_honours_the_watchdog(slurm_cluster, tmp_path):
+    """watchdog: on Slurm as locally -- a global step that stands still fails the run, naming
+    the watchdog (the node wrapper applies the rulebook's checks)."""
+    (tmp_path / "prog.py").write_text(STALL_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\n"
+        f"base_port: {free_port_run(3, 30000 + os.getpid() % 2000)}\n"
+        "watchdog: {stall_timeout: 3}\n")
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "w1", "--progress-interval", "0", timeout=90)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-3000:]
+    assert "watchdog: the global step has stood at 5 for 3s" in out, out[-3000:]
+    # progress lines are consumed on Slurm too: a human line on stderr instead
+    assert "@tfcluster progress" not in r.stdout and "tfcluster: worker:0: step 5/100" in r.stderr
+    assert slurm_cluster.wait_empty_queue(10) == ""

@@ -442,7 +442,8 @@ def cmd_launch(args) -> int:
                         f"--backend {plan.backend}")
     if plan.backend == "slurm":
         from .backends import slurm
-        return slurm.launch(plan, dry_run=args.dry_run, quiet=args.quiet)
+        return slurm.launch(plan, dry_run=args.dry_run, quiet=args.quiet,
+                            progress_every=args.progress_interval, echo_progress=args.echo_progress)
     backend = make_backend(plan, cluster)
     if args.dry_run:
         from .launch.describe import describe

@@ -46,6 +46,7 @@ from .. import rules
 from ..config import check_text, printable
 from ..errors import UserError
 from ..plan import RunPlan
+from ..progress import parse_progress
 from .base import child_setup
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
@@ -70,6 +71,7 @@ def plan_data(plan: RunPlan) -> Dict[str, Any]:
 
 
 SECRET_PREFIX = "TFCLUSTER_SECRET__"
+_TASK_LINE = re.compile(r"^\[([A-Za-z][A-Za-z0-9_]*:\d+)\] (.*)$")
 
 
 def secret_var(job: str, key: str) -> str:
@@ -270,7 +272,8 @@ def layout(plan: Dict[str, Any], nodes: Sequence[str], per_node: Sequence[int]
 # --------------------------------------------------------------------------------------
 # The launcher side: tfcluster launch FILE --backend slurm.
 
-def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False) -> int:
+def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
+           progress_every: float = 15.0, echo_progress: bool = False) -> int:
     """Submit (sbatch) or run (srun, inside an allocation) the plan, follow it, stream its
     output and return 0 (succeeded), 1 (failed), 2 (bad input) or 130 (interrupted; the job
     is cancelled)."""
@@ -303,7 +306,8 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False) -> int:
     _info(f"run {plan.run_id}: {ntasks(data)} Slurm task(s) ({counts}); "
           f"logs in {run_dir}" + (f"; hosts listed for {', '.join(listed)} are not used, Slurm "
                                   f"chooses the nodes" if listed else ""))
-    follower = _Follower(data, run_dir, quiet=quiet, carried=carried)
+    follower = _Follower(data, run_dir, quiet=quiet, carried=carried,
+                         progress_every=progress_every, echo_progress=echo_progress)
     record = _Record(plan)
     code = None
     try:
@@ -376,13 +380,31 @@ def _info(line: str, stream: IO[str] = sys.stderr) -> None:
 
 class _Follower:
     def __init__(self, plan: Dict[str, Any], run_dir: str, quiet: bool,
-                 carried: Optional[Dict[str, str]] = None):
+                 carried: Optional[Dict[str, str]] = None, progress_every: float = 15.0,
+                 echo_progress: bool = False):
         self.plan, self.run_dir, self.quiet = plan, run_dir, quiet
         self.env = {**os.environ, **(carried or {})}   # secrets travel in the environment
+        self.progress: Dict[str, Any] = {}
+        self.progress_at = 0.0
+        self.progress_every, self.echo_progress = progress_every, echo_progress
         self.job_id: Optional[str] = os.environ.get("SLURM_JOB_ID")
 
     # ---- output
     def _line(self, text: str) -> None:
+        """A line of the job's output: the tasks' lines to stdout (prefixed by their wrappers);
+        progress-protocol lines are consumed, as locally, into a periodic line on stderr."""
+        m = _TASK_LINE.match(text)
+        p = parse_progress(m.group(2)) if m else None
+        if p is not None:
+            self.progress[m.group(1)] = p
+            now = time.time()
+            if now - self.progress_at >= self.progress_every:
+                self.progress_at = now
+                for task, q in sorted(self.progress.items()):
+                    _info(f"{task}: step {q.step}" + (f"/{q.total}" if q.total else "")
+                          + "".join(f", {k} {v:.4g}" for k, v in q.metrics.items()))
+            if not self.echo_progress:
+                return
         if self.quiet and "tfcluster:" not in text:
             return
         try:
