@@ -716,7 +716,7 @@ class Supervisor:
                 text.extend("  " + line for line in tail)
             hint = failure_hint(list(self.root_cause.seen.tail))
             if hint:
-                text.append(f"hint: {hint}")
+                text.append(hint)     # "hint: ..." naming the fix (tfcluster.keras_support)
         self.display.block("\n".join(text))
 
 
