@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -538,3 +539,35 @@ def test_slurm_honours_the_watchdog(slurm_cluster, tmp_path):
     # progress lines are consumed on Slurm too: a human line on stderr instead
     assert "@tfcluster progress" not in r.stdout and "tfcluster: worker:0: step 5/100" in r.stderr
     assert slurm_cluster.wait_empty_queue(10) == ""
+
+
+def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
+    """render slurm and launch --backend slurm (dry run): a secret value (by name or declared in
+    secrets:) is null in the script's plan, the header names the variable that carries it, and
+    the node wrapper puts it back from the environment sbatch passes on."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], "
+                 "env: {API_TOKEN: hunter2hunter2, BUCKET: gs://private, LEVEL: '3'}}\n"
+                 "secrets: [BUCKET]\n", tmp_path)
+    from tfcluster import render
+    script = render.render_slurm(c)
+    assert "hunter2hunter2" not in script and "gs://private" not in script
+    assert "TFCLUSTER_SECRET__worker__API_TOKEN" in script and "TFCLUSTER_SECRET__ps__BUCKET" in script
+    data = _plan_from_script(script)
+    assert data["jobs"]["worker"]["env"] == {"API_TOKEN": None, "BUCKET": None, "LEVEL": "3"}
+    env = {"TFCLUSTER_SECRET__worker__API_TOKEN": "hunter2hunter2", "TFCLUSTER_SECRET__worker__BUCKET": "gs://private",
+           "TFCLUSTER_SECRET__ps__API_TOKEN": "hunter2hunter2", "TFCLUSTER_SECRET__ps__BUCKET": "gs://private"}
+    assert slurm.fill_secrets(data, env) == []
+    assert data["jobs"]["worker"]["env"]["API_TOKEN"] == "hunter2hunter2"
+    plan = build_plan(c, LaunchOptions(backend="slurm", run_id="s1", logdir=str(tmp_path / "logs")))
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert slurm.launch(plan, dry_run=True) == 0
+    assert "hunter2hunter2" not in buf.getvalue() and "gs://private" not in buf.getvalue()
+
+
+def _plan_from_script(script: str):
+    line = next(l for l in script.splitlines() if l.startswith(f"export {slurm.PLAN_ENV}="))
+    return json.loads(shlex.split(line.split("=", 1)[1])[0])
