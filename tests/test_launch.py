@@ -253,7 +253,7 @@ def test_sigkill_of_the_launcher_still_ends_its_tasks(tmp_path, ports):
 def test_on_failure_restarts_the_task_with_the_same_port(tmp_path, ports):
     p = ports(3)
     f = write_cluster(tmp_path, p, ["python", LISTENER],
-                      extra="restart: {policy: on-failure, max_restarts: 2, backoff: 0.1}\n")
+                      extra="restart: {policy: on-failure, max_restarts: 2, backoff: 0.1, min_uptime: 0}\n")
     r = tfcluster("launch", f, env={"MODE_worker_1": "exit-once:3", "MODE_worker_0": "exit:0",
                                     "DELAY": "3"})
     assert r.returncode == 0, r.stdout + r.stderr
