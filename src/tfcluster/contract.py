@@ -42,10 +42,6 @@ PYTHON = "{python}"
 PYTHON_WORDS = ("python", "python3")
 
 
-def is_python(word: str) -> bool:
-    return word == PYTHON or word in PYTHON_WORDS
-
-
 def symbolic_argv(argv: Sequence[str]) -> List[str]:
     """``argv`` with a leading ``python``/``python3`` replaced by :data:`PYTHON`."""
     argv = list(argv)

@@ -61,11 +61,6 @@ def stop_waves(jobs: Iterable[str]) -> Tuple[list, list]:
     return [j for j in jobs if j != "ps"], [j for j in jobs if j == "ps"]
 
 
-def chief_of(jobs: Iterable[str]) -> str:
-    """TensorFlow's rule: the ``chief`` task, else ``worker:0``."""
-    return "chief:0" if "chief" in set(jobs) else "worker:0"
-
-
 # ---------------------------------------------------------------------------- exit codes
 
 def signal_exit_code(signum: int) -> int:

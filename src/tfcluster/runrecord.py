@@ -223,14 +223,6 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     return runs[0]
 
 
-def resolve_run_dir(run_dir: Optional[str], file: Optional[str]) -> str:
-    return find_run(run_dir, file)[0]
-
-
-def latest_run(logdir: str) -> str:
-    """The most recently started run folder under ``logdir`` (of any cluster file)."""
-    return find_run(logdir, None)[0]
-
 def format_duration(seconds: Optional[float]) -> str:
     if seconds is None:
         return ""

@@ -32,10 +32,6 @@ class TaskState(str, enum.Enum):
     SKIPPED = "skipped"
 
     @property
-    def done(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.SKIPPED)
-
-    @property
     def alive(self) -> bool:
         """A process exists for the task."""
         return self in (TaskState.RUNNING, TaskState.STOPPING)

@@ -106,8 +106,7 @@ class TaskRun:
 class Supervisor:
     def __init__(self, plan: RunPlan, backend: Backend, view: Optional[View] = None,
                  clock: Callable[[], float] = time.time,
-                 nap: Optional[Callable[[List[TaskRun], float], None]] = None,
-                 secret_names=()):
+                 nap: Optional[Callable[[List[TaskRun], float], None]] = None):
         self.plan = plan
         self.backend = backend
         self.view = view or View()
@@ -135,7 +134,6 @@ class Supervisor:
         self._chief_checked = 0.0
         self._chief_seen = False
         self._chief_gone_at: Optional[float] = None
-        self.remote_chief_done = False
         self._rate_points: Deque = deque(maxlen=20)
         self.events = NullEvents()
         self.display = Display(quiet=self.view.quiet, live=self.view.live, table=self._live_table,
@@ -471,7 +469,6 @@ class Supervisor:
         if self._chief_gone_at is None:
             self._chief_gone_at = now
         if now - self._chief_gone_at >= max(self.plan.grace, 1.0):
-            self.remote_chief_done = True
             return True
         return False
 
