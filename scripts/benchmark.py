@@ -61,13 +61,16 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
     "tiny": dict(reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
-                 scale_workers=2, balance_step_time=False, naive=False, run_timeout=240),
+                 scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
+                 cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40),
     "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
-                  scale_workers=8, balance_step_time=False, naive=False, run_timeout=300),
+                  scale_workers=8, balance_step_time=False, naive=False, run_timeout=300,
+                  cb_reps=2, cb_async_steps=300, cb_sync_steps=150, cb_single_steps=100),
     "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
-                 scale_workers=8, balance_step_time=True, naive=True, run_timeout=420),
+                 scale_workers=8, balance_step_time=True, naive=True, run_timeout=420,
+                 cb_reps=4, cb_async_steps=600, cb_sync_steps=300, cb_single_steps=200),
 }
 
 GOALS = {
@@ -78,6 +81,8 @@ GOALS = {
     "throughput_ratio_vs_seed.async": (">=", 1.0),
     "throughput_ratio_vs_seed.sync": (">=", 1.0),
     "ps_balance.greedy": ("<=", 1.05),
+    "compute_bound_efficiency.async": (">=", 0.85),
+    "compute_bound_efficiency.sync": (">=", 0.85),
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -464,6 +469,49 @@ def bench_training(cfg, tmp, out, notes) -> None:
         notes.append("first_step_seconds.naive_mts: measured in the full run only (it waits ~30 s)")
 
 
+def bench_compute_bound(cfg, tmp, out, notes) -> None:
+    """compute_bound_efficiency: examples/s of a small conv net (bench_programs/conv.py) on 1 ps
+    + 2 workers under tfcluster launch / examples/s of one process alone on the same cores."""
+    log("compute-bound: conv net, 1 ps + 2 workers (async, sync) vs one process alone")
+    conv = os.path.join(PROGRAMS, "conv.py")
+    batch = 128  # conv.py's BATCH
+    variants = {
+        "single": lambda: run("conv-single", [PY, conv, "--single", f"--steps={cfg['cb_single_steps']}"],
+                              cfg["run_timeout"]),
+        "async": lambda: launch("conv-async", tmp, 1, 2, [PY, conv, "--mode=async",
+                                                          f"--steps={cfg['cb_async_steps']}"],
+                                timeout=cfg["run_timeout"]),
+        "sync": lambda: launch("conv-sync", tmp, 1, 2, [PY, conv, "--mode=sync",
+                                                        f"--steps={cfg['cb_sync_steps']}"],
+                               timeout=cfg["run_timeout"]),
+    }
+    names = list(variants)
+    ex: Dict[str, List[Optional[float]]] = {n: [] for n in names}
+    single_cpu: List[Optional[float]] = []
+    for i in range(cfg["cb_reps"]):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            r = variants[n]()
+            if n == "single":
+                b = r.bench() if r.ok else None
+                ex[n].append(b["examples_per_s"] if b else None)
+                single_cpu.append(b.get("cpu_seconds_per_step") if b else None)
+            else:
+                sps = steps_per_second(r, 2) if r.ok else None
+                ex[n].append(None if sps is None else sps * batch * (2 if n == "sync" else 1))
+    out["compute_bound_efficiency"] = {m: rnd(median(ratios(ex[m], ex["single"]))) for m in ("async", "sync")}
+    single_step = median([None if x is None else batch / x for x in ex["single"]])
+    out["compute_bound"] = {
+        "model": "conv net 32x32x3 -> conv3x3 32, 64/2, 64/2 -> mean -> 10 (56k parameters), batch 128",
+        "ps": 1, "workers": 2, "batch_per_worker": batch,
+        "single_step_seconds": rnd(single_step, 4),
+        "single_cpu_seconds_per_step": rnd(median(single_cpu), 4),
+        **{f"{n}_examples_per_s": rnd(median(v), 1) for n, v in ex.items()},
+        "runs_examples_per_s": {n: [rnd(x, 1) for x in v] for n, v in ex.items()},
+    }
+    if single_step is not None and single_step < 0.02:
+        notes.append(f"compute_bound: one process took {single_step * 1000:.0f} ms a step (< 20 ms)")
+
+
 def bench_transfer(cfg, tmp, out, notes) -> None:
     log("transfer: transfer-bound model through the ps vs raw loopback TCP")
     prog = [PY, os.path.join(PROGRAMS, "transfer.py"), "--model=flat", f"--mb={cfg['transfer_mb']}",
@@ -641,6 +689,9 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         add(f"throughput.{n}.examples_per_s", get(out, f"throughput.{n}.examples_per_s"))
     add("throughput.scaling_efficiency.async", get(out, "throughput.scaling_efficiency.async"))
     add("throughput.scaling_efficiency.sync", get(out, "throughput.scaling_efficiency.sync"))
+    for n in ("single", "async", "sync"):
+        add(f"compute_bound.{n}_examples_per_s", get(out, f"compute_bound.{n}_examples_per_s"))
+    add("compute_bound.single_step_seconds", get(out, "compute_bound.single_step_seconds"), unit="s")
     add("first_step_seconds.tfcluster", get(out, "first_step_seconds.tfcluster"), unit="s")
     add("first_step_seconds.single_process", get(out, "first_step_seconds.single_process"), unit="s")
     add("first_step_seconds.naive_mts", get(out, "first_step_seconds.naive_mts"), unit="s")
@@ -733,6 +784,7 @@ def bench_fastclose(cfg, tmp, out, notes) -> None:
 
 
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
+           ("compute", bench_compute_bound),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
            ("fastclose", bench_fastclose))
 EXPERIMENTS = {"fastclose"}  # run only when named in --only
