@@ -62,15 +62,23 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
     "tiny": dict(reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
                  scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
-                 cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40),
+                 cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40,
+                 link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
+                 link_mb=4.0, link_placements=["greedy_partitioned"]),
     "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
                   scale_workers=8, balance_step_time=False, naive=False, run_timeout=300,
-                  cb_reps=2, cb_async_steps=300, cb_sync_steps=150, cb_single_steps=100),
+                  cb_reps=2, cb_async_steps=300, cb_sync_steps=150, cb_single_steps=100,
+                  link_rates=[1e9], link_ps=[1, 2, 4], link_modes=["async"], link_reps=1,
+                  link_secs=1.5, link_mb=8.0,
+                  link_placements=["round_robin", "greedy", "greedy_partitioned"]),
     "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
                  scale_workers=8, balance_step_time=True, naive=True, run_timeout=420,
-                 cb_reps=4, cb_async_steps=600, cb_sync_steps=300, cb_single_steps=200),
+                 cb_reps=4, cb_async_steps=600, cb_sync_steps=300, cb_single_steps=200,
+                 link_rates=[1e9, 1e10], link_ps=[1, 2, 4], link_modes=["async", "sync"], link_reps=2,
+                 link_secs=2.5, link_mb=8.0,
+                 link_placements=["round_robin", "greedy", "greedy_partitioned"]),
 }
 
 GOALS = {
@@ -381,6 +389,34 @@ def shell_script(cluster: Dict[str, List[str]], prog: Sequence[str], setsid: boo
     return "\n".join(lines) + "\n"
 
 
+def import_cost() -> Optional[Tuple[float, float]]:
+    """(wall seconds, CPU seconds user+sys) of ``import tensorflow`` in a fresh process."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    t0 = time.monotonic()
+    p = PROCS.popen([PY, "-c", "import tensorflow"], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, env=env)
+    try:
+        _, status, ru = os.wait4(p.pid, 0)
+    finally:
+        p.returncode = 0
+        PROCS.done(p)
+    wall = time.monotonic() - t0
+    return (wall, ru.ru_utime + ru.ru_stime) if os.waitstatus_to_exitcode(status) == 0 else None
+
+
+def first_step_floor(imports: Sequence[Optional[Tuple[float, float]]], tasks: int,
+                     cores: int) -> Dict[str, Any]:
+    """The first-step ratio this machine allows: the tasks' imports share the cores (their
+    CPU seconds / cores), against one process's import (its wall time)."""
+    ok = [x for x in imports if x]
+    wall = median([w for w, _ in ok])
+    cpu = median([c for _, c in ok])
+    floor = None if not wall else max(wall, tasks * cpu / cores) / wall
+    return {"floor": rnd(floor), "tasks": tasks, "cores": cores,
+            "import_wall_seconds": rnd(wall, 3), "import_cpu_seconds": rnd(cpu, 3),
+            "runs": [[rnd(w, 3), rnd(c, 3)] for w, c in ok]}
+
+
 def bench_training(cfg, tmp, out, notes) -> None:
     """first step, shutdown, throughput: trainer.py (async, sync) vs the seed-style trainer
     (async, sync) on 1 ps + 2 workers under tfcluster launch, and one process alone."""
@@ -410,11 +446,13 @@ def bench_training(cfg, tmp, out, notes) -> None:
     }
     names = list(variants)
     res: Dict[str, List[Result]] = {n: [] for n in names}
+    imports: List[Optional[Tuple[float, float]]] = []
     for i in range(cfg["reps"]):
         order = names if i % 2 == 0 else names[::-1]
         for n in order:
             log(f"  rep {i + 1}/{cfg['reps']}: {n}")
             res[n].append(variants[n]())
+        imports.append(import_cost())
 
     def per(name, fn):
         return [fn(r) if r.ok else None for r in res[name]]
@@ -428,6 +466,10 @@ def bench_training(cfg, tmp, out, notes) -> None:
     examples = {n: [None if x is None else x * per_step[n] for x in rate[n]] for n in names}
 
     out["first_step_ratio"] = rnd(median(ratios(first["trainer_async"], first["single"])))
+    fl = first_step_floor(imports, 3, machine_info()["nproc"] or 1)
+    if out["first_step_ratio"] and fl["floor"]:
+        fl["ratio_over_floor"] = rnd(out["first_step_ratio"] / fl["floor"])
+    out["first_step_floor"] = fl
     out["first_step_seconds"] = {
         "tfcluster": rnd(median(first["trainer_async"]), 3),
         "tfcluster_sync": rnd(median(first["trainer_sync"]), 3),
@@ -510,6 +552,13 @@ def bench_compute_bound(cfg, tmp, out, notes) -> None:
     }
     if single_step is not None and single_step < 0.02:
         notes.append(f"compute_bound: one process took {single_step * 1000:.0f} ms a step (< 20 ms)")
+
+
+def bench_links(cfg, tmp, out, notes) -> None:
+    """Simulated network links (scripts/netns_links.py): step time vs the links' floor."""
+    import netns_links
+
+    netns_links.bench_links(cfg, tmp, out, notes, log)
 
 
 def bench_transfer(cfg, tmp, out, notes) -> None:
@@ -692,6 +741,10 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
     for n in ("single", "async", "sync"):
         add(f"compute_bound.{n}_examples_per_s", get(out, f"compute_bound.{n}_examples_per_s"))
     add("compute_bound.single_step_seconds", get(out, "compute_bound.single_step_seconds"), unit="s")
+    add("first_step_floor (3 tasks' import CPU / cores vs one import)", get(out, "first_step_floor.floor"))
+    add("first_step_ratio / floor", get(out, "first_step_floor.ratio_over_floor"), "<= 1.1",
+        None if get(out, "first_step_floor.ratio_over_floor") is None
+        else get(out, "first_step_floor.ratio_over_floor") <= 1.1)
     add("first_step_seconds.tfcluster", get(out, "first_step_seconds.tfcluster"), unit="s")
     add("first_step_seconds.single_process", get(out, "first_step_seconds.single_process"), unit="s")
     add("first_step_seconds.naive_mts", get(out, "first_step_seconds.naive_mts"), unit="s")
@@ -703,6 +756,19 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
     if isinstance(st, dict):
         for k, v in st.items():
             add(f"ps_balance.step_seconds[2 ps].{k}", v, unit="s")
+    links = out.get("links") or {}
+    if links.get("skipped"):
+        add("links (simulated network links)", "skipped: " + links["skipped"])
+    for row in links.get("rows", []):
+        name = f"links[{row['rate_gbit']:g} Gbit/s, {row['ps']} ps, {row['mode']}].{row['placement']}"
+        v = row.get("over_floor")
+        goal = met = None
+        if row["placement"] == "greedy_partitioned" and row["ps"] > 1:
+            goal, met = "<= 1.3", None if v is None else v <= 1.3
+        add(name + " step/floor", v, goal, met)
+    for key, sc in (links.get("scaling") or {}).items():
+        for n, v in sc.items():
+            add(f"links.scaling[{key}] 1 -> {n} ps (speed-up)", v)
     add("transfer_fraction_of_loopback", out.get("transfer_fraction_of_loopback"))
     add("transfer.ps_bytes_per_s (MB/s)", None if get(out, "transfer.ps_bytes_per_s") is None
         else round(get(out, "transfer.ps_bytes_per_s") / 1e6, 1))
@@ -784,7 +850,7 @@ def bench_fastclose(cfg, tmp, out, notes) -> None:
 
 
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
-           ("compute", bench_compute_bound),
+           ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
            ("fastclose", bench_fastclose))
 EXPERIMENTS = {"fastclose"}  # run only when named in --only
@@ -811,8 +877,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         key, _, value = item.partition("=")
         if key not in cfg:
             ap.error(f"--set {item}: unknown setting (one of: {', '.join(cfg)})")
-        cfg[key] = type(cfg[key])(json.loads(value)) if not isinstance(cfg[key], bool) \
-            else value.lower() in ("1", "true", "yes")
+        if isinstance(cfg[key], bool):
+            cfg[key] = value.lower() in ("1", "true", "yes")
+        elif isinstance(cfg[key], list):
+            cfg[key] = list(json.loads(value))
+        else:
+            cfg[key] = type(cfg[key])(json.loads(value))
     only = set(args.only.split(",")) if args.only else None
 
     def on_signal(signum, frame):  # noqa: ARG001

@@ -20,6 +20,7 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BATCH = 128
 IMAGES = 512        # the synthetic dataset: IMAGES images repeated
@@ -95,6 +96,7 @@ def single(tf, steps):
 
 
 def cluster(tf, steps, mode, progress_secs):
+    import loop
     import tfcluster.runtime as rt
 
     ctx = rt.task_context()
@@ -113,14 +115,8 @@ def cluster(tf, steps, mode, progress_secs):
             opt = rt.make_sync_optimizer(opt, ctx)
         train_op = opt.minimize(loss, global_step=gs)
         progress = rt.ProgressReporter(total=steps, every_secs=progress_secs)
-        with rt.TrainingSession(ctx, server, last_step=steps, sync_optimizer=opt if sync else None,
-                                save_summaries_steps=None) as sess:
-            while not sess.should_stop():
-                out = sess.run([train_op, gs])
-                if out is None:
-                    break
-                progress(out[1])
-            progress(sess.current_step(), force=True)
+        last = loop.train(rt, ctx, server, steps, train_op, gs, opt if sync else None, progress)
+        progress(last, force=True)
     rt.exit_now(0)
 
 
