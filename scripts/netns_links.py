@@ -215,11 +215,13 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                   "greedy": ["--ps_strategy=greedy"],
                   "greedy_partitioned": ["--ps_strategy=greedy", f"--partition_min_bytes={pmin}"]}
     rows: List[Dict[str, Any]] = []
+    made: List[str] = []
     log(f"links: {mb} MB skewed model, 1 worker host ({workers} workers) + ps hosts at "
         f"{', '.join(f'{r / 1e9:g} Gbit/s' for r in cfg['link_rates'])} (tbf)")
     for rate in cfg["link_rates"]:
         for num_ps in cfg["link_ps"]:
             with Hosts(num_ps, rate) as hosts:
+                made.extend([hosts.worker_ns, *hosts.ps_ns])
                 for mode in cfg["link_modes"]:
                     names = [k for k in strategies if k in cfg["link_placements"]]
                     if num_ps == 1:  # one ps: every placement is the same
@@ -265,7 +267,7 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                             f"({row.get('over_floor')}x)")
     out["links"] = {"model": f"skewed: {mb} MB embedding + 5 small dense layers, SGD",
                     "workers": workers, "partition_min_bytes": pmin, "rows": rows,
-                    "scaling": scaling(rows)}
+                    "scaling": scaling(rows), "namespaces": made}
 
 
 def scaling(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Optional[float]]]:
