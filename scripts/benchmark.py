@@ -25,6 +25,19 @@ Every figure of issue 7, with its JSON key:
 7. ``scale``: 1 ps + 8 workers completes; launcher and per-task RSS; time to render a
    1,000-task cluster for k8s and Slurm, and to validate it.
 
+And of issue 15:
+
+8. ``compute_bound_efficiency.async`` / ``.sync``: examples/s of a small conv net
+   (bench_programs/conv.py, tfcluster's runtime) on 1 ps + 2 workers under ``tfcluster launch``
+   / examples/s of one process alone (``conv.py --single``) on the same cores.
+9. ``first_step_floor``: the first-step ratio this machine allows: the CPU seconds of the 3
+   tasks' ``import tensorflow`` over the cores, against one process's import (wall).
+10. ``links`` (``--only links``; root, ``ip`` and ``tc`` needed, else skipped with one line):
+   the cluster on network-namespace hosts whose links are shaped with ``tc tbf``
+   (scripts/netns_links.py); step time of a transfer-bound model against the links' floor
+   (bytes each way per global step / (ps hosts x rate)) for round robin, greedy and greedy +
+   partitioning over 1, 2, 4 ps, async and sync; ``links.scaling``: speed-up from 1 ps host.
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.

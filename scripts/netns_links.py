@@ -183,21 +183,45 @@ def run_cluster(hosts: Hosts, workers: int, prog_args: Sequence[str], tmp: str, 
                 hosts.start(ns, [PY, LINKS, *prog_args], env, path)
         worker_procs = hosts.procs[len(cluster["ps"]):]
         deadline = time.monotonic() + timeout
-        for p in worker_procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                break
+        samples = []   # (time, CPU seconds of every task still running): the run's CPU profile
+        while any(p.poll() is None for p in worker_procs) and time.monotonic() < deadline:
+            samples.append((time.monotonic(), _cpu_seconds(hosts.procs)))
+            time.sleep(0.1)
     finally:
         hosts.kill_tasks()
     try:
         with open(chief_log, errors="replace") as f:
             for line in f:
                 if line.startswith("@bench "):
-                    return json.loads(line[len("@bench "):])
+                    b = json.loads(line[len("@bench "):])
+                    b["cpu_busy"] = _busy(samples, *b.get("window", (0, 0)))
+                    return b
     except OSError:
         pass
     return None
+
+
+def _cpu_seconds(procs: Sequence[subprocess.Popen]) -> float:
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        try:
+            t = psutil.Process(p.pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _busy(samples: List[tuple], t0: float, t1: float) -> Optional[float]:
+    """The tasks' CPU use over [t0, t1] as a fraction of all cores (1.0: every core busy)."""
+    inside = [s for s in samples if t0 <= s[0] <= t1]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    (a, ca), (b, cb) = inside[0], inside[-1]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (cb - ca) / (b - a) / cores
 
 
 def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[str],
@@ -227,6 +251,7 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                     if num_ps == 1:  # one ps: every placement is the same
                         names = ["greedy_partitioned"]
                     runs: Dict[str, List[Optional[float]]] = {k: [] for k in names}
+                    busy: Dict[str, List[Optional[float]]] = {k: [] for k in names}
                     info: Dict[str, Dict[str, Any]] = {}
                     for rep in range(cfg["link_reps"]):
                         for k in (names if rep % 2 == 0 else names[::-1]):
@@ -241,6 +266,7 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                                             tmp, f"links-{rate:g}-{num_ps}-{mode}-{k}-{rep}",
                                             cfg["run_timeout"])
                             runs[k].append(b["steps_per_s"] if b and b.get("steps_per_s") else None)
+                            busy[k].append(b.get("cpu_busy") if b else None)
                             if b:
                                 info[k] = b
                     for k in names:
@@ -248,7 +274,8 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                         sps = _median(runs[k])
                         row: Dict[str, Any] = {"rate_gbit": rate / 1e9, "ps": num_ps, "mode": mode,
                                                "placement": k, "steps_per_s": _r(sps, 2),
-                                               "runs_steps_per_s": [_r(x, 2) for x in runs[k]]}
+                                               "runs_steps_per_s": [_r(x, 2) for x in runs[k]],
+                                               "cpu_busy": _r(_median(busy[k]), 3)}
                         if b:
                             replicas = workers if mode == "sync" else 1
                             per_dir = b["model_bytes"] * replicas      # bytes each way per global step
@@ -264,7 +291,7 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                         rows.append(row)
                         log(f"  {rate / 1e9:g} Gbit/s, {num_ps} ps, {mode}, {k}: "
                             f"{row.get('step_seconds')} s/step, floor {row.get('floor_seconds')} s "
-                            f"({row.get('over_floor')}x)")
+                            f"({row.get('over_floor')}x; tasks' CPU {row.get('cpu_busy')} of the cores)")
     out["links"] = {"model": f"skewed: {mb} MB embedding + 5 small dense layers, SGD",
                     "workers": workers, "partition_min_bytes": pmin, "rows": rows,
                     "scaling": scaling(rows), "namespaces": made}
