@@ -81,7 +81,7 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
     "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
                   scale_workers=8, balance_step_time=False, naive=False, run_timeout=300,
-                  cb_reps=2, cb_async_steps=300, cb_sync_steps=150, cb_single_steps=100,
+                  cb_reps=2, cb_async_steps=200, cb_sync_steps=100, cb_single_steps=80,
                   link_rates=[1e9], link_ps=[1, 2, 4], link_modes=["async"], link_reps=1,
                   link_secs=1.5, link_mb=8.0,
                   link_placements=["round_robin", "greedy", "greedy_partitioned"]),
