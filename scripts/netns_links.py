@@ -115,6 +115,10 @@ class Hosts:
         _ip("netns", "add", w)
         self.made.append(w)
         _ip("-n", w, "link", "set", "lo", "up")
+        # the worker host routes between ps hosts (a ps reads from another ps in sync mode:
+        # SyncReplicasOptimizer's global step and token queue live on ps 0)
+        subprocess.run(["ip", "netns", "exec", w, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                       capture_output=True, timeout=30, check=True)
         shape = tbf_args(self.rate_bps)
         for i, ns in enumerate(self.ps_ns):
             _ip("netns", "add", ns)
@@ -264,7 +268,7 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                                                              f"--steps={steps}", "--warmup=4",
                                                              *strategies[k]],
                                             tmp, f"links-{rate:g}-{num_ps}-{mode}-{k}-{rep}",
-                                            cfg["run_timeout"])
+                                            min(cfg["run_timeout"], 60 + 4 * cfg["link_secs"]))
                             runs[k].append(b["steps_per_s"] if b and b.get("steps_per_s") else None)
                             busy[k].append(b.get("cpu_busy") if b else None)
                             if b:
