@@ -25,6 +25,19 @@ Every figure of issue 7, with its JSON key:
 7. ``scale``: 1 ps + 8 workers completes; launcher and per-task RSS; time to render a
    1,000-task cluster for k8s and Slurm, and to validate it.
 
+And of issue 15:
+
+8. ``compute_bound_efficiency.async`` / ``.sync``: examples/s of a small conv net
+   (bench_programs/conv.py, tfcluster's runtime) on 1 ps + 2 workers under ``tfcluster launch``
+   / examples/s of one process alone (``conv.py --single``) on the same cores.
+9. ``first_step_floor``: the first-step ratio this machine allows: the CPU seconds of the 3
+   tasks' ``import tensorflow`` over the cores, against one process's import (wall).
+10. ``links`` (``--only links``; root, ``ip`` and ``tc`` needed, else skipped with one line):
+   the cluster on network-namespace hosts whose links are shaped with ``tc tbf``
+   (scripts/netns_links.py); step time of a transfer-bound model against the links' floor
+   (bytes each way per global step / (ps hosts x rate)) for round robin, greedy and greedy +
+   partitioning over 1, 2, 4 ps, async and sync; ``links.scaling``: speed-up from 1 ps host.
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.
@@ -61,13 +74,24 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
     "tiny": dict(reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
-                 scale_workers=2, balance_step_time=False, naive=False, run_timeout=240),
+                 scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
+                 cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40,
+                 link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
+                 link_mb=4.0, link_placements=["greedy_partitioned"]),
     "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
-                  scale_workers=8, balance_step_time=False, naive=False, run_timeout=300),
+                  scale_workers=8, balance_step_time=False, naive=False, run_timeout=300,
+                  cb_reps=2, cb_async_steps=200, cb_sync_steps=100, cb_single_steps=80,
+                  link_rates=[1e9], link_ps=[1, 2, 4], link_modes=["async"], link_reps=1,
+                  link_secs=1.5, link_mb=8.0,
+                  link_placements=["round_robin", "greedy", "greedy_partitioned"]),
     "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
-                 scale_workers=8, balance_step_time=True, naive=True, run_timeout=420),
+                 scale_workers=8, balance_step_time=True, naive=True, run_timeout=420,
+                 cb_reps=4, cb_async_steps=600, cb_sync_steps=300, cb_single_steps=200,
+                 link_rates=[1e9, 1e10], link_ps=[1, 2, 4], link_modes=["async", "sync"], link_reps=2,
+                 link_secs=2.5, link_mb=8.0,
+                 link_placements=["round_robin", "greedy", "greedy_partitioned"]),
 }
 
 GOALS = {
@@ -78,6 +102,8 @@ GOALS = {
     "throughput_ratio_vs_seed.async": (">=", 1.0),
     "throughput_ratio_vs_seed.sync": (">=", 1.0),
     "ps_balance.greedy": ("<=", 1.05),
+    "compute_bound_efficiency.async": (">=", 0.85),
+    "compute_bound_efficiency.sync": (">=", 0.85),
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -376,6 +402,34 @@ def shell_script(cluster: Dict[str, List[str]], prog: Sequence[str], setsid: boo
     return "\n".join(lines) + "\n"
 
 
+def import_cost() -> Optional[Tuple[float, float]]:
+    """(wall seconds, CPU seconds user+sys) of ``import tensorflow`` in a fresh process."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    t0 = time.monotonic()
+    p = PROCS.popen([PY, "-c", "import tensorflow"], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, env=env)
+    try:
+        _, status, ru = os.wait4(p.pid, 0)
+    finally:
+        p.returncode = 0
+        PROCS.done(p)
+    wall = time.monotonic() - t0
+    return (wall, ru.ru_utime + ru.ru_stime) if os.waitstatus_to_exitcode(status) == 0 else None
+
+
+def first_step_floor(imports: Sequence[Optional[Tuple[float, float]]], tasks: int,
+                     cores: int) -> Dict[str, Any]:
+    """The first-step ratio this machine allows: the tasks' imports share the cores (their
+    CPU seconds / cores), against one process's import (its wall time)."""
+    ok = [x for x in imports if x]
+    wall = median([w for w, _ in ok])
+    cpu = median([c for _, c in ok])
+    floor = None if not wall else max(wall, tasks * cpu / cores) / wall
+    return {"floor": rnd(floor), "tasks": tasks, "cores": cores,
+            "import_wall_seconds": rnd(wall, 3), "import_cpu_seconds": rnd(cpu, 3),
+            "runs": [[rnd(w, 3), rnd(c, 3)] for w, c in ok]}
+
+
 def bench_training(cfg, tmp, out, notes) -> None:
     """first step, shutdown, throughput: trainer.py (async, sync) vs the seed-style trainer
     (async, sync) on 1 ps + 2 workers under tfcluster launch, and one process alone."""
@@ -405,11 +459,13 @@ def bench_training(cfg, tmp, out, notes) -> None:
     }
     names = list(variants)
     res: Dict[str, List[Result]] = {n: [] for n in names}
+    imports: List[Optional[Tuple[float, float]]] = []
     for i in range(cfg["reps"]):
         order = names if i % 2 == 0 else names[::-1]
         for n in order:
             log(f"  rep {i + 1}/{cfg['reps']}: {n}")
             res[n].append(variants[n]())
+        imports.append(import_cost())
 
     def per(name, fn):
         return [fn(r) if r.ok else None for r in res[name]]
@@ -423,6 +479,10 @@ def bench_training(cfg, tmp, out, notes) -> None:
     examples = {n: [None if x is None else x * per_step[n] for x in rate[n]] for n in names}
 
     out["first_step_ratio"] = rnd(median(ratios(first["trainer_async"], first["single"])))
+    fl = first_step_floor(imports, 3, machine_info()["nproc"] or 1)
+    if out["first_step_ratio"] and fl["floor"]:
+        fl["ratio_over_floor"] = rnd(out["first_step_ratio"] / fl["floor"])
+    out["first_step_floor"] = fl
     out["first_step_seconds"] = {
         "tfcluster": rnd(median(first["trainer_async"]), 3),
         "tfcluster_sync": rnd(median(first["trainer_sync"]), 3),
@@ -462,6 +522,56 @@ def bench_training(cfg, tmp, out, notes) -> None:
         out["first_step_seconds"]["naive_mts"] = rnd(first_step_seconds(r, 2), 3) if r.ok else None
     else:
         notes.append("first_step_seconds.naive_mts: measured in the full run only (it waits ~30 s)")
+
+
+def bench_compute_bound(cfg, tmp, out, notes) -> None:
+    """compute_bound_efficiency: examples/s of a small conv net (bench_programs/conv.py) on 1 ps
+    + 2 workers under tfcluster launch / examples/s of one process alone on the same cores."""
+    log("compute-bound: conv net, 1 ps + 2 workers (async, sync) vs one process alone")
+    conv = os.path.join(PROGRAMS, "conv.py")
+    batch = 128  # conv.py's BATCH
+    variants = {
+        "single": lambda: run("conv-single", [PY, conv, "--single", f"--steps={cfg['cb_single_steps']}"],
+                              cfg["run_timeout"]),
+        "async": lambda: launch("conv-async", tmp, 1, 2, [PY, conv, "--mode=async",
+                                                          f"--steps={cfg['cb_async_steps']}"],
+                                timeout=cfg["run_timeout"]),
+        "sync": lambda: launch("conv-sync", tmp, 1, 2, [PY, conv, "--mode=sync",
+                                                        f"--steps={cfg['cb_sync_steps']}"],
+                               timeout=cfg["run_timeout"]),
+    }
+    names = list(variants)
+    ex: Dict[str, List[Optional[float]]] = {n: [] for n in names}
+    single_cpu: List[Optional[float]] = []
+    for i in range(cfg["cb_reps"]):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            r = variants[n]()
+            if n == "single":
+                b = r.bench() if r.ok else None
+                ex[n].append(b["examples_per_s"] if b else None)
+                single_cpu.append(b.get("cpu_seconds_per_step") if b else None)
+            else:
+                sps = steps_per_second(r, 2) if r.ok else None
+                ex[n].append(None if sps is None else sps * batch * (2 if n == "sync" else 1))
+    out["compute_bound_efficiency"] = {m: rnd(median(ratios(ex[m], ex["single"]))) for m in ("async", "sync")}
+    single_step = median([None if x is None else batch / x for x in ex["single"]])
+    out["compute_bound"] = {
+        "model": "conv net 32x32x3 -> conv3x3 32, 64/2, 64/2 -> mean -> 10 (56k parameters), batch 128",
+        "ps": 1, "workers": 2, "batch_per_worker": batch,
+        "single_step_seconds": rnd(single_step, 4),
+        "single_cpu_seconds_per_step": rnd(median(single_cpu), 4),
+        **{f"{n}_examples_per_s": rnd(median(v), 1) for n, v in ex.items()},
+        "runs_examples_per_s": {n: [rnd(x, 1) for x in v] for n, v in ex.items()},
+    }
+    if single_step is not None and single_step < 0.02:
+        notes.append(f"compute_bound: one process took {single_step * 1000:.0f} ms a step (< 20 ms)")
+
+
+def bench_links(cfg, tmp, out, notes) -> None:
+    """Simulated network links (scripts/netns_links.py): step time vs the links' floor."""
+    import netns_links
+
+    netns_links.bench_links(cfg, tmp, out, notes, log)
 
 
 def bench_transfer(cfg, tmp, out, notes) -> None:
@@ -641,6 +751,13 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         add(f"throughput.{n}.examples_per_s", get(out, f"throughput.{n}.examples_per_s"))
     add("throughput.scaling_efficiency.async", get(out, "throughput.scaling_efficiency.async"))
     add("throughput.scaling_efficiency.sync", get(out, "throughput.scaling_efficiency.sync"))
+    for n in ("single", "async", "sync"):
+        add(f"compute_bound.{n}_examples_per_s", get(out, f"compute_bound.{n}_examples_per_s"))
+    add("compute_bound.single_step_seconds", get(out, "compute_bound.single_step_seconds"), unit="s")
+    add("first_step_floor (3 tasks' import CPU / cores vs one import)", get(out, "first_step_floor.floor"))
+    add("first_step_ratio / floor", get(out, "first_step_floor.ratio_over_floor"), "<= 1.1",
+        None if get(out, "first_step_floor.ratio_over_floor") is None
+        else get(out, "first_step_floor.ratio_over_floor") <= 1.1)
     add("first_step_seconds.tfcluster", get(out, "first_step_seconds.tfcluster"), unit="s")
     add("first_step_seconds.single_process", get(out, "first_step_seconds.single_process"), unit="s")
     add("first_step_seconds.naive_mts", get(out, "first_step_seconds.naive_mts"), unit="s")
@@ -652,6 +769,19 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
     if isinstance(st, dict):
         for k, v in st.items():
             add(f"ps_balance.step_seconds[2 ps].{k}", v, unit="s")
+    links = out.get("links") or {}
+    if links.get("skipped"):
+        add("links (simulated network links)", "skipped: " + links["skipped"])
+    for row in links.get("rows", []):
+        name = f"links[{row['rate_gbit']:g} Gbit/s, {row['ps']} ps, {row['mode']}].{row['placement']}"
+        v = row.get("over_floor")
+        goal = met = None
+        if row["placement"] == "greedy_partitioned" and row["ps"] > 1:
+            goal, met = "<= 1.3", None if v is None else v <= 1.3
+        add(name + " step/floor", v, goal, met)
+    for key, sc in (links.get("scaling") or {}).items():
+        for n, v in sc.items():
+            add(f"links.scaling[{key}] 1 -> {n} ps (speed-up)", v)
     add("transfer_fraction_of_loopback", out.get("transfer_fraction_of_loopback"))
     add("transfer.ps_bytes_per_s (MB/s)", None if get(out, "transfer.ps_bytes_per_s") is None
         else round(get(out, "transfer.ps_bytes_per_s") / 1e6, 1))
@@ -733,6 +863,7 @@ def bench_fastclose(cfg, tmp, out, notes) -> None:
 
 
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
+           ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
            ("fastclose", bench_fastclose))
 EXPERIMENTS = {"fastclose"}  # run only when named in --only
@@ -759,8 +890,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         key, _, value = item.partition("=")
         if key not in cfg:
             ap.error(f"--set {item}: unknown setting (one of: {', '.join(cfg)})")
-        cfg[key] = type(cfg[key])(json.loads(value)) if not isinstance(cfg[key], bool) \
-            else value.lower() in ("1", "true", "yes")
+        if isinstance(cfg[key], bool):
+            cfg[key] = value.lower() in ("1", "true", "yes")
+        elif isinstance(cfg[key], list):
+            cfg[key] = list(json.loads(value))
+        else:
+            cfg[key] = type(cfg[key])(json.loads(value))
     only = set(args.only.split(",")) if args.only else None
 
     def on_signal(signum, frame):  # noqa: ARG001

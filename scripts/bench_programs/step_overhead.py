@@ -4,7 +4,8 @@ trainer.py's model on a local grpc server; microseconds per step of: a plain
 ``Session.run([train_op, global_step])``; the same with ``operation_timeout_in_ms``; with
 intra 1 / inter 2 thread pools (what the runtime gives 3 tasks on 2 cores); a
 ``MonitoredSession`` with ``StopAtStepHook``, fetching ``loss`` too or not (what trainer.py did
-before ``TrainingSession`` checked the step itself); and a ``MonitoredSession`` with no hooks.
+before ``TrainingSession`` checked the step itself); and a ``MonitoredSession`` with no hooks; tfcluster's ``TrainingSession`` (its loop, with
+``should_stop()``).
 Variants alternate; prints the medians of ``REPS`` (default 3) repeats as JSON.
 
     python scripts/bench_programs/step_overhead.py [REPS]
@@ -26,7 +27,13 @@ def main():
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
-    server = tf.compat.v1.train.Server.create_local_server()
+    from tfcluster.hosts import free_ports
+    from tfcluster.runtime import TrainingSession, parse_tf_config
+
+    addr = "localhost:%d" % free_ports(1)[0]
+    cluster = {"worker": [addr]}
+    server = tf.compat.v1.train.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
+    ctx = parse_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
     data = mlp.load_data()
 
     def build():
@@ -71,7 +78,21 @@ def main():
                     s.run(fetches)
                 return (time.perf_counter() - t) / n * 1e6
 
-    variants = {"plain": lambda: plain(cfg()), "plain_timeout": lambda: plain(cfg(True)),
+    def training_session(c, n=1500):
+        """tfcluster's TrainingSession as trainer.py uses it (async, no hooks: fast path)."""
+        g, gs, _, op = build()
+        with g.as_default():
+            with TrainingSession(ctx, server.target, last_step=10**9, config=c) as s:
+                for _ in range(50):
+                    s.run([op, gs])
+                t = time.perf_counter()
+                for _ in range(n):
+                    if s.should_stop():
+                        break
+                    s.run([op, gs])
+                return (time.perf_counter() - t) / n * 1e6
+
+    variants = {"training_session": lambda: training_session(cfg()),"plain": lambda: plain(cfg()), "plain_timeout": lambda: plain(cfg(True)),
                 "plain_pools_1_2": lambda: plain(cfg(False, (1, 2))),
                 "monitored_stopatstep_fetch_loss": lambda: monitored(cfg()),
                 "monitored_stopatstep": lambda: monitored(cfg(), fetch_loss=False),

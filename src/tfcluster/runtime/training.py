@@ -189,6 +189,10 @@ class TrainingSession:
                     all_hooks.append(tf.compat.v1.train.StepCounterHook(
                         every_n_steps=int(log_step_count_steps), output_dir=self.checkpoint_dir))
         self.hooks = all_hooks
+        # No hooks (async, no chief duties in this session): run() calls a cached callable
+        # of the raw session instead of MonitoredSession's wrapper chain and fetch handling.
+        self._fast = not all_hooks
+        self._callables: dict = {}
 
         if self.is_chief:
             self._creator = tf.compat.v1.train.ChiefSessionCreator(
@@ -312,11 +316,24 @@ class TrainingSession:
         import tensorflow as tf
 
         try:
-            if self.last_step is None:
+            fn = None
+            if self._fast and feed_dict is None and options is None and run_metadata is None:
+                fn = self._callable(fetches)
+            if fn is not None:
+                try:
+                    out = fn()
+                except (tf.errors.AbortedError, tf.errors.UnavailableError):
+                    # a ps restarted: MonitoredSession's path recreates the session
+                    out = self._sess.run(fetches if self.last_step is None
+                                         else (fetches, self.global_step))
+                if self.last_step is None:
+                    return out
+            elif self.last_step is None:
                 return self._sess.run(fetches, feed_dict=feed_dict, options=options,
                                       run_metadata=run_metadata)
-            out = self._sess.run((fetches, self.global_step), feed_dict=feed_dict,
-                                 options=options, run_metadata=run_metadata)
+            else:
+                out = self._sess.run((fetches, self.global_step), feed_dict=feed_dict,
+                                     options=options, run_metadata=run_metadata)
         except tf.errors.DeadlineExceededError:
             if self.last_step is not None and self.current_step() >= self.last_step:
                 self._stopped = True
@@ -328,6 +345,29 @@ class TrainingSession:
         if step + 1 >= self.last_step and self.current_step() >= self.last_step:
             self._stopped = True
         return result
+
+    def _callable(self, fetches):
+        """``Session.make_callable`` of ``fetches`` (plus the global step), cached per raw
+        session and per fetch list; None for fetches it cannot key (nested structures)."""
+        if isinstance(fetches, (list, tuple)):
+            if any(isinstance(f, (list, tuple, dict)) for f in fetches):
+                return None
+            key = (type(fetches), tuple(id(f) for f in fetches))
+        elif isinstance(fetches, dict):
+            return None
+        else:
+            key = id(fetches)
+        raw = self._sess._tf_sess()  # noqa: SLF001 - changes when a session is recreated
+        key = (id(raw), key)
+        fn = self._callables.get(key)
+        if fn is None:
+            if len(self._callables) > 64:
+                self._callables.clear()
+            fn = raw.make_callable(fetches if self.last_step is None
+                                   else (fetches, self.global_step))
+            self._callables[key] = (fn, fetches, raw)  # keep the keyed objects alive
+            return fn
+        return fn[0]
 
     def run_raw(self, fetches, feed_dict=None, options=None):
         """Run without hooks (e.g. evaluation after the loop; does not count as a step)."""

@@ -1,0 +1,326 @@
+"""Simulated network links for scripts/benchmark.py (``--only links``): a ps/worker cluster on
+network-namespace hosts whose links are rate-limited with ``tc`` token buckets.
+
+Topology: one worker host (namespace ``W``) and one namespace per ps host (``P0``, ``P1``,
+...). Each ps host has its own veth link to the worker host, shaped in both directions with a
+``tbf`` qdisc at ``rate`` (on the ps side for ps -> worker, on the worker side for
+worker -> ps): every ps host has a full-duplex link of that rate, as a NIC would. The worker
+host's links are the ps hosts' links, so adding a ps host adds bandwidth (the worker host is
+taken to have a link at least as fast as all ps links together). Nothing is connected to the
+root namespace: the traffic stays inside the namespaces made here, and they are deleted (with
+their veths and every process in them) at the end, on error and on Ctrl-C.
+
+Addresses: link ``i`` is ``10.N.i.0/24``, the worker side ``.1``, ps ``i`` ``.2``; the workers
+are reachable at ``10.N.0.1`` from every ps host (their default route is their link). Every task
+is started directly with ``ip netns exec NS python bench_programs/links.py`` and its TF_CONFIG
+(tfcluster's runtime inside; no launcher, which is measured elsewhere).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LINKS = os.path.join(HERE, "bench_programs", "links.py")
+PY = sys.executable
+PORT = 2222
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+def _tc(ns: str, *args: str) -> None:
+    subprocess.run(["tc", "-n", ns, *args], capture_output=True, text=True, timeout=30, check=True)
+
+
+def unavailable() -> Optional[str]:
+    """Why this machine cannot run the mode (one line), or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    missing = [t for t in ("ip", "tc") if not shutil.which(t)]
+    if missing:
+        return f"missing {', '.join(missing)} (apt-get install iproute2)"
+    probe = f"tflp{os.getpid() % 100000}"
+    try:
+        _ip("netns", "add", probe)
+        try:
+            _ip("-n", probe, "link", "add", "pa", "type", "veth", "peer", "name", "pb")
+            _tc(probe, "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "1gbit",
+                "burst", "256kb", "latency", "50ms")
+        finally:
+            _ip("netns", "del", probe, check=False)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
+        err = getattr(e, "stderr", "") or str(e)
+        return f"cannot make a namespace with a tbf-shaped veth here ({err.strip().splitlines()[-1] if err.strip() else e})"
+    return None
+
+
+def tbf_args(rate_bps: float) -> List[str]:
+    """A token bucket of ``rate_bps`` bits/s; the bucket holds >= 4 ms of traffic and at
+    least a 64 KB GSO segment (a smaller bucket cannot pass one)."""
+    burst = max(256 * 1024, int(rate_bps / 8 * 0.004))
+    return ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", "100ms"]
+
+
+class Hosts:
+    """A worker host and ``num_ps`` ps hosts, each ps host linked to the worker host at
+    ``rate_bps`` (both directions). Use as a context manager: the namespaces go at exit."""
+
+    def __init__(self, num_ps: int, rate_bps: float):
+        tag = f"{os.getpid() % 10000}{random.randint(0, 99)}"
+        self.worker_ns = f"tfl{tag}w"
+        self.ps_ns = [f"tfl{tag}p{i}" for i in range(num_ps)]
+        self.rate_bps = rate_bps
+        self.net = self._free_net()
+        self.made: List[str] = []
+        self.procs: List[subprocess.Popen] = []
+
+    @staticmethod
+    def _free_net() -> str:
+        used = _ip("-4", "addr").stdout + _ip("-4", "route").stdout
+        for _ in range(200):
+            net = f"10.{random.randint(100, 250)}"
+            if f" {net}." not in used and f"inet {net}." not in used:
+                return net
+        raise RuntimeError("no free 10.N.0.0/16 network")
+
+    def ps_addr(self, i: int) -> str:
+        return f"{self.net}.{i}.2"
+
+    @property
+    def worker_addr(self) -> str:
+        return f"{self.net}.0.1"
+
+    def __enter__(self) -> "Hosts":
+        try:
+            self._make()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _make(self) -> None:
+        w = self.worker_ns
+        _ip("netns", "add", w)
+        self.made.append(w)
+        _ip("-n", w, "link", "set", "lo", "up")
+        # the worker host routes between ps hosts (a ps reads from another ps in sync mode:
+        # SyncReplicasOptimizer's global step and token queue live on ps 0)
+        subprocess.run(["ip", "netns", "exec", w, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                       capture_output=True, timeout=30, check=True)
+        shape = tbf_args(self.rate_bps)
+        for i, ns in enumerate(self.ps_ns):
+            _ip("netns", "add", ns)
+            self.made.append(ns)
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", w, "link", "add", f"ps{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("-n", w, "addr", "add", f"{self.net}.{i}.1/24", "dev", f"ps{i}")
+            _ip("-n", ns, "addr", "add", f"{self.net}.{i}.2/24", "dev", "eth0")
+            _ip("-n", w, "link", "set", f"ps{i}", "up")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "route", "add", "default", "via", f"{self.net}.{i}.1")
+            _tc(w, "qdisc", "add", "dev", f"ps{i}", "root", *shape)    # worker -> ps i
+            _tc(ns, "qdisc", "add", "dev", "eth0", "root", *shape)     # ps i -> worker
+
+    def start(self, ns: str, argv: Sequence[str], env: Dict[str, str], log_path: str) -> subprocess.Popen:
+        with open(log_path, "wb") as logf:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=logf,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                 start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def kill_tasks(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for ns in self.made:   # anything else still in a namespace
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs = []
+
+    def close(self) -> None:
+        self.kill_tasks()
+        for ns in reversed(self.made):    # deleting a namespace deletes its veths
+            _ip("netns", "del", ns, check=False)
+        self.made = []
+
+
+def run_cluster(hosts: Hosts, workers: int, prog_args: Sequence[str], tmp: str, tag: str,
+                timeout: float) -> Optional[Dict[str, Any]]:
+    """One run of links.py on ``hosts``: the chief's ``@bench`` dict, or None (logs kept in tmp)."""
+    cluster = {"ps": [f"{hosts.ps_addr(i)}:{PORT}" for i in range(len(hosts.ps_ns))],
+               "worker": [f"{hosts.worker_addr}:{PORT + j}" for j in range(workers)]}
+    ntasks = len(cluster["ps"]) + workers
+    base_env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
+                    TFCLUSTER_LOCAL_TASKS=str(ntasks))     # every namespace shares these cores
+    chief_log = ""
+    try:
+        for job, nss in (("ps", hosts.ps_ns), ("worker", [hosts.worker_ns] * workers)):
+            for i, ns in enumerate(nss):
+                env = dict(base_env, TFCLUSTER_TASK=f"{job}:{i}",
+                           TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": i}}))
+                path = os.path.join(tmp, f"{tag}-{job}{i}.log")
+                if job == "worker" and i == 0:
+                    chief_log = path
+                hosts.start(ns, [PY, LINKS, *prog_args], env, path)
+        worker_procs = hosts.procs[len(cluster["ps"]):]
+        deadline = time.monotonic() + timeout
+        samples = []   # (time, CPU seconds of every task still running): the run's CPU profile
+        while any(p.poll() is None for p in worker_procs) and time.monotonic() < deadline:
+            samples.append((time.monotonic(), _cpu_seconds(hosts.procs)))
+            time.sleep(0.1)
+    finally:
+        hosts.kill_tasks()
+    try:
+        with open(chief_log, errors="replace") as f:
+            for line in f:
+                if line.startswith("@bench "):
+                    b = json.loads(line[len("@bench "):])
+                    b["cpu_busy"] = _busy(samples, *b.get("window", (0, 0)))
+                    return b
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_seconds(procs: Sequence[subprocess.Popen]) -> float:
+    import psutil
+
+    total = 0.0
+    for p in procs:
+        try:
+            t = psutil.Process(p.pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _busy(samples: List[tuple], t0: float, t1: float) -> Optional[float]:
+    """The tasks' CPU use over [t0, t1] as a fraction of all cores (1.0: every core busy)."""
+    inside = [s for s in samples if t0 <= s[0] <= t1]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    (a, ca), (b, cb) = inside[0], inside[-1]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (cb - ca) / (b - a) / cores
+
+
+def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[str],
+                log: Callable[[str], None]) -> None:
+    """Step time against the links' physical floor: round robin vs greedy vs greedy with
+    partitioning over 1, 2, 4 ps hosts, async and sync, at each rate in cfg['link_rates']."""
+    why = unavailable()
+    if why:
+        log(f"links: skipped: {why}")
+        out["links"] = {"skipped": why}
+        notes.append(f"links: skipped ({why})")
+        return
+    mb, workers, pmin = cfg["link_mb"], 2, 2**20
+    strategies = {"round_robin": ["--ps_strategy=round_robin"],
+                  "greedy": ["--ps_strategy=greedy"],
+                  "greedy_partitioned": ["--ps_strategy=greedy", f"--partition_min_bytes={pmin}"]}
+    rows: List[Dict[str, Any]] = []
+    made: List[str] = []
+    log(f"links: {mb} MB skewed model, 1 worker host ({workers} workers) + ps hosts at "
+        f"{', '.join(f'{r / 1e9:g} Gbit/s' for r in cfg['link_rates'])} (tbf)")
+    for rate in cfg["link_rates"]:
+        for num_ps in cfg["link_ps"]:
+            with Hosts(num_ps, rate) as hosts:
+                made.extend([hosts.worker_ns, *hosts.ps_ns])
+                for mode in cfg["link_modes"]:
+                    names = [k for k in strategies if k in cfg["link_placements"]]
+                    if num_ps == 1:  # one ps: every placement is the same
+                        names = ["greedy_partitioned"]
+                    runs: Dict[str, List[Optional[float]]] = {k: [] for k in names}
+                    busy: Dict[str, List[Optional[float]]] = {k: [] for k in names}
+                    info: Dict[str, Dict[str, Any]] = {}
+                    for rep in range(cfg["link_reps"]):
+                        for k in (names if rep % 2 == 0 else names[::-1]):
+                            # the floor decides the step count: about link_secs of steps
+                            model_bytes = mb * 2**20
+                            per_step = model_bytes * (workers if mode == "sync" else 1)
+                            floor = per_step / (num_ps * rate / 8)
+                            steps = int(max(8, min(400, cfg["link_secs"] / floor)) + 4)
+                            b = run_cluster(hosts, workers, [f"--mb={mb}", f"--mode={mode}",
+                                                             f"--steps={steps}", "--warmup=4",
+                                                             *strategies[k]],
+                                            tmp, f"links-{rate:g}-{num_ps}-{mode}-{k}-{rep}",
+                                            min(cfg["run_timeout"], 60 + 4 * cfg["link_secs"]))
+                            runs[k].append(b["steps_per_s"] if b and b.get("steps_per_s") else None)
+                            busy[k].append(b.get("cpu_busy") if b else None)
+                            if b:
+                                info[k] = b
+                    for k in names:
+                        b = info.get(k)
+                        sps = _median(runs[k])
+                        row: Dict[str, Any] = {"rate_gbit": rate / 1e9, "ps": num_ps, "mode": mode,
+                                               "placement": k, "steps_per_s": _r(sps, 2),
+                                               "runs_steps_per_s": [_r(x, 2) for x in runs[k]],
+                                               "cpu_busy": _r(_median(busy[k]), 3)}
+                        if b:
+                            replicas = workers if mode == "sync" else 1
+                            per_dir = b["model_bytes"] * replicas      # bytes each way per global step
+                            floor = per_dir / (num_ps * rate / 8)      # all ps links busy, balanced
+                            busiest = max(b["bytes_per_ps"]) * replicas / (rate / 8)
+                            row.update({"bytes_per_step_each_way": per_dir,
+                                        "floor_seconds": _r(floor, 5),
+                                        "placement_floor_seconds": _r(busiest, 5),
+                                        "bytes_per_ps": b["bytes_per_ps"]})
+                            if sps:
+                                row["step_seconds"] = _r(1 / sps, 5)
+                                row["over_floor"] = _r(1 / sps / floor, 3)
+                        rows.append(row)
+                        log(f"  {rate / 1e9:g} Gbit/s, {num_ps} ps, {mode}, {k}: "
+                            f"{row.get('step_seconds')} s/step, floor {row.get('floor_seconds')} s "
+                            f"({row.get('over_floor')}x; tasks' CPU {row.get('cpu_busy')} of the cores)")
+    out["links"] = {"model": f"skewed: {mb} MB embedding + 5 small dense layers, SGD",
+                    "workers": workers, "partition_min_bytes": pmin, "rows": rows,
+                    "scaling": scaling(rows), "namespaces": made}
+
+
+def scaling(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Optional[float]]]:
+    """Greedy + partitioning: speed-up of the step from 1 to N ps hosts, per rate and mode."""
+    out: Dict[str, Dict[str, Optional[float]]] = {}
+    for r in rows:
+        if r["placement"] != "greedy_partitioned" or r["ps"] == 1:
+            continue
+        one = [x for x in rows if x["placement"] == "greedy_partitioned" and x["ps"] == 1
+               and x["mode"] == r["mode"] and x["rate_gbit"] == r["rate_gbit"]]
+        if one and one[0]["steps_per_s"] and r["steps_per_s"]:
+            key = f"{r['rate_gbit']:g}gbit.{r['mode']}"
+            out.setdefault(key, {})[str(r["ps"])] = _r(r["steps_per_s"] / one[0]["steps_per_s"], 3)
+    return out
+
+
+def _median(xs: Sequence[Optional[float]]) -> Optional[float]:
+    import statistics
+
+    xs = [x for x in xs if x is not None]
+    return float(statistics.median(xs)) if xs else None
+
+
+def _r(x: Optional[float], n: int = 4) -> Optional[float]:
+    return None if x is None else round(float(x), n)
