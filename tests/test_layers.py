@@ -18,7 +18,7 @@ FLOORS = [
     # 1: the file model and run records
     ["config", "runrecord"],
     # 2: the run plan
-    ["plan"],
+    ["plan", "machine"],
     # 3: backends (below their consumers) and the in-task runtime
     ["backends", "runtime", "keras"],
     # 4: the supervisor

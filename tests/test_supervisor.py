@@ -254,7 +254,7 @@ def test_sigkill_after_the_stop_timeout_for_a_task_that_ignores_sigterm(tmp_path
         options=LaunchOptions(run_id="t", stop_timeout=1.5))
     assert sup.run() == 0
     assert be.handles["ps:0"][0].signals[:2] == [signal.SIGTERM, signal.SIGKILL]
-    assert "ps:0 (pid 101) still running after 1.5s: SIGKILL" in err.getvalue()
+    assert "ps:0 (pid 101) still running 1.5s after SIGTERM: SIGKILL" in err.getvalue()
 
 
 def test_transitions_are_checked():

@@ -21,15 +21,18 @@ from typing import Callable, Deque, Dict, List, Optional
 from .. import contract, rules, secrets
 from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
-from ..events import EventLog, exit_fields
+from ..events import EventLog
 from ..keras_support import failure_hint
 from ..hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
+from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortConflict, PortOpen,
+                       Progressed, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
+                       Waiting)
 from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
 from ..runrecord import HEADER, format_duration, format_table, task_rows, write_json_private
 from .display import Display
-from .output import OutputReader, Seen
-from .state import RunState, TaskState, check_transition, describe_exit
+from .output import PORT_CONFLICT, STILL_WAITING, OutputReader, Seen
+from .state import TaskState, describe_exit
 
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
 
@@ -72,25 +75,17 @@ class NullEvents:
 
 @dataclass
 class TaskRun:
-    """One task's run-time record."""
+    """One task as the driver holds it: its process, output and log. What the run's rules know
+    of it (state, restarts, exit, notes) is the machine's :class:`TaskStatus`, read through."""
 
     plan: TaskPlan
     spec: ProcessSpec
-    state: TaskState = TaskState.PENDING
+    status: TaskStatus
     handle: Optional[Handle] = None
-    pid: Optional[int] = None
-    returncode: Optional[int] = None
-    restarts: int = 0
-    first_started: Optional[float] = None
-    started: Optional[float] = None
-    ended: Optional[float] = None
-    start_at: float = 0.0
     log_path: str = ""
     seen: Seen = field(default_factory=Seen)
     reader: Optional[threading.Thread] = None
-    note: str = ""
-    up: bool = False                      # its port accepts connections
-    forced: str = ""                      # why tfcluster killed it (watchdog)
+    exit_fed: bool = True                 # its exit has been handed to the machine
     steps: Deque = field(default_factory=lambda: deque(maxlen=20))   # (time, step) reports
     rate: Optional[float] = None          # this task's reported steps per second
 
@@ -102,8 +97,23 @@ class TaskRun:
     def progress(self) -> Optional[Progress]:
         return self.seen.progress
 
+    state = property(lambda self: self.status.state)
+    pid = property(lambda self: self.status.pid)
+    returncode = property(lambda self: self.status.returncode)
+    restarts = property(lambda self: self.status.restarts)
+    started = property(lambda self: self.status.started)
+    first_started = property(lambda self: self.status.first_started)
+    ended = property(lambda self: self.status.ended)
+    note = property(lambda self: self.status.note)
+    up = property(lambda self: self.status.up)
+    forced = property(lambda self: self.status.forced)
+
 
 class Supervisor:
+    """The local driver of the run machine (:mod:`tfcluster.machine`): it starts processes
+    through a backend, turns their exits, output, ports and the launcher's signals into the
+    machine's events, and carries out the actions the machine returns."""
+
     def __init__(self, plan: RunPlan, backend: Backend, view: Optional[View] = None,
                  clock: Callable[[], float] = time.time,
                  nap: Optional[Callable[[List[TaskRun], float], None]] = None):
@@ -112,25 +122,20 @@ class Supervisor:
         self.view = view or View()
         self.clock = clock
         self._nap_fn = nap
+        self.machine = RunMachine.from_plan(plan)
         self.runs: Dict[str, TaskRun] = {}
-        self.root_cause: Optional[TaskRun] = None
-        self.root_note: Optional[str] = None
-        self.result = RunState.RUNNING
-        self.exit_code: Optional[int] = None
-        self.decision_words = ""
         self.interrupted: Optional[int] = None
-        self.kill_now = False
-        self.total_restarts = 0
+        self._signals: Deque[int] = deque()
+        self._inbox: Deque = deque()       # events from the reader threads
         self.started = self.clock()
         self.ended: Optional[float] = None
         self.lock = threading.RLock()
         self.dirty = True
         self.last_record = 0.0
         self.rate: Optional[float] = None
-        self.best_step: Optional[int] = None
-        self.best_step_at = 0.0
-        self.last_watch = 0.0
+        self.last_probe = 0.0
         self.last_progress_line = 0.0
+        self._start_error: Optional[UserError] = None
         self._chief_checked = 0.0
         self._chief_seen = False
         self._chief_gone_at: Optional[float] = None
@@ -141,7 +146,20 @@ class Supervisor:
         self.secret_values = plan.secret_values()
         self.mask = secrets.Masker(self.secret_values)
         for t in plan.selected_tasks:
-            self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0))
+            self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
+                                        status=self.machine.tasks[t.name])
+
+    # ---- the machine's verdicts, read through
+    result = property(lambda self: self.machine.result)
+    exit_code = property(lambda self: self.machine.exit_code)
+    decision_words = property(lambda self: self.machine.words)
+    total_restarts = property(lambda self: self.machine.total_restarts)
+    root_note = property(lambda self: self.machine.root_note)
+
+    @property
+    def root_cause(self) -> Optional[TaskRun]:
+        name = self.machine.root_cause
+        return None if name is None else self.runs[name]
 
     # ------------------------------------------------------------------ setup
     def _spec(self, t: TaskPlan, restart_count: int) -> ProcessSpec:
@@ -176,26 +194,23 @@ class Supervisor:
         try:
             self.display.start()
             self._announce()
-            self._start_all()
+            self._act(self.machine.begin(self.clock()))
             self._loop()
-        except UserError as e:   # found after the run folder exists (a task that cannot start)
-            self.root_note = e.message
-            self.exit_code = e.exit_code
-            raise
         finally:
             try:
-                self._stop_all()
+                if not self.machine.finished:    # a bug: stop what runs, then let it show
+                    self._emergency_stop()
+                self._drain_readers()
             finally:
                 self.ended = self.clock()
-                if self.result == RunState.RUNNING:   # an error while starting, or a bug
-                    self.result = RunState.FAILED
-                    if self.exit_code is None:
-                        self.exit_code = rules.EXIT_FAILED
                 self.display.stop()
                 self._restore_signals(old)
                 self.events.emit("run_ended", result=self.result.value, exit_code=self.exit_code)
                 self._write_record(force=True)
                 self.backend.close()
+        if self._start_error is not None:   # a task that cannot start: bad input, exit 2
+            self.events.close()
+            raise self._start_error
         self._summary()
         if self.events.error:
             self.display.error(f"the event log could not be written: {self.events.error}")
@@ -233,46 +248,44 @@ class Supervisor:
                    f"on every interface, IPv4 and IPv6 (ports {ports}); fence them off "
                    f"(see docs/SECURITY.md)")
 
-    def _start_all(self) -> None:
-        by_job: Dict[str, List[TaskRun]] = {}
-        for tr in self.runs.values():
-            by_job.setdefault(tr.plan.job, []).append(tr)
-        for job in rules.start_order(by_job):
-            for tr in by_job[job]:
-                if self.interrupted:
-                    return
-                self._start(tr)
+    # ------------------------------------------------------------------ carrying out actions
+    def _feed(self, *events) -> None:
+        self._act(self.machine.handle(*events))
 
-    def _set(self, tr: TaskRun, new: TaskState) -> None:
-        """The one place a task's state changes."""
-        with self.lock:
-            tr.state = check_transition(tr.state, new, tr.name)
-            self.dirty = True
+    def _act(self, actions) -> None:
+        for a in actions:
+            if isinstance(a, Start):
+                self._feed_signals()
+                if self.machine.tasks[a.task].state in (TaskState.PENDING, TaskState.RESTARTING) \
+                        and not self.machine.finished and self.machine.phase != "stop":
+                    self._start(self.runs[a.task])
+            elif isinstance(a, Kill):
+                tr = self.runs[a.task]
+                if tr.handle is not None:
+                    tr.handle.signal(a.sig)
+            elif isinstance(a, Note):
+                if a.event == "task_exited":
+                    self.events.flush_progress(a.task)
+                self.events.emit(a.event, task=a.task, **a.as_dict())
+            elif isinstance(a, Say):
+                (self.display.error if a.error else self.display.info)(a.text)
+            # ClaimRestart, AskKill, EndRun: the Slurm node's business (one machine, one
+            # launcher here: the budget is counted by the machine, every task is ours)
+        self.dirty = True
 
     def _start(self, tr: TaskRun) -> None:
         spec = tr.spec = self._spec(tr.plan, tr.restarts)
         try:
             handle = self.backend.start(spec)
-        except FileNotFoundError:
-            raise UserError(f"{tr.name}: program not found: {spec.argv[0]} (program.command)")
-        except PermissionError:
-            raise UserError(f"{tr.name}: program cannot be run (permission denied): {spec.argv[0]}")
-        except NotADirectoryError:
-            raise UserError(f"{tr.name}: working folder does not exist: {spec.cwd}")
         except OSError as e:
-            if not os.path.isdir(spec.cwd):
-                raise UserError(f"{tr.name}: working folder does not exist: {spec.cwd}")
-            raise UserError(f"{tr.name}: cannot start {spec.argv[0]}: {e.strerror or e}")
-        now = self.clock()
+            self._start_error = UserError(_start_failure(tr.name, spec, e))
+            self._feed(StartFailed(tr.name, self._start_error.message, self.clock()))
+            return
         with self.lock:
-            self._set(tr, TaskState.RUNNING)
-            tr.handle, tr.pid = handle, handle.pid
-            tr.returncode, tr.ended = None, None
-            tr.started = now
-            if tr.first_started is None:
-                tr.first_started = now
-            tr.up, tr.forced = False, ""
+            tr.handle = handle
             tr.seen.reset()
+            tr.exit_fed = False
+        self._feed(Started(tr.name, handle.pid, self.clock()))
         verb = "restarted" if tr.restarts else "started"
         self.display.info(f"{verb} {tr.name} (pid {tr.pid})"
                           + (f", restart {tr.restarts}" if tr.restarts else ""))
@@ -284,44 +297,64 @@ class Supervisor:
         tr.reader.start()
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
-        """Called by a task's reader for each line (reader thread)."""
+        """Called by a task's reader for each line (reader thread): show it, and pass what it
+        says to the loop (the machine is the loop's alone)."""
         if p is None or self.view.echo_progress:
             self.display.task_line(tr.name, line)
+        now = self.clock()
+        if PORT_CONFLICT.search(line):
+            self._inbox.append(PortConflict(tr.name, now))
+        m = STILL_WAITING.search(line)
+        if m:
+            self._inbox.append(Waiting(tr.name, f"{m.group(1)}:{m.group(2)}", now))
         if p is None:
             return
-        now = self.clock()
         with self.lock:
-            if self.best_step is None or p.step > self.best_step:
-                self.best_step, self.best_step_at = p.step, now
             self._rate_points.append((now, p.step))
             self.rate = _rate(self._rate_points, now, self.rate)
             tr.steps.append((now, p.step))
             tr.rate = _rate(tr.steps, now, tr.rate)
             self.dirty = True
+        self._inbox.append(Progressed(tr.name, p.step, now))
         self.events.progress(tr.name, p.step, p.total, p.metrics)
+
+    def _drain_inbox(self) -> list:
+        out = []
+        while self._inbox:
+            out.append(self._inbox.popleft())
+        return out
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
-        while self.result == RunState.RUNNING:
-            if self.interrupted:
-                self._decide(RunState.INTERRUPTED, rules.signal_exit_code(self.interrupted),
-                             f"interrupted by {_signame(self.interrupted)}")
-                return
+        while not self.machine.finished:
+            self._feed_signals()
             now = self.clock()
-            for tr in list(self.runs.values()):
-                if tr.state == TaskState.RUNNING:
+            exits = []
+            for tr in self.runs.values():
+                if tr.handle is not None and not tr.exit_fed and tr.state.alive:
                     rc = tr.handle.poll()
                     if rc is not None:
-                        self._on_exit(tr, rc)
-                elif tr.state == TaskState.RESTARTING and now >= tr.start_at:
-                    self._start(tr)
-            if self.result == RunState.RUNNING:
-                self._check_success()
-            if self.result == RunState.RUNNING and now - self.last_watch >= 0.5:
-                self.last_watch = now
-                self._watch(now)
+                        if tr.reader is not None:   # its output read to the end first
+                            tr.reader.join(timeout=2.0)
+                        tr.exit_fed = True
+                        exits.append(Exited(tr.name, rc, self.clock()))
+            events = self._drain_inbox() + exits
+            if now - self.last_probe >= 0.5:
+                self.last_probe = now
+                events += [PortOpen(name, now) for name in self.machine.unopened()
+                           if self.backend.accepts(self.runs[name].plan.host, self.runs[name].plan.port)]
+                words = self._remote_chief_ended(now)
+                if words:
+                    events.append(ChiefGone(words, now))
+            events.append(Tick(self.clock()))
+            self._feed(*events)
             self._tick()
-            self._nap([tr for tr in self.runs.values()])
+            if not self.machine.finished:
+                self._nap([tr for tr in self.runs.values() if tr.state.alive])
+
+    def _feed_signals(self) -> None:
+        while self._signals:
+            self._feed(Interrupt(self._signals.popleft(), self.clock()))
 
     def _nap(self, runs: List[TaskRun], seconds: float = 0.05) -> None:
         """Sleep up to ``seconds``, waking as soon as one of ``runs`` exits (pidfds)."""
@@ -345,232 +378,56 @@ class Supervisor:
         self.events.flush_due()
         if self.display.shows_table:
             self.display.refresh()
-        elif self.best_step is not None and now - self.last_progress_line >= self.view.progress_every:
+        elif self.machine.best_step is not None and now - self.last_progress_line >= self.view.progress_every:
             self.last_progress_line = now
             self._progress_lines()
 
-    def _ended(self, tr: TaskRun, rc: int, state: TaskState) -> None:
-        """Record a task's end (after its output has been read to the end)."""
-        if tr.reader is not None:
-            tr.reader.join(timeout=2.0)
-        with self.lock:
-            tr.returncode, tr.ended = rc, self.clock()
-            self._set(tr, state)
-        self.events.flush_progress(tr.name)
-        self.events.emit("task_exited", tr.name, state=state.value, **exit_fields(rc))
-
-    def _on_exit(self, tr: TaskRun, rc: int) -> None:
-        self._ended(tr, rc, TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED)
-        if rc == 0:
-            self.display.info(f"{tr.name} exited 0 after {format_duration(tr.ended - tr.started)}")
-            return
-        if tr.forced:
-            tr.note = tr.forced
-        elif tr.seen.port_conflict:
-            tr.note = f"port conflict: {tr.plan.endpoint} is in use (Could not start gRPC server)"
-        self.display.error(f"{tr.name} failed ({describe_exit(rc)})" + (f": {tr.note}" if tr.note else ""))
-        early = (not tr.restarts and tr.first_started is not None and tr.ended is not None
-                 and tr.ended - tr.first_started < tr.plan.restart.min_uptime)
-        d = rules.decide_restart(tr.plan.restart, rc, tr.restarts, self.total_restarts,
-                                 port_conflict=tr.seen.port_conflict, early=early)
-        if d.restart:
-            tr.restarts += 1
-            self.total_restarts += 1
-            self._set(tr, TaskState.RESTARTING)
-            tr.start_at = self.clock() + d.delay
-            self.display.info(f"{tr.name}: {d.reason} in {d.delay:.1f}s")
-            self.events.emit("task_restarting", task=tr.name, reason=d.reason, attempt=tr.restarts,
-                             delay=d.delay)
-            return
-        if self.root_cause is None:
-            self.root_cause = tr
-        if tr.restarts or tr.plan.restart.policy != "never":
-            tr.note = (tr.note + "; " if tr.note else "") + f"not restarted: {d.reason}"
-        self._decide(RunState.FAILED,
-                     rules.EXIT_BAD_INPUT if tr.seen.port_conflict else rules.EXIT_FAILED,
-                     f"{tr.name} failed ({describe_exit(rc)})")
-
-    # ------------------------------------------------------------------ watchdog
-    def _watch(self, now: float) -> None:
-        """No silent hangs: servers that never come up, sessions waiting on a task, a stalled step."""
-        wd = self.plan.watchdog
-        actions: List[rules.WatchdogAction] = []
-        here = {name: tr.state == TaskState.RUNNING and not tr.forced for name, tr in self.runs.items()}
-        where = {t.name: t.endpoint for t in self.skipped}
-        for tr in self.runs.values():
-            if tr.state != TaskState.RUNNING or tr.forced:
-                continue
-            if not tr.up and tr.plan.job in ("ps", "worker"):
-                if self.backend.accepts(tr.plan.host, tr.plan.port):
-                    tr.up = True
-                    self.dirty = True
-                else:
-                    a = rules.check_startup(tr.name, tr.started, False, now, wd.startup_timeout,
-                                            tr.plan.port)
-                    if a is not None:
-                        actions.append(a)
-                        continue
-            with self.lock:
-                waiting = dict(tr.seen.waiting_on)
-            for a in rules.check_waiting(tr.name, waiting, now, wd.waiting_timeout, here, where):
-                tr.seen.waiting_on.pop(a.task, None)
-                actions.append(a)
-        gone = [f"{tr.name} ({tr.state.value}{', ' + describe_exit(tr.returncode) if tr.returncode is not None else ''})"
-                for tr in self.runs.values() if tr.state != TaskState.RUNNING]
-        stall = rules.check_stall(self.best_step, self.best_step_at, now, wd.stall_timeout, gone)
-        if stall is not None:
-            actions.append(stall)
-        for a in actions:
-            self._act(a)
-            if self.result != RunState.RUNNING:
-                return
-
-    def _act(self, a: rules.WatchdogAction) -> None:
-        self.events.emit("watchdog", task=a.task, reason=a.reason, action=a.action)
-        if a.action == "fail_run":
-            self.root_note = a.reason
-            self.display.error(a.reason)
-            self._decide(RunState.FAILED, rules.EXIT_FAILED, a.reason)
-            return
-        tr = self.runs[a.task]
-        if tr.state != TaskState.RUNNING or tr.forced:
-            return
-        tr.forced = a.reason
-        self.display.error(f"{tr.name}: {a.reason}; killing it")
-        tr.handle.signal(signal.SIGKILL)
-
-    # ------------------------------------------------------------------ success
-    def _check_success(self) -> None:
-        chief_here = self.plan.chief in self.runs
-        succeeded = {name: tr.state == TaskState.SUCCEEDED for name, tr in self.runs.items()}
-        words = rules.success_reached(self.plan.success, self.plan.chief, succeeded, chief_here)
-        if words is None and not chief_here and self._remote_chief_ended():
-            ep = self.plan.task(self.plan.chief).endpoint
-            words = f"{self.plan.chief} on {ep}, which runs elsewhere, has ended"
-        if words is not None:
-            self._decide(RunState.SUCCEEDED, rules.EXIT_OK, words)
-
-    def _remote_chief_ended(self) -> bool:
+    def _remote_chief_ended(self, now: float) -> str:
         """Per-host mode: the chief runs on another host. Its end is visible through the
         cluster itself: its server's port, once open, stays closed for ``grace`` seconds."""
-        now = self.clock()
-        if now - self._chief_checked < 0.5:
-            return False
-        self._chief_checked = now
+        if self.plan.chief in self.runs or self.machine.decided:
+            return ""
         chief = self.plan.task(self.plan.chief)
         if self.backend.accepts(chief.host, chief.port):
             if not self._chief_seen:
                 self.display.info(f"{chief.name} on {chief.endpoint} is up (runs elsewhere; its end "
                                   f"ends this host's tasks)")
             self._chief_seen, self._chief_gone_at = True, None
-            return False
+            return ""
         if not self._chief_seen:
-            return False
+            return ""
         if self._chief_gone_at is None:
             self._chief_gone_at = now
         if now - self._chief_gone_at >= max(self.plan.grace, 1.0):
-            return True
-        return False
+            return f"{chief.name} on {chief.endpoint}, which runs elsewhere, has ended"
+        return ""
 
-    def _decide(self, result: RunState, code: int, words: str) -> None:
-        self.result, self.exit_code, self.decision_words = result, code, words
-        self.dirty = True
-        rule = self.plan.success if result == RunState.SUCCEEDED else (
-            "restart" if result == RunState.FAILED else "signal")
-        self.events.emit("decision", result=result.value, rule=rule, exit_code=code, reason=words)
-        if result == RunState.SUCCEEDED:
-            self.display.info(f"run succeeded ({words})")
-            self._grace_period()
-        elif result == RunState.FAILED and self.root_cause is not None:
-            self.display.error(f"run failed: {self.root_cause.name} "
-                               f"({describe_exit(self.root_cause.returncode)}); stopping the others")
-        elif result == RunState.INTERRUPTED:
-            self.display.info(f"{words}; stopping the cluster")
+    def _emergency_stop(self) -> None:
+        """The loop broke (a bug): SIGTERM, a bounded wait, SIGKILL to every task's group."""
+        live = [tr for tr in self.runs.values() if tr.handle is not None and tr.handle.poll() is None]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for tr in live:
+                tr.handle.signal(sig)
+            deadline = time.time() + self.plan.stop_timeout
+            while live and time.time() < deadline:
+                live = [tr for tr in live if tr.handle.poll() is None]
+                time.sleep(0.05)
 
-    def _grace_period(self) -> None:
-        waiting = [tr for tr in self.runs.values()
-                   if tr.state in (TaskState.RUNNING, TaskState.RESTARTING)
-                   and rules.waits_for_grace(tr.plan.job)]
-        if not waiting or self.plan.grace <= 0:
-            return
-        self.display.info(f"giving {', '.join(tr.name for tr in waiting)} {self.plan.grace:g}s to finish")
-        deadline = self.clock() + self.plan.grace
-        while self.clock() < deadline and not self.interrupted:
-            left = False
-            for tr in waiting:
-                if tr.state == TaskState.RUNNING:
-                    rc = tr.handle.poll()
-                    if rc is None:
-                        left = True
-                        continue
-                    self._ended(tr, rc, TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED)
-                    if rc != 0:
-                        self.display.info(f"{tr.name} ended with {describe_exit(rc)} after the run "
-                                          f"had succeeded")
-            if not left:
-                return
-            self._tick()
-            self._nap(waiting)
-
-    # ------------------------------------------------------------------ stopping
-    def _stop_all(self) -> None:
-        """Stop what still runs, in the rulebook's waves: chief, workers and evaluators (a chief
-        that saves a last checkpoint on SIGTERM needs its ps), then ps tasks."""
+    def _drain_readers(self, limit: float = 30.0) -> None:
+        """Every reader reads its task's output to the end before the launcher goes on: the
+        last line of a task is always in its log (each group was SIGKILLed, so pipes close)."""
+        deadline = time.time() + limit
         for tr in self.runs.values():
-            if tr.state in (TaskState.RESTARTING, TaskState.PENDING):
-                self._set(tr, TaskState.STOPPED)
-        live = [tr for tr in self.runs.values() if tr.state.alive]
-        first, then = rules.stop_waves({tr.plan.job for tr in live})
-        self._stop([tr for tr in live if tr.plan.job in first])
-        self._stop([tr for tr in live if tr.plan.job in then])
-
-    def _stop(self, live: List[TaskRun]) -> None:
-        if not live:
-            return
-        sig = signal.SIGKILL if self.kill_now else signal.SIGTERM
-        for tr in live:
-            self.display.info(f"stopping {tr.name} (pid {tr.pid}): {sig.name} to its process group")
-            if tr.state == TaskState.RUNNING:
-                self._set(tr, TaskState.STOPPING)
-            tr.handle.signal(sig)
-            self.events.emit("stop_sent", task=tr.name, signal=sig.name)
-        timeout = self.plan.stop_timeout
-        deadline = self.clock() + timeout
-        pending = list(live)
-        killed = sig == signal.SIGKILL
-        while pending:
-            for tr in list(pending):
-                rc = tr.handle.poll()
-                if rc is not None:
-                    self._ended(tr, rc, TaskState.STOPPED)
-                    pending.remove(tr)
-            if not pending:
-                break
-            if not killed and (self.clock() >= deadline or self.kill_now):
-                for tr in pending:
-                    self.display.info(f"{tr.name} (pid {tr.pid}) still running after "
-                                      f"{timeout:g}s: SIGKILL")
-                    tr.handle.signal(signal.SIGKILL)
-                    self.events.emit("stop_sent", task=tr.name, signal="SIGKILL")
-                killed = True
-                deadline = self.clock() + 10
-            elif killed and self.clock() >= deadline:
-                for tr in pending:
-                    self.display.error(f"{tr.name} (pid {tr.pid}) did not die after SIGKILL")
-                break
-            self._nap(pending)
-        # the process group may outlive its leader: make sure nothing of it is left
-        for tr in live:
-            tr.handle.signal(signal.SIGKILL)
+            if tr.reader is not None:
+                tr.reader.join(timeout=max(0.0, deadline - time.time()))
 
     # ------------------------------------------------------------------ signals
     def interrupt(self, signum: int) -> None:
-        """What a signal to the launcher does: stop the run; a second Ctrl-C kills at once."""
-        if self.interrupted and signum == signal.SIGINT:
-            self.kill_now = True
-            return
+        """What a signal to the launcher does (from the signal handler): the loop hands it to
+        the machine, which stops the run; a second Ctrl-C kills at once."""
         if not self.interrupted:
             self.interrupted = signum
+        self._signals.append(signum)
 
     def _install_signals(self):
         old = {}
@@ -731,11 +588,17 @@ def _num(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+def _start_failure(task: str, spec: ProcessSpec, e: OSError) -> str:
+    """One line for a task that could not be started (bad input: exit 2)."""
+    if isinstance(e, FileNotFoundError):
+        if not os.path.isdir(spec.cwd):
+            return f"{task}: working folder does not exist: {spec.cwd}"
+        return f"{task}: program not found: {spec.argv[0]} (program.command)"
+    if isinstance(e, PermissionError):
+        return f"{task}: program cannot be run (permission denied): {spec.argv[0]}"
+    if isinstance(e, NotADirectoryError) or not os.path.isdir(spec.cwd):
+        return f"{task}: working folder does not exist: {spec.cwd}"
+    return f"{task}: cannot start {spec.argv[0]}: {e.strerror or e}"
 
 
 def _process_start_time() -> Optional[float]:
