@@ -486,7 +486,7 @@ class RunMachine:
         if self.decided:                         # the run is over: no restart, no verdict
             return
         if rc == 0:
-            out.append(Say(f"{t.name} exited 0 after {_duration(ev.now - (t.started or ev.now))}"))
+            out.append(Say(f"{t.name} exited 0 after {_duration(ev.now - (ev.now if t.started is None else t.started))}"))
             return
         if t.forced:
             t.note = t.forced
@@ -637,8 +637,8 @@ class RunMachine:
             if t.state != TaskState.RUNNING or t.forced:
                 continue
             if t.serves and not t.up:
-                a = rules.check_startup(t.name, t.started or now, False, now, s.startup_timeout,
-                                        t.port)
+                a = rules.check_startup(t.name, now if t.started is None else t.started, False, now,
+                                        s.startup_timeout, t.port)
                 if a is not None:
                     actions.append(a)
                     continue
