@@ -383,10 +383,21 @@ def test_slurm_all_workers_and_restart(slurm_cluster, tmp_path):
     r = _launch(tmp_path / "cluster.yaml", "--run-id", "r1", timeout=90)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert "[worker:1] worker:1 fails once" in out and "restart 1 of 1 in 0s" in out
-    assert "[worker:1] tfcluster: succeeded; the run is over (every worker exited 0)" in out, out[-3000:]
-    assert "[worker:0] tfcluster: ended (exit 0)" in out
+    assert "[worker:1] worker:1 fails once" in out and "restart 1 of 1 in 0.0s" in out
+    assert "[worker:1] tfcluster: run succeeded (every worker exited 0)" in out, out[-3000:]
+    assert "[worker:0] tfcluster: worker:0 exited 0 after" in out
     assert slurm_cluster.wait_empty_queue(10) == ""
+    # the one record writer: the restart is in run.json, the tasks' events in events.jsonl
+    rec = json.loads((tmp_path / "runs" / "r1" / "run.json").read_text())
+    rows = {t["task"]: t for t in rec["tasks"]}
+    assert rec["result"] == "succeeded" and rec["backend"] == "slurm"
+    assert rows["worker:1"]["restarts"] == 1 and rows["worker:0"]["restarts"] == 0, rows
+    assert rows["worker:1"]["state"] == "succeeded" and rows["ps:0"]["state"] == "stopped"
+    assert rec["total_restarts"] == 1
+    events = [json.loads(l) for l in (tmp_path / "runs" / "r1" / "events.jsonl").read_text().splitlines()]
+    assert [e["attempt"] for e in events if e["event"] == "task_restarting"] == [1]
+    order = [(e["task"], e["event"]) for e in events if e["event"] in ("task_started", "task_exited")]
+    assert ("worker:1", "task_exited") in order and order[0][1] == "task_started"
 
 
 FLAKY_PROGRAM = """\

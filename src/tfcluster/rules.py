@@ -8,6 +8,7 @@ reads a file or imports TensorFlow. The rules are documented in docs/PLAN.md.
 from __future__ import annotations
 
 import math
+import re
 import signal
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Tuple
@@ -30,6 +31,12 @@ BACKENDS = ("local", "ssh", "slurm")
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
+
+#: what a task's output says when its server's port is taken
+PORT_CONFLICT = re.compile(r"Could not start gRPC server|Address already in use|Failed to add port")
+#: a task whose CreateSession waits for another task (TensorFlow's own words)
+STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
+                           r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
 
 # exit codes of tfcluster itself
 EXIT_OK = 0

@@ -48,6 +48,7 @@ from ..errors import UserError
 from ..plan import RunPlan
 from ..progress import parse_progress
 from .base import child_setup
+from .runfolder import RunFolder
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
@@ -318,56 +319,70 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
 
 
 class _Record:
-    """run.json for a Slurm run (the same record ``tfcluster status``/``runs`` read): written
-    when the launch starts, closed with its result and the tasks' own ends (their exit.json)."""
+    """run.json for a Slurm run, by the one record writer (:mod:`tfcluster.record`): written
+    when the launch starts, closed with its result and each task's own end (its exit record in
+    the run folder: state, exit, restarts). The tasks' events are merged into events.jsonl."""
 
     def __init__(self, plan: RunPlan):
         self.plan, self.started = plan, time.time()
+        self.folder = RunFolder(plan.run_dir)
         self.write("running", None, None)
 
     def close(self, code: Optional[int], job_id: Optional[str]) -> None:
         result = {EXIT_OK: "succeeded", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
+        if code is not None and code > 128 and code != EXIT_INTERRUPTED:
+            result = "interrupted"
+        self._merge_events()
         self.write(result, EXIT_FAILED if code is None else code, job_id, ended=time.time())
 
     def write(self, result: str, code: Optional[int], job_id: Optional[str],
               ended: Optional[float] = None) -> None:
-        from ..runrecord import write_json_private
-        ends = {rec.get("task"): rec for _, rec in _failures(self.plan.run_dir, every=True)}
+        from ..record import run_record, task_row, write_record
+        ends = self.folder.exits()
         tasks = []
         for t in self.plan.tasks:
             rec = ends.get(t.name) or {}
-            state = "running" if ended is None else (
-                "failed" if rec.get("failed") else ("succeeded" if rec.get("exit_code") == 0 and
-                                                    "over" not in rec.get("reason", "") else "stopped"))
-            tasks.append({"task": t.name, "host": rec.get("host"), "endpoint":
-                          f"{rec['host']}:{rec['port']}" if rec.get("host") else "",
-                          "chief": t.name == self.plan.chief, "pid": None, "state": state,
-                          "exit_code": rec.get("exit_code"), "exit": rec.get("reason", ""),
-                          "restarts": 0, "started": None, "ended": rec.get("time"),
-                          "log": os.path.join(self.plan.run_dir, f"{t.file_stem}.log")})
+            state = rec.get("state") if isinstance(rec.get("state"), str) else (
+                "running" if ended is None else "stopped")
+            tasks.append(task_row(
+                t.name, host=rec.get("host"),
+                endpoint=f"{rec['host']}:{rec['port']}" if rec.get("host") else "",
+                chief=t.name == self.plan.chief, pid=rec.get("pid"), state=state,
+                exit_code=rec.get("returncode"), exit=rec.get("reason", ""),
+                restarts=rec.get("restarts") if isinstance(rec.get("restarts"), int) else 0,
+                started=rec.get("started"), first_started=rec.get("first_started"),
+                ended=rec.get("ended"),
+                log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log")))
+        failures = self.folder.failures()
+        root = None
+        if failures:
+            name, rec = failures[0]
+            root = f"{name} {rec.get('reason', '')}".strip()
+        data = run_record(
+            self.plan, backend="slurm", started=self.started, ended=ended, result=result,
+            exit_code=code, decision=None, root_cause=root,
+            total_restarts=self.folder.restarts_claimed() or sum(t["restarts"] for t in tasks),
+            tasks=tasks, slurm_job=job_id)
         try:
-            import psutil
-            launcher_started = psutil.Process().create_time()
-        except Exception:
-            launcher_started = None
-        data = {"run_id": self.plan.run_id, "file": os.path.abspath(self.plan.source) if self.plan.source else None,
-                "run_dir": self.plan.run_dir, "launcher_pid": os.getpid(),
-                "launcher_started": launcher_started, "backend": "slurm", "slurm_job": job_id,
-                "success_rule": self.plan.success, "chief": self.plan.chief,
-                "started": self.started, "ended": ended, "result": result, "exit_code": code,
-                "total_restarts": sum(1 for n in _listdir(self.plan.run_dir) if n.startswith(".restart-")),
-                "tasks": tasks}
-        try:
-            write_json_private(os.path.join(self.plan.run_dir, "run.json"), data)
+            write_record(self.plan.run_dir, data)
         except OSError as e:
             _info(f"cannot write run.json: {e}")
 
-
-def _listdir(path: str) -> List[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
+    def _merge_events(self) -> None:
+        """The tasks' events (written on their nodes) into the run's events.jsonl."""
+        events = self.folder.task_events()
+        if not events:
+            return
+        try:
+            from ..events import EventLog
+            log = EventLog(self.plan.run_dir)
+            for ev in events:
+                fields = {k: v for k, v in ev.items() if k not in ("event", "task")}
+                log.emit(str(ev.get("event")), ev.get("task") if isinstance(ev.get("task"), str)
+                         else None, **fields)
+            log.close()
+        except (OSError, ValueError, TypeError) as e:
+            _info(f"cannot merge the tasks' events: {e}")
 
 
 def _info(line: str, stream: IO[str] = sys.stderr) -> None:
@@ -522,7 +537,7 @@ class _Follower:
         return self._result(rc, f"Slurm job {job_id} {(state or 'ended').lower()}, exit code {rc}")
 
     def _result(self, rc: int, what: str) -> int:
-        failed = _failures(self.run_dir)
+        failed = RunFolder(self.run_dir).failures()
         if rc == 0 and not failed:
             _info(f"run succeeded: {what}")
             return EXIT_OK
@@ -538,26 +553,6 @@ class _Follower:
             except OSError:
                 pass
         return EXIT_FAILED
-
-
-def _failures(run_dir: str, every: bool = False) -> List[Tuple[str, Dict[str, Any]]]:
-    """The tasks' exit records that say they failed (``every``: all of them), oldest first."""
-    out = []
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return out
-    for n in names:
-        if n.endswith(".exit.json"):
-            try:
-                with open(os.path.join(run_dir, n)) as f:
-                    rec = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if rec.get("failed") or every:
-                out.append((rec.get("task", n), rec))
-    out.sort(key=lambda x: x[1].get("time", 0))
-    return out
 
 
 def _read_exit_file(run_dir: str) -> Optional[int]:

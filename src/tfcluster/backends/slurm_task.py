@@ -3,12 +3,16 @@
 It reads the plan from ``TFCLUSTER_SLURM_PLAN``, works out its TensorFlow job and index from
 ``SLURM_PROCID`` and the step's node list (see :mod:`tfcluster.backends.slurm`), sets
 ``TF_CONFIG``, runs the program in its own process group, prefixes its output lines with
-``[job:index]`` (and copies them to ``<run_dir>/<job>-<index>.log``), restarts it as the
-restart policy says, and ends the whole step when the run is over:
+``[job:index]`` (and copies them to ``<run_dir>/<job>-<index>.log``). It is a driver of the run
+machine (:mod:`tfcluster.machine`), the same one the local launcher drives: restarts, the
+success rule, grace, watchdogs and the stop order are the machine's. What the other nodes say
+comes through the run folder (:mod:`.runfolder`):
 
 * SIGURG (from the task that ends the run, through ``scancel --signal=URG JOB.STEP``): the run
-  is over; ps is stopped at once, other tasks get ``grace`` seconds; exit 0.
-* SIGTERM / SIGINT / SIGHUP (scancel, time limit, Ctrl-C): stop the program; exit 143.
+  is over; workers get ``grace`` seconds; a ps waits until the other tasks have ended (so a
+  chief can save its last checkpoint); exit 0.
+* SIGTERM / SIGINT / SIGHUP (scancel, time limit, preemption, Ctrl-C): stop in order, chief and
+  workers first, a ps after them; exit 128+N.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import signal
 import threading
 
 _over = threading.Event()         # the run is over (SIGURG)
-_cancelled = threading.Event()    # stop now (SIGTERM, SIGINT, SIGHUP)
+_cancelled: list = []             # stop signals received (SIGTERM, SIGINT, SIGHUP)
 
 
 def _on_over(signum, frame):
@@ -24,7 +28,7 @@ def _on_over(signum, frame):
 
 
 def _on_cancel(signum, frame):
-    _cancelled.set()
+    _cancelled.append(signum)
 
 
 # Installed first thing: a stop signal may come soon after start.
@@ -32,28 +36,23 @@ signal.signal(signal.SIGURG, _on_over)
 for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_s, _on_cancel)
 
+import collections  # noqa: E402
 import ctypes  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Dict, List, Optional  # noqa: E402
 
-from .. import contract, rules, secrets  # noqa: E402
+from .. import contract, machine as mc, rules, secrets  # noqa: E402
+from ..events import EventLog  # noqa: E402
 from ..hosts import accepts  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
 from ..progress import parse_progress  # noqa: E402
-from .base import stop_group  # noqa: E402
+from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
                     expand_tasks_per_node, fill_secrets, layout)
-
-STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
-                           r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
-
-EXIT_CANCELLED = rules.signal_exit_code(signal.SIGTERM)
-OVER_MARK = "run_over"
 
 
 def _err(msg: str, prefix: str = "") -> None:
@@ -80,9 +79,8 @@ def _child_setup() -> None:
 
 
 class Task:
-    """One TensorFlow task on a Slurm node: the same plan, contract and rules as the local
-    supervisor (restart decisions, the run's restart budget, success, watchdog), with the run
-    folder -- shared by the nodes -- as the place tasks tell each other things."""
+    """One TensorFlow task on a Slurm node: a driver of the run machine for this one task,
+    with the run folder -- shared by the nodes -- as the place tasks tell each other things."""
 
     def __init__(self, data: Dict[str, Any]):
         self.data = data
@@ -107,25 +105,36 @@ class Task:
         self.cluster = contract.cluster_dict(_endpoints(table))
         self.local_tasks = per_node[nodes.index(self.host)] if self.host in nodes else 1
         self.task = self.plan.task(self.name)
-        self.rule = self.task.restart
         self.run_dir = self.plan.run_dir
         if self.run_dir:
             self.run_dir = self.run_dir.replace("{job_id}", os.environ.get("SLURM_JOB_ID", "nojob"))
+        self.folder = RunFolder(self.run_dir) if self.run_dir else None
         self.step = (f"{os.environ['SLURM_JOB_ID']}.{_env('SLURM_STEP_ID', 'SLURM_STEPID')}"
                      if os.environ.get("SLURM_JOB_ID") and _env("SLURM_STEP_ID", "SLURM_STEPID") else None)
         self.where = {f"{j}:{i}": f"{h}:{p}" for j, i, h, p in table}
         self.mask = secrets.Masker(self.plan.secret_values())
+        # the machine: this task here, the others on other nodes; a ps waits for the others to
+        # end before it stops (bounded: grace + stop timeout + a margin)
+        wait = self.plan.grace + self.plan.stop_timeout + 5.0
+        self.machine = mc.RunMachine.from_plan(self.plan, [self.name], shared=self.folder is not None,
+                                               peer_stop_wait=wait)
+        self.machine.where = dict(self.where)
+        self.machine.tasks[self.name].port = self.port
+        self.status = self.machine.tasks[self.name]
+        self.proc: Optional[subprocess.Popen] = None
+        self.reader: Optional[threading.Thread] = None
+        self.inbox: collections.deque = collections.deque()
         self.log = None
-        self.best_step: Optional[int] = None
-        self.best_step_at = 0.0
-        self.waiting_on: Dict[str, float] = {}
-        self.forced = ""
+        self.events = None
+        self.peers_seen: set = set()
+        self.last_look = 0.0
         if self.run_dir:
             try:
                 os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
                 fd = os.open(os.path.join(self.run_dir, f"{self.job}-{self.index}.log"),
                              os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 self.log = os.fdopen(fd, "ab")
+                self.events = _TaskEvents(self.folder.events_path(self.name))
             except OSError as e:
                 _err(f"cannot write the log in {self.run_dir}: {e}", self.prefix)
 
@@ -163,231 +172,157 @@ class Task:
         self.emit(f"tfcluster: {msg}".encode())
 
     def _pump(self, stream) -> None:
+        """The program's output (reader thread): shown and logged; what the machine needs to
+        hear goes to the inbox, which the loop hands on."""
         for raw in iter(stream.readline, b""):
             text = raw.decode("utf-8", "replace")
+            now = time.time()
             p = parse_progress(text)
-            if p is not None and (self.best_step is None or p.step > self.best_step):
-                self.best_step, self.best_step_at = p.step, time.time()
-            m = STILL_WAITING.search(text)
+            if p is not None:
+                self.inbox.append(mc.Progressed(self.name, p.step, now))
+            m = rules.STILL_WAITING.search(text)
             if m:
-                self.waiting_on.setdefault(f"{m.group(1)}:{m.group(2)}", time.time())
+                self.inbox.append(mc.Waiting(self.name, f"{m.group(1)}:{m.group(2)}", now))
+            if rules.PORT_CONFLICT.search(text):
+                self.inbox.append(mc.PortConflict(self.name, now))
             self.emit(raw)
 
-    # ---- life
+    # ---- life: the loop that drives the machine
     def run(self) -> int:
-        restarts = 0
         if self.rank == 0:
             self.say(f"TF_CONFIG cluster: {json.dumps(self.cluster)}")
-        first_start = time.time()
-        while True:
-            try:
-                proc = subprocess.Popen(self.argv(), env=self.env(restarts), cwd=self.task.cwd,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                        preexec_fn=_child_setup)
-            except OSError as e:
-                self.say(f"cannot start {self.task.argv[0]}: {e.strerror or e}")
-                return self.finish(127, failed=True, reason=f"cannot start: {e.strerror or e}")
-            self.say(f"started on {self.host}:{self.port} (pid {proc.pid})"
-                     + (f", restart {restarts}" if restarts else ""))
-            self.forced, self.waiting_on = "", {}
-            reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
-            reader.start()
-            outcome = self.watch(proc)
-            reader.join(5)
-            if outcome == "cancelled":
-                return self.finish(EXIT_CANCELLED, failed=True, reason="cancelled (SIGTERM)")
-            if outcome == "over":
-                return self.finish(0, reason="stopped: the run is over")
-            if isinstance(outcome, tuple):        # the watchdog failed the run
-                self.say(f"{outcome[1]}; stopping the run")
-                self.end_run()
-                return self.finish(rules.EXIT_FAILED, failed=True, reason=outcome[1])
-            rc = outcome
-            if rc == 0:
-                return self.ended_ok()
-            what = rules.describe_exit(rc) + (f" ({self.forced})" if self.forced else "")
-            early = not restarts and time.time() - first_start < self.rule.min_uptime
-            d = rules.decide_restart(self.rule, rc, restarts, self._total_restarts(),
-                                     run_over=_over.is_set() or _cancelled.is_set(), early=early)
-            if d.restart and self._claim_restart():
-                restarts += 1
-                self.say(f"failed ({what}); {d.reason} in {d.delay:g}s")
-                if self._sleep(d.delay):
-                    return self.finish(EXIT_CANCELLED if _cancelled.is_set() else 0,
-                                       failed=_cancelled.is_set(), reason="stopped while restarting")
-                continue
-            if d.restart:
-                d = rules.Decision(False, f"the run's restart budget is spent "
-                                          f"({self.rule.max_total_restarts} of {self.rule.max_total_restarts})")
-            self.say(f"failed ({what}); not restarted: {d.reason}; stopping the run")
-            self.end_run()
-            return self.finish(rules.task_exit_code(rc), failed=True, reason=f"{what}; {d.reason}")
-
-    # ---- the run's restart budget, shared through the run folder
-    def _total_restarts(self) -> int:
-        if not self.run_dir:
-            return 0
-        try:
-            return sum(1 for n in os.listdir(self.run_dir) if n.startswith(".restart-"))
-        except OSError:
-            return 0
-
-    def _claim_restart(self) -> bool:
-        """Take one restart of the run's budget (``max_total_restarts``): an exclusive file per
-        restart in the run folder, so tasks on different nodes count together."""
-        limit = self.rule.max_total_restarts
-        if limit is None:
-            return True
-        if not self.run_dir:
-            return True
-        for k in range(limit):
-            try:
-                os.close(os.open(os.path.join(self.run_dir, f".restart-{k}"),
-                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                return True
-            except FileExistsError:
-                continue
-            except OSError:
-                return True
-        return False
-
-    def _sleep(self, seconds: float) -> bool:
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            if _over.is_set() or _cancelled.is_set():
-                return True
-            time.sleep(0.1)
-        return False
-
-    def watch(self, proc: subprocess.Popen):
-        """The program's exit code, 'over' / 'cancelled' once the wrapper stopped it, or
-        ('fail', reason) when the watchdog fails the run."""
-        started = time.time()
-        up = False
-        last_watch = 0.0
-        wd = self.plan.watchdog
-        while True:
-            try:
-                return proc.wait(0.2)
-            except subprocess.TimeoutExpired:
-                pass
-            if _cancelled.is_set():
-                self.stop(proc)
-                return "cancelled"
-            if _over.is_set() or self._over_marked():
-                _over.set()
-                if rules.waits_for_grace(self.job) and self.plan.grace > 0:
-                    try:
-                        rc = proc.wait(self.plan.grace)
-                        self.say(f"ended by itself (exit {rc}) after the run was over")
-                        return "over"
-                    except subprocess.TimeoutExpired:
-                        pass
-                self.stop(proc)
-                return "over"
+        self._act(self.machine.begin(time.time()))
+        over_fed = False
+        signals_fed = 0
+        while not self.machine.finished:
             now = time.time()
-            if now - last_watch < 0.5 or self.forced:
-                continue
-            last_watch = now
-            # the watchdog: the same checks as the local supervisor
-            if self._kill_requested():
-                self._force(proc, self._kill_requested())
-                continue
-            if not up and self.job in ("ps", "worker"):
-                up = accepts("localhost", self.port)
-                a = rules.check_startup(self.name, started, up, now, wd.startup_timeout, self.port)
-                if a is not None:
-                    self._force(proc, a.reason)
-                    continue
-            here = {self.name: True}
-            for a in rules.check_waiting(self.name, dict(self.waiting_on), now, wd.waiting_timeout,
-                                         here, self.where):
-                self.waiting_on.pop(a.task, None)
-                self._request_kill(a.task, f"watchdog: {self.name} has waited "
-                                           f"{wd.waiting_timeout:g}s for it (CreateSession still waiting)")
-            a = rules.check_stall(self.best_step, self.best_step_at, now, wd.stall_timeout)
-            if a is not None:
-                self.stop(proc)
-                return ("fail", a.reason)
+            events: List[Any] = []
+            while signals_fed < len(_cancelled):
+                events.append(mc.Interrupt(_cancelled[signals_fed], now))
+                signals_fed += 1
+            if not over_fed and (_over.is_set() or (now - self.last_look >= 0.5 and self.folder
+                                                    and self.folder.over())):
+                over_fed = True
+                events.append(mc.RunOver("the run is over", now))
+            exited = None
+            if self.proc is not None and self.status.state.alive:
+                rc = self.proc.poll()
+                if rc is not None:
+                    if self.reader is not None:
+                        self.reader.join(5)
+                    exited = mc.Exited(self.name, rc, time.time())
+            while self.inbox:
+                events.append(self.inbox.popleft())
+            if exited is not None:
+                events.append(exited)
+            if now - self.last_look >= 0.5:
+                self.last_look = now
+                events += self._look(now)
+            events.append(mc.Tick(time.time()))
+            self._act(self.machine.handle(*events))
+            if not self.machine.finished:
+                time.sleep(0.1)
+        return self._exit_code()
 
-    def _force(self, proc: subprocess.Popen, reason: str) -> None:
-        self.forced = reason
-        self.say(f"{reason}; killing it")
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-    def _request_kill(self, task: str, reason: str) -> None:
-        """Ask the wrapper of ``task`` (maybe on another node) to kill its program."""
-        if not self.run_dir:
-            return
-        try:
-            with open(os.path.join(self.run_dir, f".kill-{task.replace(':', '-')}"), "w") as f:
-                f.write(reason)
-        except OSError:
-            pass
-
-    def _kill_requested(self) -> str:
-        if not self.run_dir:
-            return ""
-        path = os.path.join(self.run_dir, f".kill-{self.job}-{self.index}")
-        try:
-            with open(path) as f:
-                reason = f.read().strip() or "watchdog"
-            os.unlink(path)
-            return reason
-        except OSError:
-            return ""
-
-    def stop(self, proc: subprocess.Popen) -> None:
-        """SIGTERM to the program's group, a bounded wait, then SIGKILL."""
-        stop_group(proc, self.plan.stop_timeout)
-
-    def _over_marked(self) -> bool:
-        return bool(self.run_dir) and os.path.exists(os.path.join(self.run_dir, OVER_MARK))
-
-    def ended_ok(self) -> int:
-        self.mark_done()
-        succeeded = self.succeeded_so_far()
-        words = rules.success_reached(self.plan.success, self.plan.chief, succeeded)
-        if words is not None:
-            self.say(f"succeeded; the run is over ({words}), stopping the other tasks")
-            self.end_run()
-        else:
-            self.say("ended (exit 0)")
-        return self.finish(0, reason="exit 0")
-
-    def mark_done(self) -> None:
-        if self.run_dir:
-            try:
-                open(os.path.join(self.run_dir, f".done-{self.job}-{self.index}"), "w").close()
-            except OSError:
-                pass
-
-    def succeeded_so_far(self) -> Dict[str, bool]:
-        """Every task of the run -> whether it has exited 0 (done files in the run folder)."""
-        out = {}
-        for t in self.plan.tasks:
-            if t.name == self.name:
-                out[t.name] = True
-            elif not self.run_dir:
-                out[t.name] = False
-            else:
-                out[t.name] = os.path.exists(os.path.join(self.run_dir, f".done-{t.job}-{t.index}"))
-        if not self.run_dir and self.plan.success != "chief":
-            self.say("success: all-workers needs a run folder shared by the nodes; ending the run now")
-            return {k: True for k in out}
+    def _look(self, now: float) -> List[Any]:
+        """What the other nodes and the port say (every half second)."""
+        out: List[Any] = []
+        if self.name in self.machine.unopened() and accepts("localhost", self.port):
+            out.append(mc.PortOpen(self.name, now))
+        if self.folder is None:
+            return out
+        reason = self.folder.take_kill_request(self.name)
+        if reason:
+            out.append(mc.KillRequest(self.name, reason, now))
+        for task, rec in self.folder.exits().items():
+            if task != self.name and task not in self.peers_seen and task in self.machine.others:
+                self.peers_seen.add(task)
+                out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
         return out
+
+    def _act(self, actions) -> None:
+        for a in actions:
+            if isinstance(a, mc.Start):
+                self._start(a.attempt)
+            elif isinstance(a, mc.Kill):
+                if self.proc is not None:
+                    try:
+                        os.killpg(self.proc.pid, a.sig)
+                    except OSError:
+                        pass
+            elif isinstance(a, mc.Note):
+                if self.events is not None:
+                    self.events.emit(a.event, a.task, a.as_dict())
+                if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
+                    self._write_exit(final=False)   # others may be waiting for it (all-workers)
+            elif isinstance(a, mc.Say):
+                self.say(a.text)
+            elif isinstance(a, mc.ClaimRestart):
+                granted, why = self.folder.claim_restart(self.status.rule.max_total_restarts)
+                self._act(self.machine.handle(mc.RestartClaim(a.task, granted, time.time(), why)))
+            elif isinstance(a, mc.AskKill):
+                if self.folder is not None:
+                    err = self.folder.request_kill(a.task, a.reason)
+                    if err:
+                        self.say(f"cannot ask {a.task} to stop: {err}")
+            elif isinstance(a, mc.EndRun):
+                self.end_run()
+            elif isinstance(a, mc.Finished):
+                self._write_exit(final=True)
+
+    def _start(self, attempt: int) -> None:
+        try:
+            self.proc = subprocess.Popen(self.argv(), env=self.env(attempt), cwd=self.task.cwd,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_child_setup)
+        except OSError as e:
+            self.say(f"cannot start {self.task.argv[0]}: {e.strerror or e}")
+            self._act(self.machine.handle(mc.StartFailed(
+                self.name, f"cannot start: {e.strerror or e}", time.time(), code=127)))
+            return
+        self._act(self.machine.handle(mc.Started(self.name, self.proc.pid, time.time())))
+        self.say(f"started on {self.host}:{self.port} (pid {self.proc.pid})"
+                 + (f", restart {attempt}" if attempt else ""))
+        if self.events is not None:
+            self.events.emit("task_started", self.name, {"pid": self.proc.pid, "attempt": attempt,
+                                                         "host": self.host})
+        self.reader = threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True)
+        self.reader.start()
+
+    def _exit_code(self) -> int:
+        m = self.machine
+        if m.result == mc.RunState.FAILED and m.root_cause == self.name \
+                and self.status.returncode is not None:
+            return rules.task_exit_code(self.status.returncode)
+        return m.exit_code if m.exit_code is not None else rules.EXIT_FAILED
+
+    def _write_exit(self, final: bool) -> None:
+        if self.folder is None:
+            return
+        t, m = self.status, self.machine
+        failed = final and m.result in (mc.RunState.FAILED, mc.RunState.INTERRUPTED) and (
+            m.root_cause == self.name or m.result == mc.RunState.INTERRUPTED or m.root_cause is None)
+        reason = t.note or (m.words if final else "") or rules.describe_exit(t.returncode)
+        self.folder.write_exit(self.name, {
+            "task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
+            "exit_code": self._exit_code() if final else 0,
+            "returncode": t.returncode, "state": t.state.value,
+            "ok": t.state == mc.TaskState.SUCCEEDED, "failed": bool(failed),
+            "reason": reason, "restarts": t.restarts, "pid": t.pid,
+            "started": t.started, "first_started": t.first_started, "ended": t.ended,
+            "time": time.time(), "final": final})
+        if final:
+            if self.events is not None:
+                self.events.close()
+            if self.log is not None:
+                self.log.close()
+                self.log = None
 
     def end_run(self) -> None:
         """Tell every task of the step that the run is over (SIGURG through Slurm)."""
-        if self.run_dir:
-            try:
-                open(os.path.join(self.run_dir, OVER_MARK), "w").close()
-            except OSError:
-                pass
+        if self.folder is not None:
+            self.folder.mark_over()
         if not self.step:
             return
         for attempt in range(2):   # twice: a task may not have installed its handler yet
@@ -400,20 +335,28 @@ class Task:
             if attempt == 0:
                 time.sleep(1.0)
 
-    def finish(self, code: int, failed: bool = False, reason: str = "") -> int:
-        if self.run_dir:
-            rec = {"task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
-                   "exit_code": code, "failed": failed, "reason": reason, "time": time.time()}
-            try:
-                fd = os.open(os.path.join(self.run_dir, f"{self.job}-{self.index}.exit.json"),
-                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    json.dump(rec, f)
-            except OSError:
-                pass
-        if self.log is not None:
-            self.log.close()
-        return code
+
+class _TaskEvents:
+    """This task's events (the launcher merges every task's into the run's events.jsonl)."""
+
+    def __init__(self, path: str):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        self.f = os.fdopen(fd, "a", encoding="utf-8")
+
+    def emit(self, event: str, task: Optional[str], fields: Dict[str, Any]) -> None:
+        rec = {"time": time.time(), "event": event, "task": task}
+        rec.update({k: v for k, v in fields.items() if v is not None or k == "exit_code"})
+        try:
+            self.f.write(json.dumps(rec, default=str) + "\n")
+            self.f.flush()
+        except (OSError, ValueError):
+            pass
+
+    def close(self) -> None:
+        try:
+            self.f.close()
+        except OSError:
+            pass
 
 
 def _endpoints(table) -> Dict[str, List[str]]:
@@ -421,13 +364,6 @@ def _endpoints(table) -> Dict[str, List[str]]:
     for job, idx, host, port in table:
         out.setdefault(job, []).append(f"{host}:{port}")
     return out
-
-
-def _signame(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return str(sig)
 
 
 def main() -> int:

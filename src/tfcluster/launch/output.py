@@ -19,9 +19,7 @@ from typing import Callable, Deque, Dict, IO, Optional
 from ..keras_support import latest_bar_state
 from ..progress import Progress, parse_progress
 
-PORT_CONFLICT = re.compile(r"Could not start gRPC server|Address already in use|Failed to add port")
-STILL_WAITING = re.compile(r"CreateSession still waiting for response from worker: "
-                           r"/job:([A-Za-z0-9_]+)/replica:\d+/task:(\d+)")
+from ..rules import PORT_CONFLICT, STILL_WAITING  # noqa: F401 (the reader's classes of lines)
 TAIL_LINES = 20
 
 

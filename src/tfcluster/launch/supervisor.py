@@ -29,7 +29,8 @@ from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortConflict, P
                        Waiting)
 from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
-from ..runrecord import HEADER, format_duration, format_table, task_rows, write_json_private
+from ..record import run_record, task_row, write_record
+from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
 from .output import PORT_CONFLICT, STILL_WAITING, OutputReader, Seen
 from .state import TaskState, describe_exit
@@ -447,37 +448,26 @@ class Supervisor:
         declared = self.plan.secret_names
         for tr in list(self.runs.values()):
             p = tr.progress
-            tasks.append({
-                "task": tr.name, "host": tr.plan.host, "endpoint": tr.plan.endpoint,
-                "chief": tr.name == self.plan.chief,
-                "pid": tr.pid, "state": tr.state.value, "exit_code": tr.returncode,
-                "exit": describe_exit(tr.returncode), "restarts": tr.restarts,
-                "started": tr.started, "first_started": tr.first_started, "ended": tr.ended,
-                "log": tr.log_path,
-                "argv": secrets.mask_argv(tr.spec.argv, declared, self.secret_values),
-                "env": secrets.mask_env(tr.spec.env, declared),
-                "note": tr.note,
-                "progress": None if p is None else {
-                    "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at},
-            })
+            tasks.append(task_row(
+                tr.name, host=tr.plan.host, endpoint=tr.plan.endpoint,
+                chief=tr.name == self.plan.chief, pid=tr.pid, state=tr.state.value,
+                exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
+                started=tr.started, first_started=tr.first_started, ended=tr.ended,
+                log=tr.log_path,
+                argv=secrets.mask_argv(tr.spec.argv, declared, self.secret_values),
+                env=secrets.mask_env(tr.spec.env, declared), note=tr.note,
+                progress=None if p is None else {
+                    "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))
         for t in self.skipped:
-            tasks.append({"task": t.name, "host": t.host, "endpoint": t.endpoint,
-                          "chief": t.name == self.plan.chief,
-                          "pid": None, "state": TaskState.SKIPPED.value, "exit_code": None,
-                          "exit": "", "restarts": 0, "started": None, "ended": None, "log": None})
+            tasks.append(task_row(t.name, host=t.host, endpoint=t.endpoint,
+                                  chief=t.name == self.plan.chief, state=TaskState.SKIPPED.value))
         rc = self.root_cause
-        return {
-            "run_id": self.plan.run_id, "file": os.path.abspath(self.plan.source) if self.plan.source else None,
-            "run_dir": self.plan.run_dir, "launcher_pid": os.getpid(),
-            "launcher_started": _process_start_time(), "backend": self.backend.name,
-            "success_rule": self.plan.success, "chief": self.plan.chief,
-            "started": self.started, "ended": self.ended,
-            "result": self.result.value, "exit_code": self.exit_code if self.ended else None,
-            "decision": self.decision_words or None,
-            "root_cause": self.root_note if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
+        return run_record(
+            self.plan, backend=self.backend.name, started=self.started, ended=self.ended,
+            result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
+            root_cause=self.root_note if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
             + (f" ({rc.note})" if rc.note else ""),
-            "total_restarts": self.total_restarts, "tasks": tasks,
-        }
+            total_restarts=self.total_restarts, tasks=tasks)
 
     def _write_record(self, force: bool = False) -> None:
         if not os.path.isdir(self.plan.run_dir):
@@ -487,7 +477,7 @@ class Supervisor:
             self.dirty = False
         self.last_record = self.clock()
         try:
-            write_json_private(os.path.join(self.plan.run_dir, "run.json"), data)
+            write_record(self.plan.run_dir, data)
         except OSError as e:
             if force:
                 self.display.error(f"cannot write run.json: {e}")
@@ -599,11 +589,3 @@ def _start_failure(task: str, spec: ProcessSpec, e: OSError) -> str:
     if isinstance(e, NotADirectoryError) or not os.path.isdir(spec.cwd):
         return f"{task}: working folder does not exist: {spec.cwd}"
     return f"{task}: cannot start {spec.argv[0]}: {e.strerror or e}"
-
-
-def _process_start_time() -> Optional[float]:
-    try:
-        import psutil
-        return psutil.Process().create_time()
-    except Exception:
-        return None

@@ -1,0 +1,165 @@
+"""The run-folder protocol: how the tasks of one run on several Slurm nodes tell each other
+things through the run folder they share (and how the launcher reads their ends).
+
+Every message is a file in the run folder; every function returns a value and raises nothing
+for a missing or unreadable file, except where saying so matters (a restart claim that cannot
+be recorded is no restart).
+
+=====================  ===================================================================
+``.restart-K``         restart K of the run's budget (``max_total_restarts``), created
+                       exclusively: tasks on different nodes count together
+``.kill-JOB-I``        a watchdog elsewhere asks the wrapper of ``JOB:I`` to kill its program
+``run_over``           the run has been decided (with the SIGURG that the deciding wrapper
+                       sends to the job step, for wrappers that missed the signal)
+``JOB-I.exit.json``    a task's end: written when its program exits 0 (others may be waiting
+                       for it, ``success: all-workers``) and when its wrapper finishes
+``JOB-I.events.jsonl`` the task's events (starts, exits, restarts, watchdog, stops), merged
+                       into the run's events.jsonl by the launcher
+=====================  ===================================================================
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+OVER_MARK = "run_over"
+EXIT_SUFFIX = ".exit.json"
+EVENTS_SUFFIX = ".events.jsonl"
+
+
+def stem(task: str) -> str:
+    """``worker:1`` -> ``worker-1`` (the task's file names)."""
+    return task.replace(":", "-")
+
+
+class RunFolder:
+    def __init__(self, path: str):
+        self.path = path
+
+    def _p(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    # ---- the run's restart budget
+    def restarts_claimed(self) -> int:
+        try:
+            return sum(1 for n in os.listdir(self.path) if n.startswith(".restart-"))
+        except OSError:
+            return 0
+
+    def claim_restart(self, limit: Optional[int]) -> Tuple[bool, str]:
+        """Take one restart of a budget of ``limit`` (None: no budget). (granted, why not)."""
+        if limit is None:
+            return True, ""
+        for k in range(limit):
+            try:
+                os.close(os.open(self._p(f".restart-{k}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                                 | getattr(os, "O_NOFOLLOW", 0), 0o600))
+                return True, ""
+            except FileExistsError:
+                continue
+            except OSError as e:
+                return False, f"the restart could not be recorded in {self.path} ({e.strerror or e})"
+        return False, f"the run's restart budget is spent ({limit} of {limit})"
+
+    # ---- kill requests
+    def request_kill(self, task: str, reason: str) -> Optional[str]:
+        """Ask the wrapper of ``task`` to kill its program; the error, if it could not."""
+        try:
+            fd = os.open(self._p(f".kill-{stem(task)}"),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(reason)
+            return None
+        except OSError as e:
+            return str(e)
+
+    def take_kill_request(self, task: str) -> Optional[str]:
+        """The reason of a kill request for ``task`` (removed once read), or None."""
+        path = self._p(f".kill-{stem(task)}")
+        try:
+            with open(path) as f:
+                reason = f.read().strip() or "watchdog"
+            os.unlink(path)
+            return reason
+        except OSError:
+            return None
+
+    # ---- the run is over
+    def mark_over(self) -> None:
+        try:
+            os.close(os.open(self._p(OVER_MARK), os.O_WRONLY | os.O_CREAT
+                             | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        except OSError:
+            pass
+
+    def over(self) -> bool:
+        return os.path.exists(self._p(OVER_MARK))
+
+    # ---- task ends
+    def write_exit(self, task: str, record: Dict[str, Any]) -> None:
+        path = self._p(stem(task) + EXIT_SUFFIX)
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def exits(self) -> Dict[str, Dict[str, Any]]:
+        """Every task's end record found, by task name."""
+        out: Dict[str, Dict[str, Any]] = {}
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return out
+        for n in names:
+            if not n.endswith(EXIT_SUFFIX):
+                continue
+            try:
+                with open(self._p(n)) as f:
+                    rec = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("task"), str):
+                out[rec["task"]] = rec
+        return out
+
+    def failures(self) -> List[Tuple[str, Dict[str, Any]]]:
+        """The end records that say their task failed, oldest first."""
+        out = [(t, r) for t, r in self.exits().items() if r.get("failed")]
+        out.sort(key=lambda x: x[1].get("time") or 0)
+        return out
+
+    # ---- events
+    def events_path(self, task: str) -> str:
+        return self._p(stem(task) + EVENTS_SUFFIX)
+
+    def task_events(self) -> List[Dict[str, Any]]:
+        """Every task's events, in time order."""
+        out: List[Dict[str, Any]] = []
+        try:
+            names = sorted(os.listdir(self.path))
+        except OSError:
+            return out
+        for n in names:
+            if not n.endswith(EVENTS_SUFFIX):
+                continue
+            try:
+                with open(self._p(n), encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        try:
+                            ev = json.loads(line)
+                        except ValueError:
+                            continue
+                        if isinstance(ev, dict):
+                            out.append(ev)
+            except OSError:
+                continue
+        out.sort(key=lambda e: e.get("time") if isinstance(e.get("time"), (int, float)) else 0)
+        return out

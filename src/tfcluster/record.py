@@ -1,0 +1,62 @@
+"""One writer for a run's record (``run.json``) on every backend.
+
+The local launcher (ssh hosts and per-host agents included) and the Slurm launcher describe a
+run the same way: :func:`run_record` builds the whole record from the plan, the run machine's
+verdict and one row per task, and :func:`write_record` writes it. ``tfcluster status``, ``runs``
+and ``report`` read what this writes (:mod:`tfcluster.runrecord`).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from .runrecord import write_json_private
+
+RUN_FILE = "run.json"
+
+
+def launcher_start_time() -> Optional[float]:
+    """This process's start time (with its pid, how ``status`` tells a live launcher from a
+    dead one whose pid was reused)."""
+    try:
+        import psutil
+        return psutil.Process().create_time()
+    except Exception:
+        return None
+
+
+def task_row(name: str, *, host: Optional[str], endpoint: str, chief: bool, state: str,
+             pid: Optional[int] = None, exit_code: Optional[int] = None, exit: str = "",
+             restarts: int = 0, started: Optional[float] = None,
+             first_started: Optional[float] = None, ended: Optional[float] = None,
+             log: Optional[str] = None, **more: Any) -> Dict[str, Any]:
+    """One task of the record."""
+    row = {"task": name, "host": host, "endpoint": endpoint, "chief": chief, "pid": pid,
+           "state": state, "exit_code": exit_code, "exit": exit, "restarts": restarts,
+           "started": started, "first_started": first_started, "ended": ended, "log": log}
+    row.update(more)
+    return row
+
+
+def run_record(plan, *, backend: str, started: float, ended: Optional[float], result: str,
+               exit_code: Optional[int], decision: Optional[str], root_cause: Optional[str],
+               total_restarts: int, tasks: List[Dict[str, Any]], **extra: Any) -> Dict[str, Any]:
+    """The record of a run of ``plan`` (a :class:`tfcluster.plan.RunPlan`)."""
+    data = {
+        "run_id": plan.run_id,
+        "file": os.path.abspath(plan.source) if plan.source else None,
+        "run_dir": plan.run_dir, "launcher_pid": os.getpid(),
+        "launcher_started": launcher_start_time(), "backend": backend,
+        "success_rule": plan.success, "chief": plan.chief,
+        "started": started, "ended": ended, "result": result,
+        "exit_code": exit_code if ended else None,
+        "decision": decision or None, "root_cause": root_cause,
+        "total_restarts": total_restarts, "tasks": tasks,
+    }
+    data.update(extra)
+    return data
+
+
+def write_record(run_dir: str, data: Dict[str, Any]) -> None:
+    """Write ``run.json`` atomically (owner-only). Raises OSError."""
+    write_json_private(os.path.join(run_dir, RUN_FILE), data)
