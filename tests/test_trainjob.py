@@ -420,3 +420,26 @@ def test_the_docs_example(tmp_path, schemas):
     from tfcluster import pod
     assert pod.cluster_dict(layout, tj["metadata"]["name"]) == claimed
     assert tj["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == c.spec.kubernetes.queue
+
+
+def test_cluster_yaml_doc_of_the_pod_settings(tmp_path):
+    """docs/CLUSTER_YAML.md, 'Kubernetes pod settings': the PVC example renders its mount into
+    every pod; each error line shown is what the loader prints for such a file."""
+    with open(f"{ROOT}/docs/CLUSTER_YAML.md") as f:
+        doc = f.read()
+    section = doc[doc.index("## Kubernetes pod settings"):doc.index("## Counts")]
+    example, errors = re.findall(r"```\w*\n(.*?)```", section, re.S)[:2]
+    c = load("cluster: {ps: 1, worker: 2}\n" + example, tmp_path)
+    for r in jobset.jobset(c, image="i")["spec"]["replicatedJobs"]:
+        assert pod_of(r)["spec"]["containers"][0]["volumeMounts"] == [{"name": "ckpt", "mountPath": "/ckpt"}]
+    files = ["kubernetes: {node_selectr: {a: b}}",
+             "kubernetes: {volumes: [{name: c, persistentVolumeClaim: {claimNme: x}}]}",
+             "kubernetes: {resources: {requests: {cpu: 2x}}}",
+             "kubernetes: {volume_mounts: [{name: ckpt, mountPath: /ckpt}]}",
+             "jobs: {worker: {kubernetes: {queue: q}}}"]
+    shown = errors.strip().splitlines()
+    assert len(shown) == len(files)
+    for text, line in zip(files, shown):
+        with pytest.raises(ConfigError) as e:
+            loads("cluster: {worker: 1}\n" + text)
+        assert line in [re.sub(r" \(line \d+\)$", "", p) for p in e.value.problems], e.value.problems

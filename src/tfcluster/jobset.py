@@ -13,10 +13,16 @@ The mapping
     ``<jobset>-<rjob>-<job index>-<pod index>.<subdomain>`` (so ``worker:1`` is
     ``NAME-worker-0-1.NAME``). ``publishNotReadyAddresses`` lets tasks find each other before
     they are ready. The file's host:port entries are not used; every task listens on 2222.
-  * Every container runs ``python -m tfcluster.pod [--task-flags] -- PROGRAM ARGS``
+  * Every container runs ``python -m tfcluster.pod [OPTIONS] -- PROGRAM ARGS``
     (:mod:`tfcluster.pod`): from the layout in ``TFCLUSTER_JOBSET`` and the pod's own
-    annotations (downward API) plus ``JOB_COMPLETION_INDEX`` it computes ``TF_CONFIG`` and
-    execs the program. The image needs tfcluster installed (``pip install tfcluster``).
+    annotations (downward API) plus ``JOB_COMPLETION_INDEX`` it computes ``TF_CONFIG`` and the
+    rest of the task contract (``TFCLUSTER_RESTART_COUNT`` from JobSet's
+    ``jobset.sigs.k8s.io/restart-attempt`` annotation) and execs the program. The image needs
+    tfcluster installed (``pip install tfcluster``).
+  * Pod settings: the file's ``kubernetes:`` section (:mod:`tfcluster.k8s_options`) in every
+    Job's pod template; ``kubernetes.queue`` as the JobSet's Kueue label.
+  * :func:`jobset_spec` is also the template of ``render trainjob``'s runtime
+    (:mod:`tfcluster.trainjob`).
   * Success (``success:``): ``chief`` with a chief job -> ``successPolicy: {operator: All,
     targetReplicatedJobs: [chief]}``. ``chief`` without a chief job means worker:0 (TensorFlow's
     rule); JobSet's success policy only sees whole Jobs, so the worker Job gets Kubernetes' Job

@@ -4,7 +4,10 @@ Nothing here imports TensorFlow or talks to a cluster; both renderers return tex
 
 * :func:`render_k8s` -- a ``kubeflow.org/v1`` TFJob. The TFJob operator creates one pod per
   replica, gives each its own address and sets ``TF_CONFIG``; the file's host:port entries are
-  therefore not used, only the number of tasks per job (a list's length, or a count).
+  therefore not used, only the number of tasks per job (a list's length, or a count). Every
+  pod runs ``python -m tfcluster.pod`` (:func:`pod_entry`), which gives the program the task
+  contract from the operator's TF_CONFIG, as the JobSet and TrainJob renders' pods do from
+  their layout; :func:`finish_pod` adds the file's ``kubernetes:`` pod settings.
 * :func:`render_slurm` -- an sbatch script. Slurm chooses the nodes; every Slurm task runs
   ``python -m tfcluster.backends.slurm_task``, which works out its job and index from
   ``SLURM_PROCID`` the way TensorFlow's ``SlurmClusterResolver`` does, sets ``TF_CONFIG`` and
