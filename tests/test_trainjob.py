@@ -443,3 +443,23 @@ def test_cluster_yaml_doc_of_the_pod_settings(tmp_path):
         with pytest.raises(ConfigError) as e:
             loads("cluster: {worker: 1}\n" + text)
         assert line in [re.sub(r" \(line \d+\)$", "", p) for p in e.value.problems], e.value.problems
+
+
+def test_a_ps_that_asks_for_gpus_in_resources_keeps_them(tmp_path):
+    """ps pods hide GPUs (--no-gpus) unless the job's resources ask for some."""
+    c = load("cluster: {ps: 2, worker: 1}\nprogram: {command: [python, t.py]}\n"
+             "jobs: {ps: {kubernetes: {resources: {limits: {nvidia.com/gpu: 1}}}}}\n", tmp_path)
+    m = jobset.jobset(c, image="i")
+    args = {r["name"]: pod_of(r)["spec"]["containers"][0]["args"] for r in m["spec"]["replicatedJobs"]}
+    assert "--no-gpus" not in args["ps"] and "--no-gpus" not in args["worker"]
+    assert pod_of(m["spec"]["replicatedJobs"][0])["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": 1}}
+    c = load("cluster: {ps: 2, worker: 1}\nprogram: {command: [python, t.py]}\n", tmp_path, "b.yaml")
+    assert "--no-gpus" in rjobs(jobset.jobset(c, image="i")["spec"])["ps"]["template"]["spec"][
+        "template"]["spec"]["containers"][0]["args"]
+
+
+def test_a_broken_cluster_does_not_break_the_kubernetes_checks():
+    with pytest.raises(ConfigError) as e:
+        loads("cluster: [{a: 1}, b]\nkubernetes: {volume_mounts: [{name: x, mountPath: /x}]}")
+    assert e.value.problems[0].startswith("cluster: must be a mapping of job -> list of host:port")

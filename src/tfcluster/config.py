@@ -306,8 +306,8 @@ class Cluster:
     def cluster_spec_dict(self) -> Dict[str, List[str]]:
         """The dict for ``tf.train.ClusterSpec`` (evaluator left out, TensorFlow's rule)."""
         self._need_endpoints()
-        return {job: [str(t.endpoint) for t in tasks]
-                for job, tasks in self.jobs.items() if job != "evaluator"}
+        return contract.cluster_dict({job: [str(t.endpoint) for t in tasks]
+                                      for job, tasks in self.jobs.items()})
 
     def cluster_spec(self):
         """A real ``tf.train.ClusterSpec`` (imports TensorFlow)."""
@@ -502,10 +502,10 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     except ValidationError as e:
         problems.extend(p for p in _pydantic_problems(e) if not p.startswith("cluster: required"))
         spec = None
-    if spec is not None:
+    if spec is not None and isinstance(data.get("cluster"), dict):
         problems.extend(k8s_options.check(spec.kubernetes, {
             job: (spec.jobs[job].kubernetes if job in spec.jobs else None)
-            for job in (data.get("cluster") or {})}))
+            for job in data["cluster"] if isinstance(job, str)}))
     warnings: List[str] = []
     if "cluster" in data:
         problems.extend(_check_cluster(data["cluster"], warnings))

@@ -54,7 +54,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .config import Cluster, Task
 from .errors import UserError
-from . import pod
+from . import contract, pod
 from .render import _header, finish_pod, k8s_metadata, k8s_name, pod_entry, restart_budget
 from . import secrets
 
@@ -216,7 +216,7 @@ def pod_env(cluster: Cluster, job: str, rjob: str, layout: Dict[str, Any],
     layout and the downward-API values :mod:`tfcluster.pod` reads."""
     env: List[Dict[str, Any]] = []
     for key, _value in cluster.jobs[job][0].env:
-        if key == "TF_CONFIG":
+        if key == contract.TF_CONFIG:     # the pod's own, from the contract
             continue
         if is_secret(cluster, key) and secret:
             env.append({"name": key, "valueFrom": {"secretKeyRef": {
@@ -236,7 +236,7 @@ def secret_keys(cluster: Cluster, js_name: str) -> Optional[Tuple[str, List[str]
     keys = []
     for job, tasks in cluster.jobs.items():
         for key, _ in tasks[0].env:
-            if key != "TF_CONFIG" and is_secret(cluster, key):
+            if key != contract.TF_CONFIG and is_secret(cluster, key):
                 k = _secret_key(cluster, k8s_name(job), job, key)
                 if k not in keys:
                     keys.append(k)

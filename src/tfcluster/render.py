@@ -141,8 +141,9 @@ def pod_entry(cluster: Cluster, job: str, tasks: List[Task], what: str = "pods")
                         f"program.command (the command inside the image)")
     first = tasks[0]
     options = ["--task-flags"] if first.task_flags else []
-    if all(contract.pod_gpus(t.gpus) == "" for t in tasks):
-        options.append("--no-gpus")
+    asked = k8s_options.settings_for(cluster.spec, job).limits.get(k8s_options.GPU_RESOURCE, "0")
+    if all(contract.pod_gpus(t.gpus) == "" for t in tasks) and asked in ("0", ""):
+        options.append("--no-gpus")    # unless the job's resources ask for GPUs themselves
     budget = 0 if first.restart.policy == "never" else restart_budget(cluster)
     if budget:
         options.append(f"--max-restarts={budget}")
@@ -181,7 +182,7 @@ def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str,
     }
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
            if k in secret_keys else {"name": k, "value": v}
-           for k, v in first.env if k != "TF_CONFIG"]
+           for k, v in first.env if k != contract.TF_CONFIG]
     if env:
         container["env"] = env
     template: Dict[str, Any] = {"spec": {"containers": [container]}}
