@@ -14,7 +14,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 FLOORS = [
     # 0: vocabulary, rules, contract, small helpers
     ["errors", "rules", "contract", "progress", "secrets", "hosts", "events", "gpus",
-     "keras_support", "slurm_options", "k8s_options"],
+     "keras_support", "slurm_options", "k8s_options", "trainer_status"],
     # 1: the file model and run records
     ["config", "runrecord"],
     # 2: the run plan

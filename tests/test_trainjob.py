@@ -140,14 +140,15 @@ def test_runtime_and_trainjob_with_a_chief_validate(tmp_path, schemas):
         "app.kubernetes.io/managed-by": "tfcluster", "kueue.x-k8s.io/queue-name": "team-a"}}
     assert tj["spec"] == {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
                                          "name": "tensorflow-mnist"},
-                          "trainer": {"image": "registry.example/tf:2.21", "numNodes": 3}}
+                          "trainer": {"image": "registry.example/tf:2.21", "numNodes": 1}}
     spec = runtime["spec"]["template"]["spec"]
-    assert runtime["spec"]["mlPolicy"] == {"numNodes": 3}
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 1}     # the trainer is the chief
     assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
     r = rjobs(spec)
     assert {n: (x["replicas"], x["template"]["spec"]["completions"]) for n, x in r.items()} == {
         "chief": (1, 1), "ps": (1, 2), "worker": (1, 3), "evaluator": (1, 1)}
-    assert [n for n, x in r.items() if x["template"].get("metadata")] == ["worker"]
+    assert [n for n, x in r.items() if x["template"].get("metadata")] == ["chief"]
+    assert r["chief"]["template"]["metadata"] == {"labels": {trainjob.ANCESTOR_LABEL: "trainer"}}
     # success and failure policies from the file
     assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["chief", "worker"]}
     assert spec["failurePolicy"]["maxRestarts"] == 7
@@ -215,15 +216,17 @@ def test_runtime_and_trainjob_without_a_chief_namespaced(tmp_path, schemas):
                     "worker": {"name": "tf-env", "key": "worker.API_TOKEN"}}
 
 
-def test_the_trainer_is_the_worker_job_else_the_chief():
-    assert trainjob.trainer_job(loads("cluster: {ps: 1, chief: 1, worker: 2}")) == "worker"
-    assert trainjob.trainer_job(loads("cluster: {ps: 1, local: 2, worker: 1}")) == "worker"
-    c = loads("cluster: {ps: 1, chief: 1, local: 2}\nprogram: {command: [python, t.py]}")
-    assert trainjob.trainer_job(c) == "chief"
+def test_the_trainer_is_the_job_of_tfclusters_chief():
+    """Trainer's trainer (scaled by numNodes, given the progress endpoint) is the chief job, else
+    the workers."""
+    assert trainjob.trainer_job(loads("cluster: {ps: 1, chief: 1, worker: 2}")) == "chief"
+    assert trainjob.trainer_job(loads("cluster: {ps: 1, local: 2, worker: 3}")) == "worker"
+    c = loads("cluster: {ps: 1, local: 2, worker: 3}\nprogram: {command: [python, t.py]}")
     runtime, tj = trainjob.runtime_and_trainjob(c, image="i", name="t")
     labelled = [r["name"] for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]
                 if r["template"].get("metadata", {}).get("labels", {}).get(trainjob.ANCESTOR_LABEL) == "trainer"]
-    assert labelled == ["chief"] and tj["spec"]["trainer"]["numNodes"] == 1
+    assert labelled == ["worker"] and tj["spec"]["trainer"]["numNodes"] == 3
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 3}
     assert trainer_admission(runtime) == []
 
 
@@ -463,3 +466,220 @@ def test_a_broken_cluster_does_not_break_the_kubernetes_checks():
     with pytest.raises(ConfigError) as e:
         loads("cluster: [{a: 1}, b]\nkubernetes: {volume_mounts: [{name: x, mountPath: /x}]}")
     assert e.value.problems[0].startswith("cluster: must be a mapping of job -> list of host:port")
+
+
+# --------------------------------------------------------------------------------------
+# @tfcluster progress -> TrainJob status.trainerStatus (only where Trainer gives the endpoint)
+
+PROGRESS_PROGRAM = (
+    "import os,sys;print('pid', os.getpid(), flush=True);"
+    "sys.stdout.write('Epoch 1/2 [=====>   ]\\r');"
+    "print('@tfcluster progress {\"step\": 10, \"total\": 100, \"loss\": 0.5}');"
+    "print('@tfcluster progress {\"step\": 100, \"total\": 100, \"loss\": 0.125, \"accuracy\": 0.9}');"
+    "print('done');sys.exit(int(os.environ.get('EXIT', '0')))")
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_bridge_throttles_estimates_and_never_raises(schemas):
+    from tfcluster import trainer_status
+    sent, errors = [], []
+
+    class Err:
+        def write(self, text):
+            errors.append(text)
+
+        def flush(self):
+            pass
+
+    clock = FakeClock()
+    b = trainer_status.Bridge(("u", "c", "t"), send=lambda where, body: sent.append(body), clock=clock,
+                              err=Err(), background=False)
+    b.line("ordinary output")
+    b.line('@tfcluster progress {"step": 100, "total": 1000, "loss": 0.5}')   # first: at once
+    clock.now += 2
+    b.line('@tfcluster progress {"step": 120, "total": 1000}')                 # throttled
+    assert len(sent) == 1 and b.pending is not None
+    clock.now += 3
+    b.line('@tfcluster progress {"step": 150, "total": 1000, "loss": 0.25}')   # 5 s: posted
+    assert [s["trainerStatus"]["progressPercentage"] for s in sent] == [10, 15]
+    # 50 steps in 5 s: 850 steps to go take 85 s
+    assert sent[1]["trainerStatus"]["estimatedRemainingSeconds"] == 85
+    assert sent[1]["trainerStatus"]["metrics"] == [{"name": "loss", "value": "0.25"}]
+    assert "estimatedRemainingSeconds" not in sent[0]["trainerStatus"]
+    clock.now += 1
+    b.line('@tfcluster progress {"step": 160}')
+    b.close()                                                                   # the rest at the end
+    assert len(sent) == 3 and sent[2]["trainerStatus"].keys() == {"lastUpdatedTime"}
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "t"},
+          "spec": {"runtimeRef": {"name": "r"}}}
+    for body in sent:
+        validate(schemas["TrainJob"], {**tj, "status": body})
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", sent[0]["trainerStatus"]["lastUpdatedTime"])
+
+    def fail(where, body):
+        raise OSError("connection refused")
+
+    b = trainer_status.Bridge(("u", "c", "t"), send=fail, clock=clock, err=Err(), background=False)
+    for step in range(3):
+        clock.now += 10
+        b.line(f'@tfcluster progress {{"step": {step}}}')
+    shown = "".join(errors).splitlines()
+    assert b.sent == 0 and len(shown) == 1 and "connection refused" in shown[0]
+
+
+def test_the_endpoint_needs_all_three_variables():
+    from tfcluster import trainer_status
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": "https://x/y", "KUBEFLOW_TRAINER_SERVER_CA_CERT": "/ca",
+           "KUBEFLOW_TRAINER_SERVER_TOKEN": "/token"}
+    assert trainer_status.endpoint(env) == ("https://x/y", "/ca", "/token")
+    for key in env:
+        assert trainer_status.endpoint({**env, key: ""}) is None
+    assert trainer_status.endpoint({}) is None
+
+
+@pytest.fixture
+def status_server(tmp_path, ports):
+    """A local HTTPS server standing in for Trainer's status server: a self-signed certificate
+    for 127.0.0.1, a token file; it records every POST."""
+    import http.server
+    import shutil
+    import ssl
+    import subprocess
+    import threading
+    if not shutil.which("openssl"):
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "ca.crt", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    (tmp_path / "token").write_text("tok-abc\n")
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, self.headers["Authorization"], json.loads(body)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    (port,) = ports(1)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": f"https://127.0.0.1:{port}/apis/trainer.kubeflow.org/v1alpha1/"
+                                          f"namespaces/ml/trainjobs/tj/status",
+           "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(cert),
+           "KUBEFLOW_TRAINER_SERVER_TOKEN": str(tmp_path / "token")}
+    yield env, seen
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def _trainjob_pods(tmp_path, text):
+    c = load(text, tmp_path)
+    runtime, tj = trainjob.runtime_and_trainjob(c, image="img:1", name="tj")
+    js = trainer_jobset(runtime, tj)
+    return c, tj, rjobs(js["spec"])
+
+
+def _pod_run(r, job, index, extra, cwd, **kw):
+    import subprocess
+    import sys
+    pod = pod_of(r[job])
+    (container,) = pod["spec"]["containers"]
+    env = pod_env(pod, container, jobset_annotations("tj", job, 0), {},
+                  {"JOB_COMPLETION_INDEX": str(index), **extra})
+    argv = [sys.executable if w == "python" else w for w in container["command"] + container["args"]]
+    return subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, **kw)
+
+
+BRIDGE_FILE = ("cluster: {{ps: 1, worker: 2}}\nprogram: {{command: [python, -c, {prog}]}}\n"
+               .format(prog=json.dumps(PROGRESS_PROGRAM)))
+
+
+def test_the_chief_pod_posts_its_progress_to_the_trainjob_status(tmp_path, schemas, status_server):
+    """With Trainer's endpoint (as its TrainJobStatus plugin gives the trainer's pods), the chief
+    pod (worker:0) runs the program as a child: the output passes through byte for byte, the
+    exit code is the program's, and the progress lines reach the endpoint over TLS with the
+    bearer token, in the CRD's shape."""
+    env, seen = status_server
+    c, tj, r = _trainjob_pods(tmp_path, BRIDGE_FILE)
+    p = _pod_run(r, "worker", 0, {**env, "EXIT": "3"}, tmp_path)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, err
+    lines = out.decode().split("\n")
+    assert int(lines[0].split()[1]) != p.pid            # a child, not exec'd
+    assert out.decode().endswith("Epoch 1/2 [=====>   ]\r@tfcluster progress {\"step\": 10, \"total\": 100, "
+                                 "\"loss\": 0.5}\n@tfcluster progress {\"step\": 100, \"total\": 100, "
+                                 "\"loss\": 0.125, \"accuracy\": 0.9}\ndone\n")
+    assert err == b""
+    assert [s[0] for s in seen] == ["/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/tj/status"] * 2
+    assert {s[1] for s in seen} == {"Bearer tok-abc"}
+    statuses = [s[2]["trainerStatus"] for s in seen]
+    assert [s["progressPercentage"] for s in statuses] == [10, 100]
+    assert statuses[1]["metrics"] == [{"name": "loss", "value": "0.125"}, {"name": "accuracy", "value": "0.9"}]
+    for s in seen:
+        validate(schemas["TrainJob"], {**tj, "status": s[2]})
+
+
+def test_progress_bridge_does_nothing_elsewhere(tmp_path, status_server):
+    """Without the endpoint (a JobSet pod, a TrainJob without the feature gate), and in a pod
+    that is not the chief, the entry point execs the program: same pid, nothing posted."""
+    env, seen = status_server
+    c, tj, r = _trainjob_pods(tmp_path, BRIDGE_FILE)
+    for job, index, extra in [("worker", 0, {}), ("worker", 1, env), ("ps", 0, env)]:
+        p = _pod_run(r, job, index, extra, tmp_path)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert out.decode().split("\n")[0] == f"pid {p.pid}"   # exec'd: the program is the pod's process
+    assert seen == []
+    for manifest in (jobset.jobset(c, image="i"), render.tfjob(c, image="i"), tj):
+        assert "KUBEFLOW_TRAINER" not in json.dumps(manifest)
+
+
+def test_a_bridged_pod_forwards_sigterm_and_survives_a_dead_endpoint(tmp_path):
+    """SIGTERM to the pod's process reaches the program (exit 128+15); an endpoint that does not
+    answer is reported once on stderr and the program runs on."""
+    import signal
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("")
+    prog = ("import time,sys;print('@tfcluster progress {\"step\": 1}', flush=True);"
+            "print('ready', flush=True);time.sleep(60)")
+    c, tj, r = _trainjob_pods(tmp_path, "cluster: {{chief: 1, worker: 1}}\nprogram: {{command: [python, -c, {p}]}}\n"
+                              .format(p=json.dumps(prog)))
+    dead = {"KUBEFLOW_TRAINER_SERVER_URL": "https://127.0.0.1:9/status",
+            "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(tmp_path / "ca.crt"),
+            "KUBEFLOW_TRAINER_SERVER_TOKEN": str(tmp_path / "token")}
+    p = _pod_run(r, "chief", 0, dead, tmp_path)
+    try:
+        lines = []
+        while b"ready" not in b"".join(lines):
+            lines.append(p.stdout.readline())
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            import os
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 128 + signal.SIGTERM
+    messages = err.decode().strip().splitlines()
+    assert len(messages) == 1 and messages[0].startswith(
+        "tfcluster.pod: progress not posted to the TrainJob status ("), messages

@@ -116,6 +116,11 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
     return env
 
 
+def chief_task(jobs) -> str:
+    """TensorFlow's chief among ``jobs`` (job names): ``chief:0``, else ``worker:0``."""
+    return "chief:0" if "chief" in jobs else "worker:0"
+
+
 def pod_gpus(gpus: Optional[str]) -> Optional[str]:
     """``CUDA_VISIBLE_DEVICES`` for a task that runs in a Kubernetes pod, from its ``gpus``.
 

@@ -34,6 +34,15 @@ What the program gets (:func:`tfcluster.contract.task_env`, :func:`~tfcluster.co
   ``CUDA_VISIBLE_DEVICES=""`` with ``--no-gpus`` (a job without GPUs, :func:`contract.pod_gpus`),
   and with ``--task-flags`` the seed's ``--job_name --task_index --<job>_hosts`` flags.
 
+Progress to a TrainJob's status
+  Where Kubeflow Trainer gives the pod its status endpoint (``KUBEFLOW_TRAINER_SERVER_*``, a
+  TrainJob's trainer pods with Trainer's ``TrainJobStatus`` gate on) and the pod is tfcluster's
+  chief task, the program is not exec'd but run as a child (:func:`run_bridged`): its stdout
+  passes through unchanged, SIGTERM/SIGINT/SIGHUP are forwarded to it, the pod exits with its
+  exit code (128+N for signal N), and its ``@tfcluster progress`` lines are posted to
+  ``status.trainerStatus`` (:mod:`tfcluster.trainer_status`). Everywhere else the entry point
+  execs the program as above.
+
 Errors (a missing or malformed variable) are one line on stderr and exit 2.
 """
 from __future__ import annotations
@@ -43,8 +52,8 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import contract
-from .rules import EXIT_BAD_INPUT
+from . import contract, trainer_status
+from .rules import EXIT_BAD_INPUT, signal_exit_code
 
 LAYOUT_ENV = "TFCLUSTER_JOBSET"
 NAME_ENV = "TFCLUSTER_JOBSET_NAME"
@@ -208,6 +217,49 @@ def parse_args(argv: List[str]) -> Tuple[Dict[str, Any], List[str]]:
     return opts, argv
 
 
+def run_bridged(program: List[str], bridge: "trainer_status.Bridge") -> int:
+    """Run ``program`` as a child, copying its stdout through and feeding its lines to
+    ``bridge``; signals are forwarded. Returns the exit code the pod should end with."""
+    import re
+    import signal
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(program, stdout=subprocess.PIPE)
+    except OSError as e:
+        print(f"tfcluster.pod: error: cannot run {program[0]!r}: {e.strerror or e}", file=sys.stderr)
+        return 127
+
+    def forward(signum, _frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    out = sys.stdout.buffer
+    fd = proc.stdout.fileno()  # type: ignore[union-attr]
+    partial, skipping = b"", False
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        out.write(chunk)
+        out.flush()
+        *lines, rest = re.split(rb"[\r\n]", partial + chunk)
+        for line in lines:
+            if not skipping:
+                bridge.line(line.decode("utf-8", "replace"))
+            skipping = False
+        partial = rest
+        if len(partial) > trainer_status.MAX_LINE:   # a line that never ends: pass it, skip parsing
+            partial, skipping = b"", True
+    if partial and not skipping:
+        bridge.line(partial.decode("utf-8", "replace"))
+    returncode = proc.wait()
+    bridge.close()
+    return returncode if returncode >= 0 else signal_exit_code(-returncode)
+
+
 def main(argv: List[str]) -> int:
     try:
         opts, program = parse_args(list(argv))
@@ -219,6 +271,10 @@ def main(argv: List[str]) -> int:
         os.environ.pop(name, None)
     os.environ.update(add)
     program = program + flags
+    where = trainer_status.endpoint(os.environ)
+    task = add[contract.TASK]
+    if where is not None and task == contract.chief_task(json.loads(add[contract.TF_CONFIG])["cluster"]):
+        return run_bridged(program, trainer_status.Bridge(where))
     sys.stdout.flush()
     try:
         os.execvp(program[0], program)

@@ -15,9 +15,13 @@ The mapping
   * The trainer: Trainer applies a TrainJob's ``spec.trainer`` (image, command, args, env,
     ``numNodes``) to the replicated job labelled ``trainer.kubeflow.org/trainjob-ancestor-step:
     trainer`` (its container must be named ``node``, its ``replicas`` 1: Trainer's admission
-    rules). That is the ``worker`` job (the ``chief`` in a cluster without workers);
-    ``numNodes`` sets its number of pods. The TrainJob carries the file's worker count: the
-    layout every pod reads is the runtime's, so a different ``numNodes`` needs a new render.
+    rules). That is the job of tfcluster's chief task: ``chief`` (``numNodes: 1``), else
+    ``worker`` (``numNodes`` = the workers). Trainer gives the trainer's pods its progress
+    endpoint, and the chief is the task that reports a run's progress (a Keras
+    ParameterServerStrategy coordinator, a TF1 chief); :mod:`tfcluster.trainer_status` bridges
+    its ``@tfcluster progress`` lines to ``status.trainerStatus``. The TrainJob carries the
+    file's count: the layout every pod reads is the runtime's, so a different ``numNodes``
+    needs a new render.
   * ``mlPolicy`` has ``numNodes`` only (no torch/mpi/jax policy), so Trainer's PlainML plugin
     applies: no framework variables are injected; each pod computes its TF_CONFIG with
     ``python -m tfcluster.pod`` exactly as in a JobSet, and its restart count from JobSet's
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
+from . import contract
 from .config import Cluster
 from .errors import UserError
 from .jobset import jobset_spec
@@ -47,9 +52,9 @@ CONTAINER = "node"        # Trainer's name for the trainer container (constants.
 
 
 def trainer_job(cluster: Cluster) -> str:
-    """The TensorFlow job that is Trainer's "trainer" (scaled by ``numNodes``): the workers, or
-    the chief in a cluster without workers (a file has one or the other)."""
-    return "worker" if "worker" in cluster.jobs else "chief"
+    """The TensorFlow job that is Trainer's "trainer": the job of tfcluster's chief task (the
+    ``chief``, else ``worker``), whose first pod reports the run's progress."""
+    return contract.chief_task(cluster.jobs).split(":")[0]
 
 
 def runtime_and_trainjob(cluster: Cluster, image: str, name: Optional[str] = None,
