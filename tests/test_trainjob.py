@@ -422,7 +422,10 @@ def test_the_docs_example(tmp_path, schemas):
                              if e["name"] == "TFCLUSTER_JOBSET"))
     from tfcluster import pod
     assert pod.cluster_dict(layout, tj["metadata"]["name"]) == claimed
-    assert tj["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == c.spec.kubernetes.queue
+    assert tj["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == c.spec.kubernetes.queue == "team-a"
+    text = trainjob.render_trainjob(c, image=opts["--image"], namespace=opts.get("--namespace"))
+    secret_line = next(x for x in commands.splitlines() if x.startswith("kubectl create secret"))
+    assert secret_line + "; then kubectl apply -f -" in text.splitlines()[0]
 
 
 def test_cluster_yaml_doc_of_the_pod_settings(tmp_path):
