@@ -26,8 +26,8 @@ from typing_extensions import Annotated
 
 from . import contract, k8s_options, rules
 from .errors import ConfigError, UserError
-from .rules import KNOWN_JOBS, SINGLE_TASK_JOBS
 from .k8s_options import KubernetesSpec, PodSettings
+from .rules import KNOWN_JOBS, SINGLE_TASK_JOBS
 from .slurm_options import SlurmSpec
 
 VERSION = 1
@@ -293,10 +293,8 @@ class Cluster:
 
     @property
     def chief(self) -> TaskId:
-        """TensorFlow's rule: the chief task, else worker:0."""
-        if "chief" in self.jobs:
-            return TaskId("chief", 0)
-        return TaskId("worker", 0)
+        """TensorFlow's rule: the chief task, else worker:0 (:func:`tfcluster.contract.chief_task`)."""
+        return TaskId.parse(contract.chief_task(self.jobs))
 
     @property
     def resolved(self) -> bool:
