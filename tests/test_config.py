@@ -32,18 +32,8 @@ def test_seed_cluster_spec_and_tf_config():
         "worker": ["worker0.example.com:2222", "worker1.example.com:2222"]}
     assert c.tf_config("worker:1") == {"cluster": c.cluster_spec_dict(),
                                        "task": {"type": "worker", "index": 1}}
-    assert json.loads(c.tf_config_json("ps:0"))["task"] == {"type": "ps", "index": 0}
     assert [t.name for t in c.tasks] == ["ps:0", "ps:1", "worker:0", "worker:1"]
     assert c.chief == TaskId("worker", 0)
-
-
-def test_task_flags_are_the_seeds_flags():
-    c = loads(SEED)
-    assert c.argv("ps:1")[-4:] == [
-        "--job_name=ps", "--task_index=1",
-        "--ps_hosts=ps0.example.com:2222,ps1.example.com:2222",
-        "--worker_hosts=worker0.example.com:2222,worker1.example.com:2222"]
-    assert "--job_name=ps" not in c.argv("ps:1", task_flags=False)
 
 
 def test_chief_and_evaluator():
@@ -53,34 +43,6 @@ def test_chief_and_evaluator():
     assert c.tf_config("evaluator:0")["task"] == {"type": "evaluator", "index": 0}
     assert "evaluator" not in c.tf_config("evaluator:0")["cluster"]
     assert [t.name for t in c.tasks] == ["chief:0", "ps:0", "worker:0", "evaluator:0"]
-    assert not any("--evaluator_hosts" in a for a in c.task_flag_args("worker:0"))
-
-
-def test_env_gpus_and_job_overrides(tmp_path):
-    (tmp_path / "train.py").write_text("")
-    text = """
-cluster: {ps: [localhost:1], worker: [localhost:2, localhost:3, localhost:4]}
-program: {command: python train.py --x, args: [--a], env: {A: 1, B: "b", C: true}}
-jobs:
-  ps: {command: [python, -m, tfcluster, serve], env: {B: ps}}
-  worker: {gpus: [0, "1,2"]}
-"""
-    c = loads(text, base_dir=str(tmp_path))
-    ps = c.env("ps:0")
-    assert ps["CUDA_VISIBLE_DEVICES"] == "" and ps["A"] == "1" and ps["B"] == "ps" and ps["C"] == "true"
-    assert c.env("worker:0")["CUDA_VISIBLE_DEVICES"] == "0"
-    assert c.env("worker:1")["CUDA_VISIBLE_DEVICES"] == "1,2"
-    assert c.env("worker:2")["CUDA_VISIBLE_DEVICES"] == ""  # past the list: no GPU
-    assert c.argv("worker:0") == ["python", str(tmp_path / "train.py"), "--x", "--a"]
-    assert c.argv("ps:0") == ["python", "-m", "tfcluster", "serve", "--a"]
-    assert c.task("worker:0").cwd == str(tmp_path)
-    assert c.argv("worker:0", command=["python", "other.py"]) == ["python", "other.py"]
-
-
-def test_workers_without_gpus_inherit():
-    c = loads("cluster: {worker: [h:2], chief: [h:3]}")
-    assert "CUDA_VISIBLE_DEVICES" not in c.env("worker:0")
-    assert "CUDA_VISIBLE_DEVICES" not in c.env("chief:0")
 
 
 def test_counts_are_assigned_later():

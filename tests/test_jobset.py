@@ -12,20 +12,12 @@ import sys
 import pytest
 import yaml
 
-from conftest import SHARED
-from test_render import _strict, load, validate
+from k8s_helpers import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
+                         pod_env as container_env, run_container, validate)
 from test_slurm_options import doc_blocks
 from tfcluster import jobset, pod
 from tfcluster.cli import main
 from tfcluster.errors import UserError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRD = os.path.join(SHARED, "k8s", "jobset.x-k8s.io_jobsets.yaml")
-
-# Prints what the program sees: TF_CONFIG, its argv, its task and one secret-looking variable.
-PRINTER = ("import json,os,sys;print(json.dumps({'tf_config':json.loads(os.environ['TF_CONFIG']),"
-           "'argv':sys.argv[1:],'task':os.environ.get('TFCLUSTER_TASK'),"
-           "'token':os.environ.get('API_TOKEN')}))")
 
 FULL = """\
 cluster:
@@ -55,13 +47,7 @@ restart: {{policy: on-failure, max_restarts: 2}}
 @pytest.fixture(scope="module")
 def jobset_schema():
     """The JobSet CRD's openAPIV3Schema, strict (unknown fields are errors)."""
-    if not os.path.exists(CRD):
-        pytest.skip(f"no JobSet CRD at {CRD}")
-    jsonschema = pytest.importorskip("jsonschema")
-    with open(CRD) as f:
-        crd = yaml.safe_load(f)
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")
-    return jsonschema.Draft7Validator(_strict(copy.deepcopy(version["schema"]["openAPIV3Schema"])))
+    return crd_validator("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")
 
 
 def rjob(manifest, name):
@@ -210,35 +196,18 @@ def test_cli_render_jobset(tmp_path, capsys, jobset_schema):
 # --------------------------------------------------------------------------------------
 # Every pod's TF_CONFIG, computed in the pod
 
-def pod_env(manifest, rjob_name, pod_index, secrets):
+def pod_env(manifest, rjob_name, pod_index, secrets, restarts=0):
     """The environment a pod gets: the container's env with the downward-API annotations and
     the Secret filled in as Kubernetes would, plus JOB_COMPLETION_INDEX (the Job controller)."""
-    annotations = {"jobset.sigs.k8s.io/jobset-name": manifest["metadata"]["name"],
-                   "jobset.sigs.k8s.io/replicatedjob-name": rjob_name,
-                   "jobset.sigs.k8s.io/job-index": "0"}
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.path.join(ROOT, "src"),
-           "JOB_COMPLETION_INDEX": str(pod_index)}
-    for e in container(manifest, rjob_name)["env"]:
-        if "value" in e:
-            env[e["name"]] = e["value"]
-        elif "fieldRef" in e["valueFrom"]:
-            path = e["valueFrom"]["fieldRef"]["fieldPath"]
-            key = path[len("metadata.annotations['"):-2]
-            assert path == f"metadata.annotations['{key}']"
-            env[e["name"]] = annotations[key]
-        else:
-            ref = e["valueFrom"]["secretKeyRef"]
-            env[e["name"]] = secrets[ref["name"]][ref["key"]]
-    return env
+    return container_env(rjob(manifest, rjob_name)["template"]["spec"]["template"],
+                         container(manifest, rjob_name),
+                         jobset_annotations(manifest["metadata"]["name"], rjob_name, restarts),
+                         secrets, {"JOB_COMPLETION_INDEX": str(pod_index)})
 
 
-def run_pod(manifest, rjob_name, pod_index, secrets, cwd):
-    c = container(manifest, rjob_name)
-    argv = [sys.executable if w == "python" else w for w in c["command"] + c["args"]]
-    r = subprocess.run(argv, env=pod_env(manifest, rjob_name, pod_index, secrets), cwd=cwd,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+def run_pod(manifest, rjob_name, pod_index, secrets, cwd, restarts=0):
+    return run_container(container(manifest, rjob_name),
+                         pod_env(manifest, rjob_name, pod_index, secrets, restarts), cwd)
 
 
 @pytest.mark.parametrize("text,secrets", [
@@ -246,24 +215,41 @@ def run_pod(manifest, rjob_name, pod_index, secrets, cwd):
     (NO_CHIEF, {"ps.API_TOKEN": "tok-5678", "worker.API_TOKEN": "tok-1234"}),
 ], ids=["chief-ps-worker-evaluator", "no-chief-task-flags"])
 def test_every_pod_computes_the_files_cluster_with_pod_names(tmp_path, text, secrets):
+    """Each pod's entry command, run here with that pod's environment, gives the program the
+    task contract: the file's cluster with the pods' names, its task, the JobSet's restart
+    attempt as TFCLUSTER_RESTART_COUNT, the restart budget, no GPUs where the job has none."""
     c = load(text, tmp_path)
     m = jobset.jobset(c, image="img:1", name="tf")
     secret = {"tf-env": secrets}
     expected_cluster = {job: [f"tf-{job}-0-{i}.tf:2222" for i in range(len(tasks))]
                         for job, tasks in c.jobs.items() if job != "evaluator"}
+    budget = str(m["spec"]["failurePolicy"]["maxRestarts"])
     seen = []
     for t in c.tasks:
-        out = run_pod(m, t.job, t.index, secret, str(tmp_path))
-        assert out["tf_config"] == {"cluster": expected_cluster, "task": {"type": t.job, "index": t.index}}
-        assert out["task"] == t.name
-        assert out["token"] == secrets.get("API_TOKEN", secrets.get(f"{t.job}.API_TOKEN"))
-        if t.task_flags:
-            assert out["argv"] == [f"--job_name={t.job}", f"--task_index={t.index}"] + [
-                f"--{j}_hosts={','.join(h)}" for j, h in expected_cluster.items()]
-        else:
-            assert out["argv"] == []
+        restarts = t.index % 3   # the JobSet's restart attempt, as its controller annotates the pod
+        out = run_pod(m, t.job, t.index, secret, str(tmp_path), restarts)
+        token = out.pop("token")
+        assert token == secrets.get("API_TOKEN", secrets.get(f"{t.job}.API_TOKEN"))
+        assert out == expected_contract(
+            t, expected_cluster, restart=str(restarts),
+            max_restarts="0" if t.restart.policy == "never" else budget,
+            cuda="" if t.gpus == "" else None)
         seen.append(t.name)
     assert len(seen) == len(c.tasks) == sum(len(v) for v in c.jobs.values())
+
+
+def test_jobset_pods_carry_the_restart_attempt_annotation(tmp_path):
+    """JobSet annotates every pod with jobset.sigs.k8s.io/restart-attempt; each container reads
+    it through the downward API; a pod without it (an older JobSet) counts 0."""
+    c = load(NO_CHIEF, tmp_path)
+    m = jobset.jobset(c, image="img:1", name="tf")
+    for r in m["spec"]["replicatedJobs"]:
+        env = r["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "TFCLUSTER_JOBSET_RESTART", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}} in env
+    out = run_pod(m, "worker", 1, {"tf-env": {"ps.API_TOKEN": "a", "worker.API_TOKEN": "b"}},
+                  str(tmp_path), restarts=None)
+    assert out["restart"] == "0" and out["max_restarts"] == "2"
 
 
 def test_pod_entry_point_errors_are_one_line(tmp_path):
@@ -277,6 +263,9 @@ def test_pod_entry_point_errors_are_one_line(tmp_path):
         ({"TFCLUSTER_JOBSET_NAME": ""}, "TFCLUSTER_JOBSET_NAME is not set (the pod annotation "
                                         "jobset.sigs.k8s.io/jobset-name, through the downward API)"),
         ({"TFCLUSTER_JOBSET": "{}"}, "TFCLUSTER_JOBSET: not a tfcluster JobSet layout"),
+        ({"TFCLUSTER_JOBSET_RESTART": "x"}, "TFCLUSTER_JOBSET_RESTART='x' is not a number (the pod "
+                                            "annotation jobset.sigs.k8s.io/restart-attempt"),
+        ({"TFCLUSTER_JOBSET": ""}, "neither TFCLUSTER_JOBSET (a JobSet or TrainJob pod) nor TF_CONFIG"),
     ]:
         r = subprocess.run(argv, env={**env, **change}, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stdout == ""

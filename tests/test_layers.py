@@ -14,7 +14,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 FLOORS = [
     # 0: vocabulary, rules, contract, small helpers
     ["errors", "rules", "contract", "progress", "secrets", "hosts", "events", "gpus",
-     "keras_support", "slurm_options"],
+     "keras_support", "slurm_options", "k8s_options", "trainer_status"],
     # 1: the file model and run records
     ["config", "runrecord"],
     # 2: the run plan
@@ -24,7 +24,7 @@ FLOORS = [
     # 4: the supervisor
     ["launch"],
     # 5: renderers, commands, the composition root
-    ["render", "jobset", "pod", "report", "hello", "cli", "__main__", "__init__"],
+    ["render", "jobset", "trainjob", "pod", "report", "hello", "cli", "__main__", "__init__"],
 ]
 
 

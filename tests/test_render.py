@@ -2,61 +2,25 @@
 batch scripts."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shlex
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import yaml
 
-from conftest import SHARED
+from k8s_helpers import PRINTER, ROOT, crd_validator, load, pod_env, run_container, validate
 from tfcluster import config, render
 from tfcluster.errors import UserError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRD = os.path.join(SHARED, "k8s", "kubeflow.org_tfjobs.yaml")
-
-
-def load(text: str, tmp_path, name="cluster.yaml") -> config.Cluster:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return config.load(str(p))
 
 
 @pytest.fixture(scope="module")
 def tfjob_schema():
     """The TFJob CRD's openAPIV3Schema, made strict: unknown fields are errors (as with
     ``kubectl apply --validate=strict``) instead of being pruned silently."""
-    if not os.path.exists(CRD):
-        pytest.skip(f"no TFJob CRD at {CRD}")
-    jsonschema = pytest.importorskip("jsonschema")
-    with open(CRD) as f:
-        crd = yaml.safe_load(f)
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
-    return jsonschema.Draft7Validator(schema)
-
-
-def _strict(node):
-    if isinstance(node, dict):
-        if ("properties" in node and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")):
-            node["additionalProperties"] = False
-        for v in node.values():
-            _strict(v)
-    elif isinstance(node, list):
-        for v in node:
-            _strict(v)
-    return node
-
-
-def validate(validator, manifest):
-    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.path))
-    assert not errors, "\n".join(f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors[:10])
+    return crd_validator("kubeflow.org_tfjobs.yaml", "v1")
 
 
 FULL = """\
@@ -101,14 +65,18 @@ def test_tfjob_full_example_is_valid_and_complete(tmp_path, tfjob_schema):
         assert "TF_CONFIG" not in env and "CUDA_VISIBLE_DEVICES" not in env
         assert env["LEARNING_RATE"] == "0.1" and env["DEBUG"] == "true"
     worker = specs["Worker"]["template"]["spec"]["containers"][0]
-    # the image's paths, not this machine's: trainer.py stays relative
-    assert worker["command"] == ["python"] and worker["args"] == ["trainer.py", "--train_steps=100"]
+    # the contract's entry point, then the image's paths, not this machine's: trainer.py stays relative
+    assert worker["command"] == ["python"] and worker["args"] == [
+        "-m", "tfcluster.pod", "--max-restarts=7", "--", "python", "trainer.py", "--train_steps=100"]
     assert worker["resources"] == {"limits": {"nvidia.com/gpu": 2}}
     assert specs["Chief"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert "resources" not in specs["PS"]["template"]["spec"]["containers"][0]  # ps: no GPU
     assert specs["PS"]["template"]["spec"]["containers"][0]["env"][-1] == {"name": "ROLE", "value": "ps"}
     ev = specs["Evaluator"]["template"]["spec"]["containers"][0]
-    assert ev["command"] == ["python"] and ev["args"] == ["eval.py", "--every=60"]
+    assert ev["command"] == ["python"] and ev["args"] == ["-m", "tfcluster.pod", "--", "python",
+                                                          "eval.py", "--every=60"]
+    assert specs["PS"]["template"]["spec"]["containers"][0]["args"][:5] == [
+        "-m", "tfcluster.pod", "--no-gpus", "--max-restarts=7", "--"]
     assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 7}
     assert job["spec"]["successPolicy"] == "AllWorkers"
 
@@ -158,26 +126,29 @@ def test_tfjob_needs_image_program_and_valid_names(tmp_path):
     assert render.k8s_name("1 Big_run!") == "tf-1-big-run"
 
 
-def test_tfjob_task_flags_shim_appends_the_seed_flags(tmp_path, tfjob_schema):
-    """With task_flags, the pod's command reads TF_CONFIG (set by the operator) and appends
-    --job_name/--task_index/--<job>_hosts before exec'ing the program."""
-    c = load("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], task_flags: true}\n", tmp_path)
+def test_tfjob_pods_get_the_task_contract_from_the_operators_tf_config(tmp_path, tfjob_schema):
+    """A TFJob pod runs ``python -m tfcluster.pod``: from the TF_CONFIG the operator sets it gives
+    the program the task contract (TFCLUSTER_TASK, the restart budget, no GPUs for ps) and, with
+    task_flags, the seed's flags. The operator does not say how often a pod restarted, so
+    TFCLUSTER_RESTART_COUNT stays unset there."""
+    c = load("cluster: {ps: 1, worker: 2}\n"
+             f"program: {{command: [python, -c, {json.dumps(PRINTER)}], task_flags: true}}\n"
+             "restart: {policy: on-failure, max_restarts: 3}\n", tmp_path)
     job = render.tfjob(c, image="tf")
     validate(tfjob_schema, job)
-    container = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["python"]
-    args = container["args"]
-    assert args[0] == "-c" and args[2:] == ["python", "t.py"]
-    tf_config = {"cluster": {"ps": ["j-ps-0.ns.svc:2222"], "worker": ["j-worker-0.ns.svc:2222",
-                                                                     "j-worker-1.ns.svc:2222"]},
-                 "task": {"type": "worker", "index": 1}}
-    shown = "import sys; print(' '.join(sys.argv[1:]))"
-    r = subprocess.run([sys.executable, "-c", args[1], sys.executable, "-c", shown],
-                       env={**os.environ, "TF_CONFIG": json.dumps(tf_config)},
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["--job_name=worker", "--task_index=1", "--ps_hosts=j-ps-0.ns.svc:2222",
-                                "--worker_hosts=j-worker-0.ns.svc:2222,j-worker-1.ns.svc:2222"]
+    cluster = {"ps": ["j-ps-0.ns.svc:2222"], "worker": ["j-worker-0.ns.svc:2222", "j-worker-1.ns.svc:2222"]}
+    for t in c.tasks:
+        spec = job["spec"]["tfReplicaSpecs"][render.TFJOB_REPLICA_TYPES[t.job]]["template"]
+        (container,) = spec["spec"]["containers"]
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": t.job, "index": t.index}})
+        out = run_container(container, pod_env(spec, container, {}, {}, {
+            "TF_CONFIG": tf_config, "TFCLUSTER_RESTART_COUNT": "5"}), tmp_path)
+        assert out["tf_config"] == json.loads(tf_config) and out["task"] == t.name
+        assert out["argv"] == [f"--job_name={t.job}", f"--task_index={t.index}",
+                               "--ps_hosts=j-ps-0.ns.svc:2222",
+                               "--worker_hosts=j-worker-0.ns.svc:2222,j-worker-1.ns.svc:2222"]
+        assert (out["restart"], out["max_restarts"], out["local"]) == (None, "3", "1")
+        assert out["cuda"] == ("" if t.job == "ps" else None)
 
 
 def test_render_k8s_on_the_command_line():

@@ -123,14 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "second task from a session on the first")
     s.set_defaults(func=cmd_hello)
 
-    s = sub.add_parser("render", help="print a Kubernetes TFJob or JobSet, or a Slurm batch script "
-                       "for the file")
-    s.add_argument("kind", choices=["k8s", "jobset", "slurm"],
-                   help="k8s: Kubeflow TFJob; jobset: JobSet (jobset.x-k8s.io); slurm: sbatch script")
+    s = sub.add_parser("render", help="print a Kubernetes TFJob, JobSet or Kubeflow Trainer v2 "
+                       "TrainJob, or a Slurm batch script for the file")
+    s.add_argument("kind", choices=["k8s", "jobset", "trainjob", "slurm"],
+                   help="k8s: Kubeflow TFJob; jobset: JobSet (jobset.x-k8s.io); trainjob: a Trainer v2 "
+                   "TensorFlow runtime and a TrainJob; slurm: sbatch script")
     s.add_argument("file")
-    s.add_argument("--image", help="k8s, jobset: container image (required)")
-    s.add_argument("--name", help="name of the TFJob / JobSet / Slurm job (default: the file's name)")
-    s.add_argument("--namespace", help="k8s, jobset: namespace")
+    s.add_argument("--image", help="k8s, jobset, trainjob: container image (required)")
+    s.add_argument("--name", help="name of the TFJob / JobSet / TrainJob / Slurm job (default: the "
+                   "file's name)")
+    s.add_argument("--namespace", help="k8s, jobset, trainjob: namespace")
+    s.add_argument("--runtime-name", help="trainjob: name of the runtime (default: tensorflow-NAME)")
+    s.add_argument("--namespaced", action="store_true",
+                   help="trainjob: a namespaced TrainingRuntime instead of a ClusterTrainingRuntime")
     add_slurm_flags(s)
     s.set_defaults(func=cmd_render)
 
@@ -373,15 +378,22 @@ def cmd_serve(args) -> int:
 def cmd_render(args) -> int:
     from . import config, render
     cluster = config.load(args.file)
-    if args.kind in ("k8s", "jobset"):
+    if args.kind != "slurm":
         if not args.image:
             raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "
                             f"the program)")
+        if (args.runtime_name or args.namespaced) and args.kind != "trainjob":
+            flag = "--runtime-name" if args.runtime_name else "--namespaced"
+            raise UserError(f"render {args.kind}: {flag} is for render trainjob only")
         if args.kind == "k8s":
             text = render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace)
-        else:
+        elif args.kind == "jobset":
             from .jobset import render_jobset
             text = render_jobset(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        else:
+            from .trainjob import render_trainjob
+            text = render_trainjob(cluster, image=args.image, name=args.name, namespace=args.namespace,
+                                   runtime_name=args.runtime_name, namespaced=args.namespaced)
         print(text, end="")
     else:
         options = slurm_options_from_args(cluster, args)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import json
 import os
 import re
 import reprlib
@@ -25,8 +24,9 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
 from typing_extensions import Annotated
 
-from . import rules
+from . import contract, k8s_options, rules
 from .errors import ConfigError, UserError
+from .k8s_options import KubernetesSpec, PodSettings
 from .rules import KNOWN_JOBS, SINGLE_TASK_JOBS
 from .slurm_options import SlurmSpec
 
@@ -118,6 +118,8 @@ class JobSpec(_Strict):
     gpus: Optional[List[GpuEntry]] = Field(
         None, description="CUDA_VISIBLE_DEVICES per task, one entry per task (ps: none unless given)")
     restart: Optional[RestartSpec] = None
+    kubernetes: Optional[PodSettings] = Field(
+        None, description="pod settings of this job (render k8s/jobset/trainjob), merged over kubernetes:")
 
 
 class RemoteSpec(_Strict):
@@ -168,6 +170,11 @@ class ClusterFile(_Strict):
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec,
                              description="Slurm scheduler options (render slurm, --backend slurm)")
+    kubernetes: KubernetesSpec = Field(
+        default_factory=KubernetesSpec,
+        description="pod settings for every job (render k8s/jobset/trainjob): resources, "
+        "node_selector, tolerations, volumes, volume_mounts, service_account, image_pull_secrets, "
+        "priority_class, labels, annotations, queue")
     secrets: List[str] = Field(
         default_factory=list, description="names of environment variables whose values are secret: "
         "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "
@@ -286,10 +293,8 @@ class Cluster:
 
     @property
     def chief(self) -> TaskId:
-        """TensorFlow's rule: the chief task, else worker:0."""
-        if "chief" in self.jobs:
-            return TaskId("chief", 0)
-        return TaskId("worker", 0)
+        """TensorFlow's rule: the chief task, else worker:0 (:func:`tfcluster.contract.chief_task`)."""
+        return TaskId.parse(contract.chief_task(self.jobs))
 
     @property
     def resolved(self) -> bool:
@@ -299,8 +304,8 @@ class Cluster:
     def cluster_spec_dict(self) -> Dict[str, List[str]]:
         """The dict for ``tf.train.ClusterSpec`` (evaluator left out, TensorFlow's rule)."""
         self._need_endpoints()
-        return {job: [str(t.endpoint) for t in tasks]
-                for job, tasks in self.jobs.items() if job != "evaluator"}
+        return contract.cluster_dict({job: [str(t.endpoint) for t in tasks]
+                                      for job, tasks in self.jobs.items()})
 
     def cluster_spec(self):
         """A real ``tf.train.ClusterSpec`` (imports TensorFlow)."""
@@ -308,40 +313,9 @@ class Cluster:
         return tf.train.ClusterSpec(self.cluster_spec_dict())
 
     def tf_config(self, task_id: Union[str, TaskId]) -> Dict[str, Any]:
+        """The TF_CONFIG dict of a task (:func:`tfcluster.contract.tf_config`)."""
         task = self.task(task_id)
-        return {"cluster": self.cluster_spec_dict(), "task": {"type": task.job, "index": task.index}}
-
-    def tf_config_json(self, task_id: Union[str, TaskId]) -> str:
-        return json.dumps(self.tf_config(task_id), separators=(",", ":"))
-
-    def task_flag_args(self, task_id: Union[str, TaskId]) -> List[str]:
-        """The seed's flags: --job_name --task_index and --<job>_hosts for every job."""
-        task = self.task(task_id)
-        flags = [f"--job_name={task.job}", f"--task_index={task.index}"]
-        for job, eps in self.cluster_spec_dict().items():
-            flags.append(f"--{job}_hosts={','.join(eps)}")
-        return flags
-
-    def argv(self, task_id: Union[str, TaskId], command: Optional[Sequence[str]] = None,
-             task_flags: Optional[bool] = None) -> List[str]:
-        """The argv that starts a task: its command and args (or ``command``), plus task flags."""
-        task = self.task(task_id)
-        argv = list(command) if command else list(task.command) + list(task.args)
-        if not argv:
-            raise UserError("program.command: no program to run; set it in the file or give one "
-                            "after '--' (tfcluster launch FILE -- python my_trainer.py)")
-        if task.task_flags if task_flags is None else task_flags:
-            argv += self.task_flag_args(task.id)
-        return argv
-
-    def env(self, task_id: Union[str, TaskId]) -> Dict[str, str]:
-        """Environment additions for a task: the job's env, CUDA_VISIBLE_DEVICES, TF_CONFIG."""
-        task = self.task(task_id)
-        env = dict(task.env)
-        if task.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = task.gpus
-        env["TF_CONFIG"] = self.tf_config_json(task.id)
-        return env
+        return contract.tf_config(self.cluster_spec_dict(), task.job, task.index)
 
     def with_endpoints(self, assign: Callable[[Task], Endpoint]) -> "Cluster":
         """A copy whose unassigned endpoints (count jobs) are given by ``assign``."""
@@ -526,6 +500,10 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     except ValidationError as e:
         problems.extend(p for p in _pydantic_problems(e) if not p.startswith("cluster: required"))
         spec = None
+    if spec is not None and isinstance(data.get("cluster"), dict):
+        problems.extend(k8s_options.check(spec.kubernetes, {
+            job: (spec.jobs[job].kubernetes if job in spec.jobs else None)
+            for job in data["cluster"] if isinstance(job, str)}))
     warnings: List[str] = []
     if "cluster" in data:
         problems.extend(_check_cluster(data["cluster"], warnings))
@@ -1025,6 +1003,9 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
             model = WatchdogSpec
         elif model is ClusterFile and part == "slurm":
             model = SlurmSpec
+        elif part == "kubernetes":   # its own nested models: tfcluster.k8s_options
+            return k8s_options.keys_for(KubernetesSpec if model is ClusterFile else PodSettings,
+                                        parent[i + 1:])
         else:
             return ()
         i += 1

@@ -116,6 +116,23 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
     return env
 
 
+def chief_task(jobs) -> str:
+    """TensorFlow's chief among ``jobs`` (job names): ``chief:0``, else ``worker:0``."""
+    return "chief:0" if "chief" in jobs else "worker:0"
+
+
+def pod_gpus(gpus: Optional[str]) -> Optional[str]:
+    """``CUDA_VISIBLE_DEVICES`` for a task that runs in a Kubernetes pod, from its ``gpus``.
+
+    The device plugin gives a pod the GPUs of its ``nvidia.com/gpu`` limit and numbers them
+    from 0, so the file's ids (this machine's) mean nothing there: a task with ids keeps what
+    the plugin set (None). A task with no GPUs (``""``, a ps unless given) keeps ``""``: some
+    node images expose every GPU to a pod that asked for none."""
+    if gpus is None:
+        return None
+    return None if any(g.strip() for g in gpus.split(",")) else ""
+
+
 def restart_count() -> int:
     """For a program: how many times this task has been restarted (0 on its first start)."""
     value = os.environ.get(RESTART_COUNT, "0")

@@ -13,10 +13,16 @@ The mapping
     ``<jobset>-<rjob>-<job index>-<pod index>.<subdomain>`` (so ``worker:1`` is
     ``NAME-worker-0-1.NAME``). ``publishNotReadyAddresses`` lets tasks find each other before
     they are ready. The file's host:port entries are not used; every task listens on 2222.
-  * Every container runs ``python -m tfcluster.pod [--task-flags] -- PROGRAM ARGS``
+  * Every container runs ``python -m tfcluster.pod [OPTIONS] -- PROGRAM ARGS``
     (:mod:`tfcluster.pod`): from the layout in ``TFCLUSTER_JOBSET`` and the pod's own
-    annotations (downward API) plus ``JOB_COMPLETION_INDEX`` it computes ``TF_CONFIG`` and
-    execs the program. The image needs tfcluster installed (``pip install tfcluster``).
+    annotations (downward API) plus ``JOB_COMPLETION_INDEX`` it computes ``TF_CONFIG`` and the
+    rest of the task contract (``TFCLUSTER_RESTART_COUNT`` from JobSet's
+    ``jobset.sigs.k8s.io/restart-attempt`` annotation) and execs the program. The image needs
+    tfcluster installed (``pip install tfcluster``).
+  * Pod settings: the file's ``kubernetes:`` section (:mod:`tfcluster.k8s_options`) in every
+    Job's pod template; ``kubernetes.queue`` as the JobSet's Kueue label.
+  * :func:`jobset_spec` is also the template of ``render trainjob``'s runtime
+    (:mod:`tfcluster.trainjob`).
   * Success (``success:``): ``chief`` with a chief job -> ``successPolicy: {operator: All,
     targetReplicatedJobs: [chief]}``. ``chief`` without a chief job means worker:0 (TensorFlow's
     rule); JobSet's success policy only sees whole Jobs, so the worker Job gets Kubernetes' Job
@@ -48,8 +54,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .config import Cluster, Task
 from .errors import UserError
-from . import pod
-from .render import _finish_container, _header, _program_words, k8s_metadata, k8s_name
+from . import contract, pod
+from .render import _header, finish_pod, k8s_metadata, k8s_name, pod_entry, restart_budget
 from . import secrets
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -88,31 +94,49 @@ def jobset(cluster: Cluster, image: str, name: Optional[str] = None,
     if not image or not str(image).strip():
         raise UserError("render jobset: --image IMAGE is required (the container image that runs the program)")
     metadata = k8s_metadata(cluster, name, namespace)
-    js_name = metadata["name"]
+    spec = jobset_spec(cluster, image, metadata["name"], "--name" if name else "the file's name")
+    return {"apiVersion": API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": spec}
 
+
+def jobset_spec(cluster: Cluster, image: str, js_name: str, source: str, *, subdomain: bool = True,
+                container_name: str = CONTAINER, job_labels: Optional[Dict[str, Dict[str, str]]] = None
+                ) -> Dict[str, Any]:
+    """A JobSet's ``spec`` for the cluster; the JobSet will be named ``js_name`` (``source``
+    says where that name came from, for errors). ``subdomain`` False leaves the headless
+    service's name to JobSet (its default: the JobSet's name), as a runtime template must;
+    ``job_labels``: labels of a replicated job's Job template, by TensorFlow job."""
     rjobs = _rjob_names(cluster)
-    layout = {"subdomain": js_name, "port": PORT,
-              "jobs": {job: {"rjob": rjobs[job], "replicas": 1, "pods": len(tasks)}
-                       for job, tasks in cluster.jobs.items()}}
-    _check_lengths(js_name, layout, "--name" if name else "the file's name")
+    layout: Dict[str, Any] = {"port": PORT,
+                              "jobs": {job: {"rjob": rjobs[job], "replicas": 1, "pods": len(tasks)}
+                                       for job, tasks in cluster.jobs.items()}}
+    if subdomain:
+        layout = {"subdomain": js_name, **layout}
+    _check_lengths(js_name, layout, source)
     secret = secret_keys(cluster, js_name)
     problems: List[str] = []
     replicated = []
     for job, tasks in cluster.jobs.items():
         try:
-            replicated.append(_replicated_job(cluster, job, tasks, rjobs[job], image, layout, secret))
+            rj = _replicated_job(cluster, job, tasks, rjobs[job], image, layout, secret, container_name)
         except UserError as e:
             problems.append(e.message)
+            continue
+        if job_labels and job in job_labels:
+            rj["template"] = {"metadata": {"labels": dict(job_labels[job])}, **rj["template"]}
+        replicated.append(rj)
     if problems:
         raise UserError("\n".join(problems))
 
-    spec: Dict[str, Any] = {
-        "network": {"enableDNSHostnames": True, "subdomain": js_name, "publishNotReadyAddresses": True},
+    network: Dict[str, Any] = {"enableDNSHostnames": True}
+    if subdomain:
+        network["subdomain"] = js_name
+    network["publishNotReadyAddresses"] = True
+    return {
+        "network": network,
         "successPolicy": {"operator": "All", "targetReplicatedJobs": _success_targets(cluster, rjobs)},
         "failurePolicy": _failure_policy(cluster, rjobs),
         "replicatedJobs": replicated,
     }
-    return {"apiVersion": API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": spec}
 
 
 def _rjob_names(cluster: Cluster) -> Dict[str, str]:
@@ -144,17 +168,6 @@ def _success_targets(cluster: Cluster, rjobs: Dict[str, str]) -> List[str]:
     return [rjobs[cluster.chief.job]]
 
 
-def restart_budget(cluster: Cluster) -> int:
-    """JobSet restarts allowed: ``restart.max_total_restarts``, else the largest per-task budget
-    of a job that restarts; 0 when no job restarts."""
-    restarting = [t.restart for t in cluster.tasks if t.restart.policy != "never"]
-    if not restarting:
-        return 0
-    if cluster.restart.max_total_restarts is not None:
-        return int(cluster.restart.max_total_restarts)
-    return max(r.max_restarts for r in restarting)
-
-
 def _failure_policy(cluster: Cluster, rjobs: Dict[str, str]) -> Dict[str, Any]:
     policy: Dict[str, Any] = {"maxRestarts": restart_budget(cluster)}
     by_policy: Dict[str, List[str]] = {}
@@ -174,17 +187,15 @@ def _failure_policy(cluster: Cluster, rjobs: Dict[str, str]) -> Dict[str, Any]:
 
 
 def _replicated_job(cluster: Cluster, job: str, tasks: List[Task], rjob: str, image: str,
-                    layout: Dict[str, Any], secret: Optional[Tuple[str, List[str]]]) -> Dict[str, Any]:
+                    layout: Dict[str, Any], secret: Optional[Tuple[str, List[str]]],
+                    container_name: str = CONTAINER) -> Dict[str, Any]:
     first = tasks[0]
-    words = _program_words(cluster, job)
-    if not words:
-        raise UserError(f"program.command: no program to run in the pods of job '{job}'; set "
-                        f"program.command (the command inside the image)")
-    entry = ["python", "-m", "tfcluster.pod"] + (["--task-flags"] if first.task_flags else []) + ["--"]
-    container: Dict[str, Any] = {"name": CONTAINER, "image": image,
-                                 "command": entry[:1], "args": entry[1:] + words}
+    entry = pod_entry(cluster, job, tasks)
+    container: Dict[str, Any] = {"name": container_name, "image": image,
+                                 "command": entry[:1], "args": entry[1:]}
     container["env"] = pod_env(cluster, job, rjob, layout, secret)
-    _finish_container(container, cluster, job, tasks, PORT_NAME, PORT)
+    pod_template: Dict[str, Any] = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+    finish_pod(pod_template, container, cluster, job, tasks, PORT_NAME, PORT)
     n = len(tasks)
     job_spec: Dict[str, Any] = {"completionMode": "Indexed", "completions": n, "parallelism": n,
                                 "backoffLimit": 0}
@@ -193,8 +204,9 @@ def _replicated_job(cluster: Cluster, job: str, tasks: List[Task], rjob: str, im
     if first.restart.policy == "exit-code":
         job_spec["podFailurePolicy"] = {"rules": [{
             "action": "FailJob",
-            "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": PERMANENT_EXIT_CODES}}]}
-    job_spec["template"] = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+            "onExitCodes": {"containerName": container_name, "operator": "In",
+                            "values": PERMANENT_EXIT_CODES}}]}
+    job_spec["template"] = pod_template
     return {"name": rjob, "replicas": 1, "template": {"spec": job_spec}}
 
 
@@ -204,7 +216,7 @@ def pod_env(cluster: Cluster, job: str, rjob: str, layout: Dict[str, Any],
     layout and the downward-API values :mod:`tfcluster.pod` reads."""
     env: List[Dict[str, Any]] = []
     for key, _value in cluster.jobs[job][0].env:
-        if key == "TF_CONFIG":
+        if key == contract.TF_CONFIG:     # the pod's own, from the contract
             continue
         if is_secret(cluster, key) and secret:
             env.append({"name": key, "valueFrom": {"secretKeyRef": {
@@ -212,6 +224,7 @@ def pod_env(cluster: Cluster, job: str, rjob: str, layout: Dict[str, Any],
         else:
             env.append({"name": key, "value": _value})
     env.append({"name": pod.LAYOUT_ENV, "value": json.dumps(layout, separators=(",", ":"))})
+    # the pod's place in the JobSet and JobSet's restart attempt (-> TFCLUSTER_RESTART_COUNT)
     for var, annotation in pod.DOWNWARD_ANNOTATIONS.items():
         env.append({"name": var, "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.annotations['{annotation}']"}}})
@@ -223,7 +236,7 @@ def secret_keys(cluster: Cluster, js_name: str) -> Optional[Tuple[str, List[str]
     keys = []
     for job, tasks in cluster.jobs.items():
         for key, _ in tasks[0].env:
-            if key != "TF_CONFIG" and is_secret(cluster, key):
+            if key != contract.TF_CONFIG and is_secret(cluster, key):
                 k = _secret_key(cluster, k8s_name(job), job, key)
                 if k not in keys:
                     keys.append(k)

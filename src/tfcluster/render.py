@@ -4,7 +4,10 @@ Nothing here imports TensorFlow or talks to a cluster; both renderers return tex
 
 * :func:`render_k8s` -- a ``kubeflow.org/v1`` TFJob. The TFJob operator creates one pod per
   replica, gives each its own address and sets ``TF_CONFIG``; the file's host:port entries are
-  therefore not used, only the number of tasks per job (a list's length, or a count).
+  therefore not used, only the number of tasks per job (a list's length, or a count). Every
+  pod runs ``python -m tfcluster.pod`` (:func:`pod_entry`), which gives the program the task
+  contract from the operator's TF_CONFIG, as the JobSet and TrainJob renders' pods do from
+  their layout; :func:`finish_pod` adds the file's ``kubernetes:`` pod settings.
 * :func:`render_slurm` -- an sbatch script. Slurm chooses the nodes; every Slurm task runs
   ``python -m tfcluster.backends.slurm_task``, which works out its job and index from
   ``SLURM_PROCID`` the way TensorFlow's ``SlurmClusterResolver`` does, sets ``TF_CONFIG`` and
@@ -17,7 +20,7 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from . import secrets
+from . import contract, k8s_options, secrets
 from .config import Cluster, JobSpec, Task, printable
 from .errors import UserError
 
@@ -33,14 +36,8 @@ TFJOB_RESTART_POLICIES = {"never": "Never", "on-failure": "OnFailure", "exit-cod
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 
 _PYTHONS = ("python", "python3")
-
-# Appends the seed's task flags inside the pod, where only TF_CONFIG (set by the operator)
-# knows the task; a replica spec cannot give each replica its own args.
-_TASK_FLAGS_SHIM = (
-    "import json,os,sys;c=json.loads(os.environ['TF_CONFIG']);t=c['task'];"
-    "a=sys.argv[1:]+['--job_name=%s'%t['type'],'--task_index=%d'%t['index']]"
-    "+['--%s_hosts=%s'%(j,','.join(h)) for j,h in c['cluster'].items()];"
-    "os.execvp(a[0],a)")
+# Every rendered pod runs its program through the contract's entry point (tfcluster.pod).
+POD_ENTRY = ("python", "-m", "tfcluster.pod")
 
 
 # --------------------------------------------------------------------------------------
@@ -114,12 +111,8 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
     if problems:
         raise UserError("\n".join(problems))
 
-    restarts = [t.restart for t in cluster.tasks if t.restart.policy != "never"]
-    if cluster.restart.max_total_restarts is not None:
-        backoff = cluster.restart.max_total_restarts
-    else:
-        backoff = max((r.max_restarts for r in restarts), default=0)
-    run_policy: Dict[str, Any] = {"cleanPodPolicy": clean_pod_policy, "backoffLimit": int(backoff)}
+    run_policy: Dict[str, Any] = {"cleanPodPolicy": clean_pod_policy,
+                                  "backoffLimit": restart_budget(cluster)}
     spec: Dict[str, Any] = {"runPolicy": run_policy}
     if cluster.success == "all-workers":
         spec["successPolicy"] = "AllWorkers"
@@ -127,9 +120,41 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata, "spec": spec}
 
 
-def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str]) -> Dict[str, Any]:
+def restart_budget(cluster: Cluster) -> int:
+    """Restarts a Kubernetes workload allows (TFJob ``backoffLimit``, JobSet ``maxRestarts``):
+    ``restart.max_total_restarts``, else the largest per-task budget of a job that restarts; 0
+    when no job restarts."""
+    restarting = [t.restart for t in cluster.tasks if t.restart.policy != "never"]
+    if not restarting:
+        return 0
+    if cluster.restart.max_total_restarts is not None:
+        return int(cluster.restart.max_total_restarts)
+    return max(r.max_restarts for r in restarting)
+
+
+def pod_entry(cluster: Cluster, job: str, tasks: List[Task], what: str = "pods") -> List[str]:
+    """A job's pod command: ``python -m tfcluster.pod [OPTIONS] -- PROGRAM ARGS``, where the
+    options carry what the contract gives the task besides its place (:mod:`tfcluster.pod`)."""
+    words = _program_words(cluster, job)
+    if not words:
+        raise UserError(f"program.command: no program to run in the {what} of job '{job}'; set "
+                        f"program.command (the command inside the image)")
+    first = tasks[0]
+    options = ["--task-flags"] if first.task_flags else []
+    asked = k8s_options.settings_for(cluster.spec, job).limits.get(k8s_options.GPU_RESOURCE, "0")
+    if all(contract.pod_gpus(t.gpus) == "" for t in tasks) and asked in ("0", ""):
+        options.append("--no-gpus")    # unless the job's resources ask for GPUs themselves
+    budget = 0 if first.restart.policy == "never" else restart_budget(cluster)
+    if budget:
+        options.append(f"--max-restarts={budget}")
+    return list(POD_ENTRY) + options + ["--"] + words
+
+
+def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str],
+                 workload: bool = True) -> Dict[str, Any]:
     """``metadata`` of a manifest: ``name`` (default: from the file's name), ``namespace``, and
-    tfcluster's label. Raises UserError for names Kubernetes refuses."""
+    tfcluster's label; a workload (what Kueue admits) also gets the file's ``kubernetes.queue``.
+    Raises UserError for names Kubernetes refuses."""
     job_name = k8s_name(name or _stem(cluster))
     if name and job_name != name:
         raise UserError(f"--name '{name}' is not a Kubernetes name (lowercase letters, digits and '-', "
@@ -140,49 +165,49 @@ def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str]
             raise UserError(f"--namespace '{namespace}' is not a Kubernetes name")
         metadata["namespace"] = namespace
     metadata["labels"] = {"app.kubernetes.io/managed-by": "tfcluster"}
+    if workload:
+        metadata["labels"].update(k8s_options.workload_labels(cluster.spec.kubernetes))
     return metadata
 
 
 def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str,
                   secret: str, secret_keys: Sequence[str]) -> Dict[str, Any]:
     first = tasks[0]
-    command = _program_words(cluster, job)
-    if not command:
-        raise UserError(f"program.command: no program to run in the pods of job '{job}'; set "
-                        f"program.command (the command inside the image)")
-    if first.task_flags:
-        command = ["python", "-c", _TASK_FLAGS_SHIM] + command
+    command = pod_entry(cluster, job, tasks)
     container: Dict[str, Any] = {
         "name": TFJOB_CONTAINER,
         "image": image,
         "command": command[:1],
+        "args": command[1:],
     }
-    if command[1:]:
-        container["args"] = command[1:]
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
            if k in secret_keys else {"name": k, "value": v}
-           for k, v in first.env if k != "TF_CONFIG"]
+           for k, v in first.env if k != contract.TF_CONFIG]
     if env:
         container["env"] = env
-    _finish_container(container, cluster, job, tasks, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT)
+    template: Dict[str, Any] = {"spec": {"containers": [container]}}
+    finish_pod(template, container, cluster, job, tasks, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT)
     return {
         "replicas": len(tasks),
         "restartPolicy": TFJOB_RESTART_POLICIES[first.restart.policy],
-        "template": {"spec": {"containers": [container]}},
+        "template": template,
     }
 
 
-def _finish_container(container: Dict[str, Any], cluster: Cluster, job: str, tasks: List[Task],
-                      port_name: str, port: int) -> None:
-    """Add a job's working folder (an absolute ``cwd`` only: it is the image's), its port and its
-    ``nvidia.com/gpu`` limit to a pod's container."""
+def finish_pod(template: Dict[str, Any], container: Dict[str, Any], cluster: Cluster, job: str,
+               tasks: List[Task], port_name: str, port: int) -> None:
+    """Add a job's working folder (an absolute ``cwd`` only: it is the image's), its port, its
+    ``nvidia.com/gpu`` limit and its pod settings (``kubernetes:``, :mod:`k8s_options`) to a pod
+    template and its container."""
     cwd = _raw(cluster, job, "cwd")
     if cwd and os.path.isabs(cwd):
         container["workingDir"] = cwd
     container["ports"] = [{"name": port_name, "containerPort": port}]
-    gpus = _gpu_count(job, tasks)
-    if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    settings = k8s_options.settings_for(cluster.spec, job)
+    try:
+        k8s_options.apply(template, container, settings, _gpu_count(job, tasks), f"jobs.{job}.kubernetes")
+    except ValueError as e:
+        raise UserError(str(e))
 
 
 def _gpu_count(job: str, tasks: List[Task]) -> int:
