@@ -16,7 +16,7 @@ FLOORS = [
     ["errors", "rules", "contract", "progress", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options", "k8s_options", "trainer_status"],
     # 1: the file model and run records
-    ["config", "runrecord"],
+    ["config", "runrecord", "record"],
     # 2: the run plan
     ["plan", "machine"],
     # 3: backends (below their consumers) and the in-task runtime
