@@ -53,12 +53,8 @@ def imports(module: str, path: str):
     is_pkg = path.endswith("__init__.py")
     package = module.split(".") if is_pkg else module.split(".")[:-1]
     out = set()
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
-                   for n in ast.walk(block)}
+    # imports under ``if TYPE_CHECKING:`` count too: a circle of types is a circle of design
     for node in ast.walk(tree):
-        if id(node) in typing_only:   # annotations only: not a dependency at run time
-            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
@@ -112,6 +108,12 @@ def test_no_import_circles():
     for m in sorted(GRAPH):
         visit(m)
     assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_counts_type_checking_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tfcluster.config import Cluster\n")
+    assert "config" in imports("m", str(f))
 
 
 def test_the_checker_sees_function_level_imports_and_circles():

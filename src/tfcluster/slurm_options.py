@@ -34,14 +34,27 @@ Safety
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import UserError
 
-if TYPE_CHECKING:  # config imports this module for the file's slurm: section
-    from .config import Cluster
+
+
+class _Task(Protocol):
+    job: str
+    index: int
+    gpus: Any
+
+
+class HasTasks(Protocol):
+    """What these functions read of a cluster (a :class:`tfcluster.config.Cluster` or a run
+    plan): its tasks' job, index and GPUs. A protocol, so that this module, which config
+    imports for the file's ``slurm:`` section, imports nothing of config."""
+
+    @property
+    def tasks(self) -> Iterable[_Task]: ...
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes", "days-hours:minutes:seconds", or no limit.
@@ -187,7 +200,7 @@ def _gpu_ids(gpus: Optional[str]) -> int:
     return len([g for g in (gpus or "").split(",") if g.strip()])
 
 
-def gpus_per_task(cluster: "Cluster", spec: SlurmSpec) -> int:
+def gpus_per_task(cluster: HasTasks, spec: SlurmSpec) -> int:
     """GPUs Slurm binds to every task (``--gpus-per-task``); 0 with ``gres`` or no GPUs."""
     if spec.gres:
         return 0
@@ -205,7 +218,7 @@ def gpus_per_task(cluster: "Cluster", spec: SlurmSpec) -> int:
     return distinct[0] if distinct else 0
 
 
-def sbatch_options(cluster: "Cluster", spec: SlurmSpec) -> List[str]:
+def sbatch_options(cluster: HasTasks, spec: SlurmSpec) -> List[str]:
     """The sbatch options for ``spec`` and the cluster's GPUs (``--name=value`` words, usable as
     ``#SBATCH`` lines or as sbatch arguments)."""
     out = [f"--{FLAGS[k][2:]}={getattr(spec, k)}"
@@ -218,11 +231,11 @@ def sbatch_options(cluster: "Cluster", spec: SlurmSpec) -> List[str]:
     return out + list(spec.sbatch)
 
 
-def sbatch_lines(cluster: "Cluster", spec: SlurmSpec) -> List[str]:
+def sbatch_lines(cluster: HasTasks, spec: SlurmSpec) -> List[str]:
     return [f"#SBATCH {o}" for o in sbatch_options(cluster, spec)]
 
 
-def task_gpus(cluster: "Cluster", spec: SlurmSpec) -> Dict[str, List[Optional[str]]]:
+def task_gpus(cluster: HasTasks, spec: SlurmSpec) -> Dict[str, List[Optional[str]]]:
     """``CUDA_VISIBLE_DEVICES`` per job and task for the Slurm task wrapper. Under Slurm's
     ``--gpus-per-task`` binding: None keeps what Slurm set (tasks with ids, and tasks that
     inherit), ``""`` hides the GPUs (ps, and tasks of a job with ids beyond its list). Otherwise
