@@ -582,3 +582,58 @@ def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
 def _plan_from_script(script: str):
     line = next(l for l in script.splitlines() if l.startswith(f"export {slurm.PLAN_ENV}="))
     return json.loads(shlex.split(line.split("=", 1)[1])[0])
+
+
+@pytest.mark.tf
+def test_slurm_scancel_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoint(slurm_cluster, tmp_path):
+    """A Slurm job that gets SIGTERM (scancel, a time limit, preemption) stops in the
+    rulebook's order on every node: the chief first, which saves its final checkpoint through
+    the ps, then the ps."""
+    ckpt = tmp_path / "ckpt"
+    base = free_port_run(2, 26000 + os.getpid() % 2000)
+    (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
+        cluster: {{ps: 1, worker: 1}}
+        program:
+          command: [python, {os.path.join(ROOT, "trainer.py")}]
+          args: [--train_steps=100000000, --checkpoint_dir={ckpt}, --save_checkpoint_secs=3600,
+                 --save_summaries_steps=0, --print_placement=false]
+        base_port: {base}
+        logdir: runs
+    """))
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", "cluster.yaml", "--backend",
+                          "slurm", "--run-id", "s1", "--no-live", "--echo-progress",
+                          "--stop-timeout", "20"],
+                         cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    run_dir = tmp_path / "runs" / "s1"
+    try:
+        deadline = time.time() + 120
+        log = run_dir / "worker-0.log"
+        while time.time() < deadline and not (log.exists() and "@tfcluster progress" in log.read_text()):
+            if p.poll() is not None:
+                break
+            time.sleep(0.5)
+        if not (log.exists() and "@tfcluster progress" in log.read_text()):
+            p.terminate()
+            pytest.fail("no training step: " + p.communicate(timeout=60)[0][-3000:])
+        job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
+        assert job
+        subprocess.run(["scancel", str(job)], check=True, timeout=30)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert slurm_cluster.wait_empty_queue(30) == ""
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    chief_end = [e["time"] for e in events if e["task"] == "worker:0" and e["event"] == "task_exited"]
+    ps_stop = [e["time"] for e in events if e["task"] == "ps:0" and e["event"] == "stop_sent"]
+    assert chief_end and ps_stop, (events, out[-3000:])
+    assert chief_end[0] < ps_stop[0], (events, out[-3000:])
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(ckpt))
+    assert latest and int(latest.rsplit("-", 1)[1]) > 0, (latest, out[-3000:])
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] in ("interrupted", "failed"), rec

@@ -310,6 +310,7 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     follower = _Follower(data, run_dir, quiet=quiet, carried=carried,
                          progress_every=progress_every, echo_progress=echo_progress)
     record = _Record(plan)
+    follower.on_submitted = lambda job_id: record.write("running", None, job_id)
     code = None
     try:
         code = follower.run_srun(name) if inside else follower.run_sbatch(name)
@@ -403,6 +404,7 @@ class _Follower:
         self.progress_at = 0.0
         self.progress_every, self.echo_progress = progress_every, echo_progress
         self.job_id: Optional[str] = os.environ.get("SLURM_JOB_ID")
+        self.on_submitted = None
 
     # ---- output
     def _line(self, text: str) -> None:
@@ -494,6 +496,8 @@ class _Follower:
             msg = (r.stderr or r.stdout).strip().replace("\n", "; ")
             raise UserError(f"--backend slurm: sbatch refused the job: {msg}")
         job_id = self.job_id = r.stdout.strip().split(";")[0]
+        if self.on_submitted is not None:   # the record names the job while it runs
+            self.on_submitted(job_id)
         out_path = output.replace("%j", job_id)
         _info(f"submitted Slurm job {job_id} ({name}); output: {out_path}; stop it with: scancel {job_id}")
         tail = _Tail(out_path)
