@@ -10,13 +10,13 @@ import time
 import psutil
 import pytest
 
+from helpers import PROGRAMS
+
 from tfcluster import rules
 from tfcluster.cli import launch
 from tfcluster.launch import View
 from tfcluster.plan import LaunchOptions
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROGRAMS = os.path.join(HERE, "programs")
 LISTENER = os.path.join(PROGRAMS, "listener.py")
 
 

@@ -19,15 +19,16 @@ import time
 import psutil
 import pytest
 
+from helpers import PROGRAMS
+
 from tfcluster import config
 from tfcluster.backends import slurm
 from tfcluster.hosts import free_port_run
 from tfcluster.plan import LaunchOptions, build_plan
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "tiny_tf.py")) as _f:
+with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
     TINY_TF = _f.read()
 
 
@@ -93,148 +94,6 @@ def _plan(c, **opts):
 
 # --------------------------------------------------------------------------------------
 # A real one-node Slurm
-
-SLURM_CONF = """\
-ClusterName=tfctest
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={dir}/munge.sock
-CredType=cred/munge
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
-SlurmctldLogFile={dir}/log/slurmctld.log
-SlurmdLogFile={dir}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/builtin
-ReturnToService=2
-KillWait=5
-MinJobAge=300
-InactiveLimit=0
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
-
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel")
-
-
-class OneNodeSlurm:
-    """munged, slurmctld and slurmd in the foreground, as children of the test process."""
-
-    def __init__(self, base: str):
-        self.dir = base
-        self.procs = []
-        self.conf = os.path.join(base, "slurm.conf")
-
-    def start(self) -> None:
-        d = self.dir
-        for sub in ("state", "spool", "log"):
-            os.makedirs(os.path.join(d, sub), exist_ok=True)
-        key = os.path.join(d, "munge.key")
-        with open(key, "wb") as f:
-            f.write(os.urandom(128))
-        os.chmod(key, 0o600)
-        self._spawn(["munged", "-F", "--force", f"--socket={d}/munge.sock", f"--key-file={key}",
-                     f"--pid-file={d}/munged.pid", f"--log-file={d}/log/munged.log",
-                     f"--seed-file={d}/munged.seed"], "munged")
-        self._wait(lambda: os.path.exists(f"{d}/munge.sock"), "munged did not create its socket")
-        ctld_port = free_port_run(2, 16800 + os.getpid() % 1000)
-        with open(self.conf, "w") as f:
-            f.write(SLURM_CONF.format(dir=d, ctld_port=ctld_port, d_port=ctld_port + 1))
-        os.environ["SLURM_CONF"] = self.conf
-        self._spawn(["slurmctld", "-D", "-i", "-f", self.conf], "slurmctld")
-        self._spawn(["slurmd", "-D", "-N", "localhost", "-f", self.conf], "slurmd")
-        self._wait(self._idle, "the node did not become idle (sinfo)", timeout=30)
-
-    def _spawn(self, argv, name) -> None:
-        log = open(os.path.join(self.dir, "log", f"{name}.out"), "wb")
-        self.procs.append((name, subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                                  stderr=subprocess.STDOUT)))
-        log.close()
-
-    def _idle(self) -> bool:
-        for name, p in self.procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with {p.returncode}: {self.log(name)}")
-        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
-        return r.returncode == 0 and r.stdout.strip() == "idle"
-
-    def _wait(self, cond, what, timeout=10.0) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if cond():
-                return
-            time.sleep(0.2)
-        raise RuntimeError(what)
-
-    def log(self, name) -> str:
-        try:
-            with open(os.path.join(self.dir, "log", f"{name}.out")) as f:
-                return f.read()[-2000:]
-        except OSError:
-            return ""
-
-    def queue(self) -> str:
-        return subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=10).stdout.strip()
-
-    def wait_empty_queue(self, timeout=30.0) -> str:
-        deadline = time.time() + timeout
-        q = self.queue()
-        while q and time.time() < deadline:
-            time.sleep(0.3)
-            q = self.queue()
-        return q
-
-    def stop(self) -> None:
-        try:
-            subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
-            self.wait_empty_queue(15)
-        except Exception:
-            pass
-        for name, p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        os.environ.pop("SLURM_CONF", None)
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    missing = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel")
-               if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"Slurm is not installed here (missing {', '.join(missing)}; "
-                    f"apt-get install slurm-wlm munge)")
-    if os.geteuid() != 0:
-        pytest.skip("the one-node Slurm of these tests runs its daemons as root")
-    old = os.environ.get("SLURM_CONF")
-    s = OneNodeSlurm(str(tmp_path_factory.mktemp("slurm")))
-    try:
-        s.start()
-    except Exception as e:
-        s.stop()
-        pytest.skip(f"could not start a one-node Slurm: {e}")
-    yield s
-    s.stop()
-    if old is not None:
-        os.environ["SLURM_CONF"] = old
-
 
 def _launch(path, *extra, timeout=150):
     env = dict(os.environ)

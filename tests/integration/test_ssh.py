@@ -28,13 +28,14 @@ import time
 import psutil
 import pytest
 
+from helpers import PROGRAMS
+
 from tfcluster import config
 from tfcluster.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "tiny_tf.py")) as _f:
+with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
     TINY_TF = _f.read()
 
 SSHD_CONFIG = """\

@@ -1,17 +1,17 @@
 """The CLI as a user runs it: exit codes, one-line errors, no TensorFlow on the fast paths."""
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+
+from helpers import ROOT
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
 from tfcluster import cli, config
 from tfcluster.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(*args, cwd=None):

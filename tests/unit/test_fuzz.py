@@ -24,10 +24,11 @@ import time
 
 import yaml
 
+from helpers import ROOT
+
 from tfcluster import cli, config
 from tfcluster.hosts import endpoint_key
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = int(os.environ.get("TFCLUSTER_FUZZ_SEED", "14"))
 BUDGET_S = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "20"))
 MAX_CASES = 2000

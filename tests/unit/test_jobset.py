@@ -10,16 +10,15 @@ import subprocess
 import sys
 
 import pytest
+
+from helpers import ROOT, SHARED, doc_blocks, load
+from helpers.k8s import strict as _strict, validate
 import yaml
 
-from conftest import SHARED
-from test_render import _strict, load, validate
-from test_slurm_options import doc_blocks
 from tfcluster import jobset, pod
 from tfcluster.cli import main
 from tfcluster.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRD = os.path.join(SHARED, "k8s", "jobset.x-k8s.io_jobsets.yaml")
 
 # Prints what the program sees: TF_CONFIG, its argv, its task and one secret-looking variable.

@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "tfcluster")
+import helpers
+
+SRC = os.path.join(helpers.SRC, "tfcluster")
 
 # Floor of each module (a package name stands for every module in it). Lower floors never
 # import higher ones; the CLI is the composition root on top.

@@ -8,23 +8,17 @@ import os
 import shlex
 import subprocess
 import sys
-import textwrap
 
 import pytest
+
+from helpers import ROOT, SHARED, load
+from helpers.k8s import strict as _strict, validate
 import yaml
 
-from conftest import SHARED
 from tfcluster import config, render
 from tfcluster.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRD = os.path.join(SHARED, "k8s", "kubeflow.org_tfjobs.yaml")
-
-
-def load(text: str, tmp_path, name="cluster.yaml") -> config.Cluster:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return config.load(str(p))
 
 
 @pytest.fixture(scope="module")
@@ -39,24 +33,6 @@ def tfjob_schema():
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
     return jsonschema.Draft7Validator(schema)
-
-
-def _strict(node):
-    if isinstance(node, dict):
-        if ("properties" in node and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")):
-            node["additionalProperties"] = False
-        for v in node.values():
-            _strict(v)
-    elif isinstance(node, list):
-        for v in node:
-            _strict(v)
-    return node
-
-
-def validate(validator, manifest):
-    errors = sorted(validator.iter_errors(manifest), key=lambda e: list(e.path))
-    assert not errors, "\n".join(f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors[:10])
 
 
 FULL = """\

@@ -13,6 +13,8 @@ import time
 import pytest
 import yaml
 
+import helpers
+
 from tfcluster import cli, config, render, secrets
 from tfcluster.errors import UserError
 
@@ -243,7 +245,7 @@ def test_check_text_for_script_lines():
 
 # ---- the network: TensorFlow listens on IPv6 too, and docs/SECURITY.md's recipe closes both
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "SECURITY.md")
+DOCS = os.path.join(helpers.DOCS, "SECURITY.md")
 
 
 def _recipe() -> str:

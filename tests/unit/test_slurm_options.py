@@ -7,22 +7,19 @@ import json
 import os
 import re
 import shlex
-import shutil
-import stat
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from test_render import load
-from test_slurm import slurm_cluster  # noqa: F401 - the one-node Slurm fixture
+from helpers import ROOT, doc_blocks, load
+
 from tfcluster import render
 from tfcluster.errors import UserError
 from tfcluster.slurm_options import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
                                      task_gpus)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cli(*argv, cwd):
@@ -202,7 +199,7 @@ def test_no_gpus_no_binding_and_different_counts_are_an_error(tmp_path):
 # --------------------------------------------------------------------------------------
 # A real Slurm
 
-def test_real_slurm_takes_the_options(slurm_cluster, tmp_path):  # noqa: F811
+def test_real_slurm_takes_the_options(slurm_cluster, tmp_path):
     """A rendered script with options is accepted by sbatch and the options show in the job;
     a partition Slurm does not have is refused before anything runs."""
     (tmp_path / "c.yaml").write_text(CPU)
@@ -238,13 +235,6 @@ def test_real_slurm_takes_the_options(slurm_cluster, tmp_path):  # noqa: F811
     assert slurm_cluster.wait_empty_queue(30) == ""
 
 
-def doc_blocks(heading: str):
-    """The fenced code blocks of docs/BACKENDS.md after ``heading``, in order."""
-    with open(os.path.join(ROOT, "docs", "BACKENDS.md")) as f:
-        text = f.read()
-    return re.findall(r"```\w*\n(.*?)```", text[text.index(heading):], re.S)
-
-
 def test_the_docs_example(tmp_path):
     """docs/BACKENDS.md, 'Slurm options': the file, the command and the #SBATCH lines it shows."""
     yaml_text, command, shown = doc_blocks("### Slurm options")[:3]
@@ -256,38 +246,6 @@ def test_the_docs_example(tmp_path):
     lines = [x for x in r.stdout.splitlines() if x.startswith("#SBATCH")]
     assert lines[:3] == ["#SBATCH --job-name=tfcluster", "#SBATCH --ntasks=6", "#SBATCH --overcommit"]
     assert lines[3:] == shown.strip().splitlines()
-
-
-@pytest.fixture(scope="module")
-def gpu_slurm(tmp_path_factory):
-    """A one-node Slurm with four stand-in GPUs (gres/gpu on character devices made with mknod:
-    Slurm binds them and sets CUDA_VISIBLE_DEVICES; nothing opens them)."""
-    import test_slurm
-    if not all(shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "sbatch")) or os.geteuid():
-        pytest.skip("needs Slurm and munge installed, and root (see test_slurm.py)")
-    base = str(tmp_path_factory.mktemp("gpuslurm"))
-    try:
-        for i in range(4):
-            os.mknod(os.path.join(base, f"gpu{i}"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    except (OSError, AttributeError) as e:
-        pytest.skip(f"cannot make stand-in GPU device files here: {e}")
-    with open(os.path.join(base, "gres.conf"), "w") as f:
-        f.write(f"Name=gpu File={base}/gpu[0-3]\n")
-    node = "NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN"
-    assert node in test_slurm.SLURM_CONF
-    original = test_slurm.SLURM_CONF
-    test_slurm.SLURM_CONF = original.replace(node, "GresTypes=gpu\n" + node.replace(
-        "State=UNKNOWN", "Gres=gpu:4 State=UNKNOWN"))
-    s = test_slurm.OneNodeSlurm(base)
-    try:
-        s.start()
-    except Exception as e:
-        s.stop()
-        pytest.skip(f"could not start a one-node Slurm with stand-in GPUs: {e}")
-    finally:
-        test_slurm.SLURM_CONF = original
-    yield s
-    s.stop()
 
 
 def test_real_slurm_binds_gpus_per_task_and_keeps_ps_on_cpu(gpu_slurm, tmp_path):

@@ -12,10 +12,11 @@ import time
 import psutil
 import pytest
 
+from helpers import ROOT
+
 from tfcluster.cli import main
 from tfcluster.runrecord import STATUS_EXIT, write_json_private
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_cluster(folder, name="cluster.yaml"):

@@ -1,0 +1,49 @@
+"""Helpers shared by the test layers (tests/unit, tests/integration, tests/system).
+
+Test modules import from here (``from helpers import ROOT``), never from each other: pytest puts
+tests/ on sys.path (``pythonpath`` in pyproject.toml). Nothing here imports TensorFlow.
+"""
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(TESTS)
+SRC = os.path.join(ROOT, "src")
+PROGRAMS = os.path.join(TESTS, "programs")
+EXAMPLES = os.path.join(ROOT, "examples")
+DOCS = os.path.join(ROOT, "docs")
+# the CRDs and other shared material of the workplace, next to the repository (may be absent)
+SHARED = os.path.join(ROOT, "..", "shared")
+
+
+def load(text: str, tmp_path, name="cluster.yaml"):
+    """Write ``text`` (dedented) to tmp_path/name and load it as a cluster file."""
+    from tfcluster import config
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return config.load(str(p))
+
+
+def doc_blocks(heading: str, doc: str = "BACKENDS.md"):
+    """The fenced code blocks of docs/<doc> after ``heading``, in order."""
+    with open(os.path.join(DOCS, doc)) as f:
+        text = f.read()
+    return re.findall(r"```\w*\n(.*?)```", text[text.index(heading):], re.S)
+
+
+def cli(capsys, *argv):
+    """Run ``tfcluster ARGV`` in this process: (exit code, stdout, stderr).
+
+    ``tfcluster.cli.main`` returns the exit code, or raises SystemExit (argparse's usage errors),
+    which is caught here; both end the same way as ``python -m tfcluster``."""
+    from tfcluster.cli import main
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out, err = capsys.readouterr()
+    return rc, out, err
