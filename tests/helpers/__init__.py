@@ -47,3 +47,24 @@ def cli(capsys, *argv):
         rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+def run_cli(*argv, cwd):
+    """Run ``tfcluster ARGV`` in this process from folder ``cwd``, as ``subprocess.run`` of
+    ``python -m tfcluster`` would: a CompletedProcess with returncode, stdout and stderr."""
+    import contextlib
+    import io
+    import subprocess
+    from tfcluster.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    os.chdir(str(cwd))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main([str(a) for a in argv])
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(old)
+    return subprocess.CompletedProcess(list(argv), rc, out.getvalue(), err.getvalue())

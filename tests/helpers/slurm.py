@@ -12,6 +12,14 @@ import pytest
 
 from tfcluster.hosts import free_port_run
 
+# Time limits: sbatch takes the good ones (checked on the real Slurm in tests/integration)
+GOOD_TIMES = ["30", "0:30", "5:30", "1:00:00", "100:00:00", "2-0", "2-12", "1-12:30", "1-0:0:1",
+              "7-23:59:59", "UNLIMITED", "infinite", "0", "1:75:00", "10:60", "1-24"]
+# sbatch takes these two too, but they are none of its documented formats: refused, clearer
+UNDOCUMENTED = ["-5", "1-"]
+BAD_TIMES = ["abc", "1h", "1:00:00:00", "1:2:3-4", "", "1.5", "1::00", "one", "1 -2",
+             "1:00:00\n#SBATCH --x"] + UNDOCUMENTED
+
 SLURM_CONF = """\
 ClusterName=tfctest
 SlurmctldHost=localhost(127.0.0.1)
