@@ -27,6 +27,23 @@ def load(text: str, tmp_path, name="cluster.yaml"):
     return config.load(str(p))
 
 
+def write_cluster(tmp_path, ports, program, extra="", jobs=None):
+    """A cluster file for tfcluster launch: ``jobs`` (default 1 ps, the rest workers) on the
+    given localhost ports, every task running ``program``, logdir tmp_path/runs."""
+    import json
+    jobs = jobs or {"ps": 1, "worker": len(ports) - 1}
+    it = iter(ports)
+    lines = ["cluster:"]
+    for job, n in jobs.items():
+        lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
+    cmd = ", ".join(json.dumps(w) for w in program)
+    lines.append(f"program: {{command: [{cmd}]}}")
+    lines.append(f"logdir: {tmp_path / 'runs'}")
+    f = tmp_path / "cluster.yaml"
+    f.write_text("\n".join(lines) + "\n" + extra)
+    return str(f)
+
+
 def doc_blocks(heading: str, doc: str = "BACKENDS.md"):
     """The fenced code blocks of docs/<doc> after ``heading``, in order."""
     with open(os.path.join(DOCS, doc)) as f:

@@ -2,7 +2,6 @@
 ``tfcluster report`` in tests/unit and tests/integration (the browser)."""
 from __future__ import annotations
 
-
 from tfcluster.events import EventLog
 from tfcluster.runrecord import write_json_private
 

@@ -96,8 +96,3 @@ def test_taken_port_is_one_clear_line_and_exit_2(capsys):
     assert "Could not start gRPC server" in line[0]
 
 
-def test_bad_context_exit_2(capsys):
-    from tfcluster.runtime import serve
-
-    assert serve.main(["--job_name=ps"]) == 2
-    assert "tfcluster: error:" in capsys.readouterr().err

@@ -8,7 +8,6 @@ import textwrap
 import pytest
 import yaml
 
-
 from tfcluster import cli, config, render, secrets
 from tfcluster.errors import UserError
 
