@@ -39,6 +39,7 @@ def _launch(path, *extra, timeout=150):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.tf
 def test_slurm_trains_1ps_2workers_to_the_end(slurm_cluster, tmp_path):
     (tmp_path / "tiny_tf.py").write_text(TINY_TF)
     base = free_port_run(3, 24000 + os.getpid() % 2000)

@@ -268,6 +268,7 @@ def _read_until(handle, needle: bytes, timeout=20.0) -> bytes:
 
 # --------------------------------------------------------------------------------------
 
+@pytest.mark.tf
 def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path):
     """tfcluster launch --backend ssh: each task in its own namespace (all on port 2222)."""
     (tmp_path / "tiny_tf.py").write_text(TINY_TF)

@@ -36,7 +36,7 @@ def floor_of(module: str) -> int:
         for i, names in enumerate(FLOORS):
             if name in names:
                 return i
-    raise AssertionError(f"tfcluster.{module} has no floor in tests/test_layers.py; add it")
+    raise AssertionError(f"tfcluster.{module} has no floor in tests/unit/test_layers.py; add it")
 
 
 def modules():
