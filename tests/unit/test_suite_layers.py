@@ -16,9 +16,11 @@ pytest_plugins = ("pytester",)
 
 
 @pytest.fixture
-def tree(pytester):
+def tree(pytester, monkeypatch):
     """pytester's folder with tests/conftest.py, a stand-in tensorflow module on sys.path, and a
-    function that writes tests/<path>."""
+    function that writes tests/<path>. A TensorFlow that an earlier system test loaded into this
+    process is hidden for the test (pytester puts sys.modules back afterwards)."""
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     (pytester.path / "tests").mkdir()
     shutil.copy(os.path.join(TESTS, "conftest.py"), pytester.path / "tests" / "conftest.py")
     (pytester.path / "site").mkdir()
