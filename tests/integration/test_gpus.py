@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfcluster.gpus import Gpu, gpu_warnings, visible_gpus
+from tfcluster.gpus import gpu_warnings, visible_gpus
 
 UUID0 = "GPU-4f1c2b3a-1111-2222-3333-444455556666"
 ONE_GPU = f"GPU 0: NVIDIA H200 (UUID: {UUID0})\n"
@@ -34,11 +34,6 @@ def fake_smi(tmp_path, monkeypatch):
     return install
 
 
-@pytest.fixture
-def no_smi(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-
-
 def test_one_gpu_from_nvidia_smi(fake_smi, tmp_path):
     fake_smi(ONE_GPU)
     gpus = visible_gpus(proc_root=str(tmp_path / "no-proc"))
@@ -61,15 +56,6 @@ def test_a_missing_index_names_the_task(fake_smi, tmp_path):
                         "1 GPU: 0); it will run on CPU"]
 
 
-def test_an_entry_after_a_missing_one_is_named_too(tmp_path):
-    gpus = [Gpu(0, "x", "GPU-a"), Gpu(1, "x", "GPU-b")]
-    [w] = gpu_warnings([("worker:0", "0,5,1")], gpus)
-    assert w.startswith("worker:0: CUDA_VISIBLE_DEVICES=0,5,1: GPU 5 does not exist")
-    assert "CUDA also ignores what follows it (1)" in w and "CPU" not in w
-    [w] = gpu_warnings([("worker:3", "GPU-zzz")], gpus)
-    assert "worker:3" in w and "'GPU-zzz' does not exist" in w
-
-
 def test_nvidia_smi_that_fails_falls_back_to_the_driver_list(fake_smi, tmp_path):
     fake_smi("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", rc=9)
     proc = tmp_path / "proc"
@@ -79,14 +65,6 @@ def test_nvidia_smi_that_fails_falls_back_to_the_driver_list(fake_smi, tmp_path)
     gpus = visible_gpus(proc_root=str(proc))
     assert [(g.index, g.uuid, g.name) for g in gpus] == [(0, "GPU-a", "NVIDIA H200"),
                                                         (1, "GPU-b", "NVIDIA H200")]
-
-
-def test_no_driver_is_one_line_naming_the_tasks(no_smi, tmp_path):
-    assert visible_gpus(proc_root=str(tmp_path / "no-proc")) is None
-    warnings = gpu_warnings([("ps:0", ""), ("worker:0", "0"), ("worker:1", "1")], None)
-    assert warnings == ["no NVIDIA driver on this machine: worker:0, worker:1 ask for GPUs "
-                        "(CUDA_VISIBLE_DEVICES) and will run on CPU"]
-    assert gpu_warnings([("ps:0", ""), ("worker:0", None)], None) == []
 
 
 def test_gpus_are_read_without_tensorflow():

@@ -1,8 +1,8 @@
-"""tfcluster launch with real processes: success, failure, stopping, signals, ports, records."""
+"""tfcluster launch with real processes: success, failure, stopping, signals, ports, records.
+(Launch input and rules checked before anything starts: tests/unit/test_launch_input.py.)"""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,28 +10,13 @@ import time
 import psutil
 import pytest
 
-from tfcluster import rules
+from helpers import PROGRAMS, write_cluster
+
 from tfcluster.cli import launch
 from tfcluster.launch import View
 from tfcluster.plan import LaunchOptions
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROGRAMS = os.path.join(HERE, "programs")
 LISTENER = os.path.join(PROGRAMS, "listener.py")
-
-
-def write_cluster(tmp_path, ports, program, extra="", jobs=None):
-    jobs = jobs or {"ps": 1, "worker": len(ports) - 1}
-    it = iter(ports)
-    lines = ["cluster:"]
-    for job, n in jobs.items():
-        lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
-    cmd = ", ".join(json.dumps(w) for w in program)
-    lines.append(f"program: {{command: [{cmd}]}}")
-    lines.append(f"logdir: {tmp_path / 'runs'}")
-    f = tmp_path / "cluster.yaml"
-    f.write_text("\n".join(lines) + "\n" + extra)
-    return str(f)
 
 
 def tfcluster(*args, env=None, timeout=120, cwd=None):
@@ -68,26 +53,6 @@ def assert_gone(pids, timeout=10):
     raise AssertionError(f"still running: {alive}")
 
 
-# ---------------------------------------------------------------- policy (no processes)
-
-@pytest.mark.parametrize("pol,rc,restarts,expect", [
-    ("never", 1, 0, False), ("never", -9, 0, False),
-    ("on-failure", 1, 0, True), ("on-failure", -9, 0, True), ("on-failure", 1, 3, False),
-    ("exit-code", 1, 0, False), ("exit-code", 127, 0, False), ("exit-code", 128, 0, True),
-    ("exit-code", 137, 0, True), ("exit-code", 255, 0, True), ("exit-code", -15, 0, True),
-    ("exit-code", 137, 3, False), ("on-failure", 0, 0, False),
-])
-def test_restart_decision_table(pol, rc, restarts, expect):
-    assert rules.decide_restart(rules.RestartRule(pol, max_restarts=3), rc, restarts).restart is expect
-
-
-def test_restart_backoff_doubles_is_capped_and_total_budget():
-    rule = rules.RestartRule("on-failure", max_restarts=10, backoff=1.0)
-    assert [rules.decide_restart(rule, 1, n).delay for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
-    total = rules.RestartRule("on-failure", max_restarts=3, max_total_restarts=5)
-    assert not rules.decide_restart(total, 1, 0, total_restarts=5).restart
-
-
 # ---------------------------------------------------------------- plain processes (fast)
 
 def test_worker_exit_7_fails_the_run_and_names_it(tmp_path, ports):
@@ -105,22 +70,6 @@ def test_worker_exit_7_fails_the_run_and_names_it(tmp_path, ports):
     assert states == {"ps:0": "stopped", "worker:0": "stopped", "worker:1": "failed"}
 
 
-def test_taken_port_exit_2_names_port_and_starts_nothing(tmp_path, ports):
-    ps = ports(3)
-    holder = socket.socket()
-    holder.bind(("0.0.0.0", ps[2]))
-    holder.listen()
-    try:
-        f = write_cluster(tmp_path, ps, ["python", LISTENER])
-        r = tfcluster("launch", f)
-    finally:
-        holder.close()
-    assert r.returncode == 2
-    assert f"cluster.worker[1]: port {ps[2]} (worker:1) is already in use by pid {os.getpid()}" in r.stderr
-    assert "Traceback" not in r.stderr
-    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
-
-
 def test_bind_failure_at_start_is_reported_as_a_port_conflict(tmp_path, ports):
     p = ports(2)
     f = write_cluster(tmp_path, p, ["python", LISTENER],
@@ -130,27 +79,6 @@ def test_bind_failure_at_start_is_reported_as_a_port_conflict(tmp_path, ports):
     assert (f"first failure: worker:0 (exit 1) — port conflict: localhost:{p[1]} is in use "
             f"(Could not start gRPC server)") in r.stderr
     assert "restarted worker:0" not in r.stderr  # a taken port is not retried
-
-
-def test_dry_run_prints_argv_cwd_env_and_masks_secrets(tmp_path, ports):
-    f = write_cluster(tmp_path, ports(2), ["python", LISTENER],
-                      extra="jobs: {worker: {env: {API_TOKEN: hunter22, LEVEL: '3'}}}\n")
-    r = tfcluster("launch", f, "--dry-run", "--task-flags")
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
-    assert f"argv: {sys.executable} {LISTENER} --job_name=worker --task_index=0" in out
-    assert f"cwd:  {tmp_path}" in out
-    assert 'env:  TF_CONFIG={"cluster":' in out and "env:  LEVEL=3" in out
-    assert "API_TOKEN=****" in out and "hunter22" not in out
-    assert "CUDA_VISIBLE_DEVICES=" in out  # ps gets no GPU
-    assert not (tmp_path / "runs").exists()
-
-
-def test_override_command_after_double_dash(tmp_path, ports):
-    f = write_cluster(tmp_path, ports(2), ["python", "does-not-matter.py"])
-    r = tfcluster("launch", f, "--dry-run", "--", "python", "my_trainer.py", "--lr=0.1", cwd=str(tmp_path))
-    assert r.returncode == 0, r.stderr
-    assert f"argv: {sys.executable} my_trainer.py --lr=0.1" in r.stdout
 
 
 def test_logs_are_private_and_secrets_masked_in_output(tmp_path, ports):
@@ -460,49 +388,6 @@ def test_a_task_that_exits_leaves_no_child_behind(tmp_path, ports):
 
 
 # ---------------------------------------------------------------- careless input at launch
-
-def test_a_missing_script_is_exit_2_before_anything_starts(tmp_path, ports):
-    f = write_cluster(tmp_path, ports(2), ["python", "missing.py"],
-                      extra="restart: {policy: on-failure}\n")
-    r = tfcluster("launch", f)
-    assert r.returncode == 2, r.stderr
-    assert f"program script not found: {tmp_path}/missing.py" in r.stderr
-    assert "nothing was started" in r.stderr and "Traceback" not in r.stderr
-    assert not (tmp_path / "runs").exists()
-    r = tfcluster("launch", f, "--", "python", "nope.py", cwd=str(tmp_path))
-    assert r.returncode == 2 and "program script not found" in r.stderr
-
-
-def test_a_missing_folder_is_named_as_a_folder(tmp_path, ports):
-    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
-    with open(f, "a") as fh:
-        fh.write("jobs: {worker: {cwd: no/such/dir}}\n")
-    r = tfcluster("launch", f)
-    assert r.returncode == 2
-    assert f"worker:0: working folder does not exist: {tmp_path}/no/such/dir" in r.stderr
-    assert "program not found" not in r.stderr
-
-
-@pytest.mark.parametrize("flag,value,words", [
-    ("--run-id", "../x", "--run-id: '../x' is not a run folder name"),
-    ("--stop-timeout", "inf", "must be a finite number"),
-    ("--grace", "nan", "must be a finite number"),
-])
-def test_bad_launch_flags_are_exit_2(tmp_path, ports, flag, value, words):
-    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
-    r = tfcluster("launch", f, flag, value)
-    assert r.returncode == 2 and words in r.stderr, r.stderr
-    assert not (tmp_path / "x").exists() and "Traceback" not in r.stderr
-
-
-def test_launch_usage_shows_the_program_and_hints_at_the_double_dash(tmp_path, ports):
-    r = tfcluster("launch", "--help")
-    assert "tfcluster launch [options] FILE [-- CMD ARGS...]" in r.stdout
-    f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
-    r = tfcluster("launch", f, "python", "my_trainer.py")
-    assert r.returncode == 2
-    assert "hint: put the program after '--': tfcluster launch FILE -- python my_trainer.py" in r.stderr
-
 
 def test_gpus_that_do_not_exist_are_a_warning_naming_the_task(tmp_path, ports):
     """jobs.worker.gpus: [0, 1] on a machine with one GPU (a stand-in nvidia-smi): a warning on

@@ -1,5 +1,5 @@
-"""Slurm backend: the rank layout (as TensorFlow's SlurmClusterResolver), and real runs on a
-one-node Slurm (munged + slurmctld + slurmd) that the fixture starts and stops.
+"""Slurm backend: real runs on a one-node Slurm (munged + slurmctld + slurmd) that the fixture in
+tests/integration/conftest.py starts and stops. (The pure parts: tests/unit/test_slurm_plan.py.)
 
 The real-Slurm tests skip when Debian's slurm-wlm and munge are not installed or cannot be
 started here (they need root to run the daemons as configured)."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -19,222 +18,18 @@ import time
 import psutil
 import pytest
 
-from tfcluster import config
-from tfcluster.backends import slurm
-from tfcluster.hosts import free_port_run
-from tfcluster.plan import LaunchOptions, build_plan
+from helpers import PROGRAMS, ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tfcluster.hosts import free_port_run
+
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "tiny_tf.py")) as _f:
+with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
     TINY_TF = _f.read()
 
 
 # --------------------------------------------------------------------------------------
-# Pure logic
-
-def test_expand_hostlist_and_tasks_per_node():
-    assert slurm._expand_hostlist_py("n[1-2],m5,o[3-4,6,7-9]") == \
-        ["n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"]
-    assert slurm._expand_hostlist_py("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
-    assert slurm._expand_hostlist_py("localhost") == ["localhost"]
-    assert slurm.expand_tasks_per_node("3(x2),2,1") == [3, 3, 2, 1]
-    with pytest.raises(ValueError):
-        slurm.expand_tasks_per_node("two")
-
-
-def _cluster(text: str, tmp_path) -> config.Cluster:
-    p = tmp_path / "c.yaml"
-    p.write_text(textwrap.dedent(text))
-    return config.load(str(p))
-
-
-def test_layout_matches_slurm_cluster_resolver(tmp_path, monkeypatch):
-    """Same jobs, hosts and ports as tf.distribute.cluster_resolver.SlurmClusterResolver."""
-    c = _cluster("""
-        cluster: {chief: 1, ps: 2, worker: 4, evaluator: 1}
-        program: {command: [python, t.py]}
-        base_port: 8888
-    """, tmp_path)
-    plan = _plan(c)
-    nodes, per_node = ["n1", "n2", "n3"], [3, 3, 2]
-    ours = slurm.layout(plan, nodes, per_node)
-    assert [(j, i) for j, i, _, _ in ours][:4] == [("chief", 0), ("evaluator", 0), ("ps", 0), ("ps", 1)]
-    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import SlurmClusterResolver
-    for rank in range(8):
-        monkeypatch.setenv("SLURM_PROCID", str(rank))
-        r = SlurmClusterResolver(jobs={"chief": 1, "ps": 2, "worker": 4, "evaluator": 1},
-                                 port_base=8888, gpus_per_node=3, gpus_per_task=1,
-                                 tasks_per_node=dict(zip(nodes, per_node)), auto_set_gpu=False)
-        spec = r.cluster_spec().as_dict()
-        job, idx, host, port = ours[rank]
-        assert r.get_task_info() == (job, idx)
-        assert spec[job][idx] == f"{host}:{port}"
-
-
-def test_layout_rejects_wrong_task_count(tmp_path):
-    c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
-    with pytest.raises(ValueError, match="3 TensorFlow tasks"):
-        slurm.layout(_plan(c), ["n1"], [2])
-
-
-def test_plan_needs_a_program(tmp_path):
-    from tfcluster.errors import UserError
-    c = _cluster("cluster: {worker: 2}\n", tmp_path)
-    with pytest.raises(UserError, match="no program"):
-        _plan(c)
-    assert _plan(c, command=("python", "x.py"))["jobs"]["worker"]["argv"] == ["{python}", "x.py"]
-
-
-def _plan(c, **opts):
-    return slurm.plan_data(build_plan(c, LaunchOptions(backend="slurm", **opts)))
-
-
-# --------------------------------------------------------------------------------------
 # A real one-node Slurm
-
-SLURM_CONF = """\
-ClusterName=tfctest
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={dir}/munge.sock
-CredType=cred/munge
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
-SlurmctldLogFile={dir}/log/slurmctld.log
-SlurmdLogFile={dir}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/builtin
-ReturnToService=2
-KillWait=5
-MinJobAge=300
-InactiveLimit=0
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
-
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel")
-
-
-class OneNodeSlurm:
-    """munged, slurmctld and slurmd in the foreground, as children of the test process."""
-
-    def __init__(self, base: str):
-        self.dir = base
-        self.procs = []
-        self.conf = os.path.join(base, "slurm.conf")
-
-    def start(self) -> None:
-        d = self.dir
-        for sub in ("state", "spool", "log"):
-            os.makedirs(os.path.join(d, sub), exist_ok=True)
-        key = os.path.join(d, "munge.key")
-        with open(key, "wb") as f:
-            f.write(os.urandom(128))
-        os.chmod(key, 0o600)
-        self._spawn(["munged", "-F", "--force", f"--socket={d}/munge.sock", f"--key-file={key}",
-                     f"--pid-file={d}/munged.pid", f"--log-file={d}/log/munged.log",
-                     f"--seed-file={d}/munged.seed"], "munged")
-        self._wait(lambda: os.path.exists(f"{d}/munge.sock"), "munged did not create its socket")
-        ctld_port = free_port_run(2, 16800 + os.getpid() % 1000)
-        with open(self.conf, "w") as f:
-            f.write(SLURM_CONF.format(dir=d, ctld_port=ctld_port, d_port=ctld_port + 1))
-        os.environ["SLURM_CONF"] = self.conf
-        self._spawn(["slurmctld", "-D", "-i", "-f", self.conf], "slurmctld")
-        self._spawn(["slurmd", "-D", "-N", "localhost", "-f", self.conf], "slurmd")
-        self._wait(self._idle, "the node did not become idle (sinfo)", timeout=30)
-
-    def _spawn(self, argv, name) -> None:
-        log = open(os.path.join(self.dir, "log", f"{name}.out"), "wb")
-        self.procs.append((name, subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                                  stderr=subprocess.STDOUT)))
-        log.close()
-
-    def _idle(self) -> bool:
-        for name, p in self.procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with {p.returncode}: {self.log(name)}")
-        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
-        return r.returncode == 0 and r.stdout.strip() == "idle"
-
-    def _wait(self, cond, what, timeout=10.0) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if cond():
-                return
-            time.sleep(0.2)
-        raise RuntimeError(what)
-
-    def log(self, name) -> str:
-        try:
-            with open(os.path.join(self.dir, "log", f"{name}.out")) as f:
-                return f.read()[-2000:]
-        except OSError:
-            return ""
-
-    def queue(self) -> str:
-        return subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=10).stdout.strip()
-
-    def wait_empty_queue(self, timeout=30.0) -> str:
-        deadline = time.time() + timeout
-        q = self.queue()
-        while q and time.time() < deadline:
-            time.sleep(0.3)
-            q = self.queue()
-        return q
-
-    def stop(self) -> None:
-        try:
-            subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
-            self.wait_empty_queue(15)
-        except Exception:
-            pass
-        for name, p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        os.environ.pop("SLURM_CONF", None)
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    missing = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel")
-               if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"Slurm is not installed here (missing {', '.join(missing)}; "
-                    f"apt-get install slurm-wlm munge)")
-    if os.geteuid() != 0:
-        pytest.skip("the one-node Slurm of these tests runs its daemons as root")
-    old = os.environ.get("SLURM_CONF")
-    s = OneNodeSlurm(str(tmp_path_factory.mktemp("slurm")))
-    try:
-        s.start()
-    except Exception as e:
-        s.stop()
-        pytest.skip(f"could not start a one-node Slurm: {e}")
-    yield s
-    s.stop()
-    if old is not None:
-        os.environ["SLURM_CONF"] = old
-
 
 def _launch(path, *extra, timeout=150):
     env = dict(os.environ)
@@ -244,6 +39,7 @@ def _launch(path, *extra, timeout=150):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.tf
 def test_slurm_trains_1ps_2workers_to_the_end(slurm_cluster, tmp_path):
     (tmp_path / "tiny_tf.py").write_text(TINY_TF)
     base = free_port_run(3, 24000 + os.getpid() % 2000)
@@ -437,18 +233,6 @@ def test_slurm_honours_restart_flags_and_the_run_budget(slurm_cluster, tmp_path)
     assert slurm_cluster.wait_empty_queue(10) == ""
 
 
-def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
-    plan = build_plan(c, LaunchOptions(backend="slurm", command=("python", "other.py", "--x=1"),
-                                       task_flags=True, logdir=str(tmp_path / "logs"), run_id="d1"))
-    assert slurm.launch(plan, dry_run=True) == 0
-    out = capsys.readouterr().out
-    assert "#SBATCH --ntasks=3" in out and f"#SBATCH --output={tmp_path}/logs/d1/slurm-%j.out" in out
-    assert '"argv":["{python}","other.py","--x=1"]' in out and '"task_flags":true' in out
-    assert not (tmp_path / "logs").exists()   # nothing made, nothing submitted
-
-
 def test_launch_slurm_takes_the_scheduler_options(slurm_cluster, tmp_path):
     """launch --backend slurm takes the same options as render slurm (file or flags, through
     the run plan): they show in the submitted job; a bad time is exit 2 before anything is
@@ -550,38 +334,6 @@ def test_slurm_honours_the_watchdog(slurm_cluster, tmp_path):
     # progress lines are consumed on Slurm too: a human line on stderr instead
     assert "@tfcluster progress" not in r.stdout and "tfcluster: worker:0: step 5/100" in r.stderr
     assert slurm_cluster.wait_empty_queue(10) == ""
-
-
-def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
-    """render slurm and launch --backend slurm (dry run): a secret value (by name or declared in
-    secrets:) is null in the script's plan, the header names the variable that carries it, and
-    the node wrapper puts it back from the environment sbatch passes on."""
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], "
-                 "env: {API_TOKEN: hunter2hunter2, BUCKET: gs://private, LEVEL: '3'}}\n"
-                 "secrets: [BUCKET]\n", tmp_path)
-    from tfcluster import render
-    script = render.render_slurm(c)
-    assert "hunter2hunter2" not in script and "gs://private" not in script
-    assert "TFCLUSTER_SECRET__worker__API_TOKEN" in script and "TFCLUSTER_SECRET__ps__BUCKET" in script
-    data = _plan_from_script(script)
-    assert data["jobs"]["worker"]["env"] == {"API_TOKEN": None, "BUCKET": None, "LEVEL": "3"}
-    env = {"TFCLUSTER_SECRET__worker__API_TOKEN": "hunter2hunter2", "TFCLUSTER_SECRET__worker__BUCKET": "gs://private",
-           "TFCLUSTER_SECRET__ps__API_TOKEN": "hunter2hunter2", "TFCLUSTER_SECRET__ps__BUCKET": "gs://private"}
-    assert slurm.fill_secrets(data, env) == []
-    assert data["jobs"]["worker"]["env"]["API_TOKEN"] == "hunter2hunter2"
-    plan = build_plan(c, LaunchOptions(backend="slurm", run_id="s1", logdir=str(tmp_path / "logs")))
-    import io
-    import contextlib
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert slurm.launch(plan, dry_run=True) == 0
-    assert "hunter2hunter2" not in buf.getvalue() and "gs://private" not in buf.getvalue()
-
-
-def _plan_from_script(script: str):
-    line = next(l for l in script.splitlines() if l.startswith(f"export {slurm.PLAN_ENV}="))
-    return json.loads(shlex.split(line.split("=", 1)[1])[0])
 
 
 @pytest.mark.tf

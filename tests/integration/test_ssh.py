@@ -28,13 +28,14 @@ import time
 import psutil
 import pytest
 
+from helpers import PROGRAMS
+
 from tfcluster import config
 from tfcluster.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "tiny_tf.py")) as _f:
+with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
     TINY_TF = _f.read()
 
 SSHD_CONFIG = """\
@@ -267,6 +268,7 @@ def _read_until(handle, needle: bytes, timeout=20.0) -> bytes:
 
 # --------------------------------------------------------------------------------------
 
+@pytest.mark.tf
 def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path):
     """tfcluster launch --backend ssh: each task in its own namespace (all on port 2222)."""
     (tmp_path / "tiny_tf.py").write_text(TINY_TF)
@@ -389,22 +391,6 @@ def test_ssh_unreachable_host_is_a_clear_error(hosts, tmp_path):
             backend.start(_spec("worker:0", ["python", "-c", "pass"], a, str(tmp_path)))
     finally:
         backend.close()
-
-
-def test_remote_settings_merge_and_ssh_argv(tmp_path):
-    from tfcluster.backends.ssh import remote_settings, ssh_argv, remote_command
-    p = tmp_path / "c.yaml"
-    p.write_text("cluster: {worker: [h1:2222, h2:2222]}\n"
-                 "remote: {user: alice, python: /opt/venv/bin/python, ssh_options: [A=b]}\n"
-                 "hosts: {h2: {user: bob, port: 2200, ssh_host: 10.0.0.2, workdir: /srv/x}}\n")
-    c = config.load(str(p))
-    s1, s2 = remote_settings(c, "h1"), remote_settings(c, "h2")
-    assert (s1.user, s1.port, s1.python) == ("alice", None, "/opt/venv/bin/python")
-    assert (s2.user, s2.port, s2.python, s2.workdir) == ("bob", 2200, "/opt/venv/bin/python", "/srv/x")
-    argv = ssh_argv(s2, "h2")
-    assert argv[-1] == "10.0.0.2" and "BatchMode=yes" in argv and ["-p", "2200"] == argv[argv.index("-p"):][:2]
-    assert ["-l", "bob"] == argv[argv.index("-l"):][:2] and "A=b" in argv
-    assert remote_command(s1).startswith("/opt/venv/bin/python -c 'import base64;exec(")
 
 
 SLEEPER = """\

@@ -3,7 +3,7 @@
 It knows nothing of tfcluster: it reads TF_CONFIG, builds and compiles a Keras model in
 ``MultiWorkerMirroredStrategy().scope()`` and calls ``model.fit`` on every worker. The data is
 a small synthetic, learnable task (the tutorial's MNIST would need a download). Options pick
-the variants measured by tests/test_keras.py:
+the variants measured by tests/system/test_keras.py:
 
     --input numpy|dataset        fit on numpy arrays or on a tf.data.Dataset
     --model sequential|functional  tf.keras.Sequential, or a model built with tf.keras.Input

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
+
 SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
 
 

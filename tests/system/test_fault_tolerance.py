@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
+
 CHAOS = os.path.join(ROOT, "scripts", "chaos.py")
 
 pytestmark = pytest.mark.tf

@@ -18,8 +18,9 @@ import yaml
 
 from tfcluster.keras_support import failure_hint
 
-from test_tf2_strategies import (EXAMPLES, HERE, assert_all_gone, finish, kill_when, run_record,
-                                 start, tail, task_log, tasks_of)
+from helpers import EXAMPLES, PROGRAMS
+from helpers.launch import (assert_all_gone, finish, kill_when, run_record, start, tail, task_log,
+                            tasks_of)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                                 reason="TensorFlow is not installed")
@@ -27,7 +28,6 @@ needs_tf_keras = pytest.mark.skipif(
     importlib.util.find_spec("tf_keras") is None,
     reason="tf_keras is not installed: pip install -e '.[test,keras2]'")
 
-PROGRAMS = os.path.join(HERE, "programs")
 KERAS2 = {"TF_USE_LEGACY_KERAS": "1"}
 KERAS3 = {"TF_USE_LEGACY_KERAS": "0"}  # TensorFlow's default, whatever the test's environment
 

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+from tfcluster.runtime.context import TaskContext
+from tfcluster.runtime.placement import (GreedyLoadBalancingStrategy, Placement, RoundRobinStrategy,
+                                         byte_size_load_fn, make_strategy, placement_report)
 
-from tfcluster.runtime.context import TaskContext  # noqa: E402
-from tfcluster.runtime.placement import (GreedyLoadBalancingStrategy, Placement,  # noqa: E402
-                                         RoundRobinStrategy, byte_size_load_fn, make_strategy,
-                                         placement_report)
+tf = None  # TensorFlow, imported by the first test (never at collection: it takes seconds)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tensorflow():
+    global tf
+    tf = pytest.importorskip("tensorflow")
 
 
 def ctx_with(num_ps: int) -> TaskContext:

@@ -1,33 +1,20 @@
-"""The CLI as a user runs it: exit codes, one-line errors, no TensorFlow on the fast paths."""
+"""The CLI as a user runs it, in this process: exit codes, one-line errors, fuzzed input.
+(As a separate process: tests/integration/test_cli_process.py.)"""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from helpers import ROOT, run_cli
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
 from tfcluster import cli, config
 from tfcluster.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "tfcluster", *args], cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=60)
-
-
-def test_cli_paths_do_not_import_tensorflow():
-    code = ("import sys, tfcluster.cli as c, tfcluster.config, tfcluster.hosts, tfcluster.launch, tfcluster.runrecord\n"
-            "rc = c.main(['validate', 'cluster.yaml'])\n"
-            "c.main(['tf-config', 'cluster.yaml', 'worker:1']); c.main(['commands', 'cluster.yaml'])\n"
-            "c.main(['schema'])\n"
-            "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
-            "print('NO-TF', rc)\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert "NO-TF 0" in r.stdout, r.stderr
+    """tfcluster ARGS in this process (tfcluster.cli.main), from the repository's folder."""
+    return run_cli(*args, cwd=cwd or ROOT)
 
 
 def test_help_lists_commands():

@@ -5,11 +5,12 @@ import sys
 
 import pytest
 
+from helpers import ROOT
+
 from tfcluster import config
 from tfcluster.config import TaskId, loads, parse_endpoint
 from tfcluster.errors import ConfigError, UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SEED = """
 cluster:

@@ -7,7 +7,7 @@ machine's ports, non-finite floats), and run each file through ``validate``, ``v
 process. Every command must end with exit 0 or 2 (a UserError), never a traceback; and a file
 that ``validate`` accepts must be right: no duplicate local endpoint, no env key with '=', no NUL
 or surrogate anywhere, command lines that split back into exactly their words, one manifest.
-(tests/test_cli.py has the hypothesis fuzz of ``from_dict`` on random structures; this one
+(tests/unit/test_cli.py has the hypothesis fuzz of ``from_dict`` on random structures; this one
 starts from real files, so the mutations reach deep checks.)
 """
 from __future__ import annotations
@@ -24,10 +24,11 @@ import time
 
 import yaml
 
+from helpers import ROOT
+
 from tfcluster import cli, config
 from tfcluster.hosts import endpoint_key
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = int(os.environ.get("TFCLUSTER_FUZZ_SEED", "14"))
 BUDGET_S = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "20"))
 MAX_CASES = 2000
@@ -243,7 +244,7 @@ def _check_commands(path, text, out):
     assert len(c_lines) * 2 == len(out.splitlines()), (text, out)  # one line per task
     assert "\x1b" not in out and "\r" not in out, (text, out)
     for task, line in zip(c.tasks, c_lines):
-        if "$'" in line:  # bash's $'...' form (control characters); tests/test_security.py runs it
+        if "$'" in line:  # bash's $'...' form: tests/integration/test_security_processes.py
             continue
         words = shlex.split(line)  # splittable
         assert words[:1] == ["cd"] and words[2:4] == ["&&", "env"], (text, line)

@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "tfcluster")
+import helpers
+
+SRC = os.path.join(helpers.SRC, "tfcluster")
 
 # Floor of each module (a package name stands for every module in it). Lower floors never
 # import higher ones; the CLI is the composition root on top.
@@ -34,7 +36,7 @@ def floor_of(module: str) -> int:
         for i, names in enumerate(FLOORS):
             if name in names:
                 return i
-    raise AssertionError(f"tfcluster.{module} has no floor in tests/test_layers.py; add it")
+    raise AssertionError(f"tfcluster.{module} has no floor in tests/unit/test_layers.py; add it")
 
 
 def modules():

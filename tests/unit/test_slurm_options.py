@@ -1,33 +1,24 @@
 """Slurm scheduler options (the file's slurm: section, render slurm's flags): time limits, values
-that could break the batch script, the #SBATCH lines and the GPU binding. No TensorFlow; the last
-test submits a held job to the one-node Slurm of test_slurm.py when it can be started."""
+that could break the batch script, the #SBATCH lines and the GPU binding, in this process. (On a
+real one-node Slurm: tests/integration/test_slurm_real_options.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
-import stat
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
-from test_render import load
-from test_slurm import slurm_cluster  # noqa: F401 - the one-node Slurm fixture
+from helpers import doc_blocks, load, run_cli
+from helpers.slurm import BAD_TIMES, GOOD_TIMES
+
 from tfcluster import render
 from tfcluster.errors import UserError
 from tfcluster.slurm_options import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
                                      task_gpus)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def cli(*argv, cwd):
-    return subprocess.run([sys.executable, "-m", "tfcluster", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+cli = run_cli  # tfcluster's command line, in this process
 
 
 def one_error_line(r):
@@ -44,13 +35,6 @@ def plan_of(script: str):
 
 # --------------------------------------------------------------------------------------
 # Time limits
-
-GOOD_TIMES = ["30", "0:30", "5:30", "1:00:00", "100:00:00", "2-0", "2-12", "1-12:30", "1-0:0:1",
-              "7-23:59:59", "UNLIMITED", "infinite", "0", "1:75:00", "10:60", "1-24"]
-# sbatch takes these two too, but they are none of its documented formats: refused, clearer
-UNDOCUMENTED = ["-5", "1-"]
-BAD_TIMES = ["abc", "1h", "1:00:00:00", "1:2:3-4", "", "1.5", "1::00", "one", "1 -2",
-             "1:00:00\n#SBATCH --x"] + UNDOCUMENTED
 
 
 @pytest.mark.parametrize("text", GOOD_TIMES)
@@ -148,8 +132,7 @@ def test_render_slurm_puts_the_lines_in_the_header(tmp_path):
     assert header[2:] == ["#SBATCH --job-name=c", "#SBATCH --ntasks=3", "#SBATCH --overcommit",
                           "#SBATCH --partition=gpu", "#SBATCH --time=1-12", "#SBATCH --account=lab",
                           "#SBATCH --qos=high", "#SBATCH --constraint=intel&gpu", "#SBATCH --mem=8G",
-                          "#SBATCH --exclusive"]
-    assert subprocess.run(["bash", "-n"], input=r.stdout, text=True).returncode == 0
+                          "#SBATCH --exclusive"]  # (bash -n: tests/integration/test_render_scripts.py)
 
 
 # --------------------------------------------------------------------------------------
@@ -199,52 +182,6 @@ def test_no_gpus_no_binding_and_different_counts_are_an_error(tmp_path):
     assert sbatch_options(c, SlurmSpec(gres="gpu:3")) == ["--gres=gpu:3"]
 
 
-# --------------------------------------------------------------------------------------
-# A real Slurm
-
-def test_real_slurm_takes_the_options(slurm_cluster, tmp_path):  # noqa: F811
-    """A rendered script with options is accepted by sbatch and the options show in the job;
-    a partition Slurm does not have is refused before anything runs."""
-    (tmp_path / "c.yaml").write_text(CPU)
-    r = cli("render", "slurm", "c.yaml", "--partition", "debug", "--time", "0:10:00",
-            "--account", "lab", "--sbatch=--comment=tfcluster-test", "--sbatch=--hold", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "job.sbatch").write_text(r.stdout)
-    sub = subprocess.run(["sbatch", "--parsable", "job.sbatch"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)
-    assert sub.returncode == 0, sub.stderr
-    job = sub.stdout.strip().split(";")[0]
-    try:
-        show = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True,
-                              timeout=30).stdout
-        fields = dict(re.findall(r"(\w+)=(\S*)", show))
-        assert (fields["Partition"], fields["TimeLimit"], fields["Account"], fields["Comment"],
-                fields["NumTasks"], fields["JobName"]) == \
-            ("debug", "00:10:00", "lab", "tfcluster-test", "3", "c")
-        assert fields["JobState"] == "PENDING" and fields["Reason"] == "JobHeldUser"
-    finally:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30)
-    r = cli("render", "slurm", "c.yaml", "--partition", "nosuch", cwd=tmp_path)
-    (tmp_path / "bad.sbatch").write_text(r.stdout)
-    bad = subprocess.run(["sbatch", "--test-only", "bad.sbatch"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)
-    assert bad.returncode != 0 and "partition" in bad.stderr.lower(), bad.stderr
-    for text in GOOD_TIMES + BAD_TIMES:  # sbatch agrees with check_time on every example
-        if "\n" in text:
-            continue
-        t = subprocess.run(["sbatch", "--test-only", f"--time={text}", "--wrap=true"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60)
-        assert (t.returncode == 0) == (text in GOOD_TIMES + UNDOCUMENTED), (text, t.stderr)
-    assert slurm_cluster.wait_empty_queue(30) == ""
-
-
-def doc_blocks(heading: str):
-    """The fenced code blocks of docs/BACKENDS.md after ``heading``, in order."""
-    with open(os.path.join(ROOT, "docs", "BACKENDS.md")) as f:
-        text = f.read()
-    return re.findall(r"```\w*\n(.*?)```", text[text.index(heading):], re.S)
-
-
 def test_the_docs_example(tmp_path):
     """docs/BACKENDS.md, 'Slurm options': the file, the command and the #SBATCH lines it shows."""
     yaml_text, command, shown = doc_blocks("### Slurm options")[:3]
@@ -258,59 +195,3 @@ def test_the_docs_example(tmp_path):
     assert lines[3:] == shown.strip().splitlines()
 
 
-@pytest.fixture(scope="module")
-def gpu_slurm(tmp_path_factory):
-    """A one-node Slurm with four stand-in GPUs (gres/gpu on character devices made with mknod:
-    Slurm binds them and sets CUDA_VISIBLE_DEVICES; nothing opens them)."""
-    import test_slurm
-    if not all(shutil.which(t) for t in ("munged", "slurmctld", "slurmd", "sbatch")) or os.geteuid():
-        pytest.skip("needs Slurm and munge installed, and root (see test_slurm.py)")
-    base = str(tmp_path_factory.mktemp("gpuslurm"))
-    try:
-        for i in range(4):
-            os.mknod(os.path.join(base, f"gpu{i}"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-    except (OSError, AttributeError) as e:
-        pytest.skip(f"cannot make stand-in GPU device files here: {e}")
-    with open(os.path.join(base, "gres.conf"), "w") as f:
-        f.write(f"Name=gpu File={base}/gpu[0-3]\n")
-    node = "NodeName=localhost NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN"
-    assert node in test_slurm.SLURM_CONF
-    original = test_slurm.SLURM_CONF
-    test_slurm.SLURM_CONF = original.replace(node, "GresTypes=gpu\n" + node.replace(
-        "State=UNKNOWN", "Gres=gpu:4 State=UNKNOWN"))
-    s = test_slurm.OneNodeSlurm(base)
-    try:
-        s.start()
-    except Exception as e:
-        s.stop()
-        pytest.skip(f"could not start a one-node Slurm with stand-in GPUs: {e}")
-    finally:
-        test_slurm.SLURM_CONF = original
-    yield s
-    s.stop()
-
-
-def test_real_slurm_binds_gpus_per_task_and_keeps_ps_on_cpu(gpu_slurm, tmp_path):
-    """jobs.<job>.gpus under Slurm: --gpus-per-task from the ids, Slurm's own binding kept for the
-    workers (distinct devices), ps tasks without GPUs."""
-    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
-        cluster: {ps: 1, worker: 2}
-        program:
-          command: [python, -c, "import os; print('CVD=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'))"]
-        jobs: {worker: {gpus: [3, 3]}}   # one GPU each; the ids are Slurm's choice, not these
-        logdir: runs
-    """))
-    r = cli("render", "slurm", "c.yaml", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "#SBATCH --gpus-per-task=1" in r.stdout.splitlines()
-    (tmp_path / "job.sbatch").write_text(r.stdout)
-    sub = subprocess.run(["sbatch", "--parsable", "--wait", "job.sbatch"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    job = sub.stdout.strip().split(";")[0]
-    out = (tmp_path / f"slurm-{job}.out").read_text() if job else ""
-    assert sub.returncode == 0, (sub.stderr, out)
-    seen = dict(re.findall(r"\[(\w+:\d)\] CVD=(\S+)", out))
-    assert seen.keys() == {"ps:0", "worker:0", "worker:1"}, out
-    assert seen["ps:0"] == "''"
-    workers = {seen["worker:0"], seen["worker:1"]}   # the file's ids would give '3' twice
-    assert len(workers) == 2 and workers <= {"'0'", "'1'", "'2'", "'3'"}, out

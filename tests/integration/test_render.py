@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from k8s_helpers import PRINTER, ROOT, crd_validator, load, pod_env, run_container, validate
+from helpers.k8s_pods import PRINTER, ROOT, crd_validator, load, pod_env, run_container, validate
 from tfcluster import config, render
 from tfcluster.errors import UserError
 

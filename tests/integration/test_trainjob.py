@@ -11,9 +11,9 @@ import re
 import pytest
 import yaml
 
-from k8s_helpers import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
+from helpers.k8s_pods import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
                          pod_env, run_container, validate)
-from test_slurm_options import doc_blocks
+from helpers import doc_blocks
 from tfcluster import jobset, k8s_options, render, trainjob
 from tfcluster.cli import main
 from tfcluster.config import loads

@@ -15,10 +15,10 @@ from typing import Any, Dict, Mapping, Optional
 import pytest
 import yaml
 
-from conftest import SHARED
+from helpers import SHARED
 from tfcluster import config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(SHARED, "k8s")
 
 # A program that prints what it was given: TF_CONFIG, argv, and the contract's variables.
