@@ -381,7 +381,11 @@ def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[T
     gpus = slurm_options.task_gpus(cluster, spec)
     tasks = tuple(replace(t, gpus=gpus[t.job][t.index]) if t.job in gpus else t for t in tasks)
     return tasks, {"lines": slurm_options.sbatch_lines(cluster, spec),
-                   "gpus_per_task": slurm_options.gpus_per_task(cluster, spec)}
+                   "gpus_per_task": slurm_options.gpus_per_task(cluster, spec),
+                   "requeue": spec.requeue, "max_segments": spec.max_segments,
+                   "lead_signal": slurm_options.LEAD_SIGNAL if any(
+                       l.startswith("#SBATCH --signal=B:") for l in slurm_options.sbatch_lines(cluster, spec))
+                   else None}
 
 
 def _printable(text: str) -> str:

@@ -83,7 +83,15 @@ _RESERVED = {"partition": "slurm.partition (--partition)", "time": "slurm.time (
              "ntasks": None, "job-name": None}
 FLAGS = {"partition": "--partition", "time": "--time", "account": "--account", "qos": "--qos",
          "constraint": "--constraint", "gpus_per_task": "--gpus-per-task", "gres": "--gres",
-         "sbatch": "--sbatch"}
+         "sbatch": "--sbatch", "signal_lead": "--signal-lead", "requeue": "--requeue",
+         "max_segments": "--max-segments"}
+
+#: seconds before the time limit at which the run is stopped in order (chief first, with its
+#: last checkpoint; ps last), when a time limit is set
+DEFAULT_SIGNAL_LEAD = 120
+#: the signal Slurm sends the batch shell (only it: ``B:``) ``signal_lead`` seconds before the
+#: time limit; the batch script turns it into an ordered stop through the run folder
+LEAD_SIGNAL = "USR1"
 
 
 def _q(text: str) -> str:
@@ -147,6 +155,15 @@ class SlurmSpec(BaseModel):
                                 "--gpus-per-task; jobs.<job>.gpus ids then pick among the node's GPUs)")
     sbatch: List[str] = Field(default_factory=list,
                               description="other sbatch options, one per entry: --mem=8G, --exclusive")
+    signal_lead: int = Field(
+        DEFAULT_SIGNAL_LEAD, ge=10, le=65535,
+        description="with a time limit: seconds before it at which the run stops in order (chief "
+                    "first, with its last checkpoint; ps last): sbatch --signal=B:USR1@N")
+    requeue: bool = Field(
+        False, description="after that ordered stop, requeue the job (the next segment resumes "
+                           "from the checkpoint; TFCLUSTER_RESTART_COUNT counts segments)")
+    max_segments: int = Field(
+        10, ge=1, le=1000, description="with requeue: at most this many segments (job runs) in all")
 
     @field_validator("time", mode="before")
     @classmethod
@@ -225,6 +242,10 @@ def sbatch_options(cluster: HasTasks, spec: SlurmSpec) -> List[str]:
            for k in ("partition", "time", "account", "qos", "constraint") if getattr(spec, k)]
     if spec.gres:
         out.append(f"--gres={spec.gres}")
+    if spec.time and spec.time.upper() not in ("0", "UNLIMITED", "INFINITE"):
+        out.append(f"--signal=B:{LEAD_SIGNAL}@{spec.signal_lead}")
+    if spec.requeue:
+        out += ["--requeue", "--open-mode=append"]
     n = gpus_per_task(cluster, spec)
     if n:
         out.append(f"--gpus-per-task={n}")

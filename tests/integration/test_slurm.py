@@ -97,7 +97,9 @@ def test_slurm_chief_failure_ends_the_job_with_its_exit_code(slurm_cluster, tmp_
     assert time.time() - start < 60
 
 
-def test_slurm_ctrl_c_cancels_the_job(slurm_cluster, tmp_path):
+def test_slurm_ctrl_c_stops_the_job_in_order(slurm_cluster, tmp_path):
+    """Ctrl-C on the launcher asks the job to stop in order through the run folder (as the
+    time-limit warning does), and the job ends; the record says interrupted."""
     (tmp_path / "prog.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
     (tmp_path / "cluster.yaml").write_text("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\n")
     env = dict(os.environ)
@@ -118,8 +120,11 @@ def test_slurm_ctrl_c_cancels_the_job(slurm_cluster, tmp_path):
             p.kill()
             p.wait()
     assert p.returncode == 130, out[-3000:]
-    assert "cancelling Slurm job" in out
+    assert "stopping Slurm job" in out and "in order" in out, out[-3000:]
+    assert "a stop was asked for" in out, out[-3000:]
     assert slurm_cluster.wait_empty_queue(20) == ""
+    rec = json.loads((tmp_path / "runs" / "c1" / "run.json").read_text())
+    assert rec["result"] == "interrupted" and rec["exit_code"] == 130
 
 
 OK_PROGRAM = """\
@@ -379,6 +384,7 @@ def test_slurm_scancel_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoi
             p.kill()
             p.wait()
     assert slurm_cluster.wait_empty_queue(30) == ""
+    open("/tmp/scancel_out.txt", "w").write(out + "\n\n" + (run_dir / "events.jsonl").read_text())
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
     chief_end = [e["time"] for e in events if e["task"] == "worker:0" and e["event"] == "task_exited"]
     ps_stop = [e["time"] for e in events if e["task"] == "ps:0" and e["event"] == "stop_sent"]
@@ -389,3 +395,74 @@ def test_slurm_scancel_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoi
     assert latest and int(latest.rsplit("-", 1)[1]) > 0, (latest, out[-3000:])
     rec = json.loads((run_dir / "run.json").read_text())
     assert rec["result"] in ("interrupted", "failed"), rec
+
+
+SEGMENT_PROGRAM = """\
+import json, os, signal, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+run_dir = os.environ["TFCLUSTER_RUN_DIR"]
+print(task, "restart count", os.environ["TFCLUSTER_RESTART_COUNT"], flush=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(time.time()))
+if task == "ps:0":
+    while not stop:
+        time.sleep(0.05)
+    open(os.path.join(run_dir, "ps-stopped"), "a").write(f"{time.time()}\\n")
+    sys.exit(0)
+ckpt = os.path.join(run_dir, "ckpt.json")
+step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+print(task, "resumes at step", step, flush=True)
+while step < 200 and not stop:
+    step += 1
+    print('@tfcluster progress {"step": %d, "total": 200}' % step, flush=True)
+    time.sleep(0.1)
+json.dump({"step": step}, open(ckpt, "w"))
+open(os.path.join(run_dir, "chief-saved"), "a").write(f"{time.time()} {step}\\n")
+"""
+
+
+def test_slurm_time_limit_warning_stops_in_order_and_requeues_a_segment(slurm_cluster, tmp_path):
+    """slurm.requeue: Slurm's warning before the time limit (``--signal=B:USR1@LEAD``, sent here
+    by scancel exactly as Slurm sends it) stops the run in order -- the chief saves its
+    checkpoint before the ps stops -- and requeues the job; the next segment sees
+    TFCLUSTER_RESTART_COUNT=1, resumes from the checkpoint and finishes; status shows one run
+    with its segments."""
+    (tmp_path / "prog.py").write_text(SEGMENT_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 1}\nprogram: {command: [python, prog.py]}\n"
+        f"base_port: {free_port_run(2, 30000 + os.getpid() % 2000)}\n"
+        "slurm: {time: '30', signal_lead: 60, requeue: true, max_segments: 3}\n")
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", "cluster.yaml", "--backend",
+                          "slurm", "--run-id", "q1", "--no-live"], cwd=str(tmp_path), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_dir = tmp_path / "runs" / "q1"
+    try:
+        deadline = time.time() + 60
+        log = run_dir / "worker-0.log"
+        while time.time() < deadline and not (log.exists() and '"step": 30,' in log.read_text()):
+            if p.poll() is not None:
+                break
+            time.sleep(0.3)
+        if not (log.exists() and '"step": 30,' in log.read_text()):
+            p.terminate()
+            pytest.fail("no progress: " + p.communicate(timeout=60)[0][-3000:])
+        job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
+        subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True, timeout=30)
+        out, _ = p.communicate(timeout=420)     # a requeued job waits ~2 min (BeginTime)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out[-4000:]
+    saved = (run_dir / "chief-saved").read_text().split("\n")
+    stopped = (run_dir / "ps-stopped").read_text().split("\n")
+    first_save, first_step = float(saved[0].split()[0]), int(saved[0].split()[1])
+    assert 30 <= first_step < 200 and first_save < float(stopped[0]), out[-3000:]
+    assert "requeueing the job (segment 1, at most 3)" in out, out[-3000:]
+    assert "[worker:0] worker:0 restart count 1" in out and f"resumes at step {first_step}" in out
+    assert int(saved[1].split()[1]) == 200
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
+    assert slurm_cluster.wait_empty_queue(30) == ""

@@ -113,12 +113,12 @@ def test_lines_flags_over_the_file(tmp_path):
                    "sbatch: [--mem=8G, --exclusive]}\n", tmp_path)
     assert sbatch_lines(c, c.spec.slurm) == [
         "#SBATCH --partition=cpu", "#SBATCH --time=2:00:00", "#SBATCH --account=lab",
-        "#SBATCH --mem=8G", "#SBATCH --exclusive"]
+        "#SBATCH --signal=B:USR1@120", "#SBATCH --mem=8G", "#SBATCH --exclusive"]
     spec = from_flags(c.spec.slurm, time="30", qos="debug", constraint="skylake",
                       sbatch=["--mem=16G", "--requeue"])
     assert sbatch_options(c, spec) == [
         "--partition=cpu", "--time=30", "--account=lab", "--qos=debug", "--constraint=skylake",
-        "--exclusive", "--mem=16G", "--requeue"]
+        "--signal=B:USR1@120", "--exclusive", "--mem=16G", "--requeue"]
     assert c.spec.slurm.time == "2:00:00"  # the file's model is not changed
 
 
@@ -131,7 +131,8 @@ def test_render_slurm_puts_the_lines_in_the_header(tmp_path):
     header = lines[:lines.index("#")]
     assert header[2:] == ["#SBATCH --job-name=c", "#SBATCH --ntasks=3", "#SBATCH --overcommit",
                           "#SBATCH --partition=gpu", "#SBATCH --time=1-12", "#SBATCH --account=lab",
-                          "#SBATCH --qos=high", "#SBATCH --constraint=intel&gpu", "#SBATCH --mem=8G",
+                          "#SBATCH --qos=high", "#SBATCH --constraint=intel&gpu",
+                          "#SBATCH --signal=B:USR1@120", "#SBATCH --mem=8G",
                           "#SBATCH --exclusive"]  # (bash -n: tests/integration/test_render_scripts.py)
 
 
@@ -195,3 +196,19 @@ def test_the_docs_example(tmp_path):
     assert lines[3:] == shown.strip().splitlines()
 
 
+
+
+def test_time_limit_stop_and_requeue_options(tmp_path):
+    """With a time limit, Slurm warns the batch shell signal_lead seconds before it (B:USR1),
+    which stops the run in order; requeue adds --requeue and appends to the output file."""
+    c = load(CPU + "slurm: {time: '1:00:00', signal_lead: 300, requeue: true, max_segments: 4}\n",
+             tmp_path)
+    opts = sbatch_options(c, c.spec.slurm)
+    assert "--signal=B:USR1@300" in opts and "--requeue" in opts and "--open-mode=append" in opts
+    no_limit = load(CPU + "slurm: {partition: cpu}\n", tmp_path)
+    assert not any(o.startswith("--signal") for o in sbatch_options(no_limit, no_limit.spec.slurm))
+    assert from_flags(c.spec.slurm, signal_lead=60).signal_lead == 60
+    with pytest.raises(UserError, match="--signal-lead"):
+        from_flags(c.spec.slurm, signal_lead=3)
+    with pytest.raises(UserError, match="slurm.max_segments"):
+        load(CPU + "slurm: {max_segments: 0}\n", tmp_path)

@@ -9,10 +9,14 @@ be recorded is no restart).
 ``.restart-K``         restart K of the run's budget (``max_total_restarts``), created
                        exclusively: tasks on different nodes count together
 ``.kill-JOB-I``        a watchdog elsewhere asks the wrapper of ``JOB:I`` to kill its program
-``run_over``           the run has been decided (with the SIGURG that the deciding wrapper
-                       sends to the job step, for wrappers that missed the signal)
+``run_over-S``         the run has been decided in segment S (with the SIGURG that the
+                       deciding wrapper sends to the job step, for wrappers that missed it)
+``stop-S``             stop segment S in order (written by the batch script when Slurm's
+                       ``--signal`` warns of the time limit, or by ``tfcluster stop``): the
+                       wrappers stop chief and workers first, the ps after them
 ``JOB-I.exit.json``    a task's end: written when its program exits 0 (others may be waiting
-                       for it, ``success: all-workers``) and when its wrapper finishes
+                       for it, ``success: all-workers``) and when its wrapper finishes; it
+                       names its segment, so a requeued job does not read the last one's
 ``JOB-I.events.jsonl`` the task's events (starts, exits, restarts, watchdog, stops), merged
                        into the run's events.jsonl by the launcher
 =====================  ===================================================================
@@ -24,6 +28,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 OVER_MARK = "run_over"
+STOP_MARK = "stop"
 EXIT_SUFFIX = ".exit.json"
 EVENTS_SUFFIX = ".events.jsonl"
 
@@ -34,8 +39,12 @@ def stem(task: str) -> str:
 
 
 class RunFolder:
-    def __init__(self, path: str):
+    """The run folder of segment ``segment`` of a run (a Slurm job requeued N times is in
+    segment N: ``SLURM_RESTART_COUNT``)."""
+
+    def __init__(self, path: str, segment: int = 0):
         self.path = path
+        self.segment = segment
 
     def _p(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -86,15 +95,24 @@ class RunFolder:
             return None
 
     # ---- the run is over
-    def mark_over(self) -> None:
+    def _mark(self, name: str) -> None:
         try:
-            os.close(os.open(self._p(OVER_MARK), os.O_WRONLY | os.O_CREAT
+            os.close(os.open(self._p(name), os.O_WRONLY | os.O_CREAT
                              | getattr(os, "O_NOFOLLOW", 0), 0o600))
         except OSError:
             pass
 
+    def mark_over(self) -> None:
+        self._mark(f"{OVER_MARK}-{self.segment}")
+
     def over(self) -> bool:
-        return os.path.exists(self._p(OVER_MARK))
+        return os.path.exists(self._p(f"{OVER_MARK}-{self.segment}"))
+
+    def request_stop(self) -> None:
+        self._mark(f"{STOP_MARK}-{self.segment}")
+
+    def stop_requested(self) -> bool:
+        return os.path.exists(self._p(f"{STOP_MARK}-{self.segment}"))
 
     # ---- task ends
     def write_exit(self, task: str, record: Dict[str, Any]) -> None:
@@ -111,8 +129,8 @@ class RunFolder:
             except OSError:
                 pass
 
-    def exits(self) -> Dict[str, Dict[str, Any]]:
-        """Every task's end record found, by task name."""
+    def exits(self, segment: Optional[int] = None) -> Dict[str, Dict[str, Any]]:
+        """Every task's end record found, by task name (``segment``: only that segment's)."""
         out: Dict[str, Dict[str, Any]] = {}
         try:
             names = os.listdir(self.path)
@@ -126,7 +144,8 @@ class RunFolder:
                     rec = json.load(f)
             except (OSError, ValueError):
                 continue
-            if isinstance(rec, dict) and isinstance(rec.get("task"), str):
+            if isinstance(rec, dict) and isinstance(rec.get("task"), str) and (
+                    segment is None or rec.get("segment", 0) == segment):
                 out[rec["task"]] = rec
         return out
 

@@ -183,12 +183,39 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
     if run_dir:
         lines.append(f"RUN_DIR={_shell_path(run_dir)}")
         lines.append('mkdir -p "$RUN_DIR"')
-    lines.append(" ".join(shlex.quote(w) for w in srun_argv(plan, overcommit=overcommit)))
-    lines.append("rc=$?")
+    srun = " ".join(shlex.quote(w) for w in srun_argv(plan, overcommit=overcommit))
+    slurm_extra = plan["extra"].get("slurm") or {}
+    if run_dir and (slurm_extra.get("lead_signal") or slurm_extra.get("requeue")):
+        lines.extend(_ordered_stop_lines(srun, slurm_extra))
+    else:
+        lines.append(srun)
+        lines.append("rc=$?")
     if run_dir:
         lines.append('echo $rc > "$RUN_DIR/exit_code"')
     lines.append("exit $rc")
     return "\n".join(lines) + "\n"
+
+
+def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
+    """The batch script's part for time limits and requeue: Slurm's warning signal (``--signal=
+    B:USR1@LEAD``, to this shell only) becomes an ordered stop through the run folder (chief and
+    workers first, the ps after them: :mod:`.runfolder`); then, with ``requeue``, the job is
+    requeued and its next segment resumes from the checkpoint."""
+    sig = extra.get("lead_signal") or "USR1"
+    out = ['SEG=${SLURM_RESTART_COUNT:-0}   # a requeued job is the next segment of the same run',
+           'STOPPED=0',
+           f'trap \'STOPPED=1; : > "$RUN_DIR/stop-$SEG"\' {sig}   # stop in order, ps last',
+           f"{srun} &",
+           "SRUN=$!",
+           "while :; do wait $SRUN; rc=$?; kill -0 $SRUN 2>/dev/null || break; done"]
+    if extra.get("requeue"):
+        n = int(extra.get("max_segments") or 1)
+        out += [f'if [ "$STOPPED" = 1 ] && [ $((SEG + 1)) -lt {n} ]; then',
+                f'  echo "tfcluster: segment $SEG stopped before the time limit; requeueing the job '
+                f'(segment $((SEG + 1)), at most {n})"',
+                '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
+                'fi']
+    return out
 
 
 def _shell_path(path: str) -> str:
@@ -315,7 +342,7 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     try:
         code = follower.run_srun(name) if inside else follower.run_sbatch(name)
     finally:   # the record is closed on every path: success, failure, Ctrl-C, a refused job
-        record.close(code, follower.job_id)
+        record.close(code, follower.job_id, segments=follower.segments)
     return code
 
 
@@ -329,11 +356,12 @@ class _Record:
         self.folder = RunFolder(plan.run_dir)
         self.write("running", None, None)
 
-    def close(self, code: Optional[int], job_id: Optional[str]) -> None:
+    def close(self, code: Optional[int], job_id: Optional[str], segments: int = 0) -> None:
         result = {EXIT_OK: "succeeded", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
         if code is not None and code > 128 and code != EXIT_INTERRUPTED:
             result = "interrupted"
         self._merge_events()
+        self.segments = segments
         self.write(result, EXIT_FAILED if code is None else code, job_id, ended=time.time())
 
     def write(self, result: str, code: Optional[int], job_id: Optional[str],
@@ -363,7 +391,7 @@ class _Record:
             self.plan, backend="slurm", started=self.started, ended=ended, result=result,
             exit_code=code, decision=None, root_cause=root,
             total_restarts=self.folder.restarts_claimed() or sum(t["restarts"] for t in tasks),
-            tasks=tasks, slurm_job=job_id)
+            tasks=tasks, slurm_job=job_id, segments=getattr(self, "segments", 0) or None)
         try:
             write_record(self.plan.run_dir, data)
         except OSError as e:
@@ -405,6 +433,7 @@ class _Follower:
         self.progress_every, self.echo_progress = progress_every, echo_progress
         self.job_id: Optional[str] = os.environ.get("SLURM_JOB_ID")
         self.on_submitted = None
+        self.segments = 0                 # how many times the job started running (requeues)
 
     # ---- output
     def _line(self, text: str) -> None:
@@ -509,13 +538,21 @@ class _Follower:
                     for line in tail.read():
                         self._line(line)
                     state, exit_code = job_state(job_id)
-                    if state != last and state in ("PENDING", "RUNNING"):
-                        _info(f"job {job_id} is {state.lower()}")
+                    if state != last and state in ("PENDING", "RUNNING", "REQUEUED"):
+                        if state == "RUNNING":
+                            self.segments += 1
+                        if last == "RUNNING" and state != "RUNNING":
+                            _info(f"job {job_id} was requeued: its next segment resumes from the "
+                                  f"checkpoint")
+                        _info(f"job {job_id} is {state.lower()}"
+                              + (f" (segment {self.segments})" if self.segments > 1 and state == "RUNNING" else ""))
                         last = state
                     if state is None or state in TERMINAL_STATES:
                         break
                     time.sleep(0.5)
         except KeyboardInterrupt:
+            if self._ordered_stop(job_id, tail):
+                return EXIT_INTERRUPTED
             _info(f"interrupted: cancelling Slurm job {job_id}")
             subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
             deadline = time.time() + 60
@@ -539,6 +576,34 @@ class _Follower:
         if rc is None:
             rc = exit_code if exit_code is not None else (0 if state == "COMPLETED" else 1)
         return self._result(rc, f"Slurm job {job_id} {(state or 'ended').lower()}, exit code {rc}")
+
+    def _ordered_stop(self, job_id: str, tail: "_Tail") -> bool:
+        """Ctrl-C (or SIGTERM, ``tfcluster stop``) on the launcher: ask the running job to stop in
+        order through the run folder (chief and workers first, ps last), as Slurm's time-limit
+        warning does; True once the job has ended, False to cancel it outright."""
+        state, _ = job_state(job_id)
+        if state != "RUNNING":
+            return False
+        stop = self.plan.get("stop_timeout", 5.0)
+        wait = float(self.plan.get("grace", 5.0)) + 2 * float(stop) + 15.0
+        _info(f"interrupted: stopping Slurm job {job_id} in order (chief first, ps last; up to "
+              f"{wait:g}s; Ctrl-C again cancels it at once)")
+        for seg in range(max(1, self.segments)):
+            RunFolder(self.run_dir, seg).request_stop()
+        deadline = time.time() + wait
+        try:
+            while time.time() < deadline:
+                for line in tail.read():
+                    self._line(line)
+                st, _ = job_state(job_id)
+                if st is None or st in TERMINAL_STATES:
+                    for line in tail.read(final=True):
+                        self._line(line)
+                    return True
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        return False
 
     def _result(self, rc: int, what: str) -> int:
         failed = RunFolder(self.run_dir).failures()

@@ -37,7 +37,6 @@ for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_s, _on_cancel)
 
 import collections  # noqa: E402
-import ctypes  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
@@ -50,6 +49,7 @@ from ..events import EventLog  # noqa: E402
 from ..hosts import accepts  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
 from ..progress import parse_progress  # noqa: E402
+from .base import child_setup  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
                     expand_tasks_per_node, fill_secrets, layout)
@@ -69,12 +69,9 @@ def _env(name: str, *alts: str) -> Optional[str]:
 
 
 def _child_setup() -> None:
-    try:  # the program dies with its wrapper, even when the wrapper is SIGKILLed
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, signal.SIG_DFL)
+    """The program dies with its wrapper, even when the wrapper is SIGKILLed, and gets default
+    signal dispositions (SIGURG included: it is the wrappers' own signal)."""
+    child_setup(signal.SIGKILL)
     signal.signal(signal.SIGURG, signal.SIG_DFL)
 
 
@@ -108,7 +105,9 @@ class Task:
         self.run_dir = self.plan.run_dir
         if self.run_dir:
             self.run_dir = self.run_dir.replace("{job_id}", os.environ.get("SLURM_JOB_ID", "nojob"))
-        self.folder = RunFolder(self.run_dir) if self.run_dir else None
+        #: a requeued job (time limit, preemption) is the next segment of the same run
+        self.segment = _int_env("SLURM_RESTART_COUNT")
+        self.folder = RunFolder(self.run_dir, self.segment) if self.run_dir else None
         self.step = (f"{os.environ['SLURM_JOB_ID']}.{_env('SLURM_STEP_ID', 'SLURM_STEPID')}"
                      if os.environ.get("SLURM_JOB_ID") and _env("SLURM_STEP_ID", "SLURM_STEPID") else None)
         self.where = {f"{j}:{i}": f"{h}:{p}" for j, i, h, p in table}
@@ -146,7 +145,9 @@ class Task:
         env = {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIX)}
         env.pop(PLAN_ENV, None)
         run_plan = self.plan.with_run_dir(self.run_dir) if self.run_dir else self.plan
-        env.update(run_plan.env(self.task, restarts, cluster=self.cluster, local_tasks=self.local_tasks))
+        # TFCLUSTER_RESTART_COUNT counts the job's segments too: a requeued job is a restart
+        env.update(run_plan.env(self.task, self.segment + restarts, cluster=self.cluster,
+                                local_tasks=self.local_tasks))
         return env
 
     # ---- output
@@ -165,8 +166,13 @@ class Task:
             try:
                 self.log.write(data if data.endswith(b"\n") else data + b"\n")
                 self.log.flush()
-            except (OSError, ValueError):
-                pass
+            except (OSError, ValueError) as e:   # a full disk: said once, the task goes on
+                log, self.log = self.log, None
+                try:
+                    log.close()
+                except (OSError, ValueError):
+                    pass
+                self.say(f"the task log could not be written ({e}); output goes on, unlogged")
 
     def say(self, msg: str) -> None:
         self.emit(f"tfcluster: {msg}".encode())
@@ -192,7 +198,7 @@ class Task:
         if self.rank == 0:
             self.say(f"TF_CONFIG cluster: {json.dumps(self.cluster)}")
         self._act(self.machine.begin(time.time()))
-        over_fed = False
+        over_fed = stop_fed = False
         signals_fed = 0
         while not self.machine.finished:
             now = time.time()
@@ -204,6 +210,11 @@ class Task:
                                                     and self.folder.over())):
                 over_fed = True
                 events.append(mc.RunOver("the run is over", now))
+            if not stop_fed and now - self.last_look >= 0.5 and self.folder \
+                    and self.folder.stop_requested():
+                stop_fed = True        # the time limit is near (or tfcluster stop): in order
+                self.say("a stop was asked for (Slurm's time-limit warning or tfcluster stop)")
+                events.append(mc.Interrupt(signal.SIGTERM, now))
             exited = None
             if self.proc is not None and self.status.state.alive:
                 rc = self.proc.poll()
@@ -234,7 +245,7 @@ class Task:
         reason = self.folder.take_kill_request(self.name)
         if reason:
             out.append(mc.KillRequest(self.name, reason, now))
-        for task, rec in self.folder.exits().items():
+        for task, rec in self.folder.exits(self.segment).items():
             if task != self.name and task not in self.peers_seen and task in self.machine.others:
                 self.peers_seen.add(task)
                 out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
@@ -248,7 +259,7 @@ class Task:
                 if self.proc is not None:
                     try:
                         os.killpg(self.proc.pid, a.sig)
-                    except OSError:
+                    except (ProcessLookupError, PermissionError):   # the group is gone
                         pass
             elif isinstance(a, mc.Note):
                 if self.events is not None:
@@ -311,7 +322,7 @@ class Task:
             "ok": t.state == mc.TaskState.SUCCEEDED, "failed": bool(failed),
             "reason": reason, "restarts": t.restarts, "pid": t.pid,
             "started": t.started, "first_started": t.first_started, "ended": t.ended,
-            "time": time.time(), "final": final})
+            "time": time.time(), "final": final, "segment": self.segment})
         if final:
             if self.events is not None:
                 self.events.close()
@@ -357,6 +368,13 @@ class _TaskEvents:
             self.f.close()
         except OSError:
             pass
+
+
+def _int_env(name: str) -> int:
+    try:
+        return max(0, int(os.environ.get(name) or 0))
+    except ValueError:
+        return 0
 
 
 def _endpoints(table) -> Dict[str, List[str]]:
