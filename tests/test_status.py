@@ -222,17 +222,21 @@ def test_runs_lists_the_runs_of_a_file_newest_first(tmp_path, capsys, monkeypatc
     write_run(logdir, "b1", b, result="succeeded", started=7000)
     rc, out, _ = cli(capsys, "runs", "--file", str(a))
     lines = out.splitlines()
-    assert rc == 0 and lines[0].split() == ["run", "result", "started", "duration", "tasks",
-                                            "restarts", "file"]
+    assert rc == 0 and lines[0].split() == ["run", "result", "exit", "started", "duration",
+                                            "tasks", "restarts", "file", "cause"]
     assert [line.split()[:2] for line in lines[1:]] == [["a3", "lost"], ["a2", "succeeded"],
                                                         ["a1", "failed"]]
+    assert [line.split()[2] for line in lines[2:]] == ["0", "1"]          # the exit column
     assert "1h02m" in lines[2] and "1m30s" in lines[3]
-    assert lines[3].split()[-3:-1] == ["2", "2"]      # tasks, restarts
+    assert lines[3].split()[-5:-3] == ["2", "2"]      # tasks, restarts
+    assert lines[3].endswith("worker:1 SIGKILL")      # the cause: run.json's root cause
+    assert lines[1].endswith("launcher gone")
     rc, out, _ = cli(capsys, "runs", "--json", str(logdir))
     rows = json.loads(out)
     assert [r["run_id"] for r in rows] == ["a3", "b1", "a2", "a1"]
     assert rows[3] == {"run_id": "a1", "run_dir": str(logdir / "a1"), "file": str(a),
-                       "result": "failed", "exit_code": 1, "started": 1000, "ended": 1090,
+                       "result": "failed", "exit_code": 1, "cause": "worker:1 SIGKILL",
+                       "started": 1000, "ended": 1090,
                        "duration": 90, "tasks": ["worker:0", "worker:1"], "restarts": 2}
     monkeypatch.chdir(tmp_path)
     rc, out, _ = cli(capsys, "runs")                 # no ./cluster.yaml: every run in ./runs
