@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from .config import printable
 from .errors import UserError
 from .events import format_event, iter_events
 from .runrecord import (HEADER, derive_result, format_duration, last_update, read_run,
@@ -44,7 +45,7 @@ MAX_TASKS = 1000          # task lanes drawn
 MAX_ROWS = 2000           # rows of the event table (the first and the last half)
 TEXT_LIMIT = 300          # characters of any one value written into the page
 
-WIDTH, LEFT, RIGHT = 1000, 120, 70
+WIDTH, LEFT, RIGHT = 1000, 120, 150   # RIGHT: room for the end labels
 ROW_H, BAR_H = 30, 14
 
 # Colours by meaning, from the Okabe-Ito palette (told apart with the common colour-vision
@@ -252,7 +253,9 @@ def _text(x: Any) -> str:
     if x is None:
         return ""
     text = x if isinstance(x, str) else str(x)
-    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "\u2026"
+    if len(text) > TEXT_LIMIT:
+        text = text[:TEXT_LIMIT] + "\u2026"
+    return printable(text)   # control characters and bidi overrides as visible escapes
 
 
 def _state(x: Any) -> str:
@@ -491,8 +494,8 @@ def _axis(x: _X, t0: float, t1: float, top: float, bottom: float) -> List[str]:
 
 
 def _slug(name: str) -> str:
-    """A task name as the tail of an id: letters and digits only (ASCII)."""
-    return "".join(c if c.isascii() and c.isalnum() else "-" for c in _text(name))
+    """A name as part of an id or class: ASCII letters, digits and _ only, others as -."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "-" for c in _text(name))
 
 
 #: What the label after an attempt's bar says, per state.
