@@ -448,7 +448,7 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     p = printable
     job = shown.get("slurm_job")
     word = f"unknown (Slurm job {job})" if result == "unknown" else result
-    head = f"run {p(record.get('run_id'))} ({p(run)}): {word}"
+    head = f"run {p(record.get('run_id') or os.path.basename(os.path.normpath(run)))} ({p(run)}): {word}"
     if record.get("exit_code") is not None:
         head += f", exit code {record['exit_code']}"
     print(head)
