@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tfcluster.cli import main
-from tfcluster.runrecord import STATUS_EXIT, write_json_private
+from tfcluster.runrecord import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -304,3 +304,107 @@ def test_kill_9_of_a_real_launcher_is_lost(tmp_path, ports):
     r = subprocess.run([sys.executable, "-m", "tfcluster", "runs"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:2] == ["r1", "lost"]
+
+
+# ------------------------------------------------------------------ a running run; where status looks
+def test_a_running_run_shows_its_launcher_and_how_to_stop_it(tmp_path, capsys):
+    me = psutil.Process()
+    d = write_run(tmp_path / "runs", "r", None, result="running", started=me.create_time(),
+                  launcher_pid=os.getpid(), launcher_started=me.create_time())
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 3
+    assert f"launcher pid {os.getpid()}; stop it: tfcluster stop {d}  (or: kill -TERM {os.getpid()})" in out
+
+
+def test_status_says_where_it_looked(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)                      # no cluster.yaml, no runs/
+    for cmd in ("status", "runs", "report"):
+        rc, out, err = cli(capsys, cmd)
+        assert rc == 2 and out == "" and len(err.splitlines()) == 1
+        assert "no ./cluster.yaml and no ./runs folder in " in err and "--file FILE" in err
+    rc, _, err = cli(capsys, "status", str(tmp_path / "no" / "such" / "path"))
+    assert rc == 2 and "no such run folder" in err
+
+
+# ------------------------------------------------------------------ Slurm runs whose launcher died
+@pytest.mark.parametrize("recorded, alive, job, state, result", [
+    ("running", True, None, None, "running"),
+    ("running", None, None, None, "running"),       # cannot be checked (another host)
+    ("running", False, None, None, "lost"),
+    ("running", False, "42", "RUNNING", "running"),  # the job lives on without its launcher
+    ("running", False, "42", "PENDING", "running"),
+    ("running", False, "42", "COMPLETING", "running"),
+    ("running", False, "42", "COMPLETED", "lost"),
+    ("running", False, "42", "CANCELLED by 0", "lost"),
+    ("running", False, "42", "", "lost"),            # Slurm forgot the job
+    ("running", False, "42", None, "unknown"),       # Slurm cannot be asked
+    ("failed", False, "42", "RUNNING", "failed"),    # a closed record is what it says
+    ("succeeded", None, None, None, "succeeded"),
+])
+def test_decide_result(recorded, alive, job, state, result):
+    assert decide_result(recorded, alive, job, state) == result
+
+
+def fake_tools(folder, squeue=None, sacct=None):
+    """A bin folder with fake squeue/sacct: (stdout, exit code) each, or absent."""
+    folder.mkdir(exist_ok=True)
+    for name, answer in (("squeue", squeue), ("sacct", sacct)):
+        if answer is not None:
+            out, code = answer
+            p = folder / name
+            p.write_text(f"#!/bin/sh\necho '{out}' >&{1 if code == 0 else 2}\nexit {code}\n")
+            p.chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("squeue, sacct, state", [
+    (("RUNNING", 0), None, "RUNNING"),
+    (("slurm_load_jobs error: Invalid job id specified", 1), ("CANCELLED by 0", 0), "CANCELLED"),
+    (("slurm_load_jobs error: Invalid job id specified", 1), None, ""),
+    (("", 0), ("", 0), ""),
+    (("fetch_config: DNS SRV lookup failed", 1), ("sacct: error: no database", 1), None),
+    (None, None, None),
+])
+def test_slurm_probe(tmp_path, monkeypatch, squeue, sacct, state):
+    monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", squeue, sacct))
+    assert slurm_job_state("42") == state
+
+
+@pytest.mark.parametrize("squeue, sacct, rc, words", [
+    (("RUNNING", 0), None, 3, ["running", "Slurm job 42 is RUNNING: the tasks go on",
+                               "scancel 42"]),
+    (("slurm_load_jobs error: Invalid job id specified", 1), ("COMPLETED", 0), 5,
+     ["lost", "Slurm job 42 is COMPLETED"]),
+    (None, None, 6, ["unknown (Slurm job 42)", "squeue -j 42"]),
+])
+def test_status_of_a_slurm_run_whose_launcher_was_killed(tmp_path, capsys, monkeypatch,
+                                                         squeue, sacct, rc, words):
+    """The submitting launcher is gone (pid 999999); the job may still run: status asks Slurm
+    rather than calling it lost, and says "unknown" where Slurm cannot be asked."""
+    d = write_run(tmp_path / "runs", "r", None, result="running", backend="slurm", slurm_job="42")
+    monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", squeue, sacct))
+    got, out, _ = cli(capsys, "status", str(d))
+    assert got == rc and STATUS_EXIT[out.splitlines()[0].split("): ")[1].split()[0].rstrip(",")] == rc
+    for w in words:
+        assert w in out
+    got, out, _ = cli(capsys, "status", "--json", str(d))
+    shown = json.loads(out)
+    assert got == rc and shown["slurm_job"] == "42" and shown["launcher_alive"] is False
+
+
+def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
+    logdir = tmp_path / "runs"
+    write_run(logdir, "refused", None, result="failed", started=1000, backend="slurm",
+              slurm_job=None, root_cause=None,
+              tasks=[{"task": "worker:0", "state": "stopped", "exit": "", "restarts": 0}])
+    write_run(logdir, "crashed", None, result="failed", started=2000, backend="slurm",
+              slurm_job="7", root_cause=None,
+              tasks=[{"task": "worker:0", "state": "failed", "exit": "exit 3", "restarts": 0}])
+    write_run(logdir, "local", None, result="failed", started=3000)
+    rc, out, _ = cli(capsys, "runs", str(logdir))
+    cause = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert cause["refused"].endswith("not submitted: no Slurm job (sbatch refused or failed)")
+    assert cause["crashed"].endswith("worker:0 exit 3")
+    assert cause["local"].endswith("worker:1 SIGKILL")
+    rows = {r["run_id"]: r for r in json.loads(cli(capsys, "runs", "--json", str(logdir))[1])}
+    assert rows["refused"]["cause"].startswith("not submitted") and rows["refused"]["exit_code"] == 1
