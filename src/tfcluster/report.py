@@ -581,7 +581,7 @@ def timeline_svg(m: Dict[str, Any]) -> str:
     if d is not None:
         dx = x(d["time"])
         parts.append(f'<line class="decision" x1="{dx}" y1="10" x2="{dx}" y2="{20 + ROW_H * len(tasks)}">'
-                     f'<title>{_e(format_event(d))}</title></line>')
+                     f'<title>{_e(_describe(d))}</title></line>')
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -668,6 +668,15 @@ def _when(t: Optional[float]) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _describe(e: Dict[str, Any]) -> str:
+    """format_event, or for an event whose values have unexpected types, its keys as text."""
+    try:
+        return format_event(e)
+    except (TypeError, ValueError, AttributeError):
+        rest = ", ".join(f"{_text(k)}={_text(v)}" for k, v in e.items() if k not in ("time", "event", "task"))
+        return f"{_text(e.get('event'))} {_text(e.get('task') or 'run')}: {rest}"
+
+
 def _row_class(e: Dict[str, Any]) -> str:
     kind = e.get("event")
     cls = "ev-" + _slug(kind)
@@ -691,7 +700,7 @@ def events_table(m: Dict[str, Any]) -> str:
         clock = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
         rows.append(f'<tr class="{_row_class(e)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
                     f'<td>{clock}</td><td>{_e(e.get("task") or "")}</td><td>{_e(e["event"])}</td>'
-                    f'<td>{_e(format_event(e))}</td></tr>')
+                    f'<td>{_e(_describe(e))}</td></tr>')
     note = (f'<p class="note">{progress} progress reports are drawn in the chart above, not '
             f'listed.</p>' if progress else "")
     return (note + '<table class="events"><tr><th>time</th><th>clock</th><th>task</th>'
