@@ -440,3 +440,40 @@ def test_every_event_key_with_every_hostile_value(tmp_path, capsys):
                     assert rc == 0 and got.err == "", (i, key, value, got.err)
                 counts[rc] += 1
     assert counts[0] > 300 and counts[2] > 50
+
+
+def test_every_run_json_key_with_every_hostile_value(tmp_path, capsys):
+    """Each key of run.json and of its tasks (and of a task's progress), in turn, set to each
+    hostile value: status, runs and report give a result or one line, never an exception."""
+    from tfcluster.cli import build_parser
+    from tfcluster.errors import UserError, print_error
+    parser = build_parser()
+    base = good_record(result="running")
+    paths = [(k,) for k in base] + [("tasks", i, k) for i, t in enumerate(base["tasks"]) for k in t]
+    paths += [("tasks", 0, "progress", k) for k in base["tasks"][0]["progress"]]
+    d = make(tmp_path, name="r", events=good_events())
+    out = os.path.join(str(tmp_path), "r.html")
+    codes, counts = set(), {}
+    for path in paths:
+        for value in HOSTILE_VALUES:
+            record = copy.deepcopy(base)
+            parent = record
+            for k in path[:-1]:
+                parent = parent[k]
+            parent[path[-1]] = value
+            write_json_private(os.path.join(d, "run.json"), record)
+            for argv in (["status", d], ["status", "--json", d], ["runs", str(tmp_path)],
+                         ["report", d, "-o", out]):
+                args = parser.parse_args(argv)
+                try:
+                    rc = args.func(args)
+                except UserError as e:
+                    print_error(e)
+                    rc = 2
+                got = capsys.readouterr()
+                if rc == 2:
+                    assert len(got.err.splitlines()) == 1 and "run.json" in got.err, (path, value, got)
+                codes.add(rc)
+                counts[rc] = counts.get(rc, 0) + 1
+    print(f"{len(paths)} keys x {len(HOSTILE_VALUES)} values: exit codes {sorted(counts.items())}")
+    assert {0, 2, 5} <= codes
