@@ -408,3 +408,19 @@ def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
     assert cause["local"].endswith("worker:1 SIGKILL")
     rows = {r["run_id"]: r for r in json.loads(cli(capsys, "runs", "--json", str(logdir))[1])}
     assert rows["refused"]["cause"].startswith("not submitted") and rows["refused"]["exit_code"] == 1
+
+
+def test_a_slurm_record_without_its_job_id_finds_it_in_the_run_folder(tmp_path, capsys, monkeypatch):
+    """A launcher killed while following its job never wrote slurm_job: the job's output file
+    (slurm-ID.out, made by Slurm when the job starts) names it."""
+    d = write_run(tmp_path / "runs", "r", None, result="running", backend="slurm", slurm_job=None)
+    (d / "slurm-77.out").write_text("")
+    (d / "slurm-x.out").write_text("")
+    monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", ("RUNNING", 0), None))
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 3 and "Slurm job 77 is RUNNING" in out
+    rc, out, _ = cli(capsys, "runs", "--json", str(tmp_path / "runs"))
+    assert json.loads(out)[0]["result"] == "running"
+    (d / "slurm-77.out").unlink()                    # no job id anywhere: lost
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 5 and "lost" in out.splitlines()[0]

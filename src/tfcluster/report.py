@@ -268,7 +268,7 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
     rows however long the run was."""
     now = time.time() if now is None else now
     record = read_run(run_dir)
-    result = derive_result(record)
+    result = derive_result(record, run_dir=run_dir)
     seen = last_update(run_dir)
     views: Dict[str, TaskView] = {}
     extra_tasks = 0

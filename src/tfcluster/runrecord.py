@@ -199,14 +199,24 @@ def decide_result(recorded: Any, alive: Optional[bool], slurm_job: Optional[str]
     return "running" if word in SLURM_LIVE else "lost"
 
 
-def slurm_job_id(record: Dict[str, Any]) -> Optional[str]:
-    """The record's Slurm job id when it looks like one (``123``, ``123_4``), else None."""
+def slurm_job_id(record: Dict[str, Any], run_dir: Optional[str] = None) -> Optional[str]:
+    """The Slurm job of a ``--backend slurm`` run: the record's ``slurm_job`` when it looks like
+    a job id (``123``, ``123_4``); else, for a record written before the job id was known (a
+    launcher killed while following its job), the id in the name of the job's output file in the
+    run folder (``slurm-123.out``, written by Slurm once the job starts). None when neither."""
     import re
     job = record.get("slurm_job")
-    if job is None or isinstance(job, bool):
+    if job is not None and not isinstance(job, bool):
+        job = str(job)
+        return job if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", job) else None
+    if record.get("backend") != "slurm" or not run_dir:
         return None
-    job = str(job)
-    return job if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", job) else None
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return None
+    ids = [m.group(1) for m in (re.fullmatch(r"slurm-([0-9]{1,12})\.out", n) for n in names) if m]
+    return max(ids, key=int) if ids else None
 
 
 def slurm_job_state(job_id: str, timeout: float = 10.0) -> Optional[str]:
@@ -245,7 +255,7 @@ def slurm_job_state(job_id: str, timeout: float = 10.0) -> Optional[str]:
 
 
 def derive_result(record: Dict[str, Any], alive: Optional[bool] = None,
-                  probe=None) -> str:
+                  probe=None, run_dir: Optional[str] = None) -> str:
     """The run's result as status reports it (:func:`decide_result`): the record's, ``lost``
     for a ``running`` record whose launcher is gone, and for a Slurm run whose launcher is gone,
     what Slurm says of its job. ``alive`` overrides the launcher check (for callers that already
@@ -255,7 +265,7 @@ def derive_result(record: Dict[str, Any], alive: Optional[bool] = None,
         return result
     if alive is None:
         alive = launcher_alive(record)
-    job = slurm_job_id(record) if alive is False else None
+    job = slurm_job_id(record, run_dir) if alive is False else None
     state = (probe or slurm_job_state)(job) if job else None
     return decide_result(result, alive, job, state)
 
@@ -402,12 +412,12 @@ def _when(t: Optional[float]) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def assess(record: Dict[str, Any], probe=None) -> Dict[str, Any]:
+def assess(record: Dict[str, Any], probe=None, run_dir: Optional[str] = None) -> Dict[str, Any]:
     """What status knows of a run beyond its record: ``result`` (derived), ``launcher_alive``
     (true, false, or null when it cannot be checked) and, for a Slurm run whose launcher is
     gone, ``slurm_job`` and ``slurm_state`` (null when Slurm cannot be asked)."""
     alive = launcher_alive(record) if record.get("result") == "running" else None
-    job = slurm_job_id(record) if alive is False else None
+    job = slurm_job_id(record, run_dir) if alive is False else None
     state = (probe or slurm_job_state)(job) if job else None
     out = {"result": decide_result(record.get("result"), alive, job, state),
            "launcher_alive": alive}
@@ -420,7 +430,7 @@ def status_record(run_dir: str, record: Dict[str, Any], probe=None) -> Dict[str,
     """The record as ``status --json`` prints it: ``result`` derived (``lost`` included),
     ``launcher_alive`` and ``run_dir`` added (and ``slurm_state``, see :func:`assess`)."""
     out = dict(record)
-    out.update(assess(record, probe))
+    out.update(assess(record, probe, run_dir))
     out["run_dir"] = os.path.abspath(run_dir)
     return out
 
@@ -515,7 +525,7 @@ def run_cause(record: Dict[str, Any], result: str) -> str:
 def run_summary(run_dir: str, record: Dict[str, Any], now: Optional[float] = None,
                 probe=None) -> Dict[str, Any]:
     """One row of ``tfcluster runs --json``."""
-    result = derive_result(record, probe=probe)
+    result = derive_result(record, probe=probe, run_dir=run_dir)
     tasks = record.get("tasks") or []
     restarts = record.get("total_restarts")
     if not isinstance(restarts, int):
