@@ -401,11 +401,14 @@ def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
               slurm_job="7", root_cause=None,
               tasks=[{"task": "worker:0", "state": "failed", "exit": "exit 3", "restarts": 0}])
     write_run(logdir, "local", None, result="failed", started=3000)
+    write_run(logdir, "decided", None, result="failed", started=4000, root_cause=None,
+              decision="watchdog: global step stuck for 60s")
     rc, out, _ = cli(capsys, "runs", str(logdir))
     cause = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert cause["refused"].endswith("not submitted: no Slurm job (sbatch refused or failed)")
     assert cause["crashed"].endswith("worker:0 exit 3")
     assert cause["local"].endswith("worker:1 SIGKILL")
+    assert cause["decided"].endswith("watchdog: global step stuck for 60s")
     rows = {r["run_id"]: r for r in json.loads(cli(capsys, "runs", "--json", str(logdir))[1])}
     assert rows["refused"]["cause"].startswith("not submitted") and rows["refused"]["exit_code"] == 1
 

@@ -501,13 +501,15 @@ CAUSE_WIDTH = 60
 
 
 def run_cause(record: Dict[str, Any], result: str) -> str:
-    """Why a run ended as it did, in a few words, from run.json alone: its root cause; else the
-    first failed task; else what the result itself says (a Slurm run that never got a job was
-    refused before any task ran)."""
+    """Why a run ended as it did, in a few words, from run.json alone: its root cause; else its
+    decision (the launcher's words, when it wrote them); else the first failed task; else what
+    the result itself says (a Slurm run that never got a job was refused before any task ran)."""
     if record.get("root_cause"):
         return record["root_cause"]
     if result in ("succeeded", "running"):
         return ""
+    if isinstance(record.get("decision"), str) and record["decision"]:
+        return record["decision"]
     if result == "lost":
         return "launcher gone"
     if result == "unknown":
