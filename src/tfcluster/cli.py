@@ -93,17 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="the result and task table of a run (default: the latest "
                        "run of ./cluster.yaml)",
                        description="Print a run's result (running, succeeded, failed, interrupted, "
-                       "or lost when its launcher died without closing the record) and its task "
-                       "table. Exit code: 0 succeeded, 1 failed, 2 bad input, 3 running, "
-                       "4 interrupted, 5 lost.")
+                       "or lost when its launcher died without closing the record; for a Slurm "
+                       "run whose launcher died, what squeue/sacct say of its job, or unknown) "
+                       "and its task table; for a running run, its launcher's pid and how to stop "
+                       "it. Exit code: 0 succeeded, 1 failed, 2 bad input, 3 running, "
+                       "4 interrupted, 5 lost, 6 unknown.")
     _run_choice(s)
     s.add_argument("--json", action="store_true", help="print the run record as JSON")
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("runs", help="list past runs, newest first",
                        description="List the runs of a cluster file (default: ./cluster.yaml) in "
-                       "its logdir, or every run in LOGDIR: id, result, start, duration, tasks, "
-                       "restarts, file.")
+                       "its logdir, or every run in LOGDIR: id, result, exit code, start, "
+                       "duration, tasks, restarts, file, cause. A run whose run.json cannot be "
+                       "read is named on stderr and left out.")
     s.add_argument("logdir", nargs="?", help="a folder of run folders (default: the file's logdir)")
     s.add_argument("--file", help="only runs of this cluster file (default: ./cluster.yaml)")
     s.add_argument("--json", action="store_true", help="print the list as JSON")

@@ -19,9 +19,10 @@ import json
 import math
 import os
 import signal
+import stat
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import UserError
 
@@ -177,46 +178,161 @@ class EventLog:
 
 
 # ------------------------------------------------------------------ reading
-def read_events(run_dir: str) -> List[Dict[str, Any]]:
-    """The events of a run, oldest first; [] when the run has no ``events.jsonl``.
+# Records are read defensively: ``tfcluster status``, ``runs`` and ``report`` may be pointed at a
+# folder someone else filled (a shared logdir, a copied run). A record file must be a regular file
+# (a FIFO or a device is refused, never waited on), of bounded size; JSON is parsed with non-finite
+# numbers (NaN, Infinity, 1e400) turned into null and nesting bounded; times are checked for range.
+MAX_LINE = 1 << 20            # bytes: the longest events.jsonl line read
+MAX_DEPTH = 32                # nesting of a record or an event (launchers write 4 at most)
+MAX_TIME = 32503680000.0      # 3000-01-01: a later "time" is not a time a run had
 
-    A last line without its newline (a launcher killed mid-write) is skipped. Any other line that
-    is not a JSON object with a numeric ``time`` and a string ``event`` is bad input (UserError,
-    naming the file and line).
+
+def _shown(path: str) -> str:
+    """A path for a one-line message: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
+
+
+def open_regular(path: str):
+    """``path`` opened for binary reading when it is a regular file; None when it does not
+    exist. Anything else (a FIFO, a device, a folder, a file that cannot be read) is a UserError
+    naming it. The open itself never blocks (O_NONBLOCK: a FIFO with no writer would)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UserError(f"{_shown(path)}: cannot be read ({e.strerror or e})")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+            raise UserError(f"{_shown(path)}: not a regular file ({kind}); records are plain files")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def read_limited(path: str, limit: int) -> Optional[bytes]:
+    """The bytes of regular file ``path`` (None when it does not exist); a file larger than
+    ``limit`` bytes is a UserError, and is not read."""
+    f = open_regular(path)
+    if f is None:
+        return None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise UserError(f"{_shown(path)}: {_size(size)}, more than the {_size(limit)} a record "
+                            f"may be; not read")
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise UserError(f"{_shown(path)}: cannot be read ({e.strerror or e})")
+    if len(data) > limit:   # it grew while being read
+        raise UserError(f"{_shown(path)}: more than the {_size(limit)} a record may be; not read")
+    return data
+
+
+def _finite(text: str) -> Optional[float]:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def parse_json(data: bytes) -> Any:
+    """JSON from bytes, as records are read: NaN, Infinity and numbers too large for a float
+    become null; nesting deeper than MAX_DEPTH is refused. Raises ValueError with the reason."""
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=lambda _: None,
+                           parse_float=_finite)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 ({e.reason} at byte {e.start})")
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH:
+        check_depth(value)
+    return value
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """ValueError when ``value`` nests lists/objects deeper than ``limit`` (checked without
+    recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d > limit:
+                raise ValueError(f"nested more than {limit} levels deep")
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+
+
+def is_time(x: Any) -> bool:
+    """A unix time a run could have: a finite number from 0 to the year 3000."""
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)
+            and 0 <= x <= MAX_TIME)
+
+
+def iter_events(run_dir: str) -> Iterator[Dict[str, Any]]:
+    """The events of a run, in file order, one at a time (a report of a long run never holds
+    them all); nothing when the run has no ``events.jsonl``.
+
+    A last line without its newline that is not JSON (a launcher killed mid-write) is skipped.
+    Any other line that is longer than MAX_LINE, is not a JSON object, or has no ``event``
+    string, no ``time`` in range or a ``task`` that is not a string is bad input (UserError,
+    naming the file and line). The other keys are left as they are: readers check what they use.
     """
     path = os.path.join(run_dir, EVENTS_FILE)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror or e})")
-    lines = data.split(b"\n")
-    complete = data.endswith(b"\n")
-    events = []
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        last = number == len(lines)
-        try:
-            ev = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            if last and not complete:
-                break  # truncated by a crash mid-line
-            raise UserError(f"{path}: line {number}: not valid JSON ({e})")
-        if not isinstance(ev, dict):
-            raise UserError(f"{path}: line {number}: not a JSON object")
-        if not isinstance(ev.get("event"), str):
-            raise UserError(f"{path}: line {number}: event: missing or not a string")
-        t = ev.get("time")
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise UserError(f"{path}: line {number}: time: missing or not a number")
-        task = ev.get("task")
-        if task is not None and not isinstance(task, str):
-            raise UserError(f"{path}: line {number}: task: not a string")
-        events.append(ev)
-    return events
+    f = open_regular(path)
+    if f is None:
+        return
+    where = _shown(path)
+    with f:
+        number = 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE + 1)
+            except OSError as e:
+                raise UserError(f"{where}: cannot be read ({e.strerror or e})")
+            if not raw:
+                return
+            number += 1
+            complete = raw.endswith(b"\n")
+            if not complete and len(raw) > MAX_LINE:
+                raise UserError(f"{where}: line {number}: longer than {_size(MAX_LINE)}")
+            if not raw.strip():
+                continue
+            try:
+                ev = parse_json(raw)
+            except ValueError as e:
+                if not complete:
+                    return   # the last line, cut by a crash mid-write
+                raise UserError(f"{where}: line {number}: not valid JSON ({e})")
+            if not isinstance(ev, dict):
+                raise UserError(f"{where}: line {number}: not a JSON object")
+            if not isinstance(ev.get("event"), str):
+                raise UserError(f"{where}: line {number}: event: missing or not a string")
+            if not is_time(ev.get("time")):
+                raise UserError(f"{where}: line {number}: time: missing, not a number or out of "
+                                f"range")
+            task = ev.get("task")
+            if task is not None and not isinstance(task, str):
+                raise UserError(f"{where}: line {number}: task: not a string")
+            yield ev
+
+
+def read_events(run_dir: str) -> List[Dict[str, Any]]:
+    """All the events of a run as a list, oldest first (see :func:`iter_events`; use that for
+    a run whose log may be long)."""
+    return list(iter_events(run_dir))
 
 
 # ------------------------------------------------------------------ human lines

@@ -16,17 +16,20 @@ one bar per task from its last start to its end, its restart count, its last pro
 """
 from __future__ import annotations
 
+import collections
 import datetime
+import heapq
 import html
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from .config import printable
 from .errors import UserError
-from .events import format_event, read_events
+from .events import format_event, iter_events
 from .runrecord import (HEADER, derive_result, format_duration, last_update, read_run,
                         task_rows)
 
@@ -34,26 +37,129 @@ REPORT_FILE = "report.html"
 STALL_MIN_S = 10.0        # a gap between progress reports is a stall if at least this long ...
 STALL_FACTOR = 5.0        # ... and this many times the task's median gap
 STRAGGLER_RATIO = 0.8     # a task below this fraction of the fastest task's steps/s is flagged
-MAX_POINTS = 1500         # progress points drawn per task (evenly thinned beyond)
+MAX_POINTS = 1500         # progress points kept per task (thinned evenly as they stream in)
+EXACT_GAPS = 4096         # gaps per attempt kept exactly for the median; beyond, a histogram
+MAX_STALLS = 200          # stall candidates kept per attempt (the longest)
+MAX_MARKS = 400           # attempts / restarts / watchdog / stop marks kept per task
+MAX_TASKS = 1000          # task lanes drawn
+MAX_ROWS = 2000           # rows of the event table (the first and the last half)
+TEXT_LIMIT = 300          # characters of any one value written into the page
 
-WIDTH, LEFT, RIGHT = 1000, 120, 70
+WIDTH, LEFT, RIGHT = 1000, 120, 150   # RIGHT: room for the end labels
 ROW_H, BAR_H = 30, 14
-# line colours of the step chart: none of them the reds, oranges and yellows of failures,
-# restarts and stalls
-PALETTE = ["#1c7ed6", "#0c8599", "#7048e8", "#5c940d", "#c2255c", "#364fc7", "#087f5b",
-           "#862e9c", "#495057", "#1864ab"]
+
+# Colours by meaning, from the Okabe-Ito palette (told apart with the common colour-vision
+# deficiencies); planned stops are neutral grey. docs/LAUNCH.md has the legend.
+COLOURS = {
+    "succeeded": "#009E73",   # bluish green
+    "failed": "#D55E00",      # vermillion
+    "stopped": "#BBBBBB",     # neutral: stopped by tfcluster, as planned
+    "running": "#0072B2",     # blue
+    "lost": "#000000",        # black: the launcher died, the end is unknown
+    "restart": "#56B4E9",     # sky blue (diamond marker; dashes: backoff)
+    "watchdog": "#CC79A7",    # reddish purple (circle marker)
+    "stall": "#F0E442",       # yellow band
+    "stop": "#555555",        # stop signal tick
+    "interrupted": "#6C6C6C", # the run was interrupted (Ctrl-C, SIGTERM): a planned stop
+    "unknown": "#999999",
+}
+STATE_CLASSES = ("succeeded", "failed", "stopped", "stopping", "running", "lost", "restarting",
+                 "pending", "unknown")
+# Lines of the step chart: 7 Okabe-Ito colours (yellow is too light on white) x 4 dash patterns,
+# so 28 tasks get distinct lines; each line is also labelled with its task at its end.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000"]
+DASHES = ["", "7 3", "2 3", "9 3 2 3"]
+
+
+def line_style(i: int) -> Tuple[str, str]:
+    """(colour, dash pattern) of the i-th line of the step chart."""
+    return PALETTE[i % len(PALETTE)], DASHES[(i // len(PALETTE)) % len(DASHES)]
+
+
+class GapStats:
+    """Gaps between a task's progress reports within one attempt, seen one at a time: exact up
+    to EXACT_GAPS (then the median is exact), else a histogram with 2**(1/16) wide buckets; and
+    the longest gaps of at least STALL_MIN_S, which may be stalls."""
+
+    def __init__(self):
+        self.exact: Optional[List[float]] = []
+        self.hist: Dict[int, int] = {}
+        self.n = 0
+        self.long: List[Tuple[float, float, float]] = []   # a heap of (gap, from, to)
+
+    def add(self, a: float, b: float) -> None:
+        gap = b - a
+        self.n += 1
+        if self.exact is not None:
+            self.exact.append(gap)
+            if len(self.exact) > EXACT_GAPS:
+                for g in self.exact:
+                    self._bucket(g)
+                self.exact = None
+        else:
+            self._bucket(gap)
+        if gap >= STALL_MIN_S:
+            item = (gap, a, b)
+            if len(self.long) < MAX_STALLS:
+                heapq.heappush(self.long, item)
+            elif item > self.long[0]:
+                heapq.heapreplace(self.long, item)
+
+    def _bucket(self, gap: float) -> None:
+        k = -10**6 if gap <= 0 else math.floor(16 * math.log2(gap))
+        self.hist[k] = self.hist.get(k, 0) + 1
+
+    def median(self) -> Optional[float]:
+        if self.exact is not None:
+            return statistics.median(self.exact) if self.exact else None
+        half, seen = self.n / 2.0, 0
+        for k in sorted(self.hist):
+            seen += self.hist[k]
+            if seen >= half:
+                return 0.0 if k == -10**6 else 2 ** ((k + 0.5) / 16)
+        return None
 
 
 @dataclass
 class Attempt:
     start: float
     end: Optional[float] = None
-    attempt: int = 0
+    attempt: Optional[int] = 0
     pid: Optional[int] = None
     host: Optional[str] = None
     exit: str = ""
     state: str = ""
     open: bool = False
+    first: Optional[Tuple[float, float]] = None    # first and last progress report (time, step)
+    last: Optional[Tuple[float, float]] = None
+    gaps: GapStats = field(default_factory=GapStats)
+
+
+class Thinned:
+    """Up to ``cap`` points of a series that streams in: every k-th point, k doubling whenever
+    the kept points reach ``cap``; the last point is always kept."""
+
+    def __init__(self, cap: int = MAX_POINTS):
+        self.half = max(2, cap // 2)
+        self.kept: List[Tuple[float, float]] = []
+        self.stride, self.n = 1, 0
+        self.last: Optional[Tuple[float, float]] = None
+
+    def add(self, point: Tuple[float, float]) -> None:
+        if self.n % self.stride == 0:
+            self.kept.append(point)
+            if len(self.kept) >= 2 * self.half:
+                self.kept = self.kept[::2]
+                self.stride *= 2
+        self.n += 1
+        self.last = point
+
+    def points(self) -> List[Tuple[float, float]]:
+        pts = list(self.kept)
+        if self.last is not None and (not pts or pts[-1] is not self.last):
+            pts.append(self.last)
+        pts.sort()
+        return pts
 
 
 @dataclass
@@ -63,12 +169,39 @@ class TaskView:
     restarts: List[Dict[str, Any]] = field(default_factory=list)   # task_restarting events
     watchdog: List[Dict[str, Any]] = field(default_factory=list)
     stops: List[Dict[str, Any]] = field(default_factory=list)
-    points: List[Tuple[float, int]] = field(default_factory=list)  # (time, step)
+    points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
     stalls: List[Tuple[float, float]] = field(default_factory=list)
     restart_count: int = 0
     rate: Optional[float] = None
-    last_step: Optional[int] = None
-    total: Optional[int] = None
+    last_step: Optional[float] = None
+    total: Optional[float] = None
+    series: Thinned = field(default_factory=Thinned)
+    dropped: int = 0          # marks left out beyond MAX_MARKS
+    restart_events: int = 0
+    restarted_attempts: int = 0
+
+    @property
+    def outcome(self) -> str:
+        """How the task's last attempt ended: a state word (succeeded, failed, stopped, ...)."""
+        return self.attempts[-1].state if self.attempts else ""
+
+    @property
+    def straggler_exempt(self) -> str:
+        """Why this task is not compared with the others' speed ('' when it is): a task that
+        restarted or whose last attempt failed or was lost lags because it crashed, not
+        because it is slow."""
+        if self.restart_count:
+            return f"restarted {self.restart_count}x"
+        if self.outcome in ("failed", "lost"):
+            return self.outcome
+        return ""
+
+
+def _keep(marks: List[Any], item: Any, view: "TaskView") -> None:
+    marks.append(item)
+    if len(marks) > MAX_MARKS:       # keep the first and the latest; drop from the middle
+        del marks[MAX_MARKS // 2]
+        view.dropped += 1
 
 
 # ------------------------------------------------------------------ the model
@@ -79,121 +212,225 @@ def stall_threshold(gaps: List[float]) -> float:
     return max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
 
 
-def _stalls(points: List[Tuple[float, int]], attempts: List[Attempt]) -> List[Tuple[float, float]]:
+def _threshold(median: Optional[float]) -> float:
+    return STALL_MIN_S if median is None else max(STALL_MIN_S, STALL_FACTOR * median)
+
+
+def _stalls(attempts: List[Attempt]) -> List[Tuple[float, float]]:
     """Gaps in progress, within one attempt: between reports, and from the last report to the
     end of the attempt (a task that hangs, then is killed) or to now (a task hanging now)."""
     out: List[Tuple[float, float]] = []
     for a in attempts:
-        end = a.end if a.end is not None else a.start
-        ts = [t for t, _ in points if a.start <= t <= end]
-        if not ts:
+        if a.last is None:
             continue
-        gaps = [b - x for x, b in zip(ts, ts[1:])]
-        limit = stall_threshold(gaps)
-        for x, b in zip(ts, ts[1:]):
-            if b - x >= limit:
-                out.append((x, b))
-        if end - ts[-1] >= limit:
-            out.append((ts[-1], end))
+        limit = _threshold(a.gaps.median())
+        out.extend(sorted((x, b) for gap, x, b in a.gaps.long if gap >= limit))
+        end = a.end if a.end is not None else a.start
+        if end - a.last[0] >= limit:
+            out.append((a.last[0], end))
     return out
 
 
-def _rate(points: List[Tuple[float, int]]) -> Optional[float]:
-    if len(points) < 2:
+def _rate(a: Attempt) -> Optional[float]:
+    if a.first is None or a.last is None:
         return None
-    (t0, s0), (t1, s1) = points[0], points[-1]
+    (t0, s0), (t1, s1) = a.first, a.last
     return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
 
-def build_model(run_dir: str) -> Dict[str, Any]:
-    """Everything the page shows, from run.json and events.jsonl."""
+def _int(x: Any, low: int = 0, high: int = 1 << 31) -> Optional[int]:
+    """``x`` when it is a whole number in [low, high), else None (hostile or broken values)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and low <= x < high else None
+
+
+def _number(x: Any, limit: float = 1e18) -> Optional[float]:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < limit
+    return x if ok and math.isfinite(x) else None
+
+
+def _text(x: Any) -> str:
+    """Any value as bounded text (escaped later, where it is written)."""
+    if x is None:
+        return ""
+    text = x if isinstance(x, str) else str(x)
+    if len(text) > TEXT_LIMIT:
+        text = text[:TEXT_LIMIT] + "\u2026"
+    return printable(text)   # control characters and bidi overrides as visible escapes
+
+
+def _state(x: Any) -> str:
+    return x if isinstance(x, str) and x in STATE_CLASSES else ("unknown" if x else "")
+
+
+def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
+    """Everything the page shows, from run.json and events.jsonl. events.jsonl is streamed: the
+    model holds at most MAX_POINTS progress points, MAX_MARKS marks per task and MAX_ROWS table
+    rows however long the run was."""
+    now = time.time() if now is None else now
     record = read_run(run_dir)
-    events = sorted(read_events(run_dir), key=lambda e: e["time"])
-    result = derive_result(record)
+    result = derive_result(record, run_dir=run_dir)
     seen = last_update(run_dir)
-    times = [e["time"] for e in events]
-    starts = [x for x in [record.get("started")] + times[:1] if x is not None]
-    t0 = min(starts) if starts else (seen or time.time())
+    views: Dict[str, TaskView] = {}
+    extra_tasks = 0
+
+    def view(name: Any) -> Optional[TaskView]:
+        nonlocal extra_tasks
+        if not isinstance(name, str) or not name:
+            return None
+        v = views.get(name)
+        if v is None:
+            if len(views) >= MAX_TASKS:
+                extra_tasks += 1
+                return None
+            v = views[name] = TaskView(name)
+        return v
+
+    for t in record.get("tasks", []):
+        view(t["task"])
+    by_task = {t["task"]: t for t in record.get("tasks", [])}
+
+    head: List[Dict[str, Any]] = []
+    tail: Deque[Dict[str, Any]] = collections.deque(maxlen=MAX_ROWS // 2)
+    n_rows = n_progress = n_events = 0
+    tmin = tmax = None
+    decision = chief = None
+    run_tasks: List[str] = []
+    for e in iter_events(run_dir):
+        n_events += 1
+        t = float(e["time"])
+        tmin = t if tmin is None or t < tmin else tmin
+        tmax = t if tmax is None or t > tmax else tmax
+        kind = e["event"]
+        if kind == "progress":
+            n_progress += 1
+            step = _number(e.get("step"))
+            v = view(e.get("task"))
+            if v is None or step is None:
+                continue
+            point = (t, step)
+            v.series.add(point)
+            total = _number(e.get("total"))
+            if total is not None:
+                v.total = total
+            a = v.attempts[-1] if v.attempts else None
+            if a is not None and t >= a.start and (a.open or (a.end is not None and t <= a.end)):
+                if a.last is not None and t >= a.last[0]:
+                    a.gaps.add(a.last[0], t)
+                if a.first is None:
+                    a.first = point
+                if a.last is None or t >= a.last[0]:
+                    a.last = point
+            continue
+        n_rows += 1
+        if len(head) < MAX_ROWS - MAX_ROWS // 2:
+            head.append(e)
+        else:
+            tail.append(e)
+        if kind == "run_started":
+            tasks = e.get("tasks")
+            if isinstance(tasks, list) and not run_tasks:
+                run_tasks = [x for x in tasks[:MAX_TASKS] if isinstance(x, str)]
+            if chief is None and isinstance(e.get("chief"), str):
+                chief = e["chief"]
+            continue
+        if kind == "decision":
+            decision = e
+            continue
+        v = view(e.get("task"))
+        if v is None:
+            continue
+        if kind == "task_started":
+            if v.attempts and v.attempts[-1].open:   # a start without its exit: close it
+                v.attempts[-1].open, v.attempts[-1].end = False, t
+            n = _int(e.get("attempt"))
+            if n:
+                v.restarted_attempts += 1
+            _keep(v.attempts, Attempt(t, None, n, _int(e.get("pid"), 1), _text(e.get("host")) or None,
+                                      open=True), v)
+        elif kind == "task_exited":
+            if not v.attempts or not v.attempts[-1].open:
+                _keep(v.attempts, Attempt(tmin, attempt=None, open=True), v)
+            a = v.attempts[-1]
+            a.end, a.open = t, False
+            a.exit = _text(e.get("exit")) or _exit_words(_int(e.get("exit_code"), -(1 << 31)),
+                                                          _text(e.get("signal")))
+            a.state = _state(e.get("state"))
+        elif kind == "task_restarting":
+            v.restart_events += 1
+            _keep(v.restarts, e, v)
+        elif kind == "watchdog":
+            _keep(v.watchdog, e, v)
+        elif kind == "stop_sent":
+            _keep(v.stops, e, v)
+    events = head + list(tail)
+
+    order = run_tasks + list(views)
+    ordered: Dict[str, TaskView] = {}
+    for name in order:
+        if name in views and name not in ordered:
+            ordered[name] = views[name]
+    for name in run_tasks:   # a task of run_started that has no event (yet)
+        if name not in ordered and len(ordered) < MAX_TASKS:
+            ordered[name] = TaskView(name)
+
+    starts = [x for x in (record.get("started"), tmin) if x is not None]
+    t0 = min(starts) if starts else (seen or now)
     if record.get("ended") is not None:
         end_candidates = [record["ended"]]
     elif result == "running":
-        end_candidates = [time.time()]
+        end_candidates = [now]
     else:
         end_candidates = [seen or t0]
-    t1 = max(end_candidates + times + [t0 + 1.0])
+    t1 = max(end_candidates + ([tmax] if tmax is not None else []) + [t0 + 1.0])
 
-    order: List[str] = []
-    for e in events:
-        if e["event"] == "run_started":
-            order.extend(t for t in e.get("tasks") or [] if isinstance(t, str))
-    order.extend(t["task"] for t in record.get("tasks", []))
-    order.extend(e["task"] for e in events if e.get("task"))
-    views: Dict[str, TaskView] = {}
-    for name in order:
-        views.setdefault(name, TaskView(name))
-
-    by_task = {t["task"]: t for t in record.get("tasks", [])}
-    if events:
-        for e in events:
-            v = views.get(e.get("task") or "")
-            if v is None:
-                continue
-            kind = e["event"]
-            if kind == "task_started":
-                if v.attempts and v.attempts[-1].open:   # a start without its exit: close it
-                    v.attempts[-1].open, v.attempts[-1].end = False, e["time"]
-                v.attempts.append(Attempt(e["time"], None, int(e.get("attempt") or 0),
-                                          e.get("pid"), e.get("host"), open=True))
-            elif kind == "task_exited":
-                if not v.attempts or not v.attempts[-1].open:
-                    v.attempts.append(Attempt(t0, attempt=len(v.attempts), open=True))
-                a = v.attempts[-1]
-                a.end, a.open = e["time"], False
-                a.exit = e.get("exit") or _exit_words(e.get("exit_code"), e.get("signal"))
-                a.state = e.get("state") or ""
-            elif kind == "task_restarting":
-                v.restarts.append(e)
-            elif kind == "watchdog":
-                v.watchdog.append(e)
-            elif kind == "stop_sent":
-                v.stops.append(e)
-            elif kind == "progress" and isinstance(e.get("step"), (int, float)):
-                v.points.append((e["time"], int(e["step"])))
-                if isinstance(e.get("total"), (int, float)):
-                    v.total = int(e["total"])
-        for v in views.values():
+    has_events = n_events > 0
+    if has_events:
+        for v in ordered.values():
             for a in v.attempts:
                 if a.open:
                     a.end = t1
                     a.state = "lost" if result == "lost" else (a.state or "running")
-            v.restart_count = max(len(v.restarts), sum(1 for a in v.attempts if a.attempt > 0))
+            v.restart_count = max(v.restart_events, v.restarted_attempts)
     else:
         for name, t in by_task.items():
-            v = views[name]
+            v = ordered.get(name)
+            if v is None:
+                continue
             v.restart_count = int(t.get("restarts") or 0)
             if t.get("started") is not None:
                 open_ = t.get("ended") is None
+                state = _state(t.get("state"))
+                if open_ and result == "lost":
+                    state = "lost"
                 v.attempts.append(Attempt(t["started"], t.get("ended") if not open_ else t1,
-                                          v.restart_count, t.get("pid"), t.get("host"),
-                                          t.get("exit") or "", t.get("state") or "",
-                                          open=open_))
+                                          v.restart_count, _int(t.get("pid"), 1),
+                                          _text(t.get("host")) or None, _text(t.get("exit")),
+                                          state, open=open_))
             p = t.get("progress") or {}
-            if isinstance(p.get("step"), (int, float)):
-                v.points.append((p.get("at") or t.get("ended") or t1, int(p["step"])))
-                if isinstance(p.get("total"), (int, float)):
-                    v.total = int(p["total"])
-    for v in views.values():
-        v.points.sort()
-        v.stalls = _stalls(v.points, v.attempts) if events else []
-        v.rate = _rate(v.points)
-        v.last_step = v.points[-1][1] if v.points else None
-    rates = [v.rate for v in views.values() if v.rate]
+            if _number(p.get("step")) is not None:
+                v.series.add((p.get("at") or t.get("ended") or t1, p["step"]))
+                if _number(p.get("total")) is not None:
+                    v.total = p["total"]
+    for v in ordered.values():
+        v.points = v.series.points()
+        v.stalls = _stalls(v.attempts) if has_events else []
+        rated = [a for a in v.attempts if _rate(a) is not None]
+        v.rate = _rate(rated[-1]) if rated else _rate_of(v.points)
+        v.last_step = v.series.last[1] if v.series.last else None
+    rates = [v.rate for v in ordered.values() if v.rate and v.rate > 0]
     fastest = max(rates) if rates else None
-    decision = next((e for e in reversed(events) if e["event"] == "decision"), None)
-    chief = next((e.get("chief") for e in events if e["event"] == "run_started"), None)
     return {"record": record, "events": events, "result": result, "t0": t0, "t1": t1,
-            "tasks": list(views.values()), "fastest": fastest, "decision": decision,
-            "chief": chief, "run_dir": run_dir, "has_events": bool(events)}
+            "tasks": list(ordered.values()), "fastest": fastest, "decision": decision,
+            "chief": chief, "run_dir": run_dir, "has_events": has_events,
+            "rows_left_out": max(0, n_rows - len(events)), "progress_count": n_progress,
+            "tasks_left_out": extra_tasks}
+
+
+def _rate_of(points: List[Tuple[float, float]]) -> Optional[float]:
+    if len(points) < 2:
+        return None
+    (t0, s0), (t1, s1) = points[0], points[-1]
+    return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
 
 def _exit_words(code: Any, sig: Any) -> str:
@@ -203,8 +440,15 @@ def _exit_words(code: Any, sig: Any) -> str:
 
 
 # ------------------------------------------------------------------ drawing
+# Every value from a record goes through _e() where it is written: markup escaped, quotes
+# included (attributes), and its length bounded. Numbers drawn as coordinates are floats
+# computed here. The page has a Content-Security-Policy that forbids every script.
+CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+       "base-uri 'none'; form-action 'none'")
+
+
 def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    return html.escape(_text(x), quote=True)
 
 
 def _rel(seconds: float) -> str:
@@ -250,7 +494,14 @@ def _axis(x: _X, t0: float, t1: float, top: float, bottom: float) -> List[str]:
 
 
 def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name)
+    """A name as part of an id or class: ASCII letters, digits and _ only, others as -."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "-" for c in _text(name))
+
+
+#: What the label after an attempt's bar says, per state.
+STATE_WORDS = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped (planned)",
+               "stopping": "stopping", "running": "running", "lost": "lost",
+               "restarting": "restarting", "pending": "pending", "unknown": "state unknown"}
 
 
 def timeline_svg(m: Dict[str, Any]) -> str:
@@ -263,22 +514,29 @@ def timeline_svg(m: Dict[str, Any]) -> str:
     for i, v in enumerate(tasks):
         y = 20 + i * ROW_H
         mid = y + ROW_H / 2
-        label = v.name + (" (chief)" if v.name == m["chief"] else "")
+        slug = _slug(v.name)
+        label = _text(v.name) + (" (chief)" if v.name == m["chief"] else "")
         parts.append(f'<text class="task-label" x="{LEFT - 8}" y="{mid + 4}" '
                      f'text-anchor="end">{_e(label)}</text>')
         parts.append(f'<line class="lane" x1="{LEFT}" y1="{mid}" x2="{WIDTH - RIGHT}" y2="{mid}"/>')
-        for a in v.attempts:
+        for k, a in enumerate(v.attempts):
             x0, x1 = x(a.start), x(a.end if a.end is not None else a.start)
             state = a.state or "running"
-            tip = (f"{v.name} attempt {a.attempt}: pid {a.pid}, +{_rel(a.start - m['t0'])}"
-                   f" to +{_rel((a.end or a.start) - m['t0'])}"
-                   + (f", {a.exit}" if a.exit else "") + f", {state}")
-            parts.append(f'<rect class="attempt att-{_e(_slug(state))}" x="{x0}" y="{mid - BAR_H / 2}" '
+            tip = (f"{_text(v.name)} attempt {'?' if a.attempt is None else a.attempt}: pid {a.pid}, "
+                   f"+{_rel(a.start - m['t0'])} to +{_rel((a.end or a.start) - m['t0'])}"
+                   + (f", {a.exit}" if a.exit else "") + f", {STATE_WORDS.get(state, state)}")
+            parts.append(f'<rect class="attempt att-{_e(state)}" id="attempt-{slug}-{k}" '
+                         f'data-state="{_e(state)}" x="{x0}" y="{mid - BAR_H / 2}" '
                          f'width="{max(x1 - x0, 1.5)}" height="{BAR_H}" rx="2">'
                          f'<title>{_e(tip)}</title></rect>')
-            if a.exit:
-                parts.append(f'<text class="exit-label" x="{x1 + 3}" y="{mid - BAR_H / 2 - 2}">'
-                             f'{_e(a.exit)}</text>')
+            words = " ".join(w for w in (a.exit, STATE_WORDS.get(state, "")) if w and
+                             not (state == "running" and not a.exit))
+            if words and not a.open:
+                parts.append(f'<text class="exit-label exit-{_e(state)}" x="{min(x1 + 3, WIDTH - RIGHT + 2)}" '
+                             f'y="{mid - BAR_H / 2 - 2}">{_e(words)}</text>')
+            elif state == "lost":
+                parts.append(f'<text class="exit-label exit-lost" x="{min(x1 + 3, WIDTH - RIGHT + 2)}" '
+                             f'y="{mid - BAR_H / 2 - 2}">lost</text>')
         if not m["has_events"] and v.restart_count and v.attempts:
             n = v.restart_count
             parts.append(f'<text class="restart-label" x="{x(v.attempts[0].start) + 3}" '
@@ -291,33 +549,39 @@ def timeline_svg(m: Dict[str, Any]) -> str:
                          f'</title></rect>')
         for n, r in enumerate(v.restarts, 1):
             rx = x(r["time"])
-            attempt = r.get("attempt") or n
+            attempt = _int(r.get("attempt")) or n
             nxt = next((a.start for a in v.attempts if a.start >= r["time"]), None)
             if nxt is not None and x(nxt) > rx:
                 parts.append(f'<line class="backoff" x1="{rx}" y1="{mid}" x2="{x(nxt)}" y2="{mid}"/>')
-            tip = (f"{v.name} restart {attempt}" + (f" after {_num(r.get('delay'))}s backoff"
-                                                    if r.get("delay") is not None else "")
-                   + (f": {r.get('reason')}" if r.get("reason") else ""))
-            parts.append(f'<path class="restart-marker" id="restart-{_slug(v.name)}-{attempt}" '
+            delay = _number(r.get("delay"))
+            tip = (f"{_text(v.name)} restart {attempt}" + (f" after {_num(delay)}s backoff"
+                                                           if delay is not None else "")
+                   + (f": {_text(r.get('reason'))}" if r.get("reason") else ""))
+            parts.append(f'<path class="restart-marker" id="restart-{slug}-{n}" '
                          f'd="M{rx} {mid - 10} L{rx + 7} {mid} L{rx} {mid + 10} L{rx - 7} {mid} Z">'
                          f'<title>{_e(tip)}</title></path>')
             parts.append(f'<text class="restart-label" x="{rx + 8}" y="{mid + BAR_H / 2 + 10}">'
-                         f'restart {_e(attempt)}</text>')
-        for w in v.watchdog:
+                         f'restart {attempt}</text>')
+        for n, w in enumerate(v.watchdog, 1):
             wx = x(w["time"])
-            tip = f"watchdog: {v.name}: {w.get('reason')} -> {w.get('action')}"
-            parts.append(f'<circle class="watchdog-marker" cx="{wx}" cy="{mid}" r="6">'
-                         f'<title>{_e(tip)}</title></circle>')
+            tip = f"watchdog: {_text(v.name)}: {_text(w.get('reason'))} -> {_text(w.get('action'))}"
+            parts.append(f'<circle class="watchdog-marker" id="watchdog-{slug}-{n}" cx="{wx}" '
+                         f'cy="{mid}" r="6"><title>{_e(tip)}</title></circle>')
+            parts.append(f'<text class="watchdog-label" x="{wx + 8}" y="{mid + BAR_H / 2 + 10}">'
+                         f'watchdog: {_e(w.get("action"))}</text>')
         for s in v.stops:
             sx = x(s["time"])
-            tip = f"{v.name}: sent {s.get('signal')}"
+            tip = f"{_text(v.name)}: sent {_text(s.get('signal'))}"
             parts.append(f'<line class="stop-marker" x1="{sx}" y1="{mid - 11}" x2="{sx}" '
                          f'y2="{mid + 11}"><title>{_e(tip)}</title></line>')
+        if v.dropped:
+            parts.append(f'<text class="note-label" x="{LEFT}" y="{mid + BAR_H / 2 + 10}">'
+                         f'{v.dropped} more marks not drawn</text>')
     d = m["decision"]
     if d is not None:
         dx = x(d["time"])
         parts.append(f'<line class="decision" x1="{dx}" y1="10" x2="{dx}" y2="{20 + ROW_H * len(tasks)}">'
-                     f'<title>{_e(format_event(d))}</title></line>')
+                     f'<title>{_e(_describe(d))}</title></line>')
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -326,11 +590,17 @@ def _num(x: Any) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
-def _thin(points: List[Tuple[float, int]]) -> List[Tuple[float, int]]:
+def _thin(points: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
     if len(points) <= MAX_POINTS:
         return points
     k = math.ceil(len(points) / MAX_POINTS)
     return points[::k] + [points[-1]]
+
+
+def _step_text(x: Optional[float]) -> str:
+    if x is None:
+        return ""
+    return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
 def steps_svg(m: Dict[str, Any]) -> str:
@@ -340,39 +610,53 @@ def steps_svg(m: Dict[str, Any]) -> str:
     x = _X(m["t0"], m["t1"])
     h_plot, top = 260, 10
     totals = [v.total for v in drawn if v.total]
+    ymin = min([0.0] + [min(p[1] for p in v.points) for v in drawn])
     ymax = max([v.last_step or 0 for v in drawn] + [max(p[1] for p in v.points) for v in drawn]
-               + totals + [1])
+               + totals + [ymin + 1])
+    span = (ymax - ymin) or 1.0
+
     def y(step: float) -> float:
-        return round(top + h_plot * (1 - step / ymax), 2)
+        return round(top + h_plot * (1 - (step - ymin) / span), 2)
     parts = [f'<svg id="steps" class="chart" viewBox="0 0 {WIDTH} {h_plot + 40}" width="{WIDTH}" '
              f'height="{h_plot + 40}" role="img" aria-label="global step over time per task">']
     parts += _axis(x, m["t0"], m["t1"], top, top + h_plot)
     for frac in (0, 0.5, 1):
-        yy = y(ymax * frac)
+        yy = y(ymin + span * frac)
         parts.append(f'<text class="tick" x="{LEFT - 8}" y="{yy + 4}" text-anchor="end">'
-                     f'{int(ymax * frac)}</text>')
+                     f'{_step_text(round(ymin + span * frac))}</text>')
     if totals:
         ty = y(max(totals))
         parts.append(f'<line class="total" x1="{LEFT}" y1="{ty}" x2="{WIDTH - RIGHT}" y2="{ty}">'
-                     f'<title>target step {max(totals)}</title></line>')
+                     f'<title>target step {_e(_step_text(max(totals)))}</title></line>')
     for i, v in enumerate(drawn):
-        color = PALETTE[i % len(PALETTE)]
+        color, dash = line_style(i)
         pts = " ".join(f"{x(t)},{y(s)}" for t, s in _thin(v.points))
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(f'<polyline class="step-line" id="steps-{_slug(v.name)}" points="{pts}" '
-                     f'stroke="{color}"><title>{_e(v.name)}</title></polyline>')
+                     f'stroke="{color}"{dash_attr}><title>{_e(v.name)}</title></polyline>')
         t, s = v.points[-1]
         parts.append(f'<circle cx="{x(t)}" cy="{y(s)}" r="3" fill="{color}"/>')
+        if len(drawn) <= 28:   # a direct label at the end of each line
+            parts.append(f'<text class="line-label" x="{x(t) + 5}" y="{y(s) + 4}" fill="{color}">'
+                         f'{_e(v.name)}</text>')
     parts.append("</svg>")
     rows = []
     for i, v in enumerate(drawn):
-        color = PALETTE[i % len(PALETTE)]
-        slow = bool(v.rate and m["fastest"] and v.rate < STRAGGLER_RATIO * m["fastest"])
+        color, dash = line_style(i)
+        exempt = v.straggler_exempt
+        slow = bool(not exempt and v.rate and m["fastest"]
+                    and v.rate < STRAGGLER_RATIO * m["fastest"])
         rel = f"{100 * v.rate / m['fastest']:.0f}%" if v.rate and m["fastest"] else ""
-        rows.append(f'<tr class="{"straggler" if slow else ""}"><td><span class="swatch" '
-                    f'style="background:{color}"></span>{_e(v.name)}</td>'
-                    f'<td>{_e(v.last_step)}' + (f" / {v.total}" if v.total else "") + "</td>"
-                    f'<td>{"" if v.rate is None else f"{v.rate:.2f}"}</td><td>{rel}'
-                    + (" &mdash; straggler" if slow else "") + "</td></tr>")
+        note = " &mdash; straggler" if slow else (f"{' &mdash; ' if rel else ''}{_e(exempt)}, not compared"
+                                                   if exempt else "")
+        sample = (f'<svg class="sample" width="28" height="10" viewBox="0 0 28 10"><line x1="0" y1="5" '
+                  f'x2="28" y2="5" stroke="{color}" stroke-width="2"'
+                  + (f' stroke-dasharray="{dash}"' if dash else "") + "/></svg>")
+        cls = "straggler" if slow else ("exempt" if exempt else "")
+        rows.append(f'<tr class="{cls}" id="rate-{_slug(v.name)}"><td>{sample}{_e(v.name)}</td>'
+                    f'<td>{_e(_step_text(v.last_step))}'
+                    + (f" / {_e(_step_text(v.total))}" if v.total else "") + "</td>"
+                    f'<td>{"" if v.rate is None else f"{v.rate:.2f}"}</td><td>{rel}{note}</td></tr>')
     legend = ('<table class="legend"><tr><th>task</th><th>last step</th><th>steps/s</th>'
               '<th>of fastest</th></tr>' + "".join(rows) + "</table>")
     return "\n".join(parts) + legend
@@ -384,69 +668,117 @@ def _when(t: Optional[float]) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _describe(e: Dict[str, Any]) -> str:
+    """format_event, or for an event whose values have unexpected types, its keys as text."""
+    try:
+        return format_event(e)
+    except (TypeError, ValueError, AttributeError):
+        rest = ", ".join(f"{_text(k)}={_text(v)}" for k, v in e.items() if k not in ("time", "event", "task"))
+        return f"{_text(e.get('event'))} {_text(e.get('task') or 'run')}: {rest}"
+
+
+def _row_class(e: Dict[str, Any]) -> str:
+    kind = e.get("event")
+    cls = "ev-" + _slug(kind)
+    if kind == "task_exited":
+        cls += " ev-state-" + (_state(e.get("state")) or "unknown")
+    return cls
+
+
 def events_table(m: Dict[str, Any]) -> str:
     if not m["has_events"]:
         return ('<p class="note">This run has no events.jsonl (it was recorded before tfcluster '
                 'wrote event logs): the timeline shows what run.json has, each task\'s last start '
                 'and end and its restart count.</p>')
-    progress = sum(1 for e in m["events"] if e["event"] == "progress")
+    progress = m["progress_count"]
     rows = []
-    for e in m["events"]:
-        if e["event"] == "progress":
-            continue
+    half = MAX_ROWS - MAX_ROWS // 2
+    for i, e in enumerate(m["events"]):
+        if i == half and m["rows_left_out"]:
+            rows.append(f'<tr class="gap"><td colspan="5">&hellip; {m["rows_left_out"]} more '
+                        f'events not listed &hellip;</td></tr>')
         clock = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
-        rows.append(f'<tr class="ev-{_e(e["event"])}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
+        rows.append(f'<tr class="{_row_class(e)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
                     f'<td>{clock}</td><td>{_e(e.get("task") or "")}</td><td>{_e(e["event"])}</td>'
-                    f'<td>{_e(format_event(e))}</td></tr>')
+                    f'<td>{_e(_describe(e))}</td></tr>')
     note = (f'<p class="note">{progress} progress reports are drawn in the chart above, not '
             f'listed.</p>' if progress else "")
     return (note + '<table class="events"><tr><th>time</th><th>clock</th><th>task</th>'
             '<th>event</th><th>what</th></tr>' + "".join(rows) + "</table>")
 
 
-CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#212529;background:#fff}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
-.meta{color:#495057}.meta b{color:#212529}
-.result{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600}
-.result-succeeded{background:#2f9e44}.result-failed{background:#e03131}
-.result-interrupted{background:#f08c00}.result-lost{background:#862e9c}.result-running{background:#1c7ed6}
-.chart{max-width:100%;height:auto;display:block}
-.grid{stroke:#e9ecef;stroke-width:1}.lane{stroke:#dee2e6;stroke-width:1}
-.tick{font-size:11px;fill:#868e96}.task-label{font-size:13px;fill:#212529}
-.attempt{stroke:none}.att-succeeded{fill:#2f9e44}.att-failed{fill:#e03131}
-.att-stopped,.att-stopping{fill:#adb5bd}.att-running{fill:#1c7ed6}.att-lost{fill:#862e9c}
-.att-restarting,.att-pending{fill:#ffa8a8}
-.exit-label{font-size:11px;fill:#212529}
-.stall{fill:#fcc419;fill-opacity:.55;stroke:#f08c00;stroke-dasharray:3 2}
-.restart-marker{fill:#d9480f;stroke:#fff;stroke-width:1}
-.restart-label{font-size:11px;fill:#d9480f;font-weight:600}
-.backoff{stroke:#d9480f;stroke-width:2;stroke-dasharray:4 3}
-.watchdog-marker{fill:#9c36b5;stroke:#fff}
-.stop-marker{stroke:#343a40;stroke-width:2}
-.decision{stroke:#212529;stroke-width:1.5;stroke-dasharray:6 3}
-.total{stroke:#adb5bd;stroke-dasharray:5 4}
-.step-line{fill:none;stroke-width:2}
-table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:left;vertical-align:top}
-th{font-weight:600;background:#f8f9fa}
-.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
-tr.straggler td{color:#c92a2a;font-weight:600}
-.ev-task_exited td,.ev-watchdog td{color:#c92a2a}.ev-task_restarting td{color:#d9480f}
-.ev-decision td,.ev-run_ended td{font-weight:600}
-.note{color:#495057;font-style:italic}
-.key span{margin-right:14px;white-space:nowrap}.key i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
+C = COLOURS
+CSS = f"""
+body{{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#212529;background:#fff}}
+h1{{font-size:20px;margin:0 0 4px}}h2{{font-size:16px;margin:28px 0 8px}}
+.meta{{color:#495057}}.meta b{{color:#212529}}
+.result{{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600}}
+.result-succeeded{{background:{C['succeeded']}}}.result-failed{{background:{C['failed']}}}
+.result-interrupted{{background:{C['interrupted']}}}.result-lost{{background:{C['lost']}}}
+.result-running{{background:{C['running']}}}.result-unknown{{background:{C['unknown']}}}
+.chart{{max-width:100%;height:auto;display:block}}
+.grid{{stroke:#e9ecef;stroke-width:1}}.lane{{stroke:#dee2e6;stroke-width:1}}
+.tick{{font-size:11px;fill:#868e96}}.task-label{{font-size:13px;fill:#212529}}
+.attempt{{stroke:none}}.att-succeeded{{fill:{C['succeeded']}}}.att-failed{{fill:{C['failed']}}}
+.att-stopped,.att-stopping{{fill:{C['stopped']}}}.att-running{{fill:{C['running']}}}
+.att-lost{{fill:{C['lost']}}}.att-restarting,.att-pending,.att-unknown{{fill:{C['unknown']}}}
+.exit-label{{font-size:11px;fill:#212529}}.exit-failed{{fill:#A04000;font-weight:600}}
+.exit-succeeded{{fill:#006B4F}}.exit-lost{{fill:#000;font-weight:600}}
+.stall{{fill:{C['stall']};fill-opacity:.6;stroke:#8a7f00;stroke-dasharray:3 2}}
+.restart-marker{{fill:{C['restart']};stroke:#000;stroke-width:1}}
+.restart-label{{font-size:11px;fill:#1f6f99;font-weight:600}}
+.backoff{{stroke:{C['restart']};stroke-width:2.5;stroke-dasharray:4 3}}
+.watchdog-marker{{fill:{C['watchdog']};stroke:#000;stroke-width:1}}
+.watchdog-label{{font-size:11px;fill:#8f3f6f;font-weight:600}}
+.stop-marker{{stroke:{C['stop']};stroke-width:2}}
+.decision{{stroke:#212529;stroke-width:1.5;stroke-dasharray:6 3}}
+.total{{stroke:#adb5bd;stroke-dasharray:5 4}}
+.step-line{{fill:none;stroke-width:2}}.line-label{{font-size:11px;font-weight:600}}
+.note-label{{font-size:11px;fill:#495057;font-style:italic}}
+table{{border-collapse:collapse;margin:6px 0}}td,th{{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:left;vertical-align:top}}
+th{{font-weight:600;background:#f8f9fa}}
+.sample{{margin-right:6px;vertical-align:middle}}
+tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{color:#495057;font-style:italic}}
+.events td:first-child{{border-left:4px solid transparent}}
+.ev-state-succeeded td:first-child{{border-left-color:{C['succeeded']}}}
+.ev-state-failed td:first-child{{border-left-color:{C['failed']}}}.ev-state-failed td{{color:#A04000}}
+.ev-state-stopped td:first-child,.ev-stop_sent td:first-child{{border-left-color:{C['stopped']}}}
+.ev-state-lost td:first-child{{border-left-color:{C['lost']}}}
+.ev-watchdog td:first-child{{border-left-color:{C['watchdog']}}}.ev-watchdog td{{color:#8f3f6f}}
+.ev-task_restarting td:first-child{{border-left-color:{C['restart']}}}
+.ev-decision td,.ev-run_ended td{{font-weight:600}}
+.note{{color:#495057;font-style:italic}}
+.key span{{margin-right:14px;white-space:nowrap}}.key i{{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}}
+.key .k-restart{{transform:rotate(45deg);width:8px;height:8px;border:1px solid #000}}
+.key .k-watchdog{{border-radius:50%;border:1px solid #000}}
 """
+
+#: The legend of the timeline: (class, colour, words). Checked by tests/test_report.py.
+LEGEND = [
+    ("k-succeeded", COLOURS["succeeded"], "succeeded (exit 0)"),
+    ("k-failed", COLOURS["failed"], "failed"),
+    ("k-stopped", COLOURS["stopped"], "stopped by tfcluster (planned)"),
+    ("k-running", COLOURS["running"], "running"),
+    ("k-lost", COLOURS["lost"], "lost (launcher died; end unknown)"),
+    ("k-restart", COLOURS["restart"], "restart (dashes: backoff)"),
+    ("k-watchdog", COLOURS["watchdog"], "watchdog"),
+    ("k-stall", COLOURS["stall"], "stall (no progress)"),
+    ("k-stop", COLOURS["stop"], "stop signal"),
+]
 
 
 def render_html(m: Dict[str, Any]) -> str:
     r = m["record"]
     result = m["result"]
     dur = (r.get("ended") or m["t1"]) - m["t0"]
+    restarts = r.get("total_restarts")
+    if restarts is None:
+        restarts = sum(v.restart_count for v in m["tasks"])
     meta = [f"<b>file</b> {_e(r.get('file') or '')}",
             f"<b>backend</b> {_e(r.get('backend') or '')}",
             f"<b>started</b> {_e(_when(r.get('started') or m['t0']))}",
             f"<b>{'ran' if result != 'running' else 'running for'}</b> {_e(format_duration(dur))}",
-            f"<b>restarts</b> {_e(r.get('total_restarts', sum(v.restart_count for v in m['tasks'])))}"]
+            f"<b>restarts</b> {_e(restarts)}"]
     if m["chief"]:
         meta.append(f"<b>chief</b> {_e(m['chief'])}")
     why = []
@@ -459,29 +791,30 @@ def render_html(m: Dict[str, Any]) -> str:
     if result == "lost":
         why.append("<p><b>lost</b>: the launcher died without closing the record; the run is "
                    f"drawn up to the last update of run.json ({_e(_when(m['t1']))}).</p>")
+    if m.get("tasks_left_out"):
+        why.append(f'<p class="note">{m["tasks_left_out"]} events of tasks beyond the first '
+                   f'{MAX_TASKS} are not drawn.</p>')
     exit_code = r.get("exit_code")
-    key = ('<p class="key"><span><i style="background:#2f9e44"></i>succeeded</span>'
-           '<span><i style="background:#e03131"></i>failed</span>'
-           '<span><i style="background:#adb5bd"></i>stopped by tfcluster</span>'
-           '<span><i style="background:#1c7ed6"></i>running</span>'
-           '<span><i style="background:#d9480f"></i>restart (dashes: backoff)</span>'
-           '<span><i style="background:#fcc419"></i>stall (no progress)</span>'
-           '<span><i style="background:#9c36b5"></i>watchdog</span>'
-           '<span><i style="background:#343a40"></i>stop signal</span></p>')
+    key = ('<p class="key">' + "".join(f'<span class="{cls}-key"><i class="{cls}" '
+                                       f'style="background:{colour}"></i>{_e(words)}</span>'
+                                       for cls, colour, words in LEGEND) + "</p>")
     task_table = ("<table class=\"tasks\"><tr>" + "".join(f"<th>{_e(h)}</th>" for h in HEADER)
-                  + "</tr>" + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
-                                      for row in task_rows(r, r.get("ended") or m["t1"]))
+                  + "</tr>" + "".join(
+                      f'<tr class="task-state-{_e(_state(row[3]) or "unknown")}">'
+                      + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                      for row in task_rows(r, r.get("ended") or m["t1"])[:MAX_TASKS])
                   + "</table>")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>tfcluster run {_e(r.get('run_id') or os.path.basename(m['run_dir']))}: {_e(result)}</title>
 <style>{CSS}</style>
 </head>
 <body>
-<h1>run {_e(r.get('run_id') or '')} <span class="result result-{_e(result)}" id="result">{_e(result)}</span>
+<h1>run {_e(r.get('run_id') or '')} <span class="result result-{_e(_slug(result))}" id="result">{_e(result)}</span>
 {'' if exit_code is None else f'<span class="meta">exit code {_e(exit_code)}</span>'}</h1>
 <p class="meta">{' &middot; '.join(meta)}</p>
 {''.join(why)}

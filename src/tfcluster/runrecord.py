@@ -22,7 +22,8 @@ from .errors import UserError
 RUN_FILE = "run.json"
 RESULTS = ("running", "succeeded", "failed", "interrupted")
 #: Exit code of ``tfcluster status`` per result (2 is bad input, as everywhere in tfcluster).
-STATUS_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "interrupted": 4, "lost": 5}
+STATUS_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "interrupted": 4, "lost": 5,
+               "unknown": 6}
 STARTED_SLACK = 1.0  # seconds: psutil create_time() is exact to the clock tick; allow for rounding
 
 
@@ -36,21 +37,29 @@ def write_json_private(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
+RUN_FILE_LIMIT = 64 << 20   # bytes: a run.json larger than this is not read (10,000 tasks take ~5 MiB)
+MAX_COUNT = 1 << 31         # pids, restarts, exit codes, steps: larger is not a record's number
+MAX_STEP = 1 << 62
+
+
 def read_run(run_dir: str) -> Dict[str, Any]:
-    """run.json of ``run_dir``, checked: a broken record is a UserError naming the file and field."""
+    """run.json of ``run_dir``, checked: a broken record is a UserError naming the file and field.
+
+    Read defensively (see :mod:`tfcluster.events`): a regular file only, at most RUN_FILE_LIMIT
+    bytes, NaN/Infinity/overflowing numbers as null, nesting bounded, and every field that
+    status, runs and report use checked for its type and range."""
+    from .events import _shown, parse_json, read_limited
     path = os.path.join(run_dir, RUN_FILE)
+    data = read_limited(path, RUN_FILE_LIMIT)
+    if data is None:
+        raise UserError(f"{_shown(run_dir)}: no {RUN_FILE} here (not a run folder?)")
     try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except FileNotFoundError:
-        raise UserError(f"{run_dir}: no {RUN_FILE} here (not a run folder?)")
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror or e})")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not valid JSON ({e})")
+        record = parse_json(data)
+    except ValueError as e:
+        raise UserError(f"{_shown(path)}: not valid JSON ({e})")
     problem = _check_record(record)
     if problem:
-        raise UserError(f"{path}: {problem}")
+        raise UserError(f"{_shown(path)}: {problem}")
     return record
 
 
@@ -58,22 +67,36 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _is_int(x: Any, low: int = 0, high: int = MAX_COUNT) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and low <= x < high
+
+
 def _check_record(record: Any) -> Optional[str]:
     """The first thing wrong with a run record, or None."""
+    from .events import is_time
     if not isinstance(record, dict):
         return "not a JSON object"
     result = record.get("result")
     if result not in RESULTS:
-        return f"result: {result!r} is not one of {', '.join(RESULTS)}"
+        return f"result: {_short(result)} is not one of {', '.join(RESULTS)}"
     for key in ("started", "ended", "launcher_started"):
-        if record.get(key) is not None and not _is_num(record[key]):
-            return f"{key}: not a number"
+        if record.get(key) is not None and not is_time(record[key]):
+            return (f"{key}: not a number" if not _is_num(record[key])
+                    else f"{key}: {record[key]!r} is not a time (seconds since 1970, before 3000)")
     pid = record.get("launcher_pid")
-    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
+    if pid is not None and not _is_int(pid, 1):
         return "launcher_pid: not a process id"
-    for key in ("run_id", "file", "launcher_host"):
+    for key in ("run_id", "file", "launcher_host", "backend", "root_cause", "run_dir",
+                "success_rule"):
         if record.get(key) is not None and not isinstance(record[key], str):
             return f"{key}: not a string"
+    job = record.get("slurm_job")
+    if job is not None and not isinstance(job, str) and not _is_int(job):
+        return "slurm_job: not a job id"
+    if record.get("exit_code") is not None and not _is_int(record["exit_code"], -MAX_COUNT):
+        return "exit_code: not a whole number"
+    if record.get("total_restarts") is not None and not _is_int(record["total_restarts"]):
+        return "total_restarts: not a whole number, 0 or more"
     tasks = record.get("tasks", [])
     if not isinstance(tasks, list):
         return "tasks: not a list"
@@ -84,11 +107,40 @@ def _check_record(record: Any) -> Optional[str]:
             if not isinstance(t.get(key), str):
                 return f"tasks[{i}].{key}: missing or not a string"
         for key in ("started", "ended"):
-            if t.get(key) is not None and not _is_num(t[key]):
-                return f"tasks[{i}].{key}: not a number"
-        if t.get("progress") is not None and not isinstance(t["progress"], dict):
-            return f"tasks[{i}].progress: not an object"
+            if t.get(key) is not None and not is_time(t[key]):
+                return (f"tasks[{i}].{key}: not a number" if not _is_num(t[key])
+                        else f"tasks[{i}].{key}: {t[key]!r} is not a time")
+        for key in ("endpoint", "exit", "host"):
+            if t.get(key) is not None and not isinstance(t[key], str):
+                return f"tasks[{i}].{key}: not a string"
+        if t.get("pid") is not None and not _is_int(t["pid"], 1):
+            return f"tasks[{i}].pid: not a process id"
+        if t.get("restarts") is not None and not _is_int(t["restarts"]):
+            return f"tasks[{i}].restarts: not a whole number, 0 or more"
+        if t.get("exit_code") is not None and not _is_int(t["exit_code"], -MAX_COUNT):
+            return f"tasks[{i}].exit_code: not a whole number"
+        p = t.get("progress")
+        if p is not None:
+            if not isinstance(p, dict):
+                return f"tasks[{i}].progress: not an object"
+            for key in ("step", "total"):
+                v = p.get(key)
+                if v is not None and not (_is_num(v) and abs(v) < MAX_STEP):
+                    return f"tasks[{i}].progress.{key}: not a number in range"
+            if p.get("at") is not None and not is_time(p["at"]):
+                return f"tasks[{i}].progress.at: not a time"
     return None
+
+
+def _short(x: Any, limit: int = 60) -> str:
+    text = printable(repr(x))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def printable(text: Any) -> str:
+    """``text`` for a terminal line: control characters escaped (see config.printable)."""
+    from .config import printable as _printable
+    return _printable(str(text))
 
 
 # ------------------------------------------------------------------ is the launcher alive?
@@ -119,16 +171,103 @@ def launcher_alive(record: Dict[str, Any]) -> Optional[bool]:
     return started is None or created <= started + STARTED_SLACK
 
 
-def derive_result(record: Dict[str, Any], alive: Optional[bool] = None) -> str:
-    """The run's result as status reports it: the record's, or ``lost`` for a ``running`` record
-    whose launcher is gone. ``alive`` overrides the check (for callers that already did it)."""
+#: Slurm job states in which the job's tasks still run or will run (squeue's %T words).
+SLURM_LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
+                        "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
+                        "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+
+
+def decide_result(recorded: Any, alive: Optional[bool], slurm_job: Optional[str] = None,
+                  job_state: Optional[str] = None) -> str:
+    """The result status shows, from what it knows (pure: no process, no Slurm call).
+
+    ``recorded``: run.json's ``result``; ``alive``: whether its launcher runs (None: cannot be
+    told); ``slurm_job``: the Slurm job the launcher submitted, if any; ``job_state``: what Slurm
+    says of that job -- a state word (``RUNNING``), ``""`` when Slurm no longer knows the job,
+    None when Slurm could not be asked (no squeue/sacct here, or they failed).
+
+    A ``running`` record whose launcher is gone is ``lost``, except a Slurm run: its tasks live
+    in the job, not in the launcher. Its result is ``running`` while Slurm says the job is live,
+    ``lost`` once the job ended (or Slurm forgot it), ``unknown`` when Slurm cannot be asked."""
+    if recorded != "running" or alive is not False:
+        return str(recorded)
+    if not slurm_job:
+        return "lost"
+    if job_state is None:
+        return "unknown"
+    word = job_state.strip().split(" ")[0].upper().rstrip("+")
+    return "running" if word in SLURM_LIVE else "lost"
+
+
+def slurm_job_id(record: Dict[str, Any], run_dir: Optional[str] = None) -> Optional[str]:
+    """The Slurm job of a ``--backend slurm`` run: the record's ``slurm_job`` when it looks like
+    a job id (``123``, ``123_4``); else, for a record written before the job id was known (a
+    launcher killed while following its job), the id in the name of the job's output file in the
+    run folder (``slurm-123.out``, written by Slurm once the job starts). None when neither."""
+    import re
+    job = record.get("slurm_job")
+    if job is not None and not isinstance(job, bool):
+        job = str(job)
+        return job if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", job) else None
+    if record.get("backend") != "slurm" or not run_dir:
+        return None
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return None
+    ids = [m.group(1) for m in (re.fullmatch(r"slurm-([0-9]{1,12})\.out", n) for n in names) if m]
+    return max(ids, key=int) if ids else None
+
+
+def slurm_job_state(job_id: str, timeout: float = 10.0) -> Optional[str]:
+    """What Slurm says of ``job_id``: squeue's state (``RUNNING``), else sacct's (``COMPLETED``,
+    ``CANCELLED``); ``""`` when it answers but does not know the job; None when neither tool is
+    here or answers (then nobody can tell)."""
+    import shutil
+    import subprocess
+
+    def ask(argv):
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r
+
+    answered = False
+    squeue = shutil.which("squeue")
+    if squeue:
+        r = ask([squeue, "-h", "-j", job_id, "-o", "%T"])
+        if r is not None:
+            words = r.stdout.split()
+            if r.returncode == 0 and words:
+                return words[0]
+            answered = r.returncode == 0 or "invalid job id" in (r.stderr + r.stdout).lower()
+    sacct = shutil.which("sacct")
+    if sacct:
+        r = ask([sacct, "-n", "-X", "-P", "-j", job_id, "-o", "State"])
+        if r is not None and r.returncode == 0:
+            words = r.stdout.split()
+            if words:
+                return words[0]
+            answered = True
+    return "" if answered else None
+
+
+def derive_result(record: Dict[str, Any], alive: Optional[bool] = None,
+                  probe=None, run_dir: Optional[str] = None) -> str:
+    """The run's result as status reports it (:func:`decide_result`): the record's, ``lost``
+    for a ``running`` record whose launcher is gone, and for a Slurm run whose launcher is gone,
+    what Slurm says of its job. ``alive`` overrides the launcher check (for callers that already
+    did it); ``probe(job_id)`` replaces :func:`slurm_job_state` (tests)."""
     result = record.get("result")
-    if result == "running":
-        if alive is None:
-            alive = launcher_alive(record)
-        if alive is False:
-            return "lost"
-    return result
+    if result != "running":
+        return result
+    if alive is None:
+        alive = launcher_alive(record)
+    job = slurm_job_id(record, run_dir) if alive is False else None
+    state = (probe or slurm_job_state)(job) if job else None
+    return decide_result(result, alive, job, state)
 
 
 def last_update(run_dir: str) -> Optional[float]:
@@ -146,7 +285,7 @@ def run_duration(run_dir: str, record: Dict[str, Any], result: str,
         return None
     if record.get("ended") is not None:
         return record["ended"] - started
-    if result == "lost":
+    if result in ("lost", "unknown"):
         seen = last_update(run_dir)
         return None if seen is None else seen - started
     return (now or time.time()) - started
@@ -161,17 +300,18 @@ def scan_runs(logdir: str, file: Optional[str] = None
               ) -> Tuple[List[Tuple[str, Dict[str, Any]]], List[str]]:
     """The runs under ``logdir`` (of cluster file ``file`` when given), newest first, and one
     message per run folder whose run.json cannot be read (those are left out)."""
+    from .events import _shown
     try:
         names = os.listdir(logdir)
     except FileNotFoundError:
-        raise UserError(f"{logdir}: no runs yet (folder does not exist)")
+        raise UserError(f"{_shown(logdir)}: no runs yet (folder does not exist)")
     except OSError as e:
-        raise UserError(f"{logdir}: cannot be read ({e.strerror or e})")
+        raise UserError(f"{_shown(logdir)}: cannot be read ({e.strerror or e})")
     want = _real(file) if file else None
     runs, problems = [], []
     for name in names:
         d = os.path.join(logdir, name)
-        if not os.path.isfile(os.path.join(d, RUN_FILE)):
+        if not os.path.lexists(os.path.join(d, RUN_FILE)):
             continue
         try:
             record = read_run(d)
@@ -189,18 +329,21 @@ def _default_place(file: Optional[str]) -> Tuple[str, Optional[str]]:
     """(logdir, cluster file) for ``--file FILE``, or ./cluster.yaml, or ./runs of any file."""
     if file:
         if not os.path.isfile(file):
-            raise UserError(f"--file: {file}: no such file")
+            raise UserError(f"--file: {printable(file)}: no such file")
         from .config import load
         return load(file).logdir, os.path.abspath(file)
     if os.path.isfile("cluster.yaml"):
         from .config import load
         return load("cluster.yaml").logdir, os.path.abspath("cluster.yaml")
+    if not os.path.isdir("runs"):
+        raise UserError(f"no ./cluster.yaml and no ./runs folder in {printable(os.getcwd())}: give "
+                        f"a run folder, a logdir, or --file FILE")
     return "runs", None
 
 
 def _warn(messages: List[str]) -> None:
     for m in messages:
-        print(f"tfcluster: warning: {m} (skipped)", file=sys.stderr)
+        print(f"tfcluster: warning: {printable(m)} (skipped)", file=sys.stderr)
 
 
 def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str, Any]]:
@@ -208,10 +351,10 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     run of the cluster file (``--file``, default ./cluster.yaml) in its logdir (or in RUN_DIR
     when that is a logdir)."""
     if run_dir:
-        if os.path.isfile(os.path.join(run_dir, RUN_FILE)):
+        if os.path.lexists(os.path.join(run_dir, RUN_FILE)):
             return run_dir, read_run(run_dir)
         if not os.path.isdir(run_dir):
-            raise UserError(f"{run_dir}: no such run folder")
+            raise UserError(f"{printable(run_dir)}: no such run folder")
         logdir, want = run_dir, (os.path.abspath(file) if file else None)
     else:
         logdir, want = _default_place(file)
@@ -219,7 +362,7 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     _warn(problems)
     if not runs:
         of = f" of {want}" if want else ""
-        raise UserError(f"{logdir}: no runs{of} yet")
+        raise UserError(printable(f"{logdir}: no runs{of} yet"))
     return runs[0]
 
 
@@ -237,6 +380,7 @@ def format_duration(seconds: Optional[float]) -> str:
 
 
 def task_rows(record: Dict[str, Any], now: Optional[float] = None) -> List[List[str]]:
+    """The task table (raw text: callers escape for their medium)."""
     now = now or time.time()
     rows = []
     for t in record.get("tasks", []):
@@ -244,7 +388,7 @@ def task_rows(record: Dict[str, Any], now: Optional[float] = None) -> List[List[
         dur = (end or now) - start if start else None
         step = t.get("progress", {}).get("step") if t.get("progress") else None
         rows.append([t["task"], t.get("endpoint") or "", str(t.get("pid") or ""), t["state"],
-                     t.get("exit") or "", str(t.get("restarts", 0)), format_duration(dur),
+                     t.get("exit") or "", str(t.get("restarts") or 0), format_duration(dur),
                      "" if step is None else str(step)])
     return rows
 
@@ -253,6 +397,8 @@ HEADER = ["task", "endpoint", "pid", "state", "exit", "restarts", "time", "step"
 
 
 def format_table(header: List[str], rows: List[List[str]]) -> str:
+    """A plain text table; every cell is escaped for a terminal (no control character)."""
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths)).rstrip()]
     for r in rows:
@@ -266,58 +412,122 @@ def _when(t: Optional[float]) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def status_record(run_dir: str, record: Dict[str, Any]) -> Dict[str, Any]:
-    """The record as ``status --json`` prints it: ``result`` derived (``lost`` included), plus
-    ``launcher_alive`` (true, false, or null when it cannot be checked) and ``run_dir``."""
+def assess(record: Dict[str, Any], probe=None, run_dir: Optional[str] = None) -> Dict[str, Any]:
+    """What status knows of a run beyond its record: ``result`` (derived), ``launcher_alive``
+    (true, false, or null when it cannot be checked) and, for a Slurm run whose launcher is
+    gone, ``slurm_job`` and ``slurm_state`` (null when Slurm cannot be asked)."""
     alive = launcher_alive(record) if record.get("result") == "running" else None
+    job = slurm_job_id(record, run_dir) if alive is False else None
+    state = (probe or slurm_job_state)(job) if job else None
+    out = {"result": decide_result(record.get("result"), alive, job, state),
+           "launcher_alive": alive}
+    if job:
+        out.update(slurm_job=job, slurm_state=state)
+    return out
+
+
+def status_record(run_dir: str, record: Dict[str, Any], probe=None) -> Dict[str, Any]:
+    """The record as ``status --json`` prints it: ``result`` derived (``lost`` included),
+    ``launcher_alive`` and ``run_dir`` added (and ``slurm_state``, see :func:`assess`)."""
     out = dict(record)
-    out["result"] = derive_result(record, alive)
-    out["launcher_alive"] = alive
+    out.update(assess(record, probe, run_dir))
     out["run_dir"] = os.path.abspath(run_dir)
     return out
 
 
-def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = False) -> int:
+def stop_hint(run_dir: str, pid: Any) -> str:
+    """How to stop a running run, for people."""
+    return (f"stop it: tfcluster stop {shlex_quote(run_dir)}"
+            + (f"  (or: kill -TERM {pid})" if pid else ""))
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+    return printable(shlex.quote(text))
+
+
+def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = False,
+                 probe=None) -> int:
     """``tfcluster status``: exit code per STATUS_EXIT (0 only for a run that succeeded)."""
     run, record = find_run(run_dir, file)
-    shown = status_record(run, record)
+    shown = status_record(run, record, probe)
     result = shown["result"]
     if as_json:
         print(json.dumps(shown, indent=2))
         return STATUS_EXIT[result]
-    head = f"run {record.get('run_id')} ({run}): {result}"
+    p = printable
+    job = shown.get("slurm_job")
+    word = f"unknown (Slurm job {job})" if result == "unknown" else result
+    head = f"run {p(record.get('run_id') or os.path.basename(os.path.normpath(run)))} ({p(run)}): {word}"
     if record.get("exit_code") is not None:
         head += f", exit code {record['exit_code']}"
     print(head)
     if record.get("file"):
-        print(f"file: {record['file']}")
+        print(f"file: {p(record['file'])}")
     duration = run_duration(run, record, result)
     started = f"started {_when(record.get('started'))}" if record.get("started") else ""
     if started:
-        took = {"running": "running for", "lost": "last seen after"}.get(result, "took")
+        took = {"running": "running for", "lost": "last seen after",
+                "unknown": "last seen after"}.get(result, "took")
         print(started + (f", {took} {format_duration(duration)}" if duration is not None else ""))
     pid = record.get("launcher_pid")
-    if result == "lost":
+    if job and result == "running":
+        print(f"the launcher (pid {pid}) is gone, but Slurm job {job} is {p(shown['slurm_state'])}: "
+              f"the tasks go on. Stop it: scancel {job}")
+    elif job and result == "unknown":
+        print(f"the launcher (pid {pid}) is gone and Slurm cannot be asked from here (no squeue or "
+              f"sacct): whether job {job} still runs is unknown. Ask: squeue -j {job}")
+    elif result == "lost":
         print(f"the launcher (pid {pid}) is gone and never closed the record; run.json was last "
-              f"written at {_when(last_update(run))}. Task states below are as last recorded.")
+              f"written at {_when(last_update(run))}."
+              + (f" Slurm job {job} is {p(shown['slurm_state']) or 'no longer known to Slurm'}."
+                 if job else "") + " Task states below are as last recorded.")
     elif result == "running" and shown["launcher_alive"] is None and pid:
-        where = record.get("launcher_host") or "another host"
+        where = p(record.get("launcher_host") or "another host")
         print(f"launcher pid {pid} on {where}: not checked from here")
+    elif result == "running":
+        print(f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None))
     if record.get("root_cause"):
-        print(f"root cause: {record['root_cause']}")
+        print(f"root cause: {p(record['root_cause'])}")
     now = record.get("ended")
-    if now is None and result == "lost":
+    if now is None and result in ("lost", "unknown"):
         now = last_update(run)
     print(format_table(HEADER, task_rows(record, now)))
     return STATUS_EXIT[result]
 
 
-RUNS_HEADER = ["run", "result", "started", "duration", "tasks", "restarts", "file"]
+RUNS_HEADER = ["run", "result", "exit", "started", "duration", "tasks", "restarts", "file", "cause"]
+CAUSE_WIDTH = 60
 
 
-def run_summary(run_dir: str, record: Dict[str, Any], now: Optional[float] = None) -> Dict[str, Any]:
+def run_cause(record: Dict[str, Any], result: str) -> str:
+    """Why a run ended as it did, in a few words, from run.json alone: its root cause; else its
+    decision (the launcher's words, when it wrote them); else the first failed task; else what
+    the result itself says (a Slurm run that never got a job was refused before any task ran)."""
+    if record.get("root_cause"):
+        return record["root_cause"]
+    if result in ("succeeded", "running"):
+        return ""
+    if isinstance(record.get("decision"), str) and record["decision"]:
+        return record["decision"]
+    if result == "lost":
+        return "launcher gone"
+    if result == "unknown":
+        return "launcher gone; Slurm not reachable"
+    if result == "interrupted":
+        return "interrupted"
+    if record.get("backend") == "slurm" and not record.get("slurm_job"):
+        return "not submitted: no Slurm job (sbatch refused or failed)"
+    for t in record.get("tasks") or []:
+        if t.get("state") == "failed":
+            return f"{t['task']} {t.get('exit') or 'failed'}"
+    return ""
+
+
+def run_summary(run_dir: str, record: Dict[str, Any], now: Optional[float] = None,
+                probe=None) -> Dict[str, Any]:
     """One row of ``tfcluster runs --json``."""
-    result = derive_result(record)
+    result = derive_result(record, probe=probe, run_dir=run_dir)
     tasks = record.get("tasks") or []
     restarts = record.get("total_restarts")
     if not isinstance(restarts, int):
@@ -325,6 +535,7 @@ def run_summary(run_dir: str, record: Dict[str, Any], now: Optional[float] = Non
     return {"run_id": record.get("run_id") or os.path.basename(run_dir),
             "run_dir": os.path.abspath(run_dir),
             "file": record.get("file"), "result": result, "exit_code": record.get("exit_code"),
+            "cause": run_cause(record, result),
             "started": record.get("started"), "ended": record.get("ended"),
             "duration": run_duration(run_dir, record, result, now),
             "tasks": [t["task"] for t in tasks], "restarts": restarts}
@@ -337,26 +548,34 @@ def _show_path(path: Optional[str]) -> str:
     return rel if not rel.startswith("..") else path
 
 
-def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False) -> int:
-    """``tfcluster runs``: past runs, newest first."""
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False,
+               probe=None) -> int:
+    """``tfcluster runs``: past runs, newest first. A run whose run.json cannot be read is named
+    in a warning on stderr and left out; the others are listed."""
     if logdir:
         if not os.path.isdir(logdir):
-            raise UserError(f"{logdir}: no such folder")
+            raise UserError(f"{printable(logdir)}: no such folder")
         want = os.path.abspath(file) if file else None
     else:
         logdir, want = _default_place(file)
     runs, problems = scan_runs(logdir, want)
     _warn(problems)
     now = time.time()
-    rows = [run_summary(d, r, now) for d, r in runs]
+    rows = [run_summary(d, r, now, probe) for d, r in runs]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         of = f" of {want}" if want else ""
-        print(f"no runs{of} in {logdir}")
+        print(printable(f"no runs{of} in {logdir}"))
         return 0
-    table = [[r["run_id"], r["result"], _when(r["started"]), format_duration(r["duration"]),
-              str(len(r["tasks"])), str(r["restarts"]), _show_path(r["file"])] for r in rows]
+    table = [[r["run_id"], r["result"], "" if r["exit_code"] is None else str(r["exit_code"]),
+              _when(r["started"]), format_duration(r["duration"]), str(len(r["tasks"])),
+              str(r["restarts"]), _show_path(r["file"]), _clip(printable(r["cause"]), CAUSE_WIDTH)]
+             for r in rows]
     print(format_table(RUNS_HEADER, table))
     return 0

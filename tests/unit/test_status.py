@@ -10,41 +10,15 @@ import psutil
 import pytest
 
 from tfcluster.cli import main
-from tfcluster.runrecord import write_json_private
+
+from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
+from tfcluster.runrecord import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
 
 
-def write_cluster(folder, name="cluster.yaml"):
-    path = folder / name
-    path.write_text("cluster: {worker: [localhost:2223, localhost:2224]}\nlogdir: runs\n")
-    return path
 
 
-def write_run(logdir, run_id, file, result="succeeded", started=1000.0, duration=60.0,
-              restarts=0, **extra):
-    d = logdir / run_id
-    d.mkdir(parents=True, exist_ok=True)
-    record = {
-        "run_id": run_id, "file": str(file) if file else None, "run_dir": str(d),
-        "launcher_pid": 999999, "launcher_started": started - 0.5, "backend": "local",
-        "success_rule": "chief", "started": started,
-        "ended": None if result == "running" else started + duration,
-        "result": result, "exit_code": {"succeeded": 0, "failed": 1, "interrupted": 130}.get(result),
-        "root_cause": "worker:1 SIGKILL" if result == "failed" else None,
-        "total_restarts": restarts,
-        "tasks": [{"task": "worker:0", "endpoint": "localhost:2223", "pid": 11, "state": "succeeded",
-                   "exit": "exit 0", "restarts": 0, "started": started, "ended": started + duration},
-                  {"task": "worker:1", "endpoint": "localhost:2224", "pid": 12, "state": "running",
-                   "exit": "", "restarts": restarts, "started": started, "ended": None}],
-    }
-    record.update(extra)
-    write_json_private(str(d / "run.json"), record)
-    return d
 
 
-def cli(capsys, *args):
-    rc = main(list(args))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 # ------------------------------------------------------------------ lost launchers
@@ -176,17 +150,21 @@ def test_runs_lists_the_runs_of_a_file_newest_first(tmp_path, capsys, monkeypatc
     write_run(logdir, "b1", b, result="succeeded", started=7000)
     rc, out, _ = cli(capsys, "runs", "--file", str(a))
     lines = out.splitlines()
-    assert rc == 0 and lines[0].split() == ["run", "result", "started", "duration", "tasks",
-                                            "restarts", "file"]
+    assert rc == 0 and lines[0].split() == ["run", "result", "exit", "started", "duration",
+                                            "tasks", "restarts", "file", "cause"]
     assert [line.split()[:2] for line in lines[1:]] == [["a3", "lost"], ["a2", "succeeded"],
                                                         ["a1", "failed"]]
+    assert [line.split()[2] for line in lines[2:]] == ["0", "1"]          # the exit column
     assert "1h02m" in lines[2] and "1m30s" in lines[3]
-    assert lines[3].split()[-3:-1] == ["2", "2"]      # tasks, restarts
+    assert lines[3].split()[-5:-3] == ["2", "2"]      # tasks, restarts
+    assert lines[3].endswith("worker:1 SIGKILL")      # the cause: run.json's root cause
+    assert lines[1].endswith("launcher gone")
     rc, out, _ = cli(capsys, "runs", "--json", str(logdir))
     rows = json.loads(out)
     assert [r["run_id"] for r in rows] == ["a3", "b1", "a2", "a1"]
     assert rows[3] == {"run_id": "a1", "run_dir": str(logdir / "a1"), "file": str(a),
-                       "result": "failed", "exit_code": 1, "started": 1000, "ended": 1090,
+                       "result": "failed", "exit_code": 1, "cause": "worker:1 SIGKILL",
+                       "started": 1000, "ended": 1090,
                        "duration": 90, "tasks": ["worker:0", "worker:1"], "restarts": 2}
     monkeypatch.chdir(tmp_path)
     rc, out, _ = cli(capsys, "runs")                 # no ./cluster.yaml: every run in ./runs
@@ -214,5 +192,70 @@ def test_without_cluster_yaml_status_and_runs_look_in_runs(tmp_path, capsys, mon
     assert rc == 0 and out.startswith("run b1 ")
     rc, out, _ = cli(capsys, "runs", "runs", "--file", "a.yaml")
     assert rc == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["a1"]
+
+
+def test_a_running_run_shows_its_launcher_and_how_to_stop_it(tmp_path, capsys):
+    me = psutil.Process()
+    d = write_run(tmp_path / "runs", "r", None, result="running", started=me.create_time(),
+                  launcher_pid=os.getpid(), launcher_started=me.create_time())
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 3
+    assert f"launcher pid {os.getpid()}; stop it: tfcluster stop {d}  (or: kill -TERM {os.getpid()})" in out
+
+
+def test_status_says_where_it_looked(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)                      # no cluster.yaml, no runs/
+    for cmd in ("status", "runs", "report"):
+        rc, out, err = cli(capsys, cmd)
+        assert rc == 2 and out == "" and len(err.splitlines()) == 1
+        assert "no ./cluster.yaml and no ./runs folder in " in err and "--file FILE" in err
+    rc, _, err = cli(capsys, "status", str(tmp_path / "no" / "such" / "path"))
+    assert rc == 2 and "no such run folder" in err
+
+
+# ------------------------------------------------------------------ Slurm runs whose launcher died
+@pytest.mark.parametrize("recorded, alive, job, state, result", [
+    ("running", True, None, None, "running"),
+    ("running", None, None, None, "running"),       # cannot be checked (another host)
+    ("running", False, None, None, "lost"),
+    ("running", False, "42", "RUNNING", "running"),  # the job lives on without its launcher
+    ("running", False, "42", "PENDING", "running"),
+    ("running", False, "42", "COMPLETING", "running"),
+    ("running", False, "42", "COMPLETED", "lost"),
+    ("running", False, "42", "CANCELLED by 0", "lost"),
+    ("running", False, "42", "", "lost"),            # Slurm forgot the job
+    ("running", False, "42", None, "unknown"),       # Slurm cannot be asked
+    ("failed", False, "42", "RUNNING", "failed"),    # a closed record is what it says
+    ("succeeded", None, None, None, "succeeded"),
+])
+def test_decide_result(recorded, alive, job, state, result):
+    assert decide_result(recorded, alive, job, state) == result
+
+
+
+
+
+
+
+
+def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
+    logdir = tmp_path / "runs"
+    write_run(logdir, "refused", None, result="failed", started=1000, backend="slurm",
+              slurm_job=None, root_cause=None,
+              tasks=[{"task": "worker:0", "state": "stopped", "exit": "", "restarts": 0}])
+    write_run(logdir, "crashed", None, result="failed", started=2000, backend="slurm",
+              slurm_job="7", root_cause=None,
+              tasks=[{"task": "worker:0", "state": "failed", "exit": "exit 3", "restarts": 0}])
+    write_run(logdir, "local", None, result="failed", started=3000)
+    write_run(logdir, "decided", None, result="failed", started=4000, root_cause=None,
+              decision="watchdog: global step stuck for 60s")
+    rc, out, _ = cli(capsys, "runs", str(logdir))
+    cause = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert cause["refused"].endswith("not submitted: no Slurm job (sbatch refused or failed)")
+    assert cause["crashed"].endswith("worker:0 exit 3")
+    assert cause["local"].endswith("worker:1 SIGKILL")
+    assert cause["decided"].endswith("watchdog: global step stuck for 60s")
+    rows = {r["run_id"]: r for r in json.loads(cli(capsys, "runs", "--json", str(logdir))[1])}
+    assert rows["refused"]["cause"].startswith("not submitted") and rows["refused"]["exit_code"] == 1
 
 
