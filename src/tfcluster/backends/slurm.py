@@ -185,7 +185,7 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
         lines.append('mkdir -p "$RUN_DIR"')
     srun = " ".join(shlex.quote(w) for w in srun_argv(plan, overcommit=overcommit))
     slurm_extra = plan["extra"].get("slurm") or {}
-    if run_dir and (slurm_extra.get("lead_signal") or slurm_extra.get("requeue")):
+    if run_dir:       # USR1 to the batch shell: stop in order (Slurm's time-limit warning too)
         lines.extend(_ordered_stop_lines(srun, slurm_extra))
     else:
         lines.append(srun)
@@ -197,10 +197,12 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
 
 
 def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
-    """The batch script's part for time limits and requeue: Slurm's warning signal (``--signal=
-    B:USR1@LEAD``, to this shell only) becomes an ordered stop through the run folder (chief and
-    workers first, the ps after them: :mod:`.runfolder`); then, with ``requeue``, the job is
-    requeued and its next segment resumes from the checkpoint."""
+    """The batch script's ordered stop: SIGUSR1 to this shell only -- Slurm's warning before the
+    time limit (``--signal=B:USR1@LEAD``), or ``scancel --batch --signal=USR1 JOB`` -- becomes an
+    ordered stop through the run folder (chief and workers first, the ps after them:
+    :mod:`.runfolder`); then, with ``requeue``, the job is requeued and its next segment resumes
+    from the checkpoint. (A plain ``scancel JOB`` is Slurm's hard cancel: Slurm signals every
+    process of the step itself, so no order can hold.)"""
     sig = extra.get("lead_signal") or "USR1"
     out = ['SEG=${SLURM_RESTART_COUNT:-0}   # a requeued job is the next segment of the same run',
            'STOPPED=0',
@@ -386,7 +388,8 @@ class _Record:
         root = None
         if failures:
             name, rec = failures[0]
-            root = f"{name} {rec.get('reason', '')}".strip()
+            reason = str(rec.get("reason") or "")
+            root = reason if reason.startswith(name) else f"{name} {reason}".strip()
         data = run_record(
             self.plan, backend="slurm", started=self.started, ended=ended, result=result,
             exit_code=code, decision=None, root_cause=root,
