@@ -613,6 +613,10 @@ class _Follower:
         if rc == 0 and not failed:
             _info(f"run succeeded: {what}")
             return EXIT_OK
+        stopped = rules.signal_exit_code(signal.SIGTERM)
+        if rc == stopped and not failed:     # stopped in order (time limit, tfcluster stop)
+            _info(f"run stopped: {what}")
+            return stopped
         _info(f"run failed: {what}")
         for name, rec in failed[:1]:
             _info(f"first failure: {name} on {rec.get('host', '?')}: {rec.get('reason', '?')}")

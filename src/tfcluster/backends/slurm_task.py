@@ -312,8 +312,7 @@ class Task:
         if self.folder is None:
             return
         t, m = self.status, self.machine
-        failed = final and m.result in (mc.RunState.FAILED, mc.RunState.INTERRUPTED) and (
-            m.root_cause == self.name or m.result == mc.RunState.INTERRUPTED or m.root_cause is None)
+        failed = final and m.result == mc.RunState.FAILED and m.root_cause in (self.name, None)
         reason = t.note or (m.words if final else "") or rules.describe_exit(t.returncode)
         self.folder.write_exit(self.name, {
             "task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
