@@ -23,67 +23,11 @@ from tfcluster.report import build_model, render_html, write_report
 from tfcluster.runrecord import write_json_private
 
 T0 = 1_764_500_000.0
+from helpers.runs import make_run  # noqa: E402 (the documented run folder)
+
 RESTART_RGB = (0x56, 0xB4, 0xE9)   # .restart-marker fill in report.CSS (Okabe-Ito sky blue)
 
 
-def make_run(folder, events=True, result="failed", file=None, run_id="20261130-120000", t0=T0):
-    """A run folder built from the documented formats: ps:0, worker:0 (chief), worker:1; worker:1
-    is killed (SIGKILL) at +20 s, restarted at +22 s, stalls from +40 s; worker:0 fails at +60 s."""
-    T0 = t0
-    d = folder / run_id
-    d.mkdir(parents=True)
-    tasks = ["ps:0", "worker:0", "worker:1"]
-    record = {
-        "run_id": d.name, "file": str(file or folder / "cluster.yaml"), "run_dir": str(d),
-        "launcher_pid": 999999, "launcher_started": T0 - 0.2, "backend": "local",
-        "success_rule": "chief", "started": T0, "ended": None if result == "running" else T0 + 62,
-        "result": result, "exit_code": None if result == "running" else 1, "root_cause": "worker:0 exit 3 <boom>", "total_restarts": 1,
-        "tasks": [
-            {"task": "ps:0", "endpoint": "localhost:2222", "pid": 100, "state": "stopped",
-             "exit": "SIGTERM", "restarts": 0, "started": T0 + 0.1, "ended": T0 + 61.5},
-            {"task": "worker:0", "endpoint": "localhost:2223", "pid": 101, "state": "failed",
-             "exit": "exit 3", "restarts": 0, "started": T0 + 0.1, "ended": T0 + 60,
-             "progress": {"step": 580, "total": 1000, "loss": 0.2, "at": T0 + 59}},
-            {"task": "worker:1", "endpoint": "localhost:2224", "pid": 202, "state": "stopped",
-             "exit": "SIGTERM", "restarts": 1, "started": T0 + 22, "ended": T0 + 61,
-             "progress": {"step": 300, "total": 1000, "at": T0 + 40}},
-        ]}
-    write_json_private(str(d / "run.json"), record)
-    if not events:
-        return d
-    log = EventLog(str(d))
-    e = log.emit
-    e("run_started", time=T0, run_id=d.name, file=record["file"], backend="local", tasks=tasks,
-      chief="worker:0")
-    for i, t in enumerate(tasks):
-        e("task_started", t, time=T0 + 0.1, pid=100 + i, attempt=0, host="localhost")
-    for s in range(2, 60):                          # worker:0: 10 steps/s
-        e("progress", "worker:0", time=T0 + s, step=10 * s, total=1000, metrics={"loss": 1.0 / s})
-    for s in range(2, 20):                          # worker:1 before the kill: 5 steps/s
-        e("progress", "worker:1", time=T0 + s, step=5 * s, total=1000, metrics={"loss": 1.0 / s})
-    e("task_exited", "worker:1", time=T0 + 20, exit_code=None, signal="SIGKILL", exit="SIGKILL",
-      state="failed")
-    e("task_restarting", "worker:1", time=T0 + 20.01, reason="exit-code policy: SIGKILL is retried <&>",
-      attempt=1, delay=2.0)
-    e("task_started", "worker:1", time=T0 + 22, pid=202, attempt=1, host="localhost")
-    for s in range(24, 41):
-        e("progress", "worker:1", time=T0 + s, step=5 * s + 100, total=1000)
-    e("watchdog", "worker:1", time=T0 + 58, reason="no progress for 18s", action="kill")
-    e("task_exited", "worker:0", time=T0 + 60, exit_code=3, signal=None, exit="exit 3", state="failed")
-    e("decision", time=T0 + 60.01, result="failed", rule="chief", exit_code=1,
-      reason="worker:0 exit 3 <boom>")
-    for t in ("worker:1", "ps:0"):
-        e("stop_sent", t, time=T0 + 60.1, signal="SIGTERM")
-    e("task_exited", "worker:1", time=T0 + 61, exit_code=None, signal="SIGTERM", exit="SIGTERM",
-      state="stopped")
-    e("task_exited", "ps:0", time=T0 + 61.5, exit_code=None, signal="SIGTERM", exit="SIGTERM",
-      state="stopped")
-    e("run_ended", time=T0 + 62, result="failed", exit_code=1)
-    log.close()
-    return d
-
-
-# ------------------------------------------------------------------ the page as text
 def test_the_model_sees_attempts_restarts_stalls_and_rates(tmp_path):
     m = build_model(str(make_run(tmp_path)))
     tasks = {v.name: v for v in m["tasks"]}
