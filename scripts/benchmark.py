@@ -73,6 +73,7 @@ BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
     "tiny": dict(peers_steps=150, peers_epoch=50, peers_mwms_steps=60, peers_mwms_epoch=20, peers_reps=1,
+                 peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
                  scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
@@ -80,7 +81,8 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
                  link_mb=4.0, link_placements=["greedy_partitioned"],
                  scale_tasks=[16, 64], scale_reps=1, scale_hold=1.0, scale_sample=0.1, scale_ssh_tasks=4),
-    "quick": dict(peers_steps=600, peers_epoch=100, peers_mwms_steps=240, peers_mwms_epoch=60, peers_reps=2,
+    "quick": dict(peers_steps=600, peers_epoch=100, peers_mwms_steps=480, peers_mwms_epoch=80, peers_reps=2,
+                 peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
                   scale_workers=8, balance_step_time=False, naive=False, run_timeout=300,
@@ -90,7 +92,8 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                   link_placements=["round_robin", "greedy", "greedy_partitioned"],
                   scale_tasks=[64, 256, 512], scale_reps=1, scale_hold=2.0, scale_sample=0.1,
                   scale_ssh_tasks=32),
-    "full": dict(peers_steps=1500, peers_epoch=150, peers_mwms_steps=600, peers_mwms_epoch=100, peers_reps=3,
+    "full": dict(peers_steps=1500, peers_epoch=150, peers_mwms_steps=800, peers_mwms_epoch=100, peers_reps=3,
+                 peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
                  scale_workers=8, balance_step_time=True, naive=True, run_timeout=420,
@@ -112,7 +115,12 @@ GOALS = {
     "ps_balance.greedy": ("<=", 1.05),
     "compute_bound_efficiency.async": (">=", 0.85),
     "compute_bound_efficiency.sync": (">=", 0.85),
+    "peers.runtime_over_pss_loop": (">=", 1.0),
+    "peers.runtime_over_pss_fit": (">=", 1.0),
+    "peers.mwms_launch_over_hand": (">=", 0.98),
 }
+SCALE_GOALS = {"launch_overhead_ratio": ("<=", 1.2), "rss_kb_per_task": ("<=", 512.0),
+               "stop_seconds": ("<=", 2.0)}
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PROGRESS = re.compile(r"^\[(?P<task>[a-z]+:\d+)\]\s+@tfcluster progress (?P<json>\{.*\})\s*$")
@@ -823,7 +831,31 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         else round(get(out, "transfer.ps_bytes_per_s") / 1e6, 1))
     add("transfer.loopback_bytes_per_s (MB/s)", None if get(out, "transfer.loopback_bytes_per_s") is None
         else round(get(out, "transfer.loopback_bytes_per_s") / 1e6, 1))
+    for n in ("runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"):
+        add(f"peers.examples_per_s.{n}", get(out, f"peers.examples_per_s.{n}"))
+        add(f"peers.first_step_seconds.{n}", get(out, f"peers.first_step_seconds.{n}"), unit="s")
     sc = out.get("scale") or {}
+    loc = sc.get("local") or {}
+    for n in sorted((k for k in loc if k.isdigit()), key=int):
+        for key, (op, target) in SCALE_GOALS.items():
+            v = get(loc, f"{n}.{key}")
+            add(f"scale.local.{n}.{key}", v, f"{op} {target:g}",
+                None if v is None else (v <= target if op == "<=" else v >= target),
+                unit="KB" if key.startswith("rss") else ("s" if key.endswith("seconds") else ""))
+        add(f"scale.local.{n}.start_seconds (tfcluster / script)",
+            None if get(loc, f"{n}.start_seconds.tfcluster") is None else
+            f"{get(loc, f'{n}.start_seconds.tfcluster'):.3g} / {get(loc, f'{n}.start_seconds.script'):.3g}",
+            unit="s")
+        for key in ("cpu_ms_per_task", "threads_per_task", "open_files_per_task"):
+            add(f"scale.local.{n}.{key}", get(loc, f"{n}.{key}"))
+    ssh = sc.get("ssh") or {}
+    if ssh.get("skipped"):
+        add("scale.ssh", "skipped: " + ssh["skipped"])
+    elif ssh:
+        for key in ("start_seconds", "stop_seconds", "wall_seconds", "cpu_ms_per_task",
+                    "rss_kb_per_task_gross", "threads", "open_files"):
+            add(f"scale.ssh.{key} ({ssh.get('tasks')} tasks, 3 hosts)", ssh.get(key),
+                unit="s" if key.endswith("seconds") else "")
     add(f"scale.completed (1 ps + {sc.get('workers')} workers)", sc.get("completed"), "completes",
         sc.get("completed"))
     add("scale.launcher_rss_mb", sc.get("launcher_rss_mb"), unit="MB")
@@ -986,9 +1018,12 @@ def bench_peers(cfg, tmp, out, notes) -> None:
                                        {"success": "all-workers"}), 1, 2 * PEERS_BATCH),
         "mwms_hand": (hand, 1, 2 * PEERS_BATCH),
     }
-    names = list(variants)
-    ex: Dict[str, List[Optional[float]]] = {n: [] for n in names}
-    first: Dict[str, List[Optional[float]]] = {n: [] for n in names}
+    unknown = set(cfg["peers_variants"]) - set(variants)
+    if unknown:
+        raise ValueError(f"peers_variants: unknown {sorted(unknown)} (one of {', '.join(variants)})")
+    names = [n for n in variants if n in cfg["peers_variants"]]
+    ex: Dict[str, List[Optional[float]]] = {n: [] for n in variants}
+    first: Dict[str, List[Optional[float]]] = {n: [] for n in variants}
     for i in range(cfg["peers_reps"]):
         for n in (names if i % 2 == 0 else names[::-1]):
             log(f"  rep {i + 1}/{cfg['peers_reps']}: {n}")
@@ -1008,6 +1043,7 @@ def bench_peers(cfg, tmp, out, notes) -> None:
         "clusters": {"runtime": "1 ps + 2 workers", "pss": "chief (coordinator) + 1 ps + 2 workers",
                      "mwms": "2 workers"},
         "pairwise_ratios": {k: [rnd(x) for x in v] for k, v in pr.items()},
+        "variants": names,
         "examples_per_s": {n: rnd(median(v), 1) for n, v in ex.items()},
         "runs_examples_per_s": {n: [rnd(x, 1) for x in v] for n, v in ex.items()},
         "first_step_seconds": {n: rnd(median(v), 3) for n, v in first.items()},

@@ -179,30 +179,30 @@ def pss_loop(total, epoch_steps):
     print("peers: loss %.4f" % float(loss_metric.result()), flush=True)
 
 
-class _Progress:
-    """Keras callback: the first step (its result fetched: it has finished; MWMS only) and
-    progress per epoch."""
+def progress_callback(tf, total, epoch_steps, worker_index=0, first=False):
+    """Keras callback: progress per epoch (worker 0 only); with ``first``, also the first step
+    (its result fetched: it has finished). PSS rejects any callback with batch-level methods."""
 
-    def __new__(cls, tf, total, epoch_steps, worker_index=0):
-        class P(tf.keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.first = True
+    class EpochProgress(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if worker_index == 0:
+                progress(min((epoch + 1) * epoch_steps, total), total)
 
-            def on_train_batch_end(self, batch, logs=None):  # MWMS (PSS has no batch callbacks)
-                if self.first and worker_index == 0:
-                    self.first = False
-                    for v in (logs or {}).values():
-                        if hasattr(v, "numpy"):
-                            v.numpy()
-                        break
-                    first_step()
+    class FirstStepAndEpochProgress(EpochProgress):
+        def __init__(self):
+            super().__init__()
+            self.first = True
 
-            def on_epoch_end(self, epoch, logs=None):
-                if worker_index == 0:
-                    progress(min((epoch + 1) * epoch_steps, total), total)
+        def on_train_batch_end(self, batch, logs=None):
+            if self.first and worker_index == 0:
+                self.first = False
+                for v in (logs or {}).values():
+                    if hasattr(v, "numpy"):
+                        v.numpy()
+                    break
+                first_step()
 
-        return P()
+    return FirstStepAndEpochProgress() if first else EpochProgress()
 
 
 def pss_fit(total, epoch_steps):
@@ -219,7 +219,7 @@ def pss_fit(total, epoch_steps):
     model.fit(creator, epochs=1, steps_per_epoch=1, verbose=0)
     first_step()
     model.fit(creator, epochs=max(1, total // epoch_steps), steps_per_epoch=epoch_steps, verbose=0,
-              callbacks=[_Progress(tf, total, epoch_steps)])
+              callbacks=[progress_callback(tf, total, epoch_steps)])
 
 
 def mwms(total, epoch_steps):
@@ -237,7 +237,7 @@ def mwms(total, epoch_steps):
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(ROWS, seed=SEED)
     ds = ds.repeat().batch(BATCH * workers, drop_remainder=True)  # global batch: BATCH per worker
     model.fit(ds, epochs=max(1, total // epoch_steps), steps_per_epoch=epoch_steps, verbose=0,
-              callbacks=[_Progress(tf, total, epoch_steps, index)])
+              callbacks=[progress_callback(tf, total, epoch_steps, index, first=True)])
 
 
 def main():
