@@ -38,6 +38,20 @@ And of issue 15:
    (bytes each way per global step / (ps hosts x rate)) for round robin, greedy and greedy +
    partitioning over 1, 2, 4 ps, async and sync; ``links.scaling``: speed-up from 1 ps host.
 
+And of issue 24:
+
+11. ``peers`` (``--only peers``): one model, data and batch (bench_programs/peers.py) trained by
+   tfcluster's runtime (1 ps + 2 workers, between-graph, async) and by TF2
+   ParameterServerStrategy + ClusterCoordinator (custom loop; tf_keras fit) on the same cluster
+   plus a coordinator: ``peers.runtime_over_pss_loop`` / ``.runtime_over_pss_fit`` (examples/s);
+   the same MWMS program under ``tfcluster launch`` / started by a shell script:
+   ``peers.mwms_launch_over_hand``; ``peers.first_step_seconds`` for each.
+12. ``scale.local.<n>`` (``--only scale``; scripts/scale_local.py): ``tfcluster launch`` with n
+   trivial tasks (no TensorFlow) vs a setsid shell script: ``launch_overhead_ratio``,
+   ``rss_kb_per_task``, ``stop_seconds``, start to all running, the launcher's CPU, threads and
+   open files; ``scale.ssh`` (scripts/scale_ssh.py): 3 ssh hosts in network namespaces.
+   ``--only scalefix`` (an experiment): the task start as it is and with proposed changes.
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.
