@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -376,6 +377,8 @@ def bench_start_patches(cfg: Dict[str, Any], tmp: str, popen, done, py: str,
     n = max(cfg["scale_tasks"])
     hold = cfg["scale_hold"]
     patches = ["none", "cached_prctl", "no_preexec"]
+    if shutil.which("setpriv"):
+        patches.append("setpriv")
     got: Dict[str, List[Dict[str, Any]]] = {k: [] for k in patches}
     log(f"  experiment: starting {n} tasks with the launcher as it is and patched ({', '.join(patches[1:])})")
     for i in range(max(2, cfg["scale_reps"])):

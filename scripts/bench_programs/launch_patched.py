@@ -15,6 +15,9 @@ PATCH:
 * ``no_preexec``: no ``preexec_fn`` at all, so CPython forks with ``vfork`` (no copy of the
   launcher's page tables, no Python code in the child); the parent-death signal is then
   missing and only the reaper stops tasks of a launcher that died.
+* ``setpriv``: no ``preexec_fn`` (``vfork``), and the task's argv behind
+  ``setpriv --pdeathsig KILL --`` (util-linux): the death signal is set by that small C program,
+  which then execs the task (same pid; the signal survives ``exec``).
 """
 import ctypes
 import os
@@ -45,6 +48,19 @@ elif PATCH == "no_preexec":
             if kw.get("preexec_fn") is local.child_setup:
                 kw["preexec_fn"] = None
             super().__init__(*a, **kw)
+
+    local.subprocess = type(sys)("subprocess_patched")
+    local.subprocess.__dict__.update(subprocess.__dict__)
+    local.subprocess.Popen = Popen
+elif PATCH == "setpriv":
+    _Popen = subprocess.Popen
+
+    class Popen(_Popen):
+        def __init__(self, args, *a, **kw):
+            if kw.get("preexec_fn") is local.child_setup:
+                kw["preexec_fn"] = None
+                args = ["setpriv", "--pdeathsig", "KILL", "--", *args]
+            super().__init__(args, *a, **kw)
 
     local.subprocess = type(sys)("subprocess_patched")
     local.subprocess.__dict__.update(subprocess.__dict__)
