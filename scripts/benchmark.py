@@ -1061,6 +1061,10 @@ def bench_peers(cfg, tmp, out, notes) -> None:
         "examples_per_s": {n: rnd(median(v), 1) for n, v in ex.items()},
         "runs_examples_per_s": {n: [rnd(x, 1) for x in v] for n, v in ex.items()},
         "first_step_seconds": {n: rnd(median(v), 3) for n, v in first.items()},
+        "first_step_ratios": {  # medians of pairwise first-step time ratios
+            "runtime_over_pss_loop": rnd(median(ratios(first["runtime"], first["pss_loop"]))),
+            "runtime_over_pss_fit": rnd(median(ratios(first["runtime"], first["pss_fit"]))),
+            "mwms_launch_over_hand": rnd(median(ratios(first["mwms_tfcluster"], first["mwms_hand"])))},
         "runs_first_step_seconds": {n: [rnd(x, 3) for x in v] for n, v in first.items()},
     })
     out["peers"] = peers

@@ -24,7 +24,7 @@ def positive(x) -> bool:
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--tiny", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "launch_overhead_ratio" in proc.stdout  # the printed table
     with open(out) as f:
