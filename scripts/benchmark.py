@@ -1095,7 +1095,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--only", metavar="NAMES",
                     help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES)
-                    + " (fastclose is an experiment, run only when named)")
+                    + " (fastclose and scalefix are experiments, run only when named)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting of the mode, e.g. --set reps=3 (see SETTINGS)")
