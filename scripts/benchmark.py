@@ -38,6 +38,20 @@ And of issue 15:
    (bytes each way per global step / (ps hosts x rate)) for round robin, greedy and greedy +
    partitioning over 1, 2, 4 ps, async and sync; ``links.scaling``: speed-up from 1 ps host.
 
+And of issue 24:
+
+11. ``peers`` (``--only peers``): one model, data and batch (bench_programs/peers.py) trained by
+   tfcluster's runtime (1 ps + 2 workers, between-graph, async) and by TF2
+   ParameterServerStrategy + ClusterCoordinator (custom loop; tf_keras fit) on the same cluster
+   plus a coordinator: ``peers.runtime_over_pss_loop`` / ``.runtime_over_pss_fit`` (examples/s);
+   the same MWMS program under ``tfcluster launch`` / started by a shell script:
+   ``peers.mwms_launch_over_hand``; ``peers.first_step_seconds`` for each.
+12. ``scale.local.<n>`` (``--only scale``; scripts/scale_local.py): ``tfcluster launch`` with n
+   trivial tasks (no TensorFlow) vs a setsid shell script: ``launch_overhead_ratio``,
+   ``rss_kb_per_task``, ``stop_seconds``, start to all running, the launcher's CPU, threads and
+   open files; ``scale.ssh`` (scripts/scale_ssh.py): 3 ssh hosts in network namespaces.
+   ``--only scalefix`` (an experiment): the task start as it is and with proposed changes.
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.
@@ -72,26 +86,37 @@ BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
-    "tiny": dict(reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
+    "tiny": dict(peers_steps=150, peers_epoch=50, peers_mwms_steps=60, peers_mwms_epoch=20, peers_reps=1,
+                 peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
+                 reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
                  scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
                  cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40,
                  link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
-                 link_mb=4.0, link_placements=["greedy_partitioned"]),
-    "quick": dict(reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
+                 link_mb=4.0, link_placements=["greedy_partitioned"],
+                 scale_tasks=[16, 64], scale_reps=1, scale_hold=1.0, scale_sample=0.1, scale_ssh_tasks=4),
+    "quick": dict(peers_steps=600, peers_epoch=100, peers_mwms_steps=480, peers_mwms_epoch=80, peers_reps=2,
+                 peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
+                 reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
                   scale_workers=8, balance_step_time=False, naive=False, run_timeout=300,
                   cb_reps=2, cb_async_steps=200, cb_sync_steps=100, cb_single_steps=80,
                   link_rates=[1e9], link_ps=[1, 2, 4], link_modes=["async"], link_reps=1,
                   link_secs=1.5, link_mb=8.0,
-                  link_placements=["round_robin", "greedy", "greedy_partitioned"]),
-    "full": dict(reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
+                  link_placements=["round_robin", "greedy", "greedy_partitioned"],
+                  scale_tasks=[64, 256, 512], scale_reps=1, scale_hold=2.0, scale_sample=0.1,
+                  scale_ssh_tasks=32),
+    "full": dict(peers_steps=1500, peers_epoch=150, peers_mwms_steps=800, peers_mwms_epoch=100, peers_reps=3,
+                 peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
+                 reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
                  scale_workers=8, balance_step_time=True, naive=True, run_timeout=420,
                  cb_reps=4, cb_async_steps=600, cb_sync_steps=300, cb_single_steps=200,
                  link_rates=[1e9, 1e10], link_ps=[1, 2, 4], link_modes=["async", "sync"], link_reps=2,
                  link_secs=2.5, link_mb=8.0,
-                 link_placements=["round_robin", "greedy", "greedy_partitioned"]),
+                 link_placements=["round_robin", "greedy", "greedy_partitioned"],
+                 scale_tasks=[64, 256, 512], scale_reps=3, scale_hold=3.0, scale_sample=0.1,
+                 scale_ssh_tasks=32),
 }
 
 GOALS = {
@@ -104,7 +129,12 @@ GOALS = {
     "ps_balance.greedy": ("<=", 1.05),
     "compute_bound_efficiency.async": (">=", 0.85),
     "compute_bound_efficiency.sync": (">=", 0.85),
+    "peers.runtime_over_pss_loop": (">=", 1.0),
+    "peers.runtime_over_pss_fit": (">=", 1.0),
+    "peers.mwms_launch_over_hand": (">=", 0.98),
 }
+SCALE_GOALS = {"launch_overhead_ratio": ("<=", 1.2), "rss_kb_per_task": ("<=", 512.0),
+               "stop_seconds": ("<=", 2.0)}
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PROGRESS = re.compile(r"^\[(?P<task>[a-z]+:\d+)\]\s+@tfcluster progress (?P<json>\{.*\})\s*$")
@@ -658,6 +688,34 @@ def rss_sampler(pid: int) -> Dict[str, Any]:
 
 
 def bench_scale(cfg, tmp, out, notes) -> None:
+    import scale_local
+
+    log(f"scale: the launcher supervising {', '.join(map(str, cfg['scale_tasks']))} trivial tasks "
+        "(no TensorFlow) vs a setsid shell script")
+    sc: Dict[str, Any] = {"local": scale_local.bench_scale_local(
+        cfg, tmp, PROCS.popen, PROCS.done, tfcluster_argv(), log)}
+    for n in cfg["scale_tasks"]:
+        loc = sc["local"][str(n)]
+        if loc["failed_runs"]:
+            notes.append(f"scale.local.{n}: {loc['failed_runs']} run(s) failed: {loc['errors'][0]}")
+    out["scale"] = sc
+    bench_scale_ssh(cfg, tmp, out, notes)
+    bench_scale_tf(cfg, tmp, out, notes)
+
+
+def bench_scale_ssh(cfg, tmp, out, notes) -> None:
+    import scale_ssh
+
+    log(f"scale: 3 ssh hosts (network namespaces) with {cfg['scale_ssh_tasks']} trivial tasks each")
+    ssh = out["scale"]["ssh"] = scale_ssh.bench_scale_ssh(cfg, tmp, PROCS.popen, PROCS.done,
+                                                          tfcluster_argv(), log)
+    if ssh.get("skipped"):
+        notes.append(f"scale.ssh: skipped: {ssh['skipped']}")
+    elif ssh.get("failed_runs"):
+        notes.append(f"scale.ssh: {ssh['failed_runs']} run(s) failed: {ssh['errors'][0]}")
+
+
+def bench_scale_tf(cfg, tmp, out, notes) -> None:
     n = cfg["scale_workers"]
     log(f"scale: 1 ps + {n} workers under tfcluster launch; render and validate 1,000 tasks")
     r = launch("scale", tmp, 1, n, [PY, os.path.join(PROGRAMS, "short_task.py"), "--steps=20"],
@@ -668,15 +726,15 @@ def bench_scale(cfg, tmp, out, notes) -> None:
         for pid, rss in s["tasks"].items():
             peaks[pid] = max(peaks.get(pid, 0), rss)
     mb = 2.0**20
-    sc: Dict[str, Any] = {
+    sc: Dict[str, Any] = out["scale"]
+    sc.update({
         "ps": 1, "workers": n, "completed": bool(r.ok), "seconds": rnd(r.wall, 2),
         "launcher_rss_mb": rnd(launcher / mb, 1) if launcher else None,
         "task_rss_mb": {"median": rnd(median(list(peaks.values())) / mb, 1) if peaks else None,
                         "max": rnd(max(peaks.values()) / mb, 1) if peaks else None,
                         "tasks_seen": len(peaks)},
-    }
+    })
     sc.update(render_and_validate(tmp, notes))
-    out["scale"] = sc
 
 
 def render_and_validate(tmp: str, notes: List[str], tasks: int = 1000) -> Dict[str, Any]:
@@ -787,7 +845,31 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         else round(get(out, "transfer.ps_bytes_per_s") / 1e6, 1))
     add("transfer.loopback_bytes_per_s (MB/s)", None if get(out, "transfer.loopback_bytes_per_s") is None
         else round(get(out, "transfer.loopback_bytes_per_s") / 1e6, 1))
+    for n in ("runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"):
+        add(f"peers.examples_per_s.{n}", get(out, f"peers.examples_per_s.{n}"))
+        add(f"peers.first_step_seconds.{n}", get(out, f"peers.first_step_seconds.{n}"), unit="s")
     sc = out.get("scale") or {}
+    loc = sc.get("local") or {}
+    for n in sorted((k for k in loc if k.isdigit()), key=int):
+        for key, (op, target) in SCALE_GOALS.items():
+            v = get(loc, f"{n}.{key}")
+            add(f"scale.local.{n}.{key}", v, f"{op} {target:g}",
+                None if v is None else (v <= target if op == "<=" else v >= target),
+                unit="KB" if key.startswith("rss") else ("s" if key.endswith("seconds") else ""))
+        add(f"scale.local.{n}.start_seconds (tfcluster / script)",
+            None if get(loc, f"{n}.start_seconds.tfcluster") is None else
+            f"{get(loc, f'{n}.start_seconds.tfcluster'):.3g} / {get(loc, f'{n}.start_seconds.script'):.3g}",
+            unit="s")
+        for key in ("cpu_ms_per_task", "threads_per_task", "open_files_per_task"):
+            add(f"scale.local.{n}.{key}", get(loc, f"{n}.{key}"))
+    ssh = sc.get("ssh") or {}
+    if ssh.get("skipped"):
+        add("scale.ssh", "skipped: " + ssh["skipped"])
+    elif ssh:
+        for key in ("start_seconds", "stop_seconds", "wall_seconds", "cpu_ms_per_task",
+                    "rss_kb_per_task_gross", "threads", "open_files"):
+            add(f"scale.ssh.{key} ({ssh.get('tasks')} tasks, 3 hosts)", ssh.get(key),
+                unit="s" if key.endswith("seconds") else "")
     add(f"scale.completed (1 ps + {sc.get('workers')} workers)", sc.get("completed"), "completes",
         sc.get("completed"))
     add("scale.launcher_rss_mb", sc.get("launcher_rss_mb"), unit="MB")
@@ -862,11 +944,146 @@ def bench_fastclose(cfg, tmp, out, notes) -> None:
                                     for k, v in res.items()}
 
 
+PEERS_BATCH = 128  # bench_programs/peers.py's BATCH (per worker and step)
+
+
+def peers_cluster(tmp: str, tag: str, jobs: Dict[str, int], command: Sequence[str],
+                  extra: Dict[str, Any]) -> Tuple[str, Dict[str, List[str]]]:
+    ports = iter(free_ports(sum(jobs.values())))
+    cluster = {j: [f"localhost:{next(ports)}" for _ in range(n)] for j, n in jobs.items()}
+    path = os.path.join(tmp, f"{tag}.yaml")
+    with open(path, "w") as f:
+        json.dump({"cluster": cluster, "program": {"command": list(command)},
+                   "logdir": os.path.join(tmp, "runs"), **extra}, f)
+    return path, cluster
+
+
+def mwms_script(cluster: Dict[str, List[str]], prog: Sequence[str]) -> str:
+    """MWMS by hand: every worker in the background (its own session, as tfcluster starts it)
+    with its TF_CONFIG; wait for all."""
+    lines = ["#!/bin/bash", "set -u"]
+    for i in range(len(cluster["worker"])):
+        tfc = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+        lines.append(f"TF_CONFIG={shlex.quote(tfc)} setsid {' '.join(shlex.quote(a) for a in prog)} &")
+        lines.append(f"W{i}=$!")
+    lines.append("RC=0; for p in " + " ".join(f"$W{i}" for i in range(len(cluster["worker"])))
+                 + "; do wait $p || RC=1; done; exit $RC")
+    return "\n".join(lines) + "\n"
+
+
+PEERS_FIRST = re.compile(r"^(?:\[(?P<task>[a-z]+:\d+)\]\s+)?@peers first_step\s*$")
+
+
+def peers_first_step(r: Result, reporters: int) -> Optional[float]:
+    """Start to the ``@peers first_step`` line of the last task to print one."""
+    seen: Dict[str, float] = {}
+    for t, line in r.lines:
+        m = PEERS_FIRST.match(line)
+        if m:
+            seen.setdefault(m.group("task") or "single:0", t)
+    return max(seen.values()) - r.start if len(seen) >= reporters else None
+
+
+def bench_peers(cfg, tmp, out, notes) -> None:
+    """The alternatives a TensorFlow user would pick, on the same model, data, batch and cluster
+    (bench_programs/peers.py): tfcluster's runtime (between-graph, async) vs TF2
+    ParameterServerStrategy + ClusterCoordinator (custom loop; Keras fit), and MWMS under
+    tfcluster vs the same MWMS program started by a shell script."""
+    log("peers: tfcluster runtime vs TF2 PSS (custom loop, fit) and MWMS launched by tfcluster vs by hand")
+    prog = os.path.join(PROGRAMS, "peers.py")
+    steps, epoch = cfg["peers_steps"], cfg["peers_epoch"]
+    msteps, mepoch = cfg["peers_mwms_steps"], cfg["peers_mwms_epoch"]
+    env = {"TF_USE_LEGACY_KERAS": "1"}
+    serve = {"command": ["python", "-m", "tfcluster.runtime.serve"], "args": [],
+             "env": {"GRPC_FAIL_FAST": "use_caller"}}
+    pss_jobs = {"chief": 1, "ps": 1, "worker": 2}
+    pss_extra = {"jobs": {"ps": serve, "worker": serve}, "success": "chief", "grace": 1}
+    counter = [0]
+
+    def tfl(name, jobs, args, extra):
+        for attempt in range(2):
+            counter[0] += 1
+            path, _ = peers_cluster(tmp, f"peers-{name}-{counter[0]}", jobs, [PY, prog, *args], extra)
+            argv = tfcluster_argv() + ["launch", path, "--no-live", "--echo-progress"]
+            r = run(f"peers-{name}", argv, cfg["run_timeout"], env=env)
+            if r.rc != 2 or "in use" not in r.tail(40):
+                return r
+        return r
+
+    def hand():
+        counter[0] += 1
+        _, cluster = peers_cluster(tmp, f"peers-mwms-hand-{counter[0]}", {"worker": 2}, [], {})
+        script = os.path.join(tmp, f"peers-mwms-hand-{counter[0]}.sh")
+        with open(script, "w") as f:
+            f.write(mwms_script(cluster, [PY, prog, "--variant=mwms", f"--steps={msteps}",
+                                          f"--epoch_steps={mepoch}"]))
+        return run("peers-mwms-hand", ["bash", script], cfg["run_timeout"], env=env)
+
+    variants: Dict[str, Tuple[Callable[[], Result], int, int]] = {
+        # name: (run, tasks reporting progress, examples per reported step)
+        "runtime": (lambda: tfl("runtime", {"ps": 1, "worker": 2}, ["--variant=runtime", f"--steps={steps}"],
+                                {"grace": 1}), 2, PEERS_BATCH),
+        "pss_loop": (lambda: tfl("pss-loop", pss_jobs, ["--variant=pss_loop", f"--steps={steps}",
+                                                        f"--epoch_steps={epoch}"], pss_extra), 1, PEERS_BATCH),
+        "pss_fit": (lambda: tfl("pss-fit", pss_jobs, ["--variant=pss_fit", f"--steps={steps}",
+                                                      f"--epoch_steps={epoch}"], pss_extra), 1, PEERS_BATCH),
+        "mwms_tfcluster": (lambda: tfl("mwms", {"worker": 2}, ["--variant=mwms", f"--steps={msteps}",
+                                                               f"--epoch_steps={mepoch}"],
+                                       {"success": "all-workers"}), 1, 2 * PEERS_BATCH),
+        "mwms_hand": (hand, 1, 2 * PEERS_BATCH),
+    }
+    unknown = set(cfg["peers_variants"]) - set(variants)
+    if unknown:
+        raise ValueError(f"peers_variants: unknown {sorted(unknown)} (one of {', '.join(variants)})")
+    names = [n for n in variants if n in cfg["peers_variants"]]
+    ex: Dict[str, List[Optional[float]]] = {n: [] for n in variants}
+    first: Dict[str, List[Optional[float]]] = {n: [] for n in variants}
+    for i in range(cfg["peers_reps"]):
+        for n in (names if i % 2 == 0 else names[::-1]):
+            log(f"  rep {i + 1}/{cfg['peers_reps']}: {n}")
+            fn, reporters, per_step = variants[n]
+            r = fn()
+            sps = steps_per_second(r, reporters) if r.ok else None
+            ex[n].append(None if sps is None else sps * per_step)
+            first[n].append(peers_first_step(r, reporters) if r.ok else None)
+            if not r.ok:
+                notes.append(f"peers.{n}: a run failed (exit {r.rc}): {r.tail(3)[-300:]}")
+    pr = {"runtime_over_pss_loop": ratios(ex["runtime"], ex["pss_loop"]),
+          "runtime_over_pss_fit": ratios(ex["runtime"], ex["pss_fit"]),
+          "mwms_launch_over_hand": ratios(ex["mwms_tfcluster"], ex["mwms_hand"])}
+    peers: Dict[str, Any] = {k: rnd(median(v)) for k, v in pr.items()}
+    peers.update({
+        "model": "MLP 256 -> 512 -> 512 -> 10 (399k parameters), SGD 0.01, batch 128 per worker and step",
+        "clusters": {"runtime": "1 ps + 2 workers", "pss": "chief (coordinator) + 1 ps + 2 workers",
+                     "mwms": "2 workers"},
+        "pairwise_ratios": {k: [rnd(x) for x in v] for k, v in pr.items()},
+        "variants": names,
+        "examples_per_s": {n: rnd(median(v), 1) for n, v in ex.items()},
+        "runs_examples_per_s": {n: [rnd(x, 1) for x in v] for n, v in ex.items()},
+        "first_step_seconds": {n: rnd(median(v), 3) for n, v in first.items()},
+        "first_step_ratios": {  # medians of pairwise first-step time ratios
+            "runtime_over_pss_loop": rnd(median(ratios(first["runtime"], first["pss_loop"]))),
+            "runtime_over_pss_fit": rnd(median(ratios(first["runtime"], first["pss_fit"]))),
+            "mwms_launch_over_hand": rnd(median(ratios(first["mwms_tfcluster"], first["mwms_hand"])))},
+        "runs_first_step_seconds": {n: [rnd(x, 3) for x in v] for n, v in first.items()},
+    })
+    out["peers"] = peers
+
+
+def bench_scalefix(cfg, tmp, out, notes) -> None:
+    """Experiment (only with --only scalefix): the launcher's start of many trivial tasks as it
+    is and with proposed changes to the local backend's task start (monkeypatched)."""
+    import scale_local
+
+    out["experiment_start_patches"] = scale_local.bench_start_patches(
+        cfg, tmp, PROCS.popen, PROCS.done, PY, log)
+
+
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
            ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
-           ("fastclose", bench_fastclose))
-EXPERIMENTS = {"fastclose"}  # run only when named in --only
+           ("peers", bench_peers), ("fastclose", bench_fastclose), ("scalefix", bench_scalefix))
+EXPERIMENTS = {"fastclose", "scalefix"}  # run only when named in --only
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -878,7 +1095,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--only", metavar="NAMES",
                     help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES)
-                    + " (fastclose is an experiment, run only when named)")
+                    + " (fastclose and scalefix are experiments, run only when named)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting of the mode, e.g. --set reps=3 (see SETTINGS)")

@@ -1,5 +1,6 @@
-"""scripts/benchmark.py --quick on the tiny setting: every figure of issues 7 and 15 is in the
-JSON with a sane value. No timing assertions (timings belong in the benchmark's own table).
+"""scripts/benchmark.py --quick on the tiny setting: every figure of issues 7, 15 and 24 is in
+the JSON with a sane value. No timing assertions (timings belong in the benchmark's own table).
+The launcher-at-scale part (issue 24, no TensorFlow) is also run in-process on a few tasks.
 The simulated-link figures need root, ``ip`` and ``tc``; without them the benchmark says why in
 one line and their test is skipped."""
 from __future__ import annotations
@@ -24,13 +25,14 @@ def positive(x) -> bool:
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--tiny", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "launch_overhead_ratio" in proc.stdout  # the printed table
     with open(out) as f:
         return json.load(f)
 
 
+@pytest.mark.tf
 def test_headline_figures_are_positive_numbers(results):
     for key in ("launch_overhead_ratio", "first_step_ratio", "transfer_fraction_of_loopback"):
         assert positive(results[key]), (key, results[key], results["notes"])
@@ -39,6 +41,7 @@ def test_headline_figures_are_positive_numbers(results):
         assert positive(results["throughput_ratio_vs_seed"][mode]), results["throughput_ratio_vs_seed"]
 
 
+@pytest.mark.tf
 def test_throughput_details(results):
     thr = results["throughput"]
     for name in ("trainer_async", "trainer_sync", "seed_async", "seed_sync", "single"):
@@ -51,6 +54,7 @@ def test_throughput_details(results):
     assert "naive_mts" in fs
 
 
+@pytest.mark.tf
 def test_ps_balance(results):
     pb = results["ps_balance"]
     for strategy in ("round_robin", "greedy"):
@@ -59,6 +63,7 @@ def test_ps_balance(results):
     assert "step_seconds" in pb  # null outside the full run
 
 
+@pytest.mark.tf
 def test_scale(results):
     sc = results["scale"]
     assert sc["completed"] is True
@@ -72,6 +77,7 @@ def test_scale(results):
             assert any(key in n for n in results["notes"])
 
 
+@pytest.mark.tf
 def test_compute_bound(results):
     eff = results["compute_bound_efficiency"]
     for mode in ("async", "sync"):
@@ -84,6 +90,7 @@ def test_compute_bound(results):
     assert abs(eff["async"] - cb["async_examples_per_s"] / cb["single_examples_per_s"]) < 0.01
 
 
+@pytest.mark.tf
 def test_first_step_floor(results):
     fl = results["first_step_floor"]
     assert fl["tasks"] == 3 and fl["cores"] == results["meta"]["machine"]["nproc"]
@@ -95,6 +102,7 @@ def test_first_step_floor(results):
     assert positive(fl["ratio_over_floor"])
 
 
+@pytest.mark.tf
 def test_simulated_links(results):
     links = results["links"]
     if links.get("skipped"):
@@ -114,6 +122,7 @@ def test_simulated_links(results):
     assert positive(links["scaling"]["1gbit.async"]["2"])
 
 
+@pytest.mark.tf
 def test_no_namespace_left_behind(results):
     import subprocess
 
@@ -126,6 +135,7 @@ def test_no_namespace_left_behind(results):
     assert not present & set(made), listed
 
 
+@pytest.mark.tf
 def test_goals_table_and_meta(results):
     figures = {row["figure"] for row in results["goals"]}
     for key in ("launch_overhead_ratio", "first_step_ratio", "shutdown_seconds.async",
@@ -138,3 +148,79 @@ def test_goals_table_and_meta(results):
     meta = results["meta"]
     assert meta["mode"] == "tiny" and positive(meta["machine"]["nproc"])
     assert meta["machine"]["tensorflow"]
+
+
+@pytest.mark.tf
+def test_peers(results):
+    """tfcluster's runtime vs TF2 PSS (custom loop, fit); MWMS under tfcluster vs by hand."""
+    pe = results["peers"]
+    for key in ("runtime_over_pss_loop", "runtime_over_pss_fit", "mwms_launch_over_hand"):
+        assert positive(pe[key]), (key, pe, results["notes"])
+    for n in ("runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"):
+        assert positive(pe["examples_per_s"][n]), (n, pe)
+        assert positive(pe["first_step_seconds"][n]), (n, pe)
+    ex = pe["examples_per_s"]
+    assert abs(pe["runtime_over_pss_loop"] - ex["runtime"] / ex["pss_loop"]) < 0.01 * pe["runtime_over_pss_loop"]
+    figures = {row["figure"] for row in results["goals"]}
+    assert {"peers.runtime_over_pss_loop", "peers.runtime_over_pss_fit",
+            "peers.mwms_launch_over_hand"} <= figures
+
+
+@pytest.mark.tf
+def test_scale_local_and_ssh_in_full_run(results):
+    loc = results["scale"]["local"]
+    for n in results["meta"]["settings"]["scale_tasks"]:
+        for key in ("launch_overhead_ratio", "rss_kb_per_task", "stop_seconds"):
+            assert positive(loc[str(n)][key]), (n, key, loc[str(n)])
+    ssh = results["scale"]["ssh"]
+    if ssh.get("skipped"):
+        assert any(n.startswith("scale.ssh: skipped") for n in results["notes"])
+        pytest.skip(f"scale.ssh: {ssh['skipped']}")
+    assert ssh["failed_runs"] == 0, ssh["errors"]
+    for key in ("start_seconds", "stop_seconds", "launcher_cpu_seconds", "rss_kb_per_task_gross"):
+        assert positive(ssh[key]), (key, ssh)
+    assert ssh["namespaces_left"] == [] and len(ssh["namespaces"]) == 4   # a hub and 3 hosts
+
+
+def test_scale_local_figures(tmp_path):
+    """The launcher supervising a few trivial tasks (no TensorFlow) against the setsid script:
+    every figure present; each task really ran (its mark file) and is gone afterwards."""
+    import signal
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import scale_local
+    finally:
+        sys.path.remove(os.path.join(ROOT, "scripts"))
+
+    def popen(argv, **kw):
+        return subprocess.Popen(argv, start_new_session=True, **kw)
+
+    def done(p):   # the leader has exited: what is left of its group goes too
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    res = scale_local.bench_scale_local({"scale_tasks": [3, 6], "scale_reps": 1, "scale_hold": 0.5,
+                                         "scale_sample": 0.05}, str(tmp_path), popen, done,
+                                        [sys.executable, "-m", "tfcluster"], lambda msg: None)
+    assert res["one_task"]["hwm_kb"] > 0
+    for n in (3, 6):
+        r = res[str(n)]
+        assert r["failed_runs"] == 0, r["errors"]
+        for key in ("launch_overhead_ratio", "stop_seconds", "stop_seconds_script",
+                    "launcher_cpu_seconds", "launcher_peak_rss_kb", "threads", "open_files"):
+            assert positive(r[key]), (n, key, r)
+        assert r["rss_kb_per_task"] is not None and r["rss_kb_per_task_gross"] > 0
+        for who in ("tfcluster", "script"):
+            assert positive(r["start_seconds"][who]) and positive(r["wall_seconds"][who]), r
+            assert r["wall_seconds"][who] >= 0.5   # every task slept its hold
+        # the launcher's figures are per run; its per-task figure is what it adds per task
+        assert abs(r["rss_kb_per_task_gross"] - r["launcher_peak_rss_kb"] / n) < 1
+    marks = tmp_path / "marks"
+    runs = sorted(p.name for p in marks.iterdir())
+    assert len(runs) == 1 + 2 * 4   # one one-task launch, then per N: run + stop, both variants
+    for run in runs:
+        n = int(run.split("-")[1])
+        assert len(list((marks / run).iterdir())) == n, run
