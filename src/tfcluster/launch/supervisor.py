@@ -367,9 +367,13 @@ class Supervisor:
         if not fds:
             time.sleep(seconds)
             return
+        # poll, not select: select cannot wait on descriptors >= 1024 (~340 tasks)
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
         try:
-            select.select(fds, [], [], seconds)
-        except (OSError, ValueError):
+            poller.poll(seconds * 1000.0)
+        except OSError:
             time.sleep(seconds)
 
     def _tick(self) -> None:
