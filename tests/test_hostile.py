@@ -126,3 +126,17 @@ def test_mixing_127_1_with_localhost_is_not_called_another_machine():
     # and the same port under two spellings is one port
     found = problems('cluster: {ps: ["2130706433:2222"], worker: ["localhost:2222"]}\n')
     assert "already used by cluster.ps[0] (the same port on this machine)" in found[0]
+
+
+# --------------------------------------------------------------------- names on the command line
+@pytest.mark.parametrize("kind", ["k8s", "jobset"])
+@pytest.mark.parametrize("flag", ["--name", "--namespace"])
+def test_render_k8s_errors_do_not_echo_a_raw_newline(tmp_path, capsys, kind, flag):
+    f = tmp_path / "c.yaml"
+    f.write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223]}\n"
+                 "program: {command: [python, t.py]}\n")
+    from tfcluster import cli
+    assert cli.main(["render", kind, str(f), "--image", "img", flag, "evil\nspec: {}\x1b[2J"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err
+    assert f"{flag} 'evil\\nspec: {{}}\\x1b[2J' is not a Kubernetes name" in err
