@@ -161,3 +161,64 @@ def test_render_slurm_refuses_values_that_would_inject_sbatch_options(tmp_path, 
 
 def test_a_slurm_job_name_of_safe_characters_is_kept(tmp_path):
     assert "#SBATCH --job-name=my-run_1.2\n" in render.render_slurm(_cluster(tmp_path), name="my-run_1.2")
+
+
+# --------------------------------------------------------------------- Slurm, for real
+SLURM_PROGRAM = """\
+import sys
+open(sys.argv[1], "w").write(" ".join(sys.argv[2:]))
+print("args:", " ".join(sys.argv[2:]), flush=True)
+"""
+
+
+def test_slurm_job_gets_the_real_arguments_while_the_script_and_logs_mask_them(tmp_path):
+    """launch --backend slurm with secret program arguments: job.sbatch and every log hold
+    `****`, the program receives the real words, and the files Slurm and the tasks make are 0600."""
+    import shutil
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("sbatch", "srun", "slurmctld",
+                                                              "slurmd", "munged")):
+        pytest.skip("needs the one-node Slurm of tests/test_slurm.py (root, slurm-wlm, munge)")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import test_slurm   # its one-node Slurm and launcher helper
+    finally:
+        sys.path.pop(0)
+    slurm_node = test_slurm.OneNodeSlurm(str(tmp_path / "slurm"))
+    old_conf = os.environ.get("SLURM_CONF")
+    try:
+        slurm_node.start()
+    except Exception as e:
+        slurm_node.stop()
+        pytest.skip(f"could not start a one-node Slurm: {e}")
+    try:
+        (tmp_path / "prog.py").write_text(SLURM_PROGRAM)
+        seen = tmp_path / "seen"
+        (tmp_path / "cluster.yaml").write_text(
+            f"cluster: {{worker: 1}}\nprogram: {{command: [python, prog.py, {seen}, "
+            f"--api-key=abcdef123456, --password, hunter2hunter2, DB_TOKEN=tok_zzzz9999]}}\n"
+            f"logdir: runs\n")
+        r = test_slurm._launch(tmp_path / "cluster.yaml", "--run-id", "m1", timeout=120)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-3000:]
+        assert seen.read_text() == ("--api-key=abcdef123456 --password hunter2hunter2 "
+                                    "DB_TOKEN=tok_zzzz9999")
+        run = tmp_path / "runs" / "m1"
+        assert "args: --api-key=**** --password **** DB_TOKEN=****" in out, out[-3000:]
+        for name in os.listdir(run):
+            path = run / name
+            if path.is_file():
+                text = path.read_text(errors="replace")
+                for v in HIDDEN:
+                    assert v not in text, name
+                assert stat_mode(path) == 0o600, (name, oct(stat_mode(path)))
+        assert [n for n in os.listdir(run) if n.startswith("slurm-") and n.endswith(".out")]
+        assert slurm_node.wait_empty_queue(10) == ""
+    finally:
+        slurm_node.stop()
+        if old_conf is not None:
+            os.environ["SLURM_CONF"] = old_conf
+
+
+def stat_mode(path):
+    import stat
+    return stat.S_IMODE(os.stat(path).st_mode)

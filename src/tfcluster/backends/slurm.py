@@ -356,13 +356,12 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     tool = "srun" if inside else "sbatch"
     if not shutil.which(tool):
         raise UserError(f"--backend slurm: '{tool}' not found on PATH (is Slurm installed here?)")
-    try:
-        os.makedirs(plan.logdir, exist_ok=True)
-        os.makedirs(run_dir, mode=0o700)
-    except FileExistsError:
-        raise UserError(f"--run-id: {run_dir} exists already; choose another run id")
-    except OSError as e:
-        raise UserError(f"logdir: cannot create {run_dir} ({e.strerror or e})")
+    from .. import runfs   # the logdir checked, the run folder made without following links
+    folder = runfs.make_run_folder(plan.logdir, plan.run_id, plan.run_id_given)
+    if folder.path != run_dir:   # a default run id taken meanwhile: the next free one
+        plan, run_dir = plan.with_run_dir(folder.path), folder.path
+        data = plan_data(plan)
+        carried = hold_back_secrets(data)
     listed = [j for j in plan.jobs if j not in plan.count_jobs]
     counts = ", ".join(f"{j}: {data['jobs'][j]['count']}" for j in job_order(data))
     _info(f"run {plan.run_id}: {ntasks(data)} Slurm task(s) ({counts}); "
