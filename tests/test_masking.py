@@ -211,7 +211,9 @@ def test_slurm_job_gets_the_real_arguments_while_the_script_and_logs_mask_them(t
                 for v in HIDDEN:
                     assert v not in text, name
                 assert stat_mode(path) == 0o600, (name, oct(stat_mode(path)))
-        assert [n for n in os.listdir(run) if n.startswith("slurm-") and n.endswith(".out")]
+        made = os.listdir(run)
+        assert [n for n in made if n.startswith("slurm-") and n.endswith(".out")], made
+        assert "run_over" in made and "job.sbatch" in made and "worker-0.log" in made, made
         assert slurm_node.wait_empty_queue(10) == ""
     finally:
         slurm_node.stop()
