@@ -47,7 +47,7 @@ _FILE_FLAGS = os.O_WRONLY | _NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC",
 MAX_SUFFIX = 1000    # <id>-2 ... <id>-1000: enough for any number of launches in one second
 
 _lock = threading.Lock()
-_open: Dict[str, "RunFolder"] = {}
+_open: Dict[str, "OpenRunDir"] = {}
 
 
 def _trusted_owner(uid: int) -> bool:
@@ -95,7 +95,7 @@ def open_logdir(logdir: str) -> int:
     return fd
 
 
-def make_run_folder(logdir: str, run_id: str, explicit: bool = True) -> "RunFolder":
+def make_run_folder(logdir: str, run_id: str, explicit: bool = True) -> "OpenRunDir":
     """Make and open the run folder ``<logdir>/<run_id>`` (see the module's docstring).
 
     ``explicit``: the run id came from ``--run-id`` (an existing one is an error); otherwise it is
@@ -134,7 +134,7 @@ def make_run_folder(logdir: str, run_id: str, explicit: bool = True) -> "RunFold
             raise
     finally:
         os.close(lfd)
-    folder = RunFolder(path, fd)
+    folder = OpenRunDir(path, fd)
     with _lock:
         _open[_key(path)] = folder
     return folder
@@ -144,13 +144,13 @@ def _key(path: str) -> str:
     return os.path.abspath(path)
 
 
-def folder_for(path: str) -> Optional["RunFolder"]:
+def folder_for(path: str) -> Optional["OpenRunDir"]:
     """The open run folder made in this process at ``path``, if any."""
     with _lock:
         return _open.get(_key(path))
 
 
-class RunFolder:
+class OpenRunDir:
     """An open run folder: every write goes relative to :attr:`dir_fd`, with no link followed."""
 
     def __init__(self, path: str, dir_fd: int):
@@ -201,7 +201,7 @@ class RunFolder:
             os.close(self.dir_fd)
             self.dir_fd = -1
 
-    def __enter__(self) -> "RunFolder":
+    def __enter__(self) -> "OpenRunDir":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -271,7 +271,7 @@ def open_append_fd(path: str) -> int:
     """A descriptor appending to ``path`` (0600, never through a link, regular files only)."""
     holder = _Parent(path)
     with holder as fd:
-        folder = holder.folder or RunFolder(holder.parent, fd)
+        folder = holder.folder or OpenRunDir(holder.parent, fd)
         return folder.open_append_fd(holder.name)
 
 
