@@ -1,12 +1,11 @@
 """Masking (issue 22): multi-line secret values, secret program arguments on every path (Slurm
 included, while the job still gets the real value), the word-based name heuristic, and masking
-that never breaks a progress line. No TensorFlow."""
+that never breaks a progress line. Pure: no TensorFlow, no process
+(tests/integration/test_masking_processes.py has the launches, local and Slurm)."""
 import contextlib
 import io
 import json
-import os
 import shlex
-import sys
 
 import pytest
 
@@ -67,30 +66,6 @@ def test_a_multi_line_secret_is_masked_line_by_line():
     assert "MIIE" not in masker(PEM)
 
 
-def test_launch_masks_a_multi_line_secret_on_the_console_and_in_the_task_log(tmp_path, ports, capsys):
-    (port,) = ports(1)
-    f = tmp_path / "c.yaml"
-    f.write_text(config_text := (
-        f"cluster: {{worker: ['localhost:{port}']}}\n"
-        f"program:\n  command: [{sys.executable}, -c, 'import os; print(os.environ[\"TLS_KEY\"]); "
-        f"print(\"done\")', --api-key=abcdef123456]\n"
-        f"  env: {{TLS_KEY: {json.dumps(PEM)}}}\n"
-        f"logdir: {tmp_path / 'runs'}\n"))
-    assert config_text
-    assert cli.main(["launch", str(f), "--run-id", "m1"]) == 0
-    out = capsys.readouterr()
-    log = (tmp_path / "runs" / "m1" / "worker-0.log").read_text()
-    for text in (out.out + out.err, log):
-        assert "done" in text
-        for line in PEM_LINES:
-            assert line not in text
-        assert "abcdef123456" not in text
-    assert "****" in log
-    record = json.loads((tmp_path / "runs" / "m1" / "run.json").read_text())
-    assert "abcdef123456" not in json.dumps(record) and "MIIE" not in json.dumps(record)
-
-
-# --------------------------------------------------------------------- Slurm
 ARGV_FILE = """\
 cluster: {ps: 1, worker: 2}
 program:
@@ -164,63 +139,3 @@ def test_a_slurm_job_name_of_safe_characters_is_kept(tmp_path):
 
 
 # --------------------------------------------------------------------- Slurm, for real
-SLURM_PROGRAM = """\
-import sys
-open(sys.argv[1], "w").write(" ".join(sys.argv[2:]))
-print("args:", " ".join(sys.argv[2:]), flush=True)
-"""
-
-
-def test_slurm_job_gets_the_real_arguments_while_the_script_and_logs_mask_them(tmp_path):
-    """launch --backend slurm with secret program arguments: job.sbatch and every log hold
-    `****`, the program receives the real words, and the files Slurm and the tasks make are 0600."""
-    import shutil
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("sbatch", "srun", "slurmctld",
-                                                              "slurmd", "munged")):
-        pytest.skip("needs the one-node Slurm of tests/test_slurm.py (root, slurm-wlm, munge)")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        import test_slurm   # its one-node Slurm and launcher helper
-    finally:
-        sys.path.pop(0)
-    slurm_node = test_slurm.OneNodeSlurm(str(tmp_path / "slurm"))
-    old_conf = os.environ.get("SLURM_CONF")
-    try:
-        slurm_node.start()
-    except Exception as e:
-        slurm_node.stop()
-        pytest.skip(f"could not start a one-node Slurm: {e}")
-    try:
-        (tmp_path / "prog.py").write_text(SLURM_PROGRAM)
-        seen = tmp_path / "seen"
-        (tmp_path / "cluster.yaml").write_text(
-            f"cluster: {{worker: 1}}\nprogram: {{command: [python, prog.py, {seen}, "
-            f"--api-key=abcdef123456, --password, hunter2hunter2, DB_TOKEN=tok_zzzz9999]}}\n"
-            f"logdir: runs\n")
-        r = test_slurm._launch(tmp_path / "cluster.yaml", "--run-id", "m1", timeout=120)
-        out = r.stdout + r.stderr
-        assert r.returncode == 0, out[-3000:]
-        assert seen.read_text() == ("--api-key=abcdef123456 --password hunter2hunter2 "
-                                    "DB_TOKEN=tok_zzzz9999")
-        run = tmp_path / "runs" / "m1"
-        assert "args: --api-key=**** --password **** DB_TOKEN=****" in out, out[-3000:]
-        for name in os.listdir(run):
-            path = run / name
-            if path.is_file():
-                text = path.read_text(errors="replace")
-                for v in HIDDEN:
-                    assert v not in text, name
-                assert stat_mode(path) == 0o600, (name, oct(stat_mode(path)))
-        made = os.listdir(run)
-        assert [n for n in made if n.startswith("slurm-") and n.endswith(".out")], made
-        assert "run_over" in made and "job.sbatch" in made and "worker-0.log" in made, made
-        assert slurm_node.wait_empty_queue(10) == ""
-    finally:
-        slurm_node.stop()
-        if old_conf is not None:
-            os.environ["SLURM_CONF"] = old_conf
-
-
-def stat_mode(path):
-    import stat
-    return stat.S_IMODE(os.stat(path).st_mode)

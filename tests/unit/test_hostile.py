@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tfcluster import config, hosts
-from tfcluster.errors import ConfigError, UserError
+from tfcluster.errors import ConfigError
 
 
 def problems(text):
