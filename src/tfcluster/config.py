@@ -35,12 +35,19 @@ VERSION = 1
 # a letter, then letters, digits or underscores.
 # \Z, not $: "$" would also match before a trailing newline.
 JOB_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]*\Z")
+# A job name becomes part of file names (worker-1.log), Slurm and Kubernetes names (63 there).
+MAX_JOB_NAME = 40
+# A GPU entry of CUDA_VISIBLE_DEVICES: an index, a list of them, a UUID (GPU-..., MIG-...).
+GPU_ENTRY = re.compile(r"\A[A-Za-z0-9_.:/-]+(,[A-Za-z0-9_.:/-]+)*\Z")
 # Job names with a meaning in TensorFlow's TF_CONFIG (rules.KNOWN_JOBS); other names are
 # allowed (the seed's "local"). The vocabulary (jobs, policies, success rules) is rules.py's.
 DEFAULT_GRACE = 5.0
 DEFAULT_BASE_PORT = 2222
 # A YAML file's aliases may not expand to more values than this ("billion laughs").
 MAX_EXPANDED_VALUES = 100_000
+# ... nor to more text than this (a long string referenced many times): no program can take
+# more in its arguments and environment (Linux: ARG_MAX is 2 MiB).
+MAX_EXPANDED_CHARS = 4_000_000
 # Near-misses of TensorFlow's job names: TFJob's replica types, plurals, the seed's flag names.
 JOB_SPELLINGS = {"master": "chief", "workers": "worker", "chiefs": "chief", "evaluators": "evaluator",
                  "parameter_server": "ps", "parameter_servers": "ps", "ps_hosts": "ps",
@@ -360,30 +367,49 @@ def loads(text: str, source: str = "<string>", base_dir: Optional[str] = None) -
 
     shown = printable(source)
     try:
-        data, lines = _parse_yaml(text)
+        data, lines, duplicates = _parse_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if mark is not None and _tab_indented(text, mark.line):
+            problem += "; this line is indented with a tab: use spaces, not tabs, to indent YAML"
         raise ConfigError(shown, [printable(f"not valid YAML: {where}{problem}")])
     except (ValueError, TypeError, RecursionError, OverflowError) as e:  # odd scalars
         raise ConfigError(shown, [printable(f"not valid YAML: {type(e).__name__}: {str(e)[:120]}")])
+    if duplicates:
+        raise ConfigError(shown, [printable(f"not valid YAML: {d}") for d in duplicates])
     if data is None:
         raise ConfigError(shown, ["the file is empty; it needs at least a 'cluster:' mapping"])
     return from_dict(data, source=source, base_dir=base_dir, _lines=lines)
 
 
-def _parse_yaml(text: str) -> Tuple[Any, Dict[str, int]]:
-    """``yaml.safe_load`` that also refuses duplicate keys and aliases that expand beyond
-    :data:`MAX_EXPANDED_VALUES`, and returns the line of each field (``cluster.worker[1]`` -> 3)."""
+def _tab_indented(text: str, line: int) -> bool:
+    """Whether line ``line`` (0-based) of ``text``, or the line before it, starts with
+    whitespace that holds a tab (YAML forbids tabs in indentation)."""
+    lines = text.split("\n", line + 1)[:line + 1]
+    for candidate in lines[-2:]:
+        indent = candidate[:len(candidate) - len(candidate.lstrip(" \t"))]
+        if "\t" in indent:
+            return True
+    return False
+
+
+def _parse_yaml(text: str) -> Tuple[Any, Dict[str, int], List[str]]:
+    """``yaml.safe_load`` that also refuses aliases that expand beyond
+    :data:`MAX_EXPANDED_VALUES` values or :data:`MAX_EXPANDED_CHARS` characters; returns the data,
+    the line of each field (``cluster.worker[1]`` -> 3) and one message per duplicate key (all
+    of them, not only the first; the data is then None)."""
     loader = _loader_class()(text)
     try:
         node = loader.get_single_node()
+        if loader.duplicates:
+            return None, {}, [m for _, _, m in sorted(loader.duplicates)]
         if node is None:
-            return None, {}
+            return None, {}, []
         lines: Dict[str, int] = {}
         _node_lines(node, (), lines)
-        return loader.construct_document(node), lines
+        return loader.construct_document(node), lines, []
     finally:
         loader.dispose()
 
@@ -403,6 +429,10 @@ def _loader_class():
         pass
 
     class Loader(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.duplicates: List[Tuple[int, int, str]] = []
+
         def compose_mapping_node(self, anchor):
             node = super().compose_mapping_node(anchor)
             seen: Dict[Any, Any] = {}
@@ -415,38 +445,52 @@ def _loader_class():
                 except Exception:  # odd key: construction reports it
                     key = (key_node.tag, key_node.value)
                 if key in seen:
-                    first = seen[key]
-                    raise Refused(None, None, f"duplicate key {_short(key)} (first on line "
-                                  f"{first.line + 1}); YAML keeps only the last, so write it once",
-                                  key_node.start_mark)
+                    first, here = seen[key], key_node.start_mark
+                    if len(self.duplicates) < 100:
+                        self.duplicates.append((here.line, here.column,
+                            f"line {here.line + 1}, column {here.column + 1}: duplicate key "
+                            f"{_short(key)} (first on line {first.line + 1}); YAML keeps only the "
+                            f"last, so write it once"))
+                    continue
                 seen[key] = key_node.start_mark
             return node
 
         def compose_document(self):
             node = super().compose_document()
-            sizes: Dict[int, int] = {}
-            physical = [0]
+            # Per node: (values, characters) once expanded; each node is measured once, so the
+            # cost follows the file, not what its aliases expand to.
+            sizes: Dict[int, Tuple[int, int]] = {}
+            physical = [0, 0]
 
-            def size(n, path) -> int:
+            def size(n, path) -> Tuple[int, int]:
                 if id(n) in sizes:
                     return sizes[id(n)]
                 if id(n) in path:
                     raise Refused(None, None, "an alias refers to a value that contains it "
                                   "(a recursive structure)", n.start_mark)
                 physical[0] += 1
-                total = 1
+                total, chars = 1, 0
                 if isinstance(n, (SequenceNode, MappingNode)):
                     path.add(id(n))
                     children = n.value if isinstance(n, SequenceNode) else \
                         [c for pair in n.value for c in pair]
                     for c in children:
-                        total += size(c, path)
+                        values, text = size(c, path)
+                        total += values
+                        chars += text
                         if total > MAX_EXPANDED_VALUES and total > physical[0]:
                             raise Refused(None, None, f"aliases expand to more than "
                                           f"{MAX_EXPANDED_VALUES} values", c.start_mark)
+                        if chars > MAX_EXPANDED_CHARS and chars > physical[1]:
+                            raise Refused(None, None, f"aliases expand to more than "
+                                          f"{MAX_EXPANDED_CHARS} characters of text (a long "
+                                          f"value referenced many times)", c.start_mark)
                     path.discard(id(n))
-                sizes[id(n)] = total
-                return total
+                else:
+                    chars = len(n.value)
+                    physical[1] += chars
+                sizes[id(n)] = (total, chars)
+                return total, chars
 
             if node is not None:
                 size(node, set())
@@ -595,18 +639,10 @@ def _duplicate_endpoints(cluster: Cluster) -> List[str]:
 
 
 def is_loopback(host: str) -> bool:
-    """True for names that mean "this machine" wherever they are read: ``localhost``, 127.0.0.0/8,
-    ``::1``, ``0.0.0.0``, ``::`` (and their spellings: ``localhost.``, ``::ffff:127.0.0.1``)."""
-    h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
-    if h in ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback") \
-            or h.endswith(".localhost"):
-        return True
-    try:
-        ip = ipaddress.ip_address(h)
-    except ValueError:
-        return False
-    ip = getattr(ip, "ipv4_mapped", None) or ip
-    return ip.is_loopback or ip.is_unspecified
+    """True for names that mean "this machine" wherever they are read (tfcluster.hosts.is_loopback:
+    ``localhost``, 127.0.0.0/8 in any spelling, ``::1``, ``0.0.0.0``, ``::``)."""
+    from .hosts import is_loopback as loopback
+    return loopback(host)
 
 
 # --------------------------------------------------------------------------------------
@@ -640,6 +676,10 @@ def _check_cluster(raw: Any, warnings: Optional[List[str]] = None) -> List[str]:
         if not isinstance(job, str) or not JOB_NAME.match(job):
             problems.append(f"cluster: job name {_short(job)} is not valid in TensorFlow "
                             f"(a letter, then letters, digits or '_')")
+            continue
+        if len(job) > MAX_JOB_NAME:   # it names log files, Slurm and Kubernetes objects
+            problems.append(f"cluster: job name {_short(job)} is {len(job)} characters long; "
+                            f"at most {MAX_JOB_NAME}")
             continue
         hint = _job_hint(job)
         if hint and hint not in raw:
@@ -818,13 +858,31 @@ def _check_strings(data: Any, limit: int = 10) -> List[str]:
     problems: List[str] = []
     stack: List[Tuple[Tuple[Any, ...], Any]] = [((), data)]
     visited = 0
+    # YAML aliases give the same object many times (a 100 KB string referenced 1,000 times):
+    # each distinct object is checked once, so the cost follows the file, not its expansion.
+    checked: Dict[int, str] = {}
+    keep: List[Any] = []   # holds the checked objects, so that their ids stay theirs
+
+    def bad(text: str) -> str:
+        why = checked.get(id(text))
+        if why is None:
+            why = checked[id(text)] = _bad_text(text)
+            keep.append(text)
+        return why
+
+    expanded: set = set()
     while stack and len(problems) < limit and visited < 2 * MAX_EXPANDED_VALUES:
         loc, value = stack.pop()
         visited += 1
+        if isinstance(value, (dict, list)):
+            if id(value) in expanded:   # an aliased mapping or list: its contents were seen
+                continue
+            expanded.add(id(value))
+            keep.append(value)
         if isinstance(value, dict):
             for k, v in value.items():
                 if isinstance(k, str):
-                    why = _bad_text(k)
+                    why = bad(k)
                     if why:
                         problems.append(f"{_loc_str(loc + (printable(k),))}: the key {why}")
                         continue
@@ -832,18 +890,21 @@ def _check_strings(data: Any, limit: int = 10) -> List[str]:
         elif isinstance(value, list):
             stack.extend((loc + (i,), v) for i, v in enumerate(value))
         elif isinstance(value, str):
-            why = _bad_text(value)
+            why = bad(value)
             if why:
                 problems.append(f"{_loc_str(loc) or 'the file'}: {why}")
     return sorted(problems)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _bad_text(text: str) -> str:
     if "\0" in text:
         return "contains a NUL byte, which no program argument, path or variable can hold"
-    for ch in text:
-        if "\ud800" <= ch <= "\udfff":
-            return f"contains U+{ord(ch):04X}, a lone surrogate (not a character)"
+    m = _SURROGATE.search(text)
+    if m:
+        return f"contains U+{ord(m.group(0)):04X}, a lone surrogate (not a character)"
     return ""
 
 
@@ -885,10 +946,18 @@ def _check_jobs(jobs: Any, raw_cluster: Any) -> List[str]:
         n = entries if isinstance(entries, int) and not isinstance(entries, bool) else (
             len(entries) if isinstance(entries, list) else None)
         gpus = spec.get("gpus") if isinstance(spec, dict) else None
+        for i, entry in enumerate(gpus if isinstance(gpus, list) else []):
+            if isinstance(entry, str) and entry.strip() and not GPU_ENTRY.match(entry.strip()):
+                problems.append(f"jobs.{job}.gpus[{i}]: {_short(entry)} is not a GPU id (an index "
+                                f"like 0 or '0,1', or a GPU-/MIG- UUID; no spaces or control "
+                                f"characters)")
         if n is not None and isinstance(gpus, list) and len(gpus) > n:
             problems.append(f"jobs.{job}.gpus: {len(gpus)} entries for {n} "
                             f"task{'s' if n != 1 else ''}; give one entry per task")
     return problems
+
+
+MAX_ENDPOINT_LENGTH = 300
 
 
 def parse_endpoint(entry: Any) -> Tuple[str, int]:
@@ -896,6 +965,8 @@ def parse_endpoint(entry: Any) -> Tuple[str, int]:
     if isinstance(entry, bool) or not isinstance(entry, (str, int)):
         raise ValueError(f"must be a 'host:port' string, not {_kind(entry)}")
     text = str(entry).strip()
+    if len(text) > MAX_ENDPOINT_LENGTH:   # a DNS name is at most 253 characters, a port 5
+        raise ValueError(f"{_short(text)} is too long for host:port ({len(text)} characters)")
     if isinstance(entry, int) or text.isdigit():
         raise ValueError(f"'{text}' has no host; write host:port, for example localhost:{text}")
     if not text:
@@ -919,6 +990,10 @@ def parse_endpoint(entry: Any) -> Tuple[str, int]:
             raise ValueError(f"'{text}' has no host; write host:port")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", host) or len(host) > 253:
             raise ValueError(f"'{host}' is not a valid host name or address")
+        long_label = next((p for p in host.split(".") if len(p) > 63), None)
+        if long_label is not None:
+            raise ValueError(f"'{_short(host)}' is not a valid host name: a DNS label (the part "
+                             f"between dots) is at most 63 characters, not {len(long_label)}")
         if host.startswith(("-", ".")):
             raise ValueError(f"'{host}' is not a valid host name (it starts with '{host[0]}'; "
                              f"ssh would read a leading '-' as an option)")

@@ -58,8 +58,9 @@ def _clean(value: Any) -> Any:
 
 
 def _open_private(path: str):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    return os.fdopen(fd, "a", encoding="utf-8")
+    """Append to ``path`` (0600), relative to the open run folder, following no link."""
+    from . import runfs
+    return runfs.append_text(path)
 
 
 class EventLog:

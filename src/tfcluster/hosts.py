@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import socket
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple, Union
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,15 +28,45 @@ def local_names() -> Set[str]:
     return names
 
 
-def is_local(host: str) -> bool:
-    """True when ``host`` is this machine: localhost, 127.0.0.0/8, ::1, its names and addresses."""
-    h = host.strip("[]").split("%")[0].lower()
+_NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]*|[0-9]+)(\.(0[xX][0-9a-fA-F]*|[0-9]+)){0,3}")
+
+
+def ip_of(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
+    """The address ``host`` spells, or None for a name. Besides the usual forms this reads the
+    short and numeric IPv4 forms that the C resolver (and so gRPC and ssh) accepts: ``127.1``,
+    ``2130706433``, ``0x7f.1``, ``0177.0.0.1`` all mean 127.0.0.1. An IPv4-mapped IPv6 address
+    (``::ffff:127.0.0.1``) gives its IPv4 address."""
+    h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
     try:
         ip = ipaddress.ip_address(h)
-        return ip.is_loopback or ip.is_unspecified or str(ip) in local_names()
     except ValueError:
-        pass
-    return h in local_names()
+        if not _NUMERIC.fullmatch(h):
+            return None
+        try:
+            ip = ipaddress.IPv4Address(socket.inet_aton(h))
+        except (OSError, ValueError):
+            return None
+    return getattr(ip, "ipv4_mapped", None) or ip
+
+
+def is_loopback(host: str) -> bool:
+    """True for names that mean "this machine" wherever they are read: ``localhost``, 127.0.0.0/8
+    in any spelling (``127.1``, ``2130706433``), ``::1``, ``0.0.0.0``, ``::``."""
+    h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
+    if h in ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback") \
+            or h.endswith(".localhost"):
+        return True
+    ip = ip_of(h)
+    return ip is not None and (ip.is_loopback or ip.is_unspecified)
+
+
+def is_local(host: str) -> bool:
+    """True when ``host`` is this machine: localhost, 127.0.0.0/8, ::1, its names and addresses."""
+    h = host.strip().strip("[]").split("%")[0].lower()
+    ip = ip_of(h)
+    if ip is not None:
+        return ip.is_loopback or ip.is_unspecified or str(ip) in local_names()
+    return h.rstrip(".") in local_names() or h in local_names()
 
 
 def host_of(address: str) -> str:
@@ -150,12 +181,9 @@ def endpoint_key(host: str, port: int) -> Tuple[str, int]:
     gives ``("<local>", port)``, because TensorFlow's server binds the port on every interface;
     other hosts give their normalised name or address."""
     h = host.strip().strip("[]").split("%")[0].lower().rstrip(".")
-    try:
-        ip = ipaddress.ip_address(h)
-        mapped = getattr(ip, "ipv4_mapped", None)
-        h = str(mapped or ip)
-    except ValueError:
-        pass
+    ip = ip_of(h)
+    if ip is not None:
+        h = str(ip)
     if is_local(h):
         return ("<local>", port)
     return (h, port)

@@ -111,6 +111,7 @@ class RunPlan:
     count_jobs: Tuple[str, ...] = ()
     only_hosts: Tuple[str, ...] = ()         # per-host mode: the --host names
     secret_names: Tuple[str, ...] = ()       # the file's secrets: (besides secret-looking names)
+    run_id_given: bool = False               # --run-id given (else a default: a taken one is renumbered)
     extra: Dict[str, Any] = field(default_factory=dict, compare=False)  # backend settings (slurm:)
 
     # ---- tasks
@@ -199,7 +200,7 @@ class RunPlan:
             "logdir": self.logdir, "run_id": self.run_id, "run_dir": self.run_dir,
             "base_port": self.base_port, "cluster": self.cluster,
             "count_jobs": list(self.count_jobs), "only_hosts": list(self.only_hosts),
-            "secret_names": list(self.secret_names),
+            "secret_names": list(self.secret_names), "run_id_given": self.run_id_given,
             "extra": dict(self.extra),
         }
 
@@ -228,6 +229,7 @@ class RunPlan:
                    base_port=int(d["base_port"]), cluster=d["cluster"],
                    count_jobs=tuple(d["count_jobs"]), only_hosts=tuple(d.get("only_hosts") or ()),
                    secret_names=tuple(d.get("secret_names") or ()),
+                   run_id_given=bool(d.get("run_id_given", True)),
                    extra=dict(d.get("extra") or {}))
 
 
@@ -298,8 +300,10 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         check_text(f"the command after '--' (word {i + 1})", word)
     run_dir = os.path.join(logdir, run_id)
     if opts.run_id is None:   # a timestamp taken twice in one second: number the second
+        # (what the run folder will probably be called; tfcluster.runfs makes it, and numbers
+        # it again if another launch takes the name first)
         base, n = run_dir, 1
-        while os.path.exists(run_dir):
+        while os.path.lexists(run_dir) and n < 1000:
             n += 1
             run_dir = f"{base}-{n}"
         run_id = os.path.basename(run_dir)
@@ -350,7 +354,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         logdir=logdir, run_id=run_id, run_dir=run_dir, base_port=cluster.base_port,
         cluster=cluster.cluster_spec_dict() if endpoints else None,
         count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
-        secret_names=tuple(sorted(cluster.secret_names)), extra=extra)
+        secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
+        extra=extra)
 
 
 def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int]) -> TaskPlan:

@@ -157,12 +157,12 @@ def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str]
     Raises UserError for names Kubernetes refuses."""
     job_name = k8s_name(name or _stem(cluster))
     if name and job_name != name:
-        raise UserError(f"--name '{name}' is not a Kubernetes name (lowercase letters, digits and '-', "
+        raise UserError(f"--name '{printable(name)}' is not a Kubernetes name (lowercase letters, digits and '-', "
                         f"starting with a letter, at most 63 characters); for example '{job_name}'")
     metadata: Dict[str, Any] = {"name": job_name}
     if namespace:
         if k8s_name(namespace) != namespace:
-            raise UserError(f"--namespace '{namespace}' is not a Kubernetes name")
+            raise UserError(f"--namespace '{printable(namespace)}' is not a Kubernetes name")
         metadata["namespace"] = namespace
     metadata["labels"] = {"app.kubernetes.io/managed-by": "tfcluster"}
     if workload:

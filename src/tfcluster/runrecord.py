@@ -28,13 +28,10 @@ STARTED_SLACK = 1.0  # seconds: psutil create_time() is exact to the clock tick;
 
 
 def write_json_private(path: str, data: Any) -> None:
-    """Write JSON atomically, readable by its owner only."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write JSON atomically, readable by its owner only, following no link (relative to the
+    open run folder; tfcluster.runfs). A failed write (disk full) leaves no temporary file."""
+    from . import runfs
+    runfs.write_json(path, data)
 
 
 RUN_FILE_LIMIT = 64 << 20   # bytes: a run.json larger than this is not read (10,000 tasks take ~5 MiB)

@@ -29,6 +29,7 @@ from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortConflict, P
                        Waiting)
 from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
+from .. import runfs
 from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
@@ -211,23 +212,22 @@ class Supervisor:
                 self.backend.close()
         if self._start_error is not None:   # a task that cannot start: bad input, exit 2
             self.events.close()
+            self.run_folder.close()
             raise self._start_error
         self._summary()
         if self.events.error:
             self.display.error(f"the event log could not be written: {self.events.error}")
         self.events.close()
+        self.run_folder.close()
         self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
     def _make_run_dir(self) -> None:
+        folder = runfs.make_run_folder(self.plan.logdir, self.plan.run_id, self.plan.run_id_given)
+        if folder.path != self.plan.run_dir:   # a default run id taken meanwhile: the next free one
+            self.plan = self.plan.with_run_dir(folder.path)
+        self.run_folder = folder
         run_dir = self.plan.run_dir
-        try:
-            os.makedirs(self.plan.logdir, exist_ok=True)
-            os.makedirs(run_dir, mode=0o700)
-        except FileExistsError:
-            raise UserError(f"--run-id: {run_dir} exists already; choose another run id")
-        except OSError as e:
-            raise UserError(f"logdir: cannot create {run_dir} ({e.strerror or e})")
         for tr in self.runs.values():
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
         self.events = EventLog(run_dir, clock=self.clock)

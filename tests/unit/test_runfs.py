@@ -1,0 +1,182 @@
+"""Run folders that cannot be redirected (tfcluster.runfs, issue 22): the review's symlink swap,
+unsafe log folders, run ids that never collide. Pure: no TensorFlow, no process
+(tests/integration/test_runfs_processes.py has the launches)."""
+import json
+import os
+import stat
+
+import pytest
+
+from tfcluster import runfs
+from tfcluster.errors import UserError
+from tfcluster.events import EventLog
+from tfcluster.runrecord import write_json_private
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    d = tmp_path / "runs"
+    d.mkdir(mode=0o700)
+    return d
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A folder of the attacker's choosing, with a file the victim must not write to."""
+    d = tmp_path / "attacker"
+    d.mkdir()
+    (d / "bashrc").write_text("# the victim's ~/.bashrc\n")
+    return d
+
+
+def _mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def _untouched(victim):
+    assert sorted(os.listdir(victim)) == ["bashrc"]
+    assert (victim / "bashrc").read_text() == "# the victim's ~/.bashrc\n"
+
+
+def test_run_folder_and_its_files_are_private(logdir):
+    with runfs.make_run_folder(str(logdir), "r1") as f:
+        assert f.path == str(logdir / "r1") and _mode(f.path) == 0o700
+        with f.open_log("worker-0.log") as log:
+            log.write(b"line\n")
+        f.write_json("run.json", {"a": 1})
+        with f.create("job.sbatch") as s:
+            s.write("#!/bin/sh\n")
+        with pytest.raises(FileExistsError):
+            f.create("job.sbatch")
+    for name in ("worker-0.log", "run.json", "job.sbatch"):
+        assert _mode(logdir / "r1" / name) == 0o600, name
+    assert sorted(os.listdir(logdir / "r1")) == ["job.sbatch", "run.json", "worker-0.log"]
+
+
+def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
+    """Another user replaces the run folder with a link (during a restart backoff, between two
+    opens): the task log, run.json and the event log still go to the folder that was made."""
+    run = logdir / "r1"
+    folder = runfs.make_run_folder(str(logdir), "r1")
+    events = EventLog(str(run))
+    events.emit("run_started", run_id="r1")
+    write_json_private(str(run / "run.json"), {"result": "running"})
+    with runfs.open_log(str(run / "worker-0.log")) as log:
+        log.write(b"first attempt\n")
+
+    moved = logdir / "moved-away"
+    os.rename(run, moved)
+    os.symlink(victim, run)                           # the swap
+    os.symlink(victim / "bashrc", victim / "worker-0.log")
+    os.unlink(victim / "worker-0.log")               # (a link there would be followed by path)
+
+    with runfs.open_log(str(run / "worker-0.log")) as log:   # the restarted task's output
+        log.write(b"second attempt\n")
+    with folder.open_log("worker-1.log") as log:
+        log.write(b"another task\n")
+    write_json_private(str(run / "run.json"), {"result": "succeeded"})
+    events.emit("run_ended", result="succeeded", exit_code=0)
+    events.close()
+    assert events.error is None
+
+    _untouched(victim)
+    assert (moved / "worker-0.log").read_text() == "first attempt\nsecond attempt\n"
+    assert (moved / "worker-1.log").read_text() == "another task\n"
+    assert json.loads((moved / "run.json").read_text()) == {"result": "succeeded"}
+    assert [json.loads(x)["event"] for x in (moved / "events.jsonl").read_text().splitlines()] \
+        == ["run_started", "run_ended"]
+    assert not [n for n in os.listdir(moved) if ".tmp" in n]
+    folder.close()
+
+    # Without the open folder (another process: a Slurm task), writes by path refuse the link.
+    with pytest.raises(OSError):
+        runfs.open_log(str(run / "worker-0.log"))
+    with pytest.raises(OSError):
+        write_json_private(str(run / "run.json"), {"result": "x"})
+    _untouched(victim)
+
+
+def test_links_and_fifos_inside_the_run_folder_are_not_followed(logdir, victim):
+    with runfs.make_run_folder(str(logdir), "r1") as f:
+        os.symlink(victim / "bashrc", os.path.join(f.path, "worker-0.log"))
+        with pytest.raises(OSError):
+            f.open_log("worker-0.log")
+        os.symlink(victim / "bashrc", os.path.join(f.path, "run.json"))
+        f.write_json("run.json", {"ok": True})      # replaces the link, does not write through it
+        assert not os.path.islink(os.path.join(f.path, "run.json"))
+        os.mkfifo(os.path.join(f.path, "events.jsonl"))
+        with pytest.raises(OSError):                 # refused at once, does not block
+            f.append("events.jsonl")
+        os.link(victim / "bashrc", os.path.join(f.path, "launcher.log"))
+        with pytest.raises(OSError):
+            f.append("launcher.log")
+    _untouched(victim)
+
+
+def test_a_failed_run_json_write_leaves_no_temporary_file(logdir, monkeypatch):
+    with runfs.make_run_folder(str(logdir), "r1") as f:
+        f.write_json("run.json", {"n": 1})
+
+        def full(*a, **k):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(runfs.os, "replace", full)
+        with pytest.raises(OSError, match="No space"):
+            f.write_json("run.json", {"n": 2})
+        monkeypatch.undo()
+        assert os.listdir(f.path) == ["run.json"]
+        assert json.loads(open(os.path.join(f.path, "run.json")).read()) == {"n": 1}
+
+
+# --------------------------------------------------------------------- unsafe log folders
+@pytest.mark.parametrize("mode,words", [(0o777, "world-writable"), (0o770, "group-writable"),
+                                        (0o772, "world-writable")])
+def test_a_logdir_others_can_change_is_refused(logdir, mode, words):
+    os.chmod(logdir, mode)
+    with pytest.raises(UserError) as e:
+        runfs.make_run_folder(str(logdir), "r1")
+    msg = e.value.message
+    assert msg.startswith(f"logdir: {logdir} is ") and words in msg and "sticky" in msg
+    assert "\n" not in msg and e.value.exit_code == 2
+    assert os.listdir(logdir) == []
+
+
+def test_a_sticky_world_writable_logdir_is_accepted(logdir):
+    os.chmod(logdir, 0o1777)
+    with runfs.make_run_folder(str(logdir), "r1") as f:
+        assert os.path.isdir(f.path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+def test_a_logdir_owned_by_another_user_is_refused(logdir):
+    os.chown(logdir, 65534, 65534)
+    with pytest.raises(UserError, match=r"^logdir: .* is owned by another user \(uid 65534\)"):
+        runfs.make_run_folder(str(logdir), "r1")
+
+
+def test_logdir_dev_null_says_it_is_not_a_folder(tmp_path):
+    with pytest.raises(UserError) as e:
+        runfs.make_run_folder("/dev/null", "r1", explicit=False)
+    assert e.value.message == "logdir: /dev/null is not a folder"
+    f = tmp_path / "plain"
+    f.write_text("")
+    with pytest.raises(UserError, match="is not a folder"):
+        runfs.make_run_folder(str(f / "sub"), "r1", explicit=False)
+
+
+def test_a_dangling_link_at_the_default_run_id_is_stepped_over(logdir, victim):
+    os.symlink(victim / "nothing-here", logdir / "20260101-000000")
+    with runfs.make_run_folder(str(logdir), "20260101-000000", explicit=False) as f:
+        assert f.path == str(logdir / "20260101-000000-2")
+    assert not os.path.exists(victim / "nothing-here")
+    with pytest.raises(UserError, match="--run-id: .* exists already"):
+        runfs.make_run_folder(str(logdir), "20260101-000000", explicit=True)
+
+
+def test_two_default_runs_in_one_second_get_two_folders(logdir):
+    a = runfs.make_run_folder(str(logdir), "20260101-000000", explicit=False)
+    b = runfs.make_run_folder(str(logdir), "20260101-000000", explicit=False)
+    assert a.path != b.path and os.path.basename(b.path) == "20260101-000000-2"
+    a.close()
+    b.close()
+
+
