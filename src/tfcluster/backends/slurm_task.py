@@ -384,6 +384,7 @@ def _endpoints(table) -> Dict[str, List[str]]:
 
 
 def main() -> int:
+    os.umask(0o077)     # inside an allocation no batch script set it: the run's files are private
     text = os.environ.get(PLAN_ENV)
     if not text:
         _err(f"{PLAN_ENV} is not set; this module runs inside a job made by tfcluster "
