@@ -13,7 +13,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # import higher ones; the CLI is the composition root on top.
 FLOORS = [
     # 0: vocabulary, rules, contract, small helpers
-    ["errors", "rules", "contract", "progress", "secrets", "hosts", "events", "gpus",
+    ["errors", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options"],
     # 1: the file model and run records
     ["config", "runrecord"],

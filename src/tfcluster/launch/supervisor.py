@@ -28,7 +28,8 @@ from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
 from ..runrecord import HEADER, format_duration, format_table, task_rows, write_json_private
 from .display import Display
-from .output import OutputReader, Seen
+from ..outputs import failure_tail
+from .output import NoiseFold, OutputReader, Seen, join_readers
 from .state import RunState, TaskState, check_transition, describe_exit
 
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
@@ -44,6 +45,7 @@ class View:
     err_stream: object = None          # tfcluster's own lines (default stderr)
     progress_every: float = PROGRESS_EVERY
     echo_progress: bool = False        # also print progress-protocol lines (tools parse them)
+    show_tf_noise: bool = False        # show TensorFlow's start-up noise on the console
 
 
 class NullEvents:
@@ -140,6 +142,7 @@ class Supervisor:
                                stream=self.view.stream, err_stream=self.view.err_stream)
         self.secret_values = plan.secret_values()
         self.mask = secrets.Masker(self.secret_values)
+        self.noise = NoiseFold(show=self.view.show_tf_noise)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0))
 
@@ -191,6 +194,7 @@ class Supervisor:
                     self.result = RunState.FAILED
                     if self.exit_code is None:
                         self.exit_code = rules.EXIT_FAILED
+                join_readers([tr.reader for tr in self.runs.values()], timeout=30.0)
                 self.display.stop()
                 self._restore_signals(old)
                 self.events.emit("run_ended", result=self.result.value, exit_code=self.exit_code)
@@ -199,6 +203,9 @@ class Supervisor:
         self._summary()
         if self.events.error:
             self.display.error(f"the event log could not be written: {self.events.error}")
+        for tr in self.runs.values():
+            if tr.seen.log_error:
+                self.display.error(f"{tr.name}: its log could not be written: {tr.seen.log_error}")
         self.events.close()
         self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
@@ -280,7 +287,8 @@ class Supervisor:
         banner = f"----- tfcluster: restart {tr.restarts} -----" if tr.restarts else ""
         tr.reader = OutputReader(tr.name, handle.stdout, tr.log_path or None, tr.seen, self.lock,
                                  self.mask, self.clock, lambda line, p, tr=tr: self._on_line(tr, line, p),
-                                 banner=banner)
+                                 banner=banner, side=getattr(handle, "progress", None),
+                                 noise=self.noise)
         tr.reader.start()
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
@@ -406,18 +414,23 @@ class Supervisor:
                     self.dirty = True
                 else:
                     a = rules.check_startup(tr.name, tr.started, False, now, wd.startup_timeout,
-                                            tr.plan.port)
+                                            tr.plan.port, last_progress_at=tr.seen.life_at)
                     if a is not None:
                         actions.append(a)
                         continue
             with self.lock:
                 waiting = dict(tr.seen.waiting_on)
-            for a in rules.check_waiting(tr.name, waiting, now, wd.waiting_timeout, here, where):
+            life = {name: t.seen.life_at for name, t in self.runs.items()}
+            for a in rules.check_waiting(tr.name, waiting, now, wd.waiting_timeout, here, where, life):
                 tr.seen.waiting_on.pop(a.task, None)
                 actions.append(a)
         gone = [f"{tr.name} ({tr.state.value}{', ' + describe_exit(tr.returncode) if tr.returncode is not None else ''})"
                 for tr in self.runs.values() if tr.state != TaskState.RUNNING]
-        stall = rules.check_stall(self.best_step, self.best_step_at, now, wd.stall_timeout, gone)
+        lives = [t.seen.life_at for t in self.runs.values() if t.seen.life_at is not None]
+        stall = rules.check_stall(self.best_step, self.best_step_at, now, wd.stall_timeout, gone,
+                                  last_life_at=max(lives) if lives else None,
+                                  cadence=max((t.seen.longest_gap for t in self.runs.values()),
+                                              default=0.0))
         if stall is not None:
             actions.append(stall)
         for a in actions:
@@ -707,7 +720,7 @@ class Supervisor:
                         + (f" — {rc.note}" if rc.note else "") + f"; log: {rc.log_path}")
         text.append(format_table(HEADER, rows))
         if self.root_cause is not None:
-            tail = list(self.root_cause.seen.tail)[-10:]
+            tail = failure_tail(list(self.root_cause.seen.tail), 10)
             if tail:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)
