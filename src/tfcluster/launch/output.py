@@ -13,9 +13,10 @@ One reader thread per started task; it reads until the task's output ends, whate
   is noted once in ``Seen.log_error`` and the log is dropped; reading goes on, so the task
   never blocks on a full pipe and training goes on.
 - **Progress.** The progress protocol is found anywhere in a piece (glued to a bar) and taken
-  out of what is shown; when no report is there, well-known output (Keras bars and epochs,
-  TF1 hook lines: :mod:`tfcluster.outputs`) is read instead. A report also arrives on the
-  launcher's own pipe (``side``), which the program's output cannot garble.
+  out of what is shown. Well-known output (Keras bars and epochs, TF1 hook lines:
+  :mod:`tfcluster.outputs`) gives the step of a program that sends no reports; once a task
+  has sent one, its parsed output counts as life only (one source of steps per task). A
+  report also arrives on the launcher's own pipe (``side``), which output cannot garble.
 - **Console.** ``on_line(text, None)`` shows a line; ``on_line(report, progress)`` hands over
   progress (shown only with ``--echo-progress``). TensorFlow's known start-up noise is not
   handed over unless the run's :class:`NoiseFold` shows it; the first folded line of a run
@@ -117,6 +118,7 @@ class OutputReader(threading.Thread):
         self.side = side
         self.noise = noise if noise is not None else NoiseFold()
         self.parser = ProgressParser()
+        self._protocol = False            # reports arrived: parsed output is then life only
         self.log = log_file
         self._line = bytearray()          # the piece being read
         self._shown = b""                 # the last non-blank redraw of this line
@@ -287,21 +289,21 @@ class OutputReader(threading.Thread):
         visible, found = split_progress(text)
         now = self.clock()
         for p in found:
+            self._protocol = True
             self._report(p, now, life=True)
-        if not found:
+        if visible.strip():
             r = self.parser.feed(visible)
-            if r.progress is not None or r.life or r.rate is not None:
+            if r.rate is not None:
                 with self.lock:
-                    if r.rate is not None:
-                        self.seen.rate = r.rate
-                if r.progress is not None:
-                    self._report(r.progress, now, life=r.life, echo=False)
-                elif r.life:
-                    with self.lock:
-                        self.seen.mark_life(now)
+                    self.seen.rate = r.rate
+            if r.progress is not None and not self._protocol:
+                self._report(r.progress, now, life=r.life)
+            elif r.life:            # a program that reports itself: its output is life only
+                with self.lock:
+                    self.seen.mark_life(now)
         return visible
 
-    def _report(self, p: Progress, now: float, life: bool, echo: bool = True) -> None:
+    def _report(self, p: Progress, now: float, life: bool) -> None:
         with self.lock:
             old = self.seen.progress
             self.seen.progress, self.seen.progress_at = p, now
@@ -350,6 +352,7 @@ class OutputReader(threading.Thread):
         _, found = split_progress(line.decode("utf-8", "replace"))
         now = self.clock()
         for p in found:
+            self._protocol = True
             self._report(p, now, life=True)
 
 
