@@ -188,7 +188,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
     parser = build_parser()
-    if argv and argv[0] == "launch" and not program:
+    if argv and argv[0] == "serve":
+        # every word after "serve" is the serve program's own (its flags, --help): argparse's
+        # REMAINDER would refuse a first word that starts with "-"
+        args = argparse.Namespace(func=cmd_serve, rest=argv[1:])
+    elif argv and argv[0] == "launch" and not program:
         args, unknown = parser.parse_known_args(argv)
         if unknown:
             print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"

@@ -286,10 +286,14 @@ class Cluster:
 
     @property
     def chief(self) -> TaskId:
-        """TensorFlow's rule: the chief task, else worker:0."""
+        """TensorFlow's rule: the chief task, else worker:0. A cluster with neither job (the
+        guide's ``{local: [...]}``): task 0 of its first job other than ps and evaluator."""
         if "chief" in self.jobs:
             return TaskId("chief", 0)
-        return TaskId("worker", 0)
+        if "worker" in self.jobs or not self.jobs:
+            return TaskId("worker", 0)
+        other = [j for j in self.jobs if j not in ("ps", "evaluator")]
+        return TaskId(other[0] if other else "worker", 0)
 
     @property
     def resolved(self) -> bool:
@@ -709,7 +713,8 @@ def _check_cluster(raw: Any, warnings: Optional[List[str]] = None) -> List[str]:
         problems.append(f"{loopback[0]}: {loopback[1]} is this machine's loopback address, but "
                         f"{remote[0]} ({remote[1]}) is another machine: its tasks would dial their "
                         f"own loopback and hang; write this machine's name or address instead")
-    if not problems and "worker" not in raw and "chief" not in raw:
+    others = [j for j in raw if j not in KNOWN_JOBS and j not in hints]
+    if not problems and "worker" not in raw and "chief" not in raw and not others:
         problems.append(f"cluster: no worker and no chief job (jobs: {', '.join(map(str, raw))}); "
                         f"a run needs a worker or a chief")
         for job, hint in hints.items():
