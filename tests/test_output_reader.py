@@ -68,6 +68,19 @@ def test_a_report_glued_to_a_redrawn_bar_is_progress_and_never_shown_raw(tmp_pat
     assert "accuracy: 0.8483" in log.read_text()            # the log keeps the line
 
 
+@pytest.mark.parametrize("name,last", [
+    ("keras3_verbose1.txt", "8/8 ━━━━━━━━━━━━━━━━━━━━ 0s 7ms/step - accuracy: 0.3594 - loss: 0.7166"),
+    ("tf_keras_verbose1.txt", "8/8 [==============================] - 0s 2ms/step - loss: 0.6716 - "
+                              "accuracy: 0.5156"),
+])
+def test_real_keras_bars_show_their_last_state_and_give_steps(name, last):
+    data = open(os.path.join(HERE, "data", "outputs", name), "rb").read()
+    seen, sink = read(data)
+    assert sink.lines[-1] == last
+    assert not any("\b" in x or "\x1b" in x or "\r" in x for x in sink.lines)
+    assert [p.step for p in sink.progress][-1] == 16 and seen.progress.total == 16
+
+
 def test_a_program_without_reports_gets_its_steps_from_its_bar():
     seen, sink = read(b"Epoch 1/2\n\r3/10 [==>...] - ETA: 1s - loss: 0.9\r10/10 [=====] - 1s "
                       b"5ms/step - loss: 0.5\nEpoch 2/2\n")

@@ -136,26 +136,6 @@ def failure_hint(lines: Iterable[str]) -> Optional[str]:
     return None
 
 
-# ANSI escape sequences (CSI: ESC [ ... final byte; and two-character ESC sequences)
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-
-
-def _apply_backspaces(text: str) -> str:
-    """A terminal's backspace: the cursor moves left, what follows overwrites."""
-    out: list = []
-    cursor = 0
-    for ch in text:
-        if ch == "\b":
-            cursor = max(0, cursor - 1)
-        elif cursor < len(out):
-            out[cursor] = ch
-            cursor += 1
-        else:
-            out.append(ch)
-            cursor += 1
-    return "".join(out)
-
-
 def latest_bar_state(line: str) -> str:
     """What a terminal last shows for ``line`` (no newline) when it redraws with carriage
     returns, as Keras' ``verbose=1`` progress bar does: the last CR segment that is not blank,
@@ -164,9 +144,10 @@ def latest_bar_state(line: str) -> str:
     dropped. A line without ``\\r``, ``\\b`` or ESC is returned unchanged."""
     if "\r" not in line and "\b" not in line and "\x1b" not in line:
         return line
+    from .outputs import clean_segment      # the one terminal model (the output reader's)
     line = line.rstrip("\r\n")
     for segment in reversed(line.split("\r")):
-        shown = _apply_backspaces(_ANSI.sub("", segment)).rstrip()
+        shown = clean_segment(segment)
         if shown.strip():
             return shown
     return ""
