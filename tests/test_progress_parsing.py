@@ -231,3 +231,23 @@ def test_waiting_spares_a_task_that_shows_progress_and_names_its_setting():
     acts = rules.check_waiting("worker:0", {"ps:0": 0.0}, 20.0, 10.0, {"ps:0": True}, {},
                                life={"ps:0": None})
     assert acts[0].action == "kill" and "watchdog.waiting_timeout: 10" in acts[0].reason
+
+
+# ---------------------------------------------------------------------------- Keras 3 hints
+
+@pytest.mark.parametrize("line,name", [
+    ("AttributeError: 'SparseCategoricalAccuracy' object has no attribute 'reset_states'",
+     "reset_states"),
+    ("AttributeError: module 'keras.optimizers' has no attribute 'experimental'", "experimental"),
+])
+def test_removed_keras_apis_get_the_keras_2_hint(line, name):
+    from tfcluster.keras_support import failure_hint
+    hint = failure_hint(["Traceback (most recent call last):", line])
+    assert hint.startswith("hint: ") and repr(name) in hint and "tf_keras" in hint
+
+
+def test_the_pss_datasetcreator_hint_is_unchanged_and_others_get_none():
+    from tfcluster.keras_support import failure_hint
+    assert "DatasetCreator" in failure_hint(
+        ["AttributeError: module 'keras.utils' has no attribute 'experimental'"])
+    assert failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None

@@ -196,7 +196,47 @@ def test_a_run_whose_log_disk_fills_up_keeps_training(tmp_path, ports):
         subprocess.run(["umount", str(logs)], check=False)
 
 
+FAILING = """
+import sys
+from tfcluster.progress import format_progress
+def main():
+    raise AttributeError("'SparseCategoricalAccuracy' object has no attribute 'reset_states'")
+try:
+    main()
+except AttributeError:
+    import traceback
+    traceback.print_exc()
+for i in range(50):
+    print(format_progress(i, 50, loss=0.5), flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_failing_programs_summary_shows_its_exception_after_50_progress_lines(tmp_path, ports):
+    (tmp_path / "failing.py").write_text(FAILING)
+    (port,) = ports(1)
+    f = cluster_file(tmp_path, f"cluster: {{worker: [localhost:{port}]}}\n"
+                               f"program: {{command: [python, failing.py]}}")
+    r = tfcluster("launch", f, "--no-live", env={"PYTHONPATH": os.path.join(ROOT, "src")})
+    assert r.returncode == 1
+    summary = r.stderr[r.stderr.index("last lines of worker:0:"):]
+    shown = summary.splitlines()[1:4]
+    assert shown[0].strip().startswith('File "') and "in main" in shown[0]
+    assert "AttributeError: 'SparseCategoricalAccuracy' object has no attribute 'reset_states'" \
+        in shown[2]
+    assert "@tfcluster" not in summary
+    assert "hint: SparseCategoricalAccuracy has no 'reset_states' in Keras 3" in summary
+
+
 # ---------------------------------------------------------------------------- TensorFlow
+
+@pytest.mark.tf
+def test_hello_runs_the_guides_local_cluster(tmp_path, ports):
+    a, b = ports(2)
+    f = cluster_file(tmp_path, f"cluster: {{local: [localhost:{a}, localhost:{b}]}}")
+    r = tfcluster("hello", f, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Hello, distributed TensorFlow! (computed on /job:local/task:1)" in r.stdout
 
 @pytest.mark.tf
 def test_an_unmodified_keras_mwms_program_shows_epochs_and_steps(tmp_path, ports):
