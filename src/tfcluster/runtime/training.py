@@ -15,7 +15,8 @@
   ``operation_timeout_in_ms``; a run that times out once the last step is reached ends
   the loop instead of failing;
 * at a clean end, every replica tells the ps tasks it is done (:func:`signal_done`) so a
-  ps started by hand ends by itself.
+  ps started by hand ends by itself -- unless a supervising launcher will stop the ps
+  (:func:`tfcluster.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names an ancestor).
 """
 from __future__ import annotations
 
