@@ -1,0 +1,42 @@
+"""The supervisor loop (fake backend, fake clock) with the watchdogs' view of life: a task that
+shows progress is not killed for its port; one that shows none still is. No processes."""
+from __future__ import annotations
+
+from test_supervisor import CLUSTER, make as _make
+
+
+def make(*args, **kwargs):
+    """test_supervisor's harness, with a nap that first lets every reader read its task's
+    (finite, fake) output: the loop can otherwise cover fake seconds before a reader runs."""
+    sup, be, clock, out, err = _make(*args, **kwargs)
+
+    def nap(runs, seconds):
+        for tr in sup.runs.values():      # a fake task's output is all there at its start
+            if tr.reader is not None:
+                tr.reader.join(5.0)
+        clock.now += seconds
+
+    sup._nap_fn = nap
+    return sup, be, clock, out, err
+
+
+def test_a_task_that_reports_progress_is_not_killed_for_its_port(tmp_path):
+    body = CLUSTER + "    watchdog: {startup_timeout: 3}\n"
+    report = '@tfcluster progress {"step": 1, "total": 10}'
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "ps:0": [(None, None, [])],
+        "worker:0": [(0, 10.0, ["loading data", report])],      # never opens its port
+        "worker:1": [(0, 10.0, ["Epoch 1/3"])]})                 # nor this one: a Keras header
+    be.up = {3000}
+    assert sup.run() == 0, err.getvalue()
+    assert "did not open port" not in err.getvalue()
+
+
+def test_a_server_that_shows_nothing_is_still_killed_naming_the_setting(tmp_path):
+    body = CLUSTER + "    watchdog: {startup_timeout: 3}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:0": [(0, 60.0, ["starting"])]})
+    be.up = {3001, 3002}
+    assert sup.run() == 1
+    e = err.getvalue()
+    assert "ps:0 (SIGKILL) — watchdog: its server did not open port 3000 within 3s" in e
+    assert "watchdog.startup_timeout: 3" in e
