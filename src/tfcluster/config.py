@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
 from typing_extensions import Annotated
 
-from . import rules
+from . import contract, rules
 from .errors import ConfigError, UserError
 from .rules import KNOWN_JOBS, SINGLE_TASK_JOBS
 from .slurm_options import SlurmSpec
@@ -286,14 +286,9 @@ class Cluster:
 
     @property
     def chief(self) -> TaskId:
-        """TensorFlow's rule: the chief task, else worker:0. A cluster with neither job (the
-        guide's ``{local: [...]}``): task 0 of its first job other than ps and evaluator."""
-        if "chief" in self.jobs:
-            return TaskId("chief", 0)
-        if "worker" in self.jobs or not self.jobs:
-            return TaskId("worker", 0)
-        other = [j for j in self.jobs if j not in ("ps", "evaluator")]
-        return TaskId(other[0] if other else "worker", 0)
+        """TensorFlow's rule: the chief task, else worker:0; else task 0 of the first job other
+        than ps and evaluator (:func:`tfcluster.contract.chief_task`)."""
+        return TaskId.parse(contract.chief_task(self.jobs))
 
     @property
     def resolved(self) -> bool:

@@ -128,6 +128,19 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
     return env
 
 
+def chief_task(jobs) -> str:
+    """TensorFlow's chief among ``jobs`` (job names, in file order): ``chief:0``, else
+    ``worker:0``; a cluster with neither (the guide's ``{local: [...]}``): task 0 of its first
+    job other than ``ps`` and ``evaluator``."""
+    jobs = list(jobs)
+    if "chief" in jobs:
+        return "chief:0"
+    if "worker" in jobs:
+        return "worker:0"
+    other = [j for j in jobs if j not in ("ps", "evaluator")]
+    return f"{other[0]}:0" if other else "worker:0"
+
+
 def restart_count() -> int:
     """For a program: how many times this task has been restarted (0 on its first start)."""
     value = os.environ.get(RESTART_COUNT, "0")
