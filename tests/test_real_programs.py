@@ -196,6 +196,37 @@ def test_a_run_whose_log_disk_fills_up_keeps_training(tmp_path, ports):
         subprocess.run(["umount", str(logs)], check=False)
 
 
+ENDLESS = """
+import sys
+chunk = b"z" * (1 << 20)
+for _ in range(300):
+    sys.stdout.buffer.write(chunk)
+sys.stdout.buffer.write(b"\\nend\\n")
+sys.stdout.flush()
+"""
+
+
+def test_300_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_log(tmp_path, ports):
+    """Issue 22: the launcher's own peak memory (wait4's rusage of the launcher process) stays
+    under 200 MB, and the task's last line is in its log."""
+    (tmp_path / "endless.py").write_text(ENDLESS)
+    (port,) = ports(1)
+    f = cluster_file(tmp_path, f"cluster: {{worker: [localhost:{port}]}}\n"
+                               f"program: {{command: [python, endless.py]}}")
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", f, "--no-live", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, err[-2000:]
+    assert usage.ru_maxrss // 1024 < 200, f"launcher peak {usage.ru_maxrss // 1024} MB"
+    log = next((tmp_path / "runs").iterdir()) / "worker-0.log"
+    with open(log, "rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        assert fh.read() == b"end\n"
+    assert log.stat().st_size > 300 * (1 << 20)
+
+
 FAILING = """
 import sys
 from tfcluster.progress import format_progress
