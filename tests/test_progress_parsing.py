@@ -132,7 +132,7 @@ def test_unknown_steps_per_epoch_give_no_total():
 
 def test_ordinary_lines_are_not_progress():
     parser = ProgressParser()
-    for line in ("3/10 files copied", "Epoch 3 of 10", "step 5 done", "loss = high",
+    for line in ("3/10 files copied", "3/10", "Epoch 3 of 10", "step 5 done", "loss = high",
                  "keras_tutorial: done: {\"loss\": [0.5]}"):
         r = parser.feed(line)
         assert r.progress is None and not r.life, line

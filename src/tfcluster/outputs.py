@@ -69,7 +69,7 @@ _EPOCH = re.compile(r"^\s*Epoch (\d+)/(\d+)\s*$")
 # a Keras bar: "  3/70 [==>...] - ETA: 2s - loss: ..." (tf_keras), "3/70 ━━━━ 2s 25ms/step -
 # loss: ..." (Keras 3), "70/70 - 1s - 25ms/step - loss: ..." (verbose=2), "12/Unknown ..."
 _BAR = re.compile(r"^\s*(\d+)/(\d+|Unknown)(?=\s|$)(.*)$")
-_BAR_REST = re.compile(r"^\s*(?:\[[=>.]*\]|━+|-\s|\d+(?:\.\d+)?(?:ms|us|s|m|h)\b|$)")
+_BAR_REST = re.compile(r"^\s*(?:\[[=>.]*\]|━+|-\s|\d+(?:\.\d+)?(?:ms|us|s|m|h)\b)")
 _METRIC = re.compile(r"(?:^|\s)-\s+([A-Za-z_][\w.]*):\s+(" + _NUM + r")(?=\s|$)")
 _PER_STEP = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s)/step\b")
 # TensorFlow 1 hooks (tf.compat.v1.logging / absl: "INFO:tensorflow:" or "I1201 ...] ")
