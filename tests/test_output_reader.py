@@ -91,9 +91,11 @@ def test_a_program_without_reports_gets_its_steps_from_its_bar():
 
 def test_the_progress_pipe_feeds_progress_and_is_never_shown(tmp_path):
     side = "".join(format_progress(i, 10) + "\n" for i in range(1, 11)).encode()
-    seen, sink = read(b"hello\n", None, side=side)
+    log = tmp_path / "w.log"
+    seen, sink = read(b"hello\n", str(log), side=side)
     assert [p.step for p in sink.progress] == list(range(1, 11))
     assert sink.lines == ["hello"]
+    assert log.read_text().count("@tfcluster progress") == 10        # the log keeps them
     assert seen.progress.step == 10 and seen.life_at is not None
 
 

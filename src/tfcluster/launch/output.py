@@ -349,7 +349,10 @@ class OutputReader(threading.Thread):
             self._side_report(line)
 
     def _side_report(self, line: bytes) -> None:
-        _, found = split_progress(line.decode("utf-8", "replace"))
+        text = self.mask(line.decode("utf-8", "replace").rstrip("\r"))
+        if text.strip():
+            self._write((text + "\n").encode("utf-8", "replace"))   # the log keeps reports too
+        _, found = split_progress(text)
         now = self.clock()
         for p in found:
             self._protocol = True
