@@ -81,6 +81,11 @@ def test_real_keras_bars_show_their_last_state_and_give_steps(name, last):
     assert [p.step for p in sink.progress][-1] == 16 and seen.progress.total == 16
 
 
+def test_a_report_alone_after_a_carriage_return_shows_nothing():
+    seen, sink = read(("\r" + format_progress(4, 8) + "\nnext\n").encode())
+    assert sink.lines == ["next"] and [p.step for p in sink.progress] == [4]
+
+
 def test_a_program_without_reports_gets_its_steps_from_its_bar():
     seen, sink = read(b"Epoch 1/2\n\r3/10 [==>...] - ETA: 1s - loss: 0.9\r10/10 [=====] - 1s "
                       b"5ms/step - loss: 0.5\nEpoch 2/2\n")

@@ -122,6 +122,7 @@ class OutputReader(threading.Thread):
         self.log = log_file
         self._line = bytearray()          # the piece being read
         self._shown = b""                 # the last non-blank redraw of this line
+        self._redrawn = False             # this line has had a carriage return
         self._side_buf = bytearray()
         with self.lock:
             if self.seen.started_at is None:
@@ -263,16 +264,20 @@ class OutputReader(threading.Thread):
         if not text.strip():
             return
         self._shown = piece
+        self._redrawn = True
         visible = self._progress(self.mask(text))
         self._shown = visible.encode("utf-8", "replace") if visible.strip() else b""
 
     def _end_line(self) -> None:
         piece = bytes(self._line)
         self._line.clear()
-        if not clean_segment(piece.decode("utf-8", "replace")).strip() and self._shown:
-            # a bar's last redraw, then a newline (possibly after blanks)
+        redrawn, self._redrawn = self._redrawn, False
+        if not clean_segment(piece.decode("utf-8", "replace")).strip() and (self._shown or redrawn):
+            # a bar's last redraw, then a newline (possibly after blanks); nothing to show
+            # when the redraws were only reports
             line, self._shown = self._shown.decode("utf-8", "replace"), b""
-            self._line_out(line, parsed=True)
+            if line:
+                self._line_out(line, parsed=True)
             return
         self._shown = b""
         text = clean_segment(piece.decode("utf-8", "replace"))
