@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--echo-progress", action="store_true",
                    help="also print the tasks' '@tfcluster progress' lines (for tools that parse "
                    "them; they are consumed by default)")
+    s.add_argument("--show-tf-noise", action="store_true",
+                   help="show TensorFlow's known-harmless start-up messages on the console (no "
+                   "GPU found, oneDNN, absl; they are always in the task logs)")
     s.add_argument("--progress-interval", type=_seconds, default=15.0, metavar="SECONDS",
                    help="without a live display: seconds between progress lines (default 15)")
     s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
@@ -193,7 +196,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
     parser = build_parser()
-    if argv and argv[0] == "launch" and not program:
+    if argv and argv[0] == "serve":
+        # every word after "serve" is the serve program's own (its flags, --help): argparse's
+        # REMAINDER would refuse a first word that starts with "-"
+        args = argparse.Namespace(func=cmd_serve, rest=argv[1:])
+    elif argv and argv[0] == "launch" and not program:
         args, unknown = parser.parse_known_args(argv)
         if unknown:
             print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
@@ -469,7 +476,8 @@ def cmd_launch(args) -> int:
     for w in preflight(plan, backend):
         print(f"tfcluster: warning: {w}", file=sys.stderr)
     view = View(quiet=args.quiet, live=False if args.no_live else None,
-                progress_every=args.progress_interval, echo_progress=args.echo_progress)
+                progress_every=args.progress_interval, echo_progress=args.echo_progress,
+                show_tf_noise=args.show_tf_noise)
     return Supervisor(plan, backend, view).run()
 
 

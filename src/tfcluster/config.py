@@ -300,7 +300,8 @@ class Cluster:
 
     @property
     def chief(self) -> TaskId:
-        """TensorFlow's rule: the chief task, else worker:0 (:func:`tfcluster.contract.chief_task`)."""
+        """TensorFlow's rule: the chief task, else worker:0; else task 0 of the first job other
+        than ps and evaluator (:func:`tfcluster.contract.chief_task`)."""
         return TaskId.parse(contract.chief_task(self.jobs))
 
     @property
@@ -727,7 +728,8 @@ def _check_cluster(raw: Any, warnings: Optional[List[str]] = None) -> List[str]:
         problems.append(f"{loopback[0]}: {loopback[1]} is this machine's loopback address, but "
                         f"{remote[0]} ({remote[1]}) is another machine: its tasks would dial their "
                         f"own loopback and hang; write this machine's name or address instead")
-    if not problems and "worker" not in raw and "chief" not in raw:
+    others = [j for j in raw if j not in KNOWN_JOBS and j not in hints]
+    if not problems and "worker" not in raw and "chief" not in raw and not others:
         problems.append(f"cluster: no worker and no chief job (jobs: {', '.join(map(str, raw))}); "
                         f"a run needs a worker or a chief")
         for job, hint in hints.items():

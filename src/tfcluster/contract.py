@@ -18,6 +18,16 @@ task flags (opt-in)
 ``TFCLUSTER_MAX_RESTARTS``    the task's restart budget (0 when its policy is never)
 ``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
 
+Set only by a launcher that supervises the task (never by ``commands``, ``render`` or pod
+entry points, whose tasks must end by themselves):
+
+``TFCLUSTER_PROGRESS_FD``     ``FD:INODE``: a pipe to the launcher for progress reports (the
+                              local backend); :func:`tfcluster.progress.report_progress` writes
+                              there when the descriptor is still that pipe, else to stdout
+``TFCLUSTER_LAUNCHER_PID``    the pid of the launcher that will stop the ps tasks at the end;
+                              the runtime trusts it only while that process is its ancestor
+                              (:func:`supervised`)
+
 and the file's (and job's) ``env``. ``python``/``python3`` as a task's command means "the
 interpreter that runs tfcluster" locally and the host's configured interpreter remotely:
 plans carry the symbolic :data:`PYTHON` and each backend resolves it (:func:`resolve_argv`).
@@ -36,6 +46,8 @@ LOCAL_TASKS = "TFCLUSTER_LOCAL_TASKS"
 RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
 MAX_RESTARTS = "TFCLUSTER_MAX_RESTARTS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+PROGRESS_FD = "TFCLUSTER_PROGRESS_FD"
+LAUNCHER_PID = "TFCLUSTER_LAUNCHER_PID"
 
 #: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
 PYTHON = "{python}"
@@ -117,8 +129,16 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
 
 
 def chief_task(jobs) -> str:
-    """TensorFlow's chief among ``jobs`` (job names): ``chief:0``, else ``worker:0``."""
-    return "chief:0" if "chief" in jobs else "worker:0"
+    """TensorFlow's chief among ``jobs`` (job names, in file order): ``chief:0``, else
+    ``worker:0``; a cluster with neither (the guide's ``{local: [...]}``): task 0 of its first
+    job other than ``ps`` and ``evaluator``."""
+    jobs = list(jobs)
+    if "chief" in jobs:
+        return "chief:0"
+    if "worker" in jobs:
+        return "worker:0"
+    other = [j for j in jobs if j not in ("ps", "evaluator")]
+    return f"{other[0]}:0" if other else "worker:0"
 
 
 def pod_gpus(gpus: Optional[str]) -> Optional[str]:
@@ -137,3 +157,35 @@ def restart_count() -> int:
     """For a program: how many times this task has been restarted (0 on its first start)."""
     value = os.environ.get(RESTART_COUNT, "0")
     return int(value) if value.isdigit() else 0
+
+
+def _parent_of(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat[stat.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def supervised(env: Optional[Mapping[str, str]] = None, pid: Optional[int] = None) -> bool:
+    """For a program: is this task supervised by a tfcluster launcher that will stop the ps
+    tasks at the end? True only when ``TFCLUSTER_LAUNCHER_PID`` names a live ancestor of this
+    process (a copied environment or a line from ``tfcluster commands`` does not count:
+    ``TFCLUSTER_TASK`` only says "a task of a tfcluster cluster")."""
+    env = os.environ if env is None else env
+    value = env.get(LAUNCHER_PID, "")
+    if not value.isdigit() or int(value) <= 1:
+        return False
+    launcher = int(value)
+    current = os.getpid() if pid is None else pid
+    for _ in range(32):
+        parent = _parent_of(current)
+        if parent is None or parent <= 0:
+            return False
+        if parent == launcher:
+            return True
+        if parent == 1:
+            return False
+        current = parent
+    return False

@@ -5,8 +5,9 @@
     from tfcluster.keras import ProgressCallback
     model.fit(data, epochs=5, steps_per_epoch=100, callbacks=[ProgressCallback()])
 
-prints ``@tfcluster progress {"step": 230, "total": 500, "epoch": 3, "loss": 0.31, ...}`` lines
-(:mod:`tfcluster.progress`): ``step`` counts batches across epochs (epoch x steps per epoch +
+reports ``@tfcluster progress {"step": 230, "total": 500, "epoch": 3, "loss": 0.31, ...}``
+(:mod:`tfcluster.progress`) on the launcher's progress pipe under ``tfcluster launch`` (so
+they never get glued to Keras' own bar on stdout), else as lines on stdout: ``step`` counts batches across epochs (epoch x steps per epoch +
 batch), ``total`` is epochs x steps per epoch when Keras knows the steps, the metrics are
 those Keras logs. At most ``max_per_second`` lines a second, and one at every epoch's end.
 Every worker may report (MultiWorkerMirroredStrategy runs ``fit`` on each); the launcher
@@ -18,7 +19,6 @@ Keras that ``tf.keras`` is (``tf_keras`` when ``TF_USE_LEGACY_KERAS`` is set, el
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, TextIO
 
@@ -105,7 +105,8 @@ class ProgressReporter:
             if number is not None:
                 metrics[key] = number
         metrics["epoch"] = self.epoch + 1  # as Keras prints it: "Epoch 3/5"
-        report_progress(step, self.total, stream=self.stream or sys.stdout, **metrics)
+        # stream None: the launcher's progress pipe when it gave one, else stdout
+        report_progress(step, self.total, stream=self.stream, **metrics)
         self.last_report = now
 
 

@@ -3,7 +3,8 @@
 - :func:`legacy_keras_problem`: before anything starts, a task whose environment asks for
   legacy Keras (``TF_USE_LEGACY_KERAS``) in an interpreter without ``tf_keras``.
 - :func:`failure_hint`: one line naming the fix when a failed task's log shows a known Keras 3
-  failure (``Model.fit`` under MultiWorkerMirroredStrategy or ParameterServerStrategy).
+  failure (``Model.fit`` under MultiWorkerMirroredStrategy or ParameterServerStrategy, an API
+  Keras 3 removed: ``reset_states``, ``experimental_*`` names).
 - :func:`latest_bar_state`: what a terminal shows for a line redrawn with carriage returns
   (Keras' ``verbose=1`` progress bar), so logs and the prefixed console show its latest state.
 """
@@ -95,6 +96,12 @@ _SIGNATURES: Tuple[Tuple["re.Pattern[str]", bool, str], ...] = (
      "under ParameterServerStrategy"),
 )
 
+# APIs that Keras 3 removed and tutorial programs still call: Metric.reset_states (now
+# reset_state), the optimizers' and utils' experimental_* names, tf.keras.experimental
+_REMOVED_API = re.compile(
+    r"AttributeError: (?:'(\w+)' object|module '(keras[\w.]*)') has no attribute "
+    r"'(reset_states|experimental(?:_\w+)?)'")
+
 _NO_TF_KERAS = re.compile(r"TF_USE_LEGACY_KERAS set to True, but you do not have the tf_keras "
                           r"package installed")
 
@@ -118,27 +125,15 @@ def failure_hint(lines: Iterable[str]) -> Optional[str]:
             if not keras3:
                 continue
         return f"hint: {what}; {FIX}"
+    removed = _REMOVED_API.search(text)
+    if removed and (removed.group(2) or _KERAS3_FRAME.search(text)
+                    or removed.group(3) == "reset_states"):
+        owner = removed.group(1) or f"module {removed.group(2)}"
+        name = removed.group(3)
+        instead = " (Keras 3 calls it reset_state)" if name == "reset_states" else ""
+        return (f"hint: {owner} has no {name!r} in Keras 3 (TensorFlow's default tf.keras): "
+                f"the program was written for Keras 2{instead}; {FIX}")
     return None
-
-
-# ANSI escape sequences (CSI: ESC [ ... final byte; and two-character ESC sequences)
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-
-
-def _apply_backspaces(text: str) -> str:
-    """A terminal's backspace: the cursor moves left, what follows overwrites."""
-    out: list = []
-    cursor = 0
-    for ch in text:
-        if ch == "\b":
-            cursor = max(0, cursor - 1)
-        elif cursor < len(out):
-            out[cursor] = ch
-            cursor += 1
-        else:
-            out.append(ch)
-            cursor += 1
-    return "".join(out)
 
 
 def latest_bar_state(line: str) -> str:
@@ -149,9 +144,10 @@ def latest_bar_state(line: str) -> str:
     dropped. A line without ``\\r``, ``\\b`` or ESC is returned unchanged."""
     if "\r" not in line and "\b" not in line and "\x1b" not in line:
         return line
+    from .outputs import clean_segment      # the one terminal model (the output reader's)
     line = line.rstrip("\r\n")
     for segment in reversed(line.split("\r")):
-        shown = _apply_backspaces(_ANSI.sub("", segment)).rstrip()
+        shown = clean_segment(segment)
         if shown.strip():
             return shown
     return ""

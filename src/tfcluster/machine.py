@@ -133,7 +133,8 @@ class Exited:
 
 @dataclass(frozen=True)
 class Progressed:
-    """The task reported progress (the protocol, or a parsed epoch/step): a sign of life."""
+    """The task reported its step (``step``; life when it moved), or showed another sign of
+    life (``step`` None: a Keras bar or a TF1 hook line that moved, a protocol report)."""
     task: str
     step: Optional[int]
     now: float
@@ -308,6 +309,13 @@ class TaskStatus:
     waiting_on: Dict[str, float] = field(default_factory=dict)   # task -> first "still waiting"
     step: Optional[int] = None             # the last step it reported
     alive_at: Optional[float] = None       # the last sign of progress
+    longest_gap: float = 0.0               # the longest wait for a sign of life (its cadence)
+
+    def mark_life(self, now: float) -> None:
+        since = self.alive_at if self.alive_at is not None else self.started
+        if since is not None:
+            self.longest_gap = max(self.longest_gap, now - since)
+        self.alive_at = now
 
     @property
     def serves(self) -> bool:
@@ -455,7 +463,7 @@ class RunMachine:
             t.first_started = ev.now
         t.up, t.forced, t.port_conflict = False, "", False
         t.waiting_on.clear()
-        t.alive_at = None
+        t.alive_at, t.longest_gap = None, 0.0
         if self.phase == "stop":                 # started while the run was being stopped
             self._wave.append(t.name)
             self._wave_all.append(t.name)
@@ -532,7 +540,8 @@ class RunMachine:
         t = self.tasks.get(ev.task)
         if t is None:
             return
-        t.alive_at = ev.now
+        if ev.step is None or ev.step != t.step:     # a step that stands still is no life
+            t.mark_life(ev.now)
         if ev.step is not None:
             t.step = ev.step
             if self.best_step is None or ev.step > self.best_step:
@@ -633,22 +642,26 @@ class RunMachine:
         here = {n: t.state == TaskState.RUNNING and not t.forced for n, t in self.tasks.items()}
         if s.remote_kill:      # tasks elsewhere: their own driver kills them (AskKill)
             here.update({n: n not in self.peer_ok for n in self.others})
+        life = {n: t.alive_at for n, t in self.tasks.items()}
         for t in self.tasks.values():
             if t.state != TaskState.RUNNING or t.forced:
                 continue
             if t.serves and not t.up:
                 a = rules.check_startup(t.name, now if t.started is None else t.started, False, now,
-                                        s.startup_timeout, t.port)
+                                        s.startup_timeout, t.port, last_progress_at=t.alive_at)
                 if a is not None:
                     actions.append(a)
                     continue
             for a in rules.check_waiting(t.name, dict(t.waiting_on), now, s.waiting_timeout,
-                                         here, self.where):
+                                         here, self.where, life):
                 t.waiting_on.pop(a.task, None)
                 actions.append(a)
         gone = [f"{t.name} ({t.state.value}{', ' + describe_exit(t.returncode) if t.returncode is not None else ''})"
                 for t in self.tasks.values() if t.state != TaskState.RUNNING]
-        stall = rules.check_stall(self.best_step, self.best_step_at, now, s.stall_timeout, gone)
+        lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]
+        stall = rules.check_stall(self.best_step, self.best_step_at, now, s.stall_timeout, gone,
+                                  last_life_at=max(lives) if lives else None,
+                                  cadence=max((t.longest_gap for t in self.tasks.values()), default=0.0))
         if stall is not None:
             actions.append(stall)
         for a in actions:

@@ -222,42 +222,78 @@ class WatchdogAction:
 
 
 def check_startup(task: str, started: float, up: bool, now: float, timeout: float,
-                  port: Optional[int]) -> Optional[WatchdogAction]:
-    """A ps/worker task whose server has not opened its port within ``timeout`` seconds."""
+                  port: Optional[int], last_progress_at: Optional[float] = None) -> Optional[WatchdogAction]:
+    """A ps/worker task whose server has not opened its port within ``timeout`` seconds, and
+    that has shown no sign of progress since it started (``last_progress_at``: the last
+    progress report, parsed step or epoch, or positive steps/s; None when none). A task making
+    progress is never killed for its port: it may load data before it makes its strategy, or
+    not be a TensorFlow server at all. ``timeout`` 0 turns the check off."""
     if up or not timeout or now - started <= timeout:
         return None
+    if last_progress_at is not None and last_progress_at >= started:
+        return None
     return WatchdogAction("kill", task, f"watchdog: its server did not open port {port} within "
-                                        f"{timeout:g}s")
+                                        f"{timeout:g}s and it reported no progress "
+                                        f"(watchdog.startup_timeout: {timeout:g}; raise it, or set "
+                                        f"0 to turn the check off)")
 
 
 def check_waiting(waiter: str, waiting_on: Mapping[str, float], now: float, timeout: float,
-                  here: Mapping[str, bool], where: Mapping[str, str]) -> list:
+                  here: Mapping[str, bool], where: Mapping[str, str],
+                  life: Optional[Mapping[str, Optional[float]]] = None) -> list:
     """Tasks that ``waiter`` has reported as "CreateSession still waiting" about for
     ``timeout`` seconds. ``here`` maps the tasks this launcher runs to whether they are
-    running (and not already being killed); ``where`` gives other tasks' endpoints."""
+    running (and not already being killed); ``where`` gives other tasks' endpoints; ``life``
+    the last sign of progress of the tasks here (a task that showed progress within
+    ``timeout`` is alive, whatever its port: it is not killed). ``timeout`` 0 turns it off."""
     out = []
     if not timeout:
         return out
+    setting = f" (watchdog.waiting_timeout: {timeout:g}; raise it, or set 0 to turn the check off)"
     for other, since in waiting_on.items():
         if now - since < timeout:
             continue
         if other not in here:
             out.append(WatchdogAction(
                 "fail_run", other, f"watchdog: {waiter} has waited {timeout:g}s for {other} "
-                f"({where.get(other, '?')}), which this launcher does not run; is it started?"))
+                f"({where.get(other, '?')}), which this launcher does not run; is it started?"
+                + setting))
         elif here[other]:
+            last = (life or {}).get(other)
+            if last is not None and now - last < timeout:
+                continue
             out.append(WatchdogAction("kill", other, f"watchdog: {waiter} has waited {timeout:g}s "
-                                                     f"for it (CreateSession still waiting)"))
+                                                     f"for it (CreateSession still waiting)"
+                                                     + setting))
     return out
 
 
+def stall_deadline(timeout: float, cadence: float = 0.0) -> float:
+    """How long the run may go without a sign of progress: ``timeout``, or twice the longest
+    wait for progress the run has already had (its own cadence: a Keras ``verbose=2`` program
+    reports once per epoch), whichever is longer."""
+    return max(timeout, 2.0 * cadence)
+
+
 def check_stall(best_step: Optional[int], best_step_at: float, now: float, timeout: float,
-                not_running: Iterable[str] = ()) -> Optional[WatchdogAction]:
-    """The reported global step has not moved for ``timeout`` seconds (once reported at all)."""
-    if not timeout or best_step is None or now - best_step_at <= timeout:
+                not_running: Iterable[str] = (), last_life_at: Optional[float] = None,
+                cadence: float = 0.0) -> Optional[WatchdogAction]:
+    """No sign of progress for the stall deadline (:func:`stall_deadline`), once a step has been
+    reported at all. Signs of progress: the best global step moving (``best_step_at``), and
+    ``last_life_at``, the last time any task showed life (a report whose step, batch or epoch
+    moved, positive steps/s). ``timeout`` 0 turns the check off."""
+    if not timeout or best_step is None:
+        return None
+    last = max(best_step_at, last_life_at if last_life_at is not None else best_step_at)
+    deadline = stall_deadline(timeout, cadence)
+    if now - last <= deadline:
         return None
     gone = list(not_running)
+    longer = " (twice its slowest report so far)" if deadline > timeout else ""
     return WatchdogAction("fail_run", None,
-                          f"watchdog: the global step has stood at {best_step} for {timeout:g}s"
+                          f"watchdog: the global step has stood at {best_step} for {deadline:g}s"
+                          f"{longer}"
                           + (f"; not running: {', '.join(gone)}" if gone else
-                             "; every task is still running"))
+                             "; every task is still running")
+                          + f" (no other sign of progress either; watchdog.stall_timeout: "
+                            f"{timeout:g}; raise it, or set 0 to turn the check off)")

@@ -8,6 +8,8 @@ the variants measured by tests/system/test_keras.py:
     --input numpy|dataset        fit on numpy arrays or on a tf.data.Dataset
     --model sequential|functional  tf.keras.Sequential, or a model built with tf.keras.Input
     --epochs N --steps_per_epoch N --backup_dir DIR
+    --verbose 0|1|2              Model.fit's verbose (default 2, one line per epoch)
+    --tfcluster_callback         add tfcluster.keras.ProgressCallback (the only tfcluster use)
 
 It prints one line at the end: ``keras_tutorial: done: {"loss": [...], "accuracy": [...]}``
 (the per-epoch history on this worker).
@@ -25,6 +27,8 @@ parser.add_argument("--model", choices=["sequential", "functional"], default="se
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--steps_per_epoch", type=int, default=20)
 parser.add_argument("--backup_dir", default="")
+parser.add_argument("--verbose", type=int, default=2)
+parser.add_argument("--tfcluster_callback", action="store_true")
 args = parser.parse_args()
 
 per_worker_batch_size = 32
@@ -64,17 +68,20 @@ with strategy.scope():
 callbacks = []
 if args.backup_dir:
     callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir))
+if args.tfcluster_callback:
+    from tfcluster.keras import ProgressCallback
+    callbacks.append(ProgressCallback())
 
 if args.input == "numpy":
     history = multi_worker_model.fit(x_train, y_train, batch_size=global_batch_size,
                                      epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                                     callbacks=callbacks, verbose=2)
+                                     callbacks=callbacks, verbose=args.verbose)
 else:
     dataset = tf.data.Dataset.from_tensor_slices((x_train, y_train))
     dataset = dataset.shuffle(4096, seed=0).repeat().batch(global_batch_size)
     history = multi_worker_model.fit(dataset, epochs=args.epochs,
                                      steps_per_epoch=args.steps_per_epoch,
-                                     callbacks=callbacks, verbose=2)
+                                     callbacks=callbacks, verbose=args.verbose)
 
 print("keras_tutorial: done: " + json.dumps(
     {k: [round(float(v), 4) for v in vs] for k, vs in history.history.items()}), flush=True)

@@ -417,8 +417,9 @@ def test_waiting_on_a_task_on_another_node_asks_that_node_to_kill_it():
     started(m)
     m.handle(Waiting("worker:0", "worker:1", 1.0))
     out = m.handle(Tick(3.5))
-    assert of(out, AskKill) == [AskKill("worker:1", "watchdog: worker:0 has waited 2s for it "
-                                                    "(CreateSession still waiting)")]
+    assert [(a.task, a.reason.split(" (watchdog.")[0]) for a in of(out, AskKill)] == [
+        ("worker:1", "watchdog: worker:0 has waited 2s for it (CreateSession still waiting)")]
+    assert "watchdog.waiting_timeout: 2" in of(out, AskKill)[0].reason   # names its setting
     assert not m.decided
 
 
@@ -438,9 +439,11 @@ def test_stall_watchdog_fails_the_run_and_progress_keeps_it_alive():
     m.handle(Progressed("worker:0", 6, 4.5))
     m.handle(Tick(8.0))
     assert not m.decided
-    out = m.handle(Tick(8.6))
+    m.handle(Tick(8.6))          # the run's own cadence (3.5 s between steps) doubles the deadline
+    assert not m.decided
+    out = m.handle(Tick(11.6))
     assert m.result == RunState.FAILED
-    assert "the global step has stood at 6 for 4s" in m.root_note
+    assert "the global step has stood at 6" in m.root_note
     assert notes(out, "watchdog")
 
 
@@ -450,6 +453,20 @@ def test_a_step_that_does_not_grow_is_not_progress():
     m.handle(Progressed("worker:0", 5, 1.0))
     m.handle(Progressed("worker:0", 5, 4.0))
     m.handle(Tick(5.1))
+    assert m.result == RunState.FAILED
+
+
+def test_any_sign_of_life_keeps_the_stall_and_startup_watchdogs_away():
+    """A Keras bar that moves (life without a global step) counts; a server making progress
+    is never killed for its port."""
+    m = make(stall_timeout=4.0, startup_timeout=3.0)
+    started(m)
+    m.handle(PortOpen("ps:0", 0.5), PortOpen("worker:1", 0.5))
+    m.handle(Progressed("worker:0", 5, 1.0))
+    for t in (2.0, 3.0, 4.0, 5.0, 6.0, 7.0):
+        m.handle(Progressed("worker:0", None, t), Tick(t + 0.5))
+    assert not m.decided and m.tasks["worker:0"].forced == ""
+    m.handle(Tick(20.0))
     assert m.result == RunState.FAILED
 
 

@@ -155,7 +155,12 @@ def test_seconds_that_do_not(value):
     (False, 500.0, 0, None),                   # no deadline
 ])
 def test_startup_deadline(up, now, timeout, action):
-    assert rules.check_startup("ps:0", 100.0, up, now, timeout, 2222) == action
+    got = rules.check_startup("ps:0", 100.0, up, now, timeout, 2222)
+    if action is None:
+        assert got is None
+    else:   # the words start as the table says and name the setting that changes them
+        assert (got.action, got.task) == (action.action, action.task)
+        assert got.reason.startswith(action.reason) and "watchdog.startup_timeout" in got.reason
 
 
 def test_waiting_kills_a_hung_local_task_and_fails_on_a_missing_remote_one():
@@ -163,13 +168,16 @@ def test_waiting_kills_a_hung_local_task_and_fails_on_a_missing_remote_one():
     here = {"ps:0": True, "worker:1": False, "worker:2": True}      # worker:1 is already being killed
     got = rules.check_waiting("worker:0", waiting_on, now=60.0, timeout=30.0, here=here,
                               where={"ps:1": "10.0.0.2:2222"})
-    assert got == [
+    want = [
         WatchdogAction("kill", "ps:0", "watchdog: worker:0 has waited 30s for it (CreateSession "
                                        "still waiting)"),
         WatchdogAction("fail_run", "ps:1", "watchdog: worker:0 has waited 30s for ps:1 "
                                            "(10.0.0.2:2222), which this launcher does not run; is "
                                            "it started?"),
     ]
+    assert [(a.action, a.task) for a in got] == [(a.action, a.task) for a in want]
+    assert all(g.reason.startswith(w.reason) and "watchdog.waiting_timeout: 30" in g.reason
+               for g, w in zip(got, want))
     assert rules.check_waiting("worker:0", waiting_on, 60.0, 0, here, {}) == []
 
 
@@ -184,4 +192,10 @@ def test_waiting_kills_a_hung_local_task_and_fails_on_a_missing_remote_one():
 ])
 def test_stalled_global_step(best, at, now, timeout, not_running, reason):
     got = rules.check_stall(best, at, now, timeout, not_running)
-    assert got == (None if reason is None else WatchdogAction("fail_run", None, reason))
+    if reason is None:
+        assert got is None
+    else:
+        head, _, tail = reason.partition(";")
+        assert got.action == "fail_run" and got.task is None
+        assert got.reason.startswith(head) and tail.strip() in got.reason
+        assert "watchdog.stall_timeout" in got.reason

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Optional
 
+from .. import contract
 from .base import Backend, Handle, ProcessSpec, child_setup
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
@@ -110,6 +111,7 @@ class LocalHandle(Handle):
         self.reaper = reaper
         self.pid = proc.pid
         self.stdout = proc.stdout
+        self.progress: Optional[object] = None    # the progress pipe's read end (LocalBackend)
         self._pidfd: Optional[int] = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)  # Linux 5.3+, Python 3.9+
@@ -193,11 +195,25 @@ class LocalBackend(Backend):
         self.reaper.close()
 
     def start(self, spec: ProcessSpec) -> Handle:
+        """Start the task with stdout and stderr on one pipe, and a second pipe for progress
+        reports (``TFCLUSTER_PROGRESS_FD``, the handle's ``progress``); the task is told that
+        this launcher supervises it and will stop its ps tasks (``TFCLUSTER_LAUNCHER_PID``)."""
         env = dict(os.environ)
         env.update(spec.env)
-        proc = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=child_setup, close_fds=True)
+        r, w = os.pipe()
+        try:
+            env[contract.PROGRESS_FD] = f"{w}:{os.fstat(w).st_ino}"
+            env[contract.LAUNCHER_PID] = str(os.getpid())
+            proc = subprocess.Popen(
+                spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=child_setup, close_fds=True, pass_fds=(w,))
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
         self.reaper.watch(proc.pid)
-        return LocalHandle(proc, self.reaper)
+        handle = LocalHandle(proc, self.reaper)
+        handle.progress = os.fdopen(r, "rb", buffering=0)
+        return handle

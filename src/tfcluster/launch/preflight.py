@@ -3,7 +3,7 @@ nothing; warnings are printed and the run goes on."""
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Optional
 
 from .. import contract
 from ..backends.base import Backend
@@ -16,7 +16,13 @@ from ..plan import RunPlan
 
 def preflight(plan: RunPlan, backend: Backend) -> List[str]:
     """Raise UserError naming the task for what would fail every task at once (a missing
-    program, script or folder; legacy Keras asked for without tf_keras); return warnings (GPU indexes this machine does not have)."""
+    program, script or folder; a script given to any Python interpreter, by path or versioned
+    name; legacy Keras asked for without tf_keras) or the launch itself (a live run of the same
+    file on this machine: :func:`live_run_problem`); return warnings (GPU indexes this machine
+    does not have)."""
+    live = live_run_problem(plan)
+    if live:
+        raise UserError(live)
     problems: List[str] = []
     seen = set()
     for t in plan.selected_tasks:
@@ -46,13 +52,7 @@ def _program_problems(t, backend: Backend) -> List[str]:
     if not argv:
         return []
     if argv[0] == contract.PYTHON:
-        script = next((w for w in argv[1:] if not w.startswith("-")), None)
-        if argv[1:2] in (["-m"], ["-c"]) or script is None:
-            return []
-        if script.endswith(".py") and not os.path.exists(os.path.join(t.cwd, script)):
-            return [f"{where}: program script not found: {os.path.join(t.cwd, script)} "
-                    f"(program.command, or the command after '--')"]
-        return []
+        return _script_problems(where, argv, t.cwd)
     exe = argv[0]
     if os.sep in exe:
         path = os.path.join(t.cwd, exe)
@@ -65,6 +65,47 @@ def _program_problems(t, backend: Backend) -> List[str]:
         env_path = dict(t.env).get("PATH") or os.environ.get("PATH", "")
         if shutil.which(exe, path=env_path) is None:
             return [f"{where}: program not found: {exe} (not on PATH; program.command)"]
+    if python_interpreter(argv):          # /venv/bin/python, python3.11, ...
+        return _script_problems(where, argv, t.cwd)
     return []
+
+
+def _script_problems(where: str, argv: List[str], cwd: str) -> List[str]:
+    """A Python interpreter's argv: its script (the first word that is not an option) must
+    exist; ``-m`` and ``-c`` run no file."""
+    script = next((w for w in argv[1:] if not w.startswith("-")), None)
+    if argv[1:2] in (["-m"], ["-c"]) or script is None:
+        return []
+    if script.endswith(".py") and not os.path.exists(os.path.join(cwd, script)):
+        return [f"{where}: program script not found: {os.path.join(cwd, script)} "
+                f"(program.command, or the command after '--')"]
+    return []
+
+
+def live_run_problem(plan: RunPlan) -> Optional[str]:
+    """A run of the same cluster file whose launcher is alive on this machine and which runs
+    any of the tasks this launch would start: one line naming its launcher's pid and run
+    folder (found through the run records: :func:`tfcluster.runrecord.launcher_alive`)."""
+    if not plan.source or not plan.logdir or not os.path.isdir(plan.logdir):
+        return None
+    from ..runrecord import launcher_alive, scan_runs
+    try:
+        runs, _ = scan_runs(plan.logdir, plan.source)
+    except UserError:
+        return None
+    mine = {t.name for t in plan.selected_tasks}
+    for run_dir, record in runs:
+        if record.get("result") != "running" or record.get("launcher_pid") == os.getpid():
+            continue
+        tasks = record.get("tasks") if isinstance(record.get("tasks"), list) else []
+        theirs = {t.get("task") for t in tasks if isinstance(t, dict) and t.get("state") != "skipped"}
+        if tasks and not (theirs & mine):
+            continue              # per-host launchers of one file, each with its own tasks
+        if launcher_alive(record) is not True:
+            continue
+        return (f"{plan.source}: a run of this file is live: launcher pid {record['launcher_pid']}, "
+                f"run folder {run_dir}; nothing was started (stop it, or wait for it: "
+                f"tfcluster status {run_dir})")
+    return None
 
 

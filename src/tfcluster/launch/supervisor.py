@@ -33,7 +33,8 @@ from .. import runfs
 from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
-from .output import PORT_CONFLICT, STILL_WAITING, OutputReader, Seen
+from ..outputs import failure_tail
+from .output import PORT_CONFLICT, STILL_WAITING, NoiseFold, OutputReader, Seen, join_readers
 from .state import TaskState, describe_exit
 
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
@@ -49,6 +50,7 @@ class View:
     err_stream: object = None          # tfcluster's own lines (default stderr)
     progress_every: float = PROGRESS_EVERY
     echo_progress: bool = False        # also print progress-protocol lines (tools parse them)
+    show_tf_noise: bool = False        # show TensorFlow's start-up noise on the console
 
 
 class NullEvents:
@@ -88,6 +90,7 @@ class TaskRun:
     seen: Seen = field(default_factory=Seen)
     reader: Optional[threading.Thread] = None
     exit_fed: bool = True                 # its exit has been handed to the machine
+    life_fed: Optional[float] = None      # the last sign of life handed to the machine
     steps: Deque = field(default_factory=lambda: deque(maxlen=20))   # (time, step) reports
     rate: Optional[float] = None          # this task's reported steps per second
 
@@ -147,6 +150,7 @@ class Supervisor:
                                stream=self.view.stream, err_stream=self.view.err_stream)
         self.secret_values = plan.secret_values()
         self.mask = secrets.Masker(self.secret_values)
+        self.noise = NoiseFold(show=self.view.show_tf_noise)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
                                         status=self.machine.tasks[t.name])
@@ -217,6 +221,9 @@ class Supervisor:
         self._summary()
         if self.events.error:
             self.display.error(f"the event log could not be written: {self.events.error}")
+        for tr in self.runs.values():
+            if tr.seen.log_error:
+                self.display.error(f"{tr.name}: its log could not be written: {tr.seen.log_error}")
         self.events.close()
         self.run_folder.close()
         self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
@@ -294,7 +301,8 @@ class Supervisor:
         banner = f"----- tfcluster: restart {tr.restarts} -----" if tr.restarts else ""
         tr.reader = OutputReader(tr.name, handle.stdout, tr.log_path or None, tr.seen, self.lock,
                                  self.mask, self.clock, lambda line, p, tr=tr: self._on_line(tr, line, p),
-                                 banner=banner)
+                                 banner=banner, side=getattr(handle, "progress", None),
+                                 noise=self.noise)
         tr.reader.start()
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
@@ -339,7 +347,7 @@ class Supervisor:
                             tr.reader.join(timeout=2.0)
                         tr.exit_fed = True
                         exits.append(Exited(tr.name, rc, self.clock()))
-            events = self._drain_inbox() + exits
+            events = self._drain_inbox() + self._life() + exits
             if now - self.last_probe >= 0.5:
                 self.last_probe = now
                 events += [PortOpen(name, now) for name in self.machine.unopened()
@@ -352,6 +360,18 @@ class Supervisor:
             self._tick()
             if not self.machine.finished:
                 self._nap([tr for tr in self.runs.values() if tr.state.alive])
+
+    def _life(self) -> list:
+        """Signs of life the readers saw since the last look (a Keras bar that moved, a TF1 hook
+        line, a report that moved): the machine's watchdogs count them."""
+        out = []
+        with self.lock:
+            for tr in self.runs.values():
+                at = tr.seen.life_at
+                if at is not None and at != tr.life_fed and tr.state.alive:
+                    tr.life_fed = at
+                    out.append(Progressed(tr.name, None, at))
+        return out
 
     def _feed_signals(self) -> None:
         while self._signals:
@@ -421,10 +441,7 @@ class Supervisor:
     def _drain_readers(self, limit: float = 30.0) -> None:
         """Every reader reads its task's output to the end before the launcher goes on: the
         last line of a task is always in its log (each group was SIGKILLed, so pipes close)."""
-        deadline = time.time() + limit
-        for tr in self.runs.values():
-            if tr.reader is not None:
-                tr.reader.join(timeout=max(0.0, deadline - time.time()))
+        join_readers([tr.reader for tr in self.runs.values() if tr.reader is not None], timeout=limit)
 
     # ------------------------------------------------------------------ signals
     def interrupt(self, signum: int) -> None:
@@ -558,7 +575,7 @@ class Supervisor:
                         + (f" — {rc.note}" if rc.note else "") + f"; log: {rc.log_path}")
         text.append(format_table(HEADER, rows))
         if self.root_cause is not None:
-            tail = list(self.root_cause.seen.tail)[-10:]
+            tail = failure_tail(list(self.root_cause.seen.tail), 10)
             if tail:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)

@@ -15,16 +15,17 @@
   ``operation_timeout_in_ms``; a run that times out once the last step is reached ends
   the loop instead of failing;
 * at a clean end, every replica tells the ps tasks it is done (:func:`signal_done`) so a
-  ps started by hand ends by itself.
+  ps started by hand ends by itself -- unless a supervising launcher will stop the ps
+  (:func:`tfcluster.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names an ancestor).
 """
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 from typing import Iterable, Optional
 
+from tfcluster.contract import supervised
 from tfcluster.runtime.context import TaskContext
 from tfcluster.runtime.server import session_config, signal_done
 
@@ -255,9 +256,11 @@ class TrainingSession:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
         if self.stop_signal is not None:
             return suppress  # stopped, not done: the ps must not count this replica as finished
-        # Under tfcluster launch (TFCLUSTER_TASK is set) the launcher stops the ps tasks;
-        # telling them costs a new session (0.5-2 s) between the last step and the exit.
-        if exc_type is None and self.signal_done_at_end and not os.environ.get("TFCLUSTER_TASK"):
+        # Under a supervising tfcluster launcher (TFCLUSTER_LAUNCHER_PID names an ancestor) the
+        # launcher stops the ps tasks; telling them costs a new session (0.5-2 s) between the
+        # last step and the exit. Anywhere else -- `tfcluster commands` lines, pods, Slurm
+        # scripts, TFCLUSTER_TASK or not -- the ps ends only when every replica says done.
+        if exc_type is None and self.signal_done_at_end and not supervised():
             signal_done(self.ctx, self.target)
         return suppress
 
