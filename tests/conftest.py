@@ -9,6 +9,14 @@ import pytest
 
 from tfcluster.hosts import free_ports, port_in_use  # noqa: F401 (tests import free_ports from here)
 
+def pytest_configure(config):
+    """Runs started by tests register in a per-user index (tfcluster.runindex) and notes are
+    remembered in the user's state folder: keep both out of the real home during tests."""
+    if not os.environ.get("TFCLUSTER_TEST_KEEP_STATE"):
+        import tempfile
+        os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfcluster-test-state-")
+
+
 SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
 
 

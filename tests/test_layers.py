@@ -16,7 +16,7 @@ FLOORS = [
     ["errors", "rules", "contract", "progress", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options"],
     # 1: the file model and run records
-    ["config", "runrecord"],
+    ["config", "runrecord", "runindex", "logs", "control", "notes"],
     # 2: the run plan
     ["plan"],
     # 3: backends (below their consumers) and the in-task runtime
@@ -24,7 +24,7 @@ FLOORS = [
     # 4: the supervisor
     ["launch"],
     # 5: renderers, commands, the composition root
-    ["render", "jobset", "pod", "report", "hello", "cli", "__main__", "__init__"],
+    ["render", "jobset", "pod", "report", "hello", "cli", "completion", "__main__", "__init__"],
 ]
 
 

@@ -18,7 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional
 
-from .. import contract, rules, secrets
+from .. import contract, rules, runindex, secrets
+from ..control import prepared_run_dir
+from ..notes import security_note, summaries_lines
 from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
 from ..events import EventLog, exit_fields
@@ -44,6 +46,7 @@ class View:
     err_stream: object = None          # tfcluster's own lines (default stderr)
     progress_every: float = PROGRESS_EVERY
     echo_progress: bool = False        # also print progress-protocol lines (tools parse them)
+    output: object = None              # display.OutputOptions: --tasks, --timestamps, host prefixes
 
 
 class NullEvents:
@@ -137,7 +140,8 @@ class Supervisor:
         self._rate_points: Deque = deque(maxlen=20)
         self.events = NullEvents()
         self.display = Display(quiet=self.view.quiet, live=self.view.live, table=self._live_table,
-                               stream=self.view.stream, err_stream=self.view.err_stream)
+                               stream=self.view.stream, err_stream=self.view.err_stream,
+                               options=self.view.output)
         self.secret_values = plan.secret_values()
         self.mask = secrets.Masker(self.secret_values)
         for t in plan.selected_tasks:
@@ -200,6 +204,8 @@ class Supervisor:
         if self.events.error:
             self.display.error(f"the event log could not be written: {self.events.error}")
         self.events.close()
+        for line in summaries_lines(self.plan.run_dir):
+            self.display.info(line)
         self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
@@ -209,13 +215,17 @@ class Supervisor:
             os.makedirs(self.plan.logdir, exist_ok=True)
             os.makedirs(run_dir, mode=0o700)
         except FileExistsError:
-            raise UserError(f"--run-id: {run_dir} exists already; choose another run id")
+            if not prepared_run_dir(run_dir):   # launch --detach made it for this launcher
+                raise UserError(f"--run-id: {run_dir} exists already; choose another run id")
         except OSError as e:
             raise UserError(f"logdir: cannot create {run_dir} ({e.strerror or e})")
         for tr in self.runs.values():
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
         self.events = EventLog(run_dir, clock=self.clock)
         self.display.echo = self.events.log
+        why = runindex.register(run_dir, self.plan.run_id, self.plan.source)
+        if why:
+            self.display.info(f"warning: {why}; tfcluster logs/stop find this run by its folder only")
 
     def _announce(self) -> None:
         d = self.display
@@ -228,10 +238,10 @@ class Supervisor:
         self.events.emit("run_started", run_id=self.plan.run_id, file=self.plan.source,
                          backend=self.backend.name, tasks=list(self.runs), chief=self.plan.chief)
         if self.backend.name == "local" and reachable_beyond_loopback():
-            ports = ", ".join(str(tr.plan.port) for tr in self.runs.values())
-            d.info(f"note: TensorFlow's gRPC servers have no authentication or encryption and listen "
-                   f"on every interface, IPv4 and IPv6 (ports {ports}); fence them off "
-                   f"(see docs/SECURITY.md)")
+            note = security_note(self.plan.source, [tr.plan.port for tr in self.runs.values()],
+                                 silenced=not self.display.options.security_note)
+            if note:
+                d.info(note)
 
     def _start_all(self) -> None:
         by_job: Dict[str, List[TaskRun]] = {}
