@@ -69,6 +69,10 @@ def stop_run(run_dir: str, timeout: float = 60.0) -> int:
     record = read_run(run_dir)
     run_id = record.get("run_id") or os.path.basename(run_dir)
     result = derive_result(record)
+    if result == "lost":
+        _say(f"run {run_id} is lost: its launcher (pid {record.get('launcher_pid')}) is gone or the "
+             f"pid now belongs to another process; nothing signalled")
+        return 1
     if result != "running":
         _say(f"run {run_id} is not running (result: {result}); nothing to stop")
         return 0

@@ -1,0 +1,344 @@
+"""Runs for people (issue 23): the run index, logs, stop, launch --detach, the default FILE,
+a cluster without a file, hints, output options, tensorboard. Pure logic is tested in-process
+(``cli.main`` with capsys); the detached run is a real launcher with real (non-TensorFlow)
+task processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tfcluster import cli, control, logs, notes, runindex
+from tfcluster.errors import UserError
+from tfcluster.launch.display import Display, OutputOptions
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LISTENER = os.path.join(HERE, "programs", "listener.py")
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    d = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(d))
+    return d
+
+
+def record(run_id, tasks=("ps:0", "worker:0"), result="succeeded", **more):
+    return {"run_id": run_id, "result": result,
+            "tasks": [{"task": t, "state": "succeeded"} for t in tasks], **more}
+
+
+def make_run(root, run_id, **kw):
+    d = root / run_id
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps(record(run_id, **kw)))
+    return d
+
+
+# ------------------------------------------------------------------ the run index
+def test_state_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert runindex.state_dir() == str(tmp_path / "tfcluster")
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/is/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert runindex.state_dir() == str(tmp_path / "home" / ".local" / "state" / "tfcluster")
+
+
+def test_register_and_resolve_by_id_from_anywhere(state, tmp_path, monkeypatch):
+    a = make_run(tmp_path / "runs", "20260101-120000")
+    b = make_run(tmp_path / "runs", "nightly")
+    assert runindex.register(str(a)) is None and runindex.register(str(b), "nightly") is None
+    monkeypatch.chdir(tmp_path)   # no cluster.yaml here
+    assert runindex.resolve_run("nightly") == str(b)
+    assert runindex.resolve_run("20260101") == str(a)          # a unique prefix
+    assert runindex.resolve_run(str(a)) == str(a)              # a folder
+    assert runindex.resolve_run() == str(b)                    # the latest indexed run
+    assert runindex.run_ids() == ["nightly", "20260101-120000"]
+    with pytest.raises(UserError, match="no such run folder, and no run with this id"):
+        runindex.resolve_run("nope")
+    # a folder that is gone is skipped
+    (b / "run.json").unlink()
+    assert runindex.resolve_run() == str(a)
+    assert (state / "tfcluster" / "runs.jsonl").stat().st_mode & 0o077 == 0
+
+
+def test_ambiguous_prefix_names_the_candidates(state, tmp_path):
+    for rid in ("exp-1", "exp-2"):
+        runindex.register(str(make_run(tmp_path, rid)))
+    with pytest.raises(UserError, match="ambiguous: exp-1, exp-2"):
+        runindex.lookup("exp")
+
+
+def test_an_unwritable_index_is_a_reason_not_an_exception(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    assert "cannot be written" in runindex.register(str(tmp_path))
+
+
+# ------------------------------------------------------------------ logs
+def test_logs_of_one_task_one_attempt_and_all_tasks(state, tmp_path, capsys, monkeypatch):
+    d = make_run(tmp_path, "r1", tasks=("ps:0", "worker:1"))
+    (d / "worker-1.log").write_text("first\n----- tfcluster: restart 1 -----\nsecond\n")
+    (d / "ps-0.log").write_text("serving\n")
+    (d / "launcher.log").write_text("12:00 started\n")
+    runindex.register(str(d))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["logs", "r1", "worker:1"]) == 0    # every attempt, with the launcher's banner
+    assert capsys.readouterr().out == "first\n----- tfcluster: restart 1 -----\nsecond\n"
+    assert cli.main(["logs", "r1", "worker:1", "--attempt", "1"]) == 0
+    assert capsys.readouterr().out == "second\n"
+    assert cli.main(["logs", "r1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "[ps:0] serving", "[worker:1] first", "[worker:1] ----- tfcluster: restart 1 -----",
+        "[worker:1] second"]
+    assert cli.main(["logs", "worker:1"]) == 0          # the latest run
+    assert "second" in capsys.readouterr().out
+    assert cli.main(["logs", "r1", "launcher"]) == 0
+    assert capsys.readouterr().out == "12:00 started\n"
+    assert cli.main(["logs", "r1", "worker:7"]) == 2
+    assert "worker:7: no such task in this run (tasks: ps:0, worker:1, launcher)" in capsys.readouterr().err
+    assert cli.main(["logs", "r1", "worker:1", "--attempt", "2"]) == 2
+    assert "has 2 attempt(s)" in capsys.readouterr().err
+
+
+def test_follow_prints_what_is_added_until_the_run_ends(tmp_path):
+    d = tmp_path
+    log = d / "worker-0.log"
+    log.write_text("a\n")
+    rec = record("r", tasks=("worker:0",))
+    polls = iter([True, True, False])
+    out = []
+
+    class Out:
+        def write(self, s):
+            out.append(s)
+
+        def flush(self):
+            pass
+
+    def sleep(_):
+        with open(log, "a") as f:
+            f.write("b\npart")
+
+    assert logs.follow(str(d), rec, "worker:0", lambda: next(polls), out=Out(), sleep=sleep) == 0
+    # a line is printed once it is whole; at the end, what is left is printed too
+    assert "".join(out) == "a\nb\npartb\npart\n"
+
+
+# ------------------------------------------------------------------ stop
+def test_stop_refuses_a_pid_that_is_no_longer_the_launcher(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    me = psutil.Process()
+    # this process, with another start time: a reused pid must never be signalled
+    (d / "run.json").write_text(json.dumps(record("r", result="running", launcher_pid=me.pid,
+                                                  launcher_started=me.create_time() - 3600)))
+    assert cli.main(["stop", str(d)]) == 1
+    assert "is lost" in capsys.readouterr().err
+    assert psutil.Process().is_running()
+    (d / "run.json").write_text(json.dumps(record("r", result="succeeded")))
+    assert cli.main(["stop", str(d)]) == 0
+    assert "not running (result: succeeded)" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ FILE defaults to ./cluster.yaml
+CLUSTER = ("cluster:\n  ps: [localhost:{0}]\n  worker: [localhost:{1}, localhost:{2}]\n"
+           "program: {{command: [python, t.py]}}\n")
+
+
+def test_subcommands_default_to_cluster_yaml(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate"]) == 2
+    assert f"no FILE given and no cluster.yaml in {tmp_path}" in capsys.readouterr().err
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.format(2222, 2223, 2224))
+    (tmp_path / "t.py").write_text("")
+    assert cli.main(["validate"]) == 0
+    assert "cluster.yaml: ok" in capsys.readouterr().out
+    assert cli.main(["tf-config", "worker:1"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"] == {"type": "worker", "index": 1}
+    assert cli.main(["tf-config", "cluster.yaml", "ps:0"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"]["type"] == "ps"
+    assert cli.main(["commands"]) == 0
+    assert capsys.readouterr().out.count("# ") == 3
+    assert cli.main(["launch", "--dry-run"]) == 0
+    assert "worker:1" in capsys.readouterr().out
+    assert cli.main(["tf-config"]) == 2
+    assert "give a task" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a cluster without a file
+def test_quick_cluster_dry_run_and_save(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert cli.main(["launch", "--ps", "1", "--workers", "2", "--chief", "--dry-run", "--",
+                     "python", "train.py"]) == 0
+    out = capsys.readouterr().out
+    for t in ("chief:0", "ps:0", "worker:0", "worker:1"):
+        assert t in out
+    assert cli.main(["launch", "--ps", "1", "--workers", "2", "--save", "c.yaml", "--dry-run",
+                     "--", "python", "train.py"]) == 0
+    capsys.readouterr()
+    assert cli.main(["validate", "c.yaml"]) == 0
+    assert "3 tasks in 2 jobs" in capsys.readouterr().out
+    assert cli.main(["launch", "--workers", "1", "--save", "c.yaml", "--", "python", "train.py"]) == 2
+    assert "--save: c.yaml exists already" in capsys.readouterr().err
+    assert cli.main(["launch", "--ps", "1", "--workers", "2"]) == 2
+    assert "give the program after '--'" in capsys.readouterr().err
+    assert cli.main(["launch", "--ps", "1", "--", "python", "train.py"]) == 2
+    assert "needs at least one worker" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ hints
+def test_script_beside_the_cluster_file_gets_a_did_you_mean(tmp_path, monkeypatch, capsys):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "cluster.yaml").write_text(CLUSTER.format(2222, 2223, 2224))
+    (proj / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["launch", "proj/cluster.yaml", "--dry-run", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "Did you mean proj/train.py?" in err and "-- python proj/train.py" in err
+
+
+def test_sbatch_with_a_space_gets_the_equals_form(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["render", "slurm", "x.yaml", "--sbatch", "--mem=8G"])
+    assert "hint: write --sbatch=--mem=8G" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ output options
+def test_task_filter_host_prefix_and_timestamps():
+    class Buf:
+        def __init__(self):
+            self.text = ""
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    out = Buf()
+    opts = OutputOptions.parse(tasks="worker:0,chief")
+    d = Display(stream=out, err_stream=Buf(), options=opts)
+    for name in ("worker:0", "worker:1", "chief:0", "ps:0"):
+        d.task_line(name, "hi")
+    assert out.text == "[worker:0] hi\n[chief:0] hi\n"
+    opts = OutputOptions(hosts=(("worker:0", "node-a"), ("ps:0", "node-b")), timestamps=True)
+    assert opts.prefix("worker:0", now=0).endswith(".000 [node-a/worker:0] ")
+    with pytest.raises(UserError, match="--tasks: worker:9"):
+        OutputOptions.parse(tasks="worker:9").check(["ps:0", "worker:0"])
+    with pytest.raises(UserError, match="not a list of tasks"):
+        OutputOptions.parse(tasks="worker:x")
+
+
+def test_security_note_once_per_file_and_silenceable(state, tmp_path):
+    f = str(tmp_path / "c.yaml")
+    first = notes.security_note(f, [2222], environ={})
+    assert "tfcluster help security" in first and "docs/SECURITY.md" not in first
+    assert notes.security_note(f, [2222], environ={}) is None
+    other = str(tmp_path / "d.yaml")
+    assert notes.security_note(other, [1], silenced=True) is None
+    assert notes.security_note(other, [1], environ={notes.SILENCE_ENV: "1"}) is None
+    assert notes.security_note(other, [1], environ={}) is not None
+
+
+def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # not a path relative to the user's folder
+    assert cli.main(["help", "security"]) == 0
+    out = capsys.readouterr().out
+    assert "no authentication" in out and "IPv6" in out and "ip6tables" in out
+    assert cli.main(["help", "nope"]) == 2
+
+
+# ------------------------------------------------------------------ training words, summaries
+def test_nothing_trained_says_why_and_what_to_do():
+    s = notes.nothing_trained(2001, 2000, "runs/checkpoints")
+    assert "nothing trained" in s and "clear runs/checkpoints" in s and "--train_steps above 2001" in s
+
+
+def test_summaries_dir_from_the_chiefs_flags(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    rec = {"run_id": "r", "file": str(tmp_path / "cluster.yaml"), "tasks": [
+        {"task": "ps:0", "argv": ["python", "t.py"]},
+        {"task": "worker:0", "chief": True, "argv": ["python", "t.py", "--checkpoint_dir=ckpt"]}]}
+    assert control.summaries_dir(rec) == str(tmp_path / "ckpt")
+    assert "tfcluster tensorboard r" in control.summaries_line(rec)
+    cmd = control.tensorboard_argv(str(tmp_path / "ckpt"), port=7000)
+    assert cmd[-4:] == ["--logdir", str(tmp_path / "ckpt"), "--port", "7000"]
+
+
+# ------------------------------------------------------------------ the Python API
+def test_python_api_launch_does_a_dry_run(tmp_path, monkeypatch, capsys):
+    import tfcluster
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.format(2222, 2223, 2224))
+    (tmp_path / "t.py").write_text("")
+    assert tfcluster.launch(dry_run=True) == 0
+    assert "worker:1" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ detach, logs -f, stop (processes)
+def _tfcluster(*args, cwd, **kw):
+    return subprocess.run([sys.executable, "-m", "tfcluster", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120, **kw)
+
+
+def test_detach_then_logs_follow_and_stop_from_another_folder(tmp_path, ports, state):
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    p = ports(3)
+    (here / "cluster.yaml").write_text(
+        f"cluster:\n  ps: [localhost:{p[0]}]\n  worker: [localhost:{p[1]}, localhost:{p[2]}]\n"
+        f"program: {{command: [python, {json.dumps(LISTENER)}]}}\nlogdir: runs\n")
+    env = dict(os.environ, XDG_STATE_HOME=str(state))
+    r = _tfcluster("launch", "--detach", "--stop-timeout", "3", "--run-id", "bg1", cwd=here, env=env)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "run bg1 started in the background" in r.stdout and "tfcluster stop bg1" in r.stdout
+    run_dir = here / "runs" / "bg1"
+    launcher = None
+    follower = None
+    try:
+        rec = json.loads((run_dir / "run.json").read_text())
+        launcher = rec["launcher_pid"]
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            rec = json.loads((run_dir / "run.json").read_text())
+            if sum(t["state"] == "running" for t in rec["tasks"]) == 3:
+                break
+            time.sleep(0.2)
+        follower = subprocess.Popen([sys.executable, "-m", "tfcluster", "logs", "bg1", "worker:1", "-f"],
+                                    cwd=elsewhere, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        s = _tfcluster("stop", "bg1", cwd=elsewhere, env=env)
+        assert s.returncode == 0, s.stderr
+        assert "SIGTERM to its launcher" in s.stderr and "ended: interrupted" in s.stderr
+        out, err = follower.communicate(timeout=30)
+        assert follower.returncode == 0, err
+        assert "worker:1 listening on" in out
+    finally:
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+            follower.wait()
+        if launcher and psutil.pid_exists(launcher):
+            try:
+                os.killpg(launcher, signal.SIGKILL)
+            except OSError:
+                pass
+    assert not psutil.pid_exists(launcher) or psutil.Process(launcher).status() == psutil.STATUS_ZOMBIE
+    # stopped in order: chief and workers, then ps
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    sent = [e["task"] for e in events if e["event"] == "stop_sent"]
+    assert sent and sent[-1] == "ps:0" and set(sent[:2]) == {"worker:0", "worker:1"}
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "interrupted"
+    assert (run_dir / "console.log").read_text().count("run bg1") >= 1
