@@ -483,9 +483,6 @@ def cmd_render(args) -> int:
     return 0
 
 
-SLURM_FLAG_ATTRS = SLURM_FLAGS
-
-
 @dataclass(frozen=True)
 class QuickCluster:
     """``launch --ps N --workers N [--chief] [--evaluator]``: a cluster on this machine."""
@@ -617,6 +614,9 @@ def run_launch(request: LaunchRequest) -> int:
         raise UserError(f"--{first.replace('_', '-')}: Slurm options apply to --backend slurm only, "
                         f"not --backend {plan.backend}")
     view = request.view or View()
+    if request.detach and plan.backend == "slurm":
+        raise UserError("--detach: with --backend slurm the job runs under Slurm already; "
+                        "leave --detach out")
     if getattr(view, "output", None) is not None:
         view.output.check(t.name for t in plan.selected_tasks)
     if plan.backend == "slurm":

@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, Optional, Tuple
 
 from ..errors import UserError
 
