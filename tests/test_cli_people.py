@@ -416,3 +416,20 @@ def test_tensorboard_prints_the_command_when_asked(tmp_path, state, capsys):
     assert cli.main(["tensorboard", "tb2", "--print", "--port", "6007"]) == 0
     out = capsys.readouterr().out
     assert f"--logdir {d}" in out and "--port 6007" in out
+
+
+def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monkeypatch):
+    """Issue 20: launch_request is the one reader of launch's argparse; main does not add to
+    the namespace."""
+    args = cli.build_parser().parse_args(["launch", "c.yaml", "--tasks", "worker:0", "--timestamps",
+                                          "--quiet", "--restart", "on-failure", "--detach"])
+    before = dict(vars(args))
+    req = cli.launch_request(args, ["python", "t.py"], ["launch", "c.yaml", "--detach"])
+    assert vars(args) == before
+    assert req.file == "c.yaml" and req.detach and not req.dry_run
+    assert req.options.command == ("python", "t.py") and req.options.restart == "on-failure"
+    assert req.view.quiet and req.view.output.timestamps and req.view.output.shows("worker:0")
+    assert not req.view.output.shows("worker:1")
+    from tfcluster.launch import View   # the subpackage is still importable ...
+    import tfcluster
+    assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
