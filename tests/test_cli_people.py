@@ -433,3 +433,25 @@ def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monk
     from tfcluster.launch import View   # the subpackage is still importable ...
     import tfcluster
     assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
+
+
+def test_detach_reports_a_launch_that_fails_at_once(tmp_path, ports, state):
+    """A detached launcher that stops before its run starts (a taken port): launch --detach
+    prints its output and returns its exit code instead of 'started in the background'."""
+    import socket
+    p = ports(2)
+    (tmp_path / "cluster.yaml").write_text(
+        f"cluster:\n  ps: [localhost:{p[0]}]\n  worker: [localhost:{p[1]}]\n"
+        f"program: {{command: [python, {json.dumps(LISTENER)}]}}\nlogdir: runs\n")
+    env = dict(os.environ, XDG_STATE_HOME=str(state))
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", p[1]))
+        s.listen()
+        r = _tfcluster("launch", "--detach", "--run-id", "bad1", cwd=tmp_path, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"port {p[1]} (worker:0) is already in use" in r.stderr
+    assert "started in the background" not in r.stdout
+    # no run started; what the launcher said stays in the prepared folder
+    assert not (tmp_path / "runs" / "bad1" / "run.json").exists()
+    assert "already in use" in (tmp_path / "runs" / "bad1" / "console.log").read_text()
