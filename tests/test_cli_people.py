@@ -207,9 +207,13 @@ def test_script_beside_the_cluster_file_gets_a_did_you_mean(tmp_path, monkeypatc
     assert "Did you mean proj/train.py?" in err and "-- python proj/train.py" in err
 
 
-def test_sbatch_with_a_space_gets_the_equals_form(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["render", "slurm", "x.yaml", "--sbatch", "--mem=8G"])
+@pytest.mark.parametrize("argv", [["render", "slurm", "x.yaml", "--sbatch", "--mem=8G"],
+                                  ["launch", "x.yaml", "--backend", "slurm", "--sbatch", "--mem=8G"],
+                                  ["launch", "--sbatch", "--mem=8G", "--", "python", "t.py"]])
+def test_sbatch_with_a_space_gets_the_equals_form(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
     assert "hint: write --sbatch=--mem=8G" in capsys.readouterr().err
 
 
@@ -455,3 +459,12 @@ def test_detach_reports_a_launch_that_fails_at_once(tmp_path, ports, state):
     # no run started; what the launcher said stays in the prepared folder
     assert not (tmp_path / "runs" / "bad1" / "run.json").exists()
     assert "already in use" in (tmp_path / "runs" / "bad1" / "console.log").read_text()
+
+
+def test_strip_detach_keeps_the_rest_of_the_command_line():
+    argv = ["launch", "-d", "--ps", "1", "--workers=2", "--save", "c.yaml", "--quiet", "--",
+            "python", "t.py", "--detach"]
+    assert control.strip_detach(argv) == ["launch", "--ps", "1", "--workers=2", "--save", "c.yaml",
+                                          "--quiet", "--", "python", "t.py", "--detach"]
+    assert control.strip_detach(argv, control.QUICK_FLAGS) == [
+        "launch", "--quiet", "--", "python", "t.py", "--detach"]

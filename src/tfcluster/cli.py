@@ -630,7 +630,9 @@ def run_launch(request: LaunchRequest) -> int:
         return 0
     if request.detach:
         from .control import detach
-        return detach(request.argv, options.command, plan.run_dir, plan.run_id)
+        saved = request.quick.save if request.quick is not None else None
+        return detach(request.argv, options.command, plan.run_dir, plan.run_id,
+                      saved_file=os.path.abspath(saved) if saved else None)
     from .launch.preflight import preflight
     for w in preflight(plan, backend):
         print(f"tfcluster: warning: {w}", file=sys.stderr)

@@ -95,13 +95,24 @@ def stop_run(run_dir: str, timeout: float = 60.0) -> int:
 
 
 # ------------------------------------------------------------------ detach
-def strip_detach(argv: Sequence[str]) -> List[str]:
-    """The launch command line without ``--detach`` (before any ``--``)."""
-    out, program = [], False
-    for a in argv:
+def strip_detach(argv: Sequence[str], drop: Optional[Dict[str, int]] = None) -> List[str]:
+    """The launch command line without ``--detach``/``-d`` (before any ``--``), and without
+    the flags in ``drop`` (flag -> how many values follow it; ``--flag=value`` too)."""
+    drop = dict(drop or {})
+    drop.setdefault("--detach", 0)
+    drop.setdefault("-d", 0)
+    out: List[str] = []
+    skip = 0
+    for i, a in enumerate(argv):
         if a == "--":
-            program = True
-        if not program and a == "--detach":
+            out.extend(argv[i:])
+            break
+        if skip:
+            skip -= 1
+            continue
+        name = a.split("=", 1)[0]
+        if name in drop:
+            skip = drop[name] if "=" not in a else 0
             continue
         out.append(a)
     return out
@@ -117,8 +128,11 @@ def prepared_run_dir(run_dir: str) -> bool:
     return DETACH_MARK in names and names <= {DETACH_MARK, CONSOLE}
 
 
+QUICK_FLAGS = {"--ps": 1, "--workers": 1, "--chief": 0, "--evaluator": 0, "--save": 1}
+
+
 def detach(argv: Sequence[str], program: Sequence[str], run_dir: str, run_id: str,
-           wait: float = 30.0) -> int:
+           wait: float = 30.0, saved_file: Optional[str] = None) -> int:
     """Start ``tfcluster launch`` (``argv``, without --detach) in its own session with its
     output in ``<run_dir>/console.log``; return once its run.json exists (0) or it has ended
     (its exit code, with its output)."""
@@ -132,7 +146,11 @@ def detach(argv: Sequence[str], program: Sequence[str], run_dir: str, run_id: st
     with open(os.path.join(run_dir, DETACH_MARK), "w") as f:
         json.dump({"by_pid": os.getpid(), "at": time.time()}, f)
     console_path = os.path.join(run_dir, CONSOLE)
-    cmd = [sys.executable, "-m", "tfcluster"] + strip_detach(argv) + [
+    if saved_file:   # launch --ps/--workers --save FILE: the launcher runs the file written
+        args = strip_detach(argv, QUICK_FLAGS) + [saved_file]
+    else:
+        args = strip_detach(argv)
+    cmd = [sys.executable, "-m", "tfcluster"] + args + [
         "--run-id", run_id, "--logdir", os.path.dirname(run_dir), "--no-live"]
     if program:
         cmd += ["--"] + list(program)
