@@ -14,7 +14,15 @@ def pytest_configure(config):
     remembered in the user's state folder: keep both out of the real home during tests."""
     if not os.environ.get("TFCLUSTER_TEST_KEEP_STATE"):
         import tempfile
-        os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfcluster-test-state-")
+        config._tfcluster_state = tempfile.mkdtemp(prefix="tfcluster-test-state-")
+        os.environ["XDG_STATE_HOME"] = config._tfcluster_state
+
+
+def pytest_unconfigure(config):
+    state = getattr(config, "_tfcluster_state", None)
+    if state:
+        import shutil
+        shutil.rmtree(state, ignore_errors=True)
 
 
 SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared")
