@@ -89,13 +89,32 @@ def test_bash_completes_run_ids_and_task_names(env, capsys):
                                                                                 "launcher"}
 
 
-def test_zsh_script_wraps_the_bash_function(capsys):
+def zsh_complete(shell_script: str, line: str, cwd, env) -> list:
+    """COMPREPLY of the function under zsh's bashcompinit. zsh's compgen leaves matching the
+    word to zsh's completion system, so this is the candidate list zsh then filters."""
+    zsh = shutil.which("zsh")
+    script = ("autoload -U compinit && compinit -u 2>/dev/null\n" + shell_script +
+              '\nCOMP_LINE="$1"; COMP_POINT=${#COMP_LINE}; _tfcluster; print -l -- $COMPREPLY\n')
+    out = subprocess.run([zsh, "-f", "-c", script, "zsh", line], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    return [w for w in out.stdout.splitlines() if w]
+
+
+def test_zsh_script_wraps_the_bash_function(env, capsys):
+    work, e = env
     s = script(capsys, "zsh")
     assert "bashcompinit" in s and "complete -o default -F _tfcluster tfcluster" in s
-    zsh = shutil.which("zsh")
-    if zsh:   # zsh parses it
-        r = subprocess.run([zsh, "-n", "-c", s], capture_output=True, text=True, timeout=30)
-        assert r.returncode == 0, r.stderr
+    if not shutil.which("zsh"):
+        pytest.skip("zsh is not installed")
+    assert "launch" in zsh_complete(s, "tfcluster la", work, e)
+    assert {"bash", "zsh"} <= set(zsh_complete(s, "tfcluster completion ", work, e))
+    assert "--detach" in zsh_complete(s, "tfcluster launch --de", work, e)
+    assert "nightly" in zsh_complete(s, "tfcluster stop ", work, e)
+    assert {"worker:0", "ps:0", "launcher"} <= set(
+        zsh_complete(s, "tfcluster logs --attempt 1 nightly ", work, e))
+    assert {"worker:0", "worker:1", "chief:0"} <= set(
+        zsh_complete(s, "tfcluster tf-config cluster.yaml worker:", work, e))
 
 
 def test_completion_needs_a_shell(capsys):

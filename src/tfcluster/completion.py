@@ -63,15 +63,17 @@ _tfcluster_reply() {{
     # bash splits words at ':' (COMP_WORDBREAKS): hand back only what follows the last ':'
     if [[ "$cur" == *:* && "$COMP_WORDBREAKS" == *:* ]]; then
         local pre="${{cur%"${{cur##*:}}"}}" k
-        for k in "${{!COMPREPLY[@]}}"; do COMPREPLY[$k]="${{COMPREPLY[$k]#"$pre"}}"; done
+        for ((k=0; k<${{#COMPREPLY[@]}}; k++)); do COMPREPLY[k]="${{COMPREPLY[k]#"$pre"}}"; done
     fi
     return 0
 }}
 _tfcluster() {{
+    # zsh (through bashcompinit): arrays from 0 as in bash, for this function only
+    [[ -n "$ZSH_VERSION" ]] && setopt localoptions ksharrays
     local line="${{COMP_LINE:0:$COMP_POINT}}" cur prev cmd="" opts="" npos=0 i dd=0
     local -a w pos
     local vflags=" {vflags} " skip=0
-    read -r -a w <<< "$line"
+    if [[ -n "$ZSH_VERSION" ]]; then w=( ${{=line}} ); else read -r -a w <<< "$line"; fi
     [[ "$line" =~ [[:space:]]$ ]] && w+=("")
     cur="${{w[${{#w[@]}}-1]}}"
     prev=""
