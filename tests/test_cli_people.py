@@ -1,15 +1,11 @@
-"""Runs for people (issue 23): the run index, logs, stop, launch --detach, the default FILE,
-a cluster without a file, hints, output options, tensorboard. Pure logic is tested in-process
-(``cli.main`` with capsys); the detached run is a real launcher with real (non-TensorFlow)
-task processes."""
+"""Runs for people (issue 23): the run index, logs, stop, the default FILE, a cluster without a
+file, hints, output options, help, the Python API and the one translation from argparse
+(issue 20). Pure logic, in-process (``cli.main`` with capsys): no process, no TensorFlow.
+Processes: tests/test_cli_people_processes.py; TensorFlow: tests/test_cli_people_tf.py."""
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import psutil
 import pytest
@@ -289,131 +285,6 @@ def test_python_api_launch_does_a_dry_run(tmp_path, monkeypatch, capsys):
     assert "worker:1" in capsys.readouterr().out
 
 
-# ------------------------------------------------------------------ detach, logs -f, stop (processes)
-def _tfcluster(*args, cwd, **kw):
-    return subprocess.run([sys.executable, "-m", "tfcluster", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120, **kw)
-
-
-def test_detach_then_logs_follow_and_stop_from_another_folder(tmp_path, ports, state):
-    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
-    here.mkdir()
-    elsewhere.mkdir()
-    p = ports(3)
-    (here / "cluster.yaml").write_text(
-        f"cluster:\n  ps: [localhost:{p[0]}]\n  worker: [localhost:{p[1]}, localhost:{p[2]}]\n"
-        f"program: {{command: [python, {json.dumps(LISTENER)}]}}\nlogdir: runs\n")
-    env = dict(os.environ, XDG_STATE_HOME=str(state))
-    r = _tfcluster("launch", "--detach", "--stop-timeout", "3", "--run-id", "bg1", cwd=here, env=env)
-    assert r.returncode == 0, r.stderr + r.stdout
-    assert "run bg1 started in the background" in r.stdout and "tfcluster stop bg1" in r.stdout
-    run_dir = here / "runs" / "bg1"
-    launcher = None
-    follower = None
-    try:
-        rec = json.loads((run_dir / "run.json").read_text())
-        launcher = rec["launcher_pid"]
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            rec = json.loads((run_dir / "run.json").read_text())
-            if sum(t["state"] == "running" for t in rec["tasks"]) == 3:
-                break
-            time.sleep(0.2)
-        follower = subprocess.Popen([sys.executable, "-m", "tfcluster", "logs", "bg1", "worker:1", "-f"],
-                                    cwd=elsewhere, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)
-        s = _tfcluster("stop", "bg1", cwd=elsewhere, env=env)
-        assert s.returncode == 0, s.stderr
-        assert "SIGTERM to its launcher" in s.stderr and "ended: interrupted" in s.stderr
-        out, err = follower.communicate(timeout=30)
-        assert follower.returncode == 0, err
-        assert "worker:1 listening on" in out
-    finally:
-        if follower is not None and follower.poll() is None:
-            follower.kill()
-            follower.wait()
-        if launcher and psutil.pid_exists(launcher):
-            try:
-                os.killpg(launcher, signal.SIGKILL)
-            except OSError:
-                pass
-    assert not psutil.pid_exists(launcher) or psutil.Process(launcher).status() == psutil.STATUS_ZOMBIE
-    # stopped in order: chief and workers, then ps
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    sent = [e["task"] for e in events if e["event"] == "stop_sent"]
-    assert sent and sent[-1] == "ps:0" and set(sent[:2]) == {"worker:0", "worker:1"}
-    rec = json.loads((run_dir / "run.json").read_text())
-    assert rec["result"] == "interrupted"
-    assert (run_dir / "console.log").read_text().count("run bg1") >= 1
-
-
-# ------------------------------------------------------------------ TensorFlow: no file, tensorboard
-REPO = os.path.dirname(HERE)
-
-
-@pytest.mark.tf
-def test_quick_start_without_a_file_trains(tmp_path, state):
-    """Issue 23: tfcluster launch --ps 1 --workers 2 -- python trainer.py --train_steps=200,
-    with no cluster file: free ports on this machine, the usual records, indexed by run id."""
-    import shutil
-    shutil.copy(os.path.join(REPO, "trainer.py"), tmp_path / "trainer.py")
-    env = dict(os.environ, XDG_STATE_HOME=str(state))
-    r = _tfcluster("launch", "--ps", "1", "--workers", "2", "--no-security-note", "--", "python",
-                   "trainer.py", "--train_steps=200", cwd=tmp_path, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "done: global_step=" in r.stdout
-    runs = [d for d in (tmp_path / "runs").iterdir() if (d / "run.json").is_file()]
-    assert len(runs) == 1
-    rec = json.loads((runs[0] / "run.json").read_text())
-    assert rec["result"] == "succeeded" and {t["task"] for t in rec["tasks"]} == {
-        "ps:0", "worker:0", "worker:1"}
-    idx = (state / "tfcluster" / "runs.jsonl").read_text()
-    assert rec["run_id"] in idx
-
-
-@pytest.mark.tf
-def test_tensorboard_serves_the_runs_summaries(tmp_path, state, ports):
-    """tfcluster tensorboard RUN starts TensorBoard on the chief's --checkpoint_dir."""
-    pytest.importorskip("tensorboard")
-    import urllib.request
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    d = tmp_path / "runs" / "tb1"
-    d.mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps({
-        "run_id": "tb1", "result": "succeeded", "file": str(tmp_path / "cluster.yaml"),
-        "tasks": [{"task": "worker:0", "state": "succeeded", "chief": True,
-                   "argv": ["python", "t.py", "--checkpoint_dir=ckpt"]}]}))
-    runindex.register(str(d))
-    port = ports(1)[0]
-    env = dict(os.environ, XDG_STATE_HOME=str(state))
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "tensorboard", "tb1", "--port",
-                             str(port), "--bind", "localhost"], cwd=tmp_path / "runs", env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        deadline, body = time.time() + 120, None
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://localhost:{port}/data/environment", timeout=5) as f:
-                    body = json.loads(f.read())
-                break
-            except OSError:
-                time.sleep(0.5)
-        assert body is not None, proc.stdout.read() if proc.poll() is not None else "no answer"
-        assert body["data_location"] == str(ckpt)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        proc.stdout.close()
-
-
 def test_tensorboard_prints_the_command_when_asked(tmp_path, state, capsys):
     d = make_run(tmp_path, "tb2")
     runindex.register(str(d))
@@ -437,28 +308,6 @@ def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monk
     from tfcluster.launch import View   # the subpackage is still importable ...
     import tfcluster
     assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
-
-
-def test_detach_reports_a_launch_that_fails_at_once(tmp_path, ports, state):
-    """A detached launcher that stops before its run starts (a taken port): launch --detach
-    prints its output and returns its exit code instead of 'started in the background'."""
-    import socket
-    p = ports(2)
-    (tmp_path / "cluster.yaml").write_text(
-        f"cluster:\n  ps: [localhost:{p[0]}]\n  worker: [localhost:{p[1]}]\n"
-        f"program: {{command: [python, {json.dumps(LISTENER)}]}}\nlogdir: runs\n")
-    env = dict(os.environ, XDG_STATE_HOME=str(state))
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", p[1]))
-        s.listen()
-        r = _tfcluster("launch", "--detach", "--run-id", "bad1", cwd=tmp_path, env=env)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert f"port {p[1]} (worker:0) is already in use" in r.stderr
-    assert "started in the background" not in r.stdout
-    # no run started; what the launcher said stays in the prepared folder
-    assert not (tmp_path / "runs" / "bad1" / "run.json").exists()
-    assert "already in use" in (tmp_path / "runs" / "bad1" / "console.log").read_text()
 
 
 def test_strip_detach_keeps_the_rest_of_the_command_line():
