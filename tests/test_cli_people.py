@@ -317,3 +317,19 @@ def test_strip_detach_keeps_the_rest_of_the_command_line():
                                           "--quiet", "--", "python", "t.py", "--detach"]
     assert control.strip_detach(argv, control.QUICK_FLAGS) == [
         "launch", "--quiet", "--", "python", "t.py", "--detach"]
+
+
+def test_host_prefixes_only_when_the_run_spans_hosts():
+    from types import SimpleNamespace as NS
+    one = NS(tasks=[NS(name="ps:0", host="localhost"), NS(name="worker:0", host="localhost")])
+    two = NS(tasks=[NS(name="ps:0", host="node-a"), NS(name="worker:0", host="node-b")])
+    assert OutputOptions.hosts_of(one) == ()
+    opts = OutputOptions(hosts=OutputOptions.hosts_of(two))
+    assert opts.prefix("worker:0") == "[node-b/worker:0] " and opts.prefix("ps:0") == "[node-a/ps:0] "
+
+
+def test_help_prints_a_commands_help(capsys):
+    assert cli.main(["help", "logs"]) == 0
+    assert "--attempt" in capsys.readouterr().out
+    assert cli.main(["help"]) == 0
+    assert "tfcluster help security" in capsys.readouterr().out
