@@ -134,7 +134,9 @@ def train(ctx, server, data) -> int:
         if sync:
             opt = rt.make_sync_optimizer(opt, ctx, FLAGS.replicas_to_aggregate or None,
                                          backup_workers=FLAGS.backup_workers)
-        train_op = opt.minimize(loss, global_step=global_step)
+        from tensorflow.python.util import deprecation
+        with deprecation.silence():   # SyncReplicasOptimizer builds TF's own (deprecated) QueueRunner
+            train_op = opt.minimize(loss, global_step=global_step)
 
         # held-out evaluation (fed from numpy by the chief at the end)
         x_eval = tf.compat.v1.placeholder(tf.float32, [None, data.num_features], name="x_eval")
