@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep task logs readable
 from absl import app, flags, logging  # noqa: E402
 
 import tfcluster.runtime as rt  # noqa: E402
+from tfcluster.notes import nothing_trained  # noqa: E402
 from tfcluster.runtime import data as rt_data  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -57,7 +58,8 @@ flags.DEFINE_integer("seed", 1234, "Seed of the synthetic dataset and of the mod
 flags.DEFINE_float("progress_secs", 1.0, "Report progress at most this often (seconds)")
 flags.DEFINE_integer("operation_timeout_ms", rt.DEFAULT_OPERATION_TIMEOUT_MS,
                      "Bound on any single blocking op (ms)")
-flags.DEFINE_bool("print_placement", True, "Chief: print where variables are placed")
+flags.DEFINE_bool("print_placement", False, "Chief: print where variables are placed (a table "
+                  "of every variable, its ps task and size)")
 
 
 def log(ctx, msg: str) -> None:
@@ -132,7 +134,9 @@ def train(ctx, server, data) -> int:
         if sync:
             opt = rt.make_sync_optimizer(opt, ctx, FLAGS.replicas_to_aggregate or None,
                                          backup_workers=FLAGS.backup_workers)
-        train_op = opt.minimize(loss, global_step=global_step)
+        from tensorflow.python.util import deprecation
+        with deprecation.silence():   # SyncReplicasOptimizer builds TF's own (deprecated) QueueRunner
+            train_op = opt.minimize(loss, global_step=global_step)
 
         # held-out evaluation (fed from numpy by the chief at the end)
         x_eval = tf.compat.v1.placeholder(tf.float32, [None, data.num_features], name="x_eval")
@@ -158,8 +162,12 @@ def train(ctx, server, data) -> int:
             step = sess.start_step
             if sess.restored_from:
                 log(ctx, f"restored {sess.restored_from} (global_step={sess.restored_step})")
-            log(ctx, f"training ({FLAGS.mode}, {ctx.num_workers} worker(s), {ctx.num_ps} ps) "
-                     f"from global_step={step} to {FLAGS.train_steps}")
+            if step >= FLAGS.train_steps:
+                # A re-run on the same --checkpoint_dir: say so plainly, and how to train.
+                log(ctx, nothing_trained(step, FLAGS.train_steps, FLAGS.checkpoint_dir or None))
+            else:
+                log(ctx, f"training ({FLAGS.mode}, {ctx.num_workers} worker(s), {ctx.num_ps} ps) "
+                         f"from global_step={step} to {FLAGS.train_steps}")
             loss_value = float("nan")
             while not sess.should_stop():
                 if progress.due():  # fetch the loss only when a progress line is due
@@ -173,8 +181,9 @@ def train(ctx, server, data) -> int:
             step = sess.current_step()
             progress(step, force=True, loss=loss_value)
             if sess.stopped_by_signal:
-                log(ctx, f"stopped by signal {sess.stopped_by_signal} at global_step={step}; "
-                         f"the final checkpoint is written on close")
+                log(ctx, f"stopped by signal {sess.stopped_by_signal} at global_step={step}"
+                         + ("; the final checkpoint is written on close"
+                            if ctx.is_chief and FLAGS.checkpoint_dir else ""))
             elif ctx.is_chief:
                 acc, test_loss = sess.run_raw([eval_acc, eval_loss],
                                               feed_dict={x_eval: data.x_test, y_eval: data.y_test})

@@ -251,6 +251,10 @@ def main(argv):
         report_progress(current, total, loss=loss, accuracy=train_acc)
 
     eval_loss, eval_acc = (float(v) for v in evaluate())
+    # Every worker leaves together: a last all-reduce is a barrier, so that no worker's exit
+    # tears down a collective a peer still runs (TensorFlow then logs
+    # "BaseCollectiveExecutor::StartAbort UNAVAILABLE" at the end of a successful run).
+    strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
     elapsed = time.time() - t0
     summary = {"step": current, "loss": _num(loss), "train_accuracy": _num(train_acc),
                "eval_loss": _num(eval_loss), "accuracy": _num(eval_acc),

@@ -41,6 +41,19 @@ def layer_of(path) -> str:
 
 def pytest_configure(config):
     _tf_at_start[0] = _TF in sys.modules
+    # Runs started by tests register in a per-user index (tfcluster.runindex) and notes are
+    # remembered in the user's state folder: keep both out of the real home during tests.
+    if not os.environ.get("TFCLUSTER_TEST_KEEP_STATE"):
+        import tempfile
+        config._tfcluster_state = tempfile.mkdtemp(prefix="tfcluster-test-state-")
+        os.environ["XDG_STATE_HOME"] = config._tfcluster_state
+
+
+def pytest_unconfigure(config):
+    state = getattr(config, "_tfcluster_state", None)
+    if state:
+        import shutil
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def pytest_collectreport(report):

@@ -7,10 +7,10 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import replace
-from typing import List, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import List, Optional, Sequence, Tuple
 
-from . import __version__, rules
+from . import __version__, notes, rules
 from .errors import UserError, print_error
 
 DESCRIPTION = """\
@@ -34,13 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     s = sub.add_parser("launch", help="start every task of the file on this machine and watch them",
-                       usage="tfcluster launch [options] FILE [-- CMD ARGS...]",
+                       usage="tfcluster launch [options] [FILE] [-- CMD ARGS...]",
                        description="Start the cluster's tasks, stream their output, decide success "
                        "or failure, and stop every task at the end. Anything after '--' is the "
-                       "program every task runs instead of the file's program.",
+                       "program every task runs instead of the file's program. Without FILE: "
+                       "./cluster.yaml, or with --ps/--workers a cluster on this machine.",
                        epilog="Task output goes to stdout, tfcluster's own lines to stderr. "
                        "The run plan, the task contract and the rules: docs/PLAN.md.")
-    s.add_argument("file", help="cluster file (cluster.yaml)")
+    s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
+    q = s.add_argument_group("a cluster on this machine without a file (free ports; give the "
+                             "program after '--')")
+    q.add_argument("--ps", type=_count, metavar="N", help="parameter server tasks")
+    q.add_argument("--workers", type=_count, metavar="N", help="worker tasks")
+    q.add_argument("--chief", action="store_true", help="a chief task too (else worker:0 is chief)")
+    q.add_argument("--evaluator", action="store_true", help="an evaluator task too")
+    q.add_argument("--save", metavar="FILE", help="write the cluster file used to FILE (and run it)")
+    s.add_argument("--detach", "-d", action="store_true",
+                   help="start the run in the background (its own session, output in the run "
+                   "folder's console.log); print the run id and how to follow, stop and inspect it")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="append --job_name, --task_index and --<job>_hosts to every task's argv")
     s.add_argument("--success", choices=list(rules.SUCCESS_RULES),
@@ -74,21 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
                    "else ssh)")
     s.add_argument("--host", action="append", metavar="NAME",
                    help="start only the tasks on host NAME, here (per-host mode; repeatable)")
+    o = s.add_argument_group("output")
+    o.add_argument("--tasks", metavar="LIST",
+                   help="show only these tasks' output, e.g. worker:0,chief (a job name means "
+                   "all its tasks); every task's log is still written")
+    o.add_argument("--timestamps", action="store_true", help="prefix task lines with the time")
+    o.add_argument("--no-security-note", action="store_true",
+                   help="do not print the network security note (also TFCLUSTER_NO_SECURITY_NOTE=1; "
+                   "it is printed once per cluster file anyway)")
     add_slurm_flags(s)
     s.set_defaults(func=cmd_launch)
 
     s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster")
-    s.add_argument("file")
+    s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
     s.add_argument("--json", action="store_true", help="print the resolved cluster as JSON")
     s.set_defaults(func=cmd_validate)
 
-    s = sub.add_parser("tf-config", help="print one task's TF_CONFIG as JSON")
-    s.add_argument("file")
-    s.add_argument("task", help="JOB:INDEX, for example worker:1")
+    s = sub.add_parser("tf-config", help="print one task's TF_CONFIG as JSON",
+                       usage="tfcluster tf-config [FILE] TASK")
+    s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
+    s.add_argument("task", nargs="?", help="JOB:INDEX, for example worker:1")
     s.set_defaults(func=cmd_tf_config)
 
     s = sub.add_parser("commands", help="print the shell line that starts each task by hand")
-    s.add_argument("file")
+    s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="add --job_name/--task_index/--<job>_hosts even if the file does not ask")
     s.set_defaults(func=cmd_commands)
@@ -128,6 +148,54 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a cluster file of local tasks: start them in-process and run an op on the "
                    "second task from a session on the first")
     s.set_defaults(func=cmd_hello)
+
+    s = sub.add_parser("logs", help="print a run's task logs, or follow them (-f)",
+                       usage="tfcluster logs [RUN] [TASK] [-f] [--attempt N]",
+                       description="Print the logs of a run (RUN: a run id or run folder; default: "
+                       "the latest run of ./cluster.yaml, else your latest run). TASK (worker:1) "
+                       "picks one task; 'launcher' the launcher's own log; without TASK every "
+                       "task's log, prefixed. -f follows until the run ends.")
+    s.add_argument("run", nargs="?", help="run id or run folder")
+    s.add_argument("task", nargs="?", help="a task (worker:1), or 'launcher'")
+    s.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    s.add_argument("--attempt", type=_count, metavar="N",
+                   help="only attempt N of a restarted task (0: the first start)")
+    s.set_defaults(func=cmd_logs)
+
+    s = sub.add_parser("stop", help="stop a running run in order, through its launcher",
+                       description="Send SIGTERM to the run's launcher (checked by pid and start "
+                       "time), which stops the tasks as on Ctrl-C: chief and workers first, then "
+                       "ps; wait for it and print the result. RUN: a run id or run folder "
+                       "(default: the latest run of ./cluster.yaml, else your latest run).")
+    s.add_argument("run", nargs="?", help="run id or run folder")
+    s.add_argument("--timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="how long to wait for the launcher to end (default 120)")
+    s.set_defaults(func=cmd_stop)
+
+    s = sub.add_parser("tensorboard", help="start TensorBoard on a run's summaries",
+                       description="Run TensorBoard on the run's summaries folder (the chief's "
+                       "--checkpoint_dir, --model_dir or --logdir), or print the command when "
+                       "TensorBoard is not installed.")
+    s.add_argument("run", nargs="?", help="run id or run folder")
+    s.add_argument("--port", type=_count, help="TensorBoard's port (default: its own, 6006)")
+    s.add_argument("--bind", metavar="HOST", help="TensorBoard's --host")
+    s.add_argument("--print", dest="print_only", action="store_true",
+                   help="print the command instead of running it")
+    s.set_defaults(func=cmd_tensorboard)
+
+    s = sub.add_parser("completion", help="print a shell completion script (bash, zsh)",
+                       description="Print a completion script. Install: "
+                       "eval \"$(tfcluster completion bash)\" in ~/.bashrc, or "
+                       "eval \"$(tfcluster completion zsh)\" in ~/.zshrc (after compinit).")
+    s.add_argument("shell", nargs="?", help="bash or zsh")
+    s.add_argument("--values", choices=["tasks", "runs"], help=argparse.SUPPRESS)
+    s.add_argument("--run", help=argparse.SUPPRESS)
+    s.add_argument("file", nargs="?", help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_completion)
+
+    s = sub.add_parser("help", help="help on a topic (security) or a command")
+    s.add_argument("topic", nargs="?", help="security, or a command name")
+    s.set_defaults(func=cmd_help)
 
     s = sub.add_parser("render", help="print a Kubernetes TFJob, JobSet or Kubeflow Trainer v2 "
                        "TrainJob, or a Slurm batch script for the file")
@@ -196,24 +264,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
     parser = build_parser()
-    if argv and argv[0] == "serve":
-        # every word after "serve" is the serve program's own (its flags, --help): argparse's
-        # REMAINDER would refuse a first word that starts with "-"
-        args = argparse.Namespace(func=cmd_serve, rest=argv[1:])
-    elif argv and argv[0] == "launch" and not program:
-        args, unknown = parser.parse_known_args(argv)
-        if unknown:
-            print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
-                  f"tfcluster launch: hint: put the program after '--': tfcluster launch FILE -- "
-                  f"{' '.join(unknown)}", file=sys.stderr)
-            return 2
-    else:
-        args = parser.parse_args(argv)
+    try:
+        if argv and argv[0] == "serve":
+            # every word after "serve" is the serve program's own (its flags, --help): argparse's
+            # REMAINDER would refuse a first word that starts with "-"
+            args = argparse.Namespace(func=cmd_serve, rest=argv[1:])
+        elif argv and argv[0] == "launch" and not program:
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:
+                print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
+                      f"tfcluster launch: hint: put the program after '--': tfcluster launch FILE -- "
+                      f"{' '.join(unknown)}", file=sys.stderr)
+                return 2
+        else:
+            args = parser.parse_args(argv)
+    except SystemExit as e:
+        hint = notes.sbatch_hint(argv) if e.code == 2 else None
+        if hint:
+            print(f"tfcluster: hint: {hint}", file=sys.stderr)
+        raise
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    args.program = program
     try:
+        if args.func is cmd_launch:
+            return int(run_launch(launch_request(args, program, argv)) or 0)
         return int(args.func(args) or 0)
     except UserError as e:
         print_error(e)
@@ -252,9 +327,23 @@ def _count(text: str) -> int:
 
 # --------------------------------------------------------------------------------------
 
-def _load(path: str, assign_counts: bool = False):
+DEFAULT_FILE = "cluster.yaml"
+
+
+def cluster_file(path: Optional[str]) -> str:
+    """The cluster file a subcommand reads: FILE, else ./cluster.yaml when it exists; else a
+    one-line UserError saying where it looked (exit 2)."""
+    if path:
+        return path
+    if os.path.isfile(DEFAULT_FILE):
+        return DEFAULT_FILE
+    raise UserError(f"no FILE given and no {DEFAULT_FILE} in {os.getcwd()}; give a cluster file "
+                    f"(tfcluster launch also takes --ps N --workers N for a cluster on this machine)")
+
+
+def _load(path: Optional[str], assign_counts: bool = False):
     from . import config
-    cluster = config.load(path)
+    cluster = config.load(cluster_file(path))
     if assign_counts and not cluster.resolved:
         from .plan import assign_local_ports
         cluster = assign_local_ports(cluster)
@@ -317,8 +406,13 @@ def cmd_validate(args) -> int:
 
 
 def cmd_tf_config(args) -> int:
-    cluster = _load(args.file, assign_counts=True)
-    print(json.dumps(cluster.tf_config(args.task), indent=2))
+    file, task = args.file, args.task
+    if task is None and file is not None and ":" in file and not os.path.exists(file):
+        file, task = None, file        # tfcluster tf-config worker:1 (./cluster.yaml)
+    if task is None:
+        raise UserError("tf-config: give a task, JOB:INDEX, for example: tfcluster tf-config worker:1")
+    cluster = _load(file, assign_counts=True)
+    print(json.dumps(cluster.tf_config(task), indent=2))
     return 0
 
 
@@ -411,15 +505,100 @@ def cmd_render(args) -> int:
     return 0
 
 
-def launch_options(args, cluster):
-    """The command line of ``launch`` as plain options: the only reader of its argparse."""
+@dataclass(frozen=True)
+class QuickCluster:
+    """``launch --ps N --workers N [--chief] [--evaluator]``: a cluster on this machine."""
+
+    ps: int = 0
+    workers: int = 0
+    chief: bool = False
+    evaluator: bool = False
+    save: Optional[str] = None
+
+    def text(self, program: Sequence[str], ports: Sequence[int]) -> str:
+        """The cluster file this stands for (free ports on localhost)."""
+        it = iter(ports)
+        lines = ["# written by tfcluster launch --ps/--workers", "version: 1", "cluster:"]
+        for job, n in (("chief", int(self.chief)), ("ps", self.ps), ("worker", self.workers),
+                       ("evaluator", int(self.evaluator))):
+            if n:
+                lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
+        lines.append("program:")
+        lines.append(f"  command: {json.dumps(list(program))}")
+        lines.append("logdir: runs")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def tasks(self) -> int:
+        return self.ps + self.workers + int(self.chief) + int(self.evaluator)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything the command line says about one launch, read from argparse once
+    (:func:`launch_request`); :func:`run_launch` carries it out for the CLI and the Python API."""
+
+    file: Optional[str] = None                 # cluster file (None: ./cluster.yaml or ``quick``)
+    cluster: object = None                     # a loaded Cluster instead of a file (Python API)
+    options: object = None                     # tfcluster.plan.LaunchOptions (slurm filled later)
+    slurm_flags: Tuple[Tuple[str, object], ...] = ()   # the Slurm flags given: (attr, value)
+    view: object = None                        # tfcluster.launch.View
+    dry_run: bool = False
+    detach: bool = False
+    quick: Optional[QuickCluster] = None
+    argv: Tuple[str, ...] = ()                 # the launch command line, for --detach
+
+
+def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) -> LaunchRequest:
+    """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
+    from .launch import View
+    from .launch.display import OutputOptions
     from .plan import LaunchOptions
-    return LaunchOptions(
-        command=tuple(args.program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
+    options = LaunchOptions(
+        command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
         success=args.success, grace=args.grace, restart=args.restart,
         max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
-        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()),
-        slurm=slurm_options_from_args(cluster, args))
+        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
+    view = View(quiet=args.quiet, live=False if args.no_live else None,
+                progress_every=args.progress_interval, echo_progress=args.echo_progress,
+                show_tf_noise=args.show_tf_noise,
+                output=OutputOptions.parse(tasks=args.tasks, timestamps=args.timestamps,
+                                           security_note=not args.no_security_note))
+    slurm_flags = tuple((k, getattr(args, k)) for k in SLURM_FLAGS if getattr(args, k))
+    quick = None
+    if args.ps is not None or args.workers is not None or args.chief or args.evaluator or args.save:
+        quick = QuickCluster(ps=args.ps or 0, workers=args.workers or 0, chief=args.chief,
+                             evaluator=args.evaluator, save=args.save)
+    return LaunchRequest(file=args.file, options=options, slurm_flags=slurm_flags, view=view,
+                         dry_run=args.dry_run, detach=args.detach, quick=quick, argv=tuple(argv))
+
+
+def _quick_cluster(request: LaunchRequest):
+    """Load the cluster of ``--ps/--workers`` (written to ``--save`` when given)."""
+    from . import config
+    from .hosts import free_ports
+    q = request.quick
+    if request.file:
+        raise UserError(f"{request.file}: give a cluster file or --ps/--workers, not both")
+    if not q.workers and not q.chief:
+        raise UserError("--workers: a cluster on this machine needs at least one worker (--workers N)")
+    program = request.options.command
+    if not program:
+        raise UserError("--ps/--workers: give the program after '--': tfcluster launch --ps 1 "
+                        "--workers 2 -- python train.py")
+    text = q.text(program, free_ports(q.tasks))
+    if q.save:
+        if os.path.exists(q.save):
+            raise UserError(f"--save: {q.save} exists already; choose another file name")
+        try:
+            with open(q.save, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise UserError(f"--save: cannot write {q.save} ({e.strerror or e})")
+        print(f"tfcluster: wrote {q.save}; run it again with: tfcluster launch {shlex.quote(q.save)}",
+              file=sys.stderr)
+        return config.load(q.save)
+    return config.loads(text, source="", base_dir=os.getcwd())
 
 
 def make_backend(plan, cluster):
@@ -431,54 +610,155 @@ def make_backend(plan, cluster):
     return LocalBackend()
 
 
-def launch(path_or_cluster, options=None, view=None) -> int:
-    """Run a cluster file (or a loaded Cluster) to the end; returns the exit code. The Python
-    API of ``tfcluster launch`` (``options``: :class:`tfcluster.plan.LaunchOptions`,
-    ``view``: :class:`tfcluster.launch.View`)."""
+def run_launch(request: LaunchRequest) -> int:
+    """Carry out a launch request: load, check, plan, then dry run, detach, or run to the end.
+    The CLI and :func:`tfcluster.launch` both come here."""
     from . import config
-    from .launch import Supervisor
-    from .plan import build_plan
-    cluster = config.load(path_or_cluster) if isinstance(path_or_cluster, str) else path_or_cluster
-    plan = build_plan(cluster, options)
-    if plan.backend == "slurm":
-        from .backends import slurm
-        return slurm.launch(plan)
-    backend = make_backend(plan, cluster)
-    from .launch.preflight import preflight
-    for w in preflight(plan, backend):
-        print(f"tfcluster: warning: {w}", file=sys.stderr)
-    return Supervisor(plan, backend, view).run()
-
-
-def cmd_launch(args) -> int:
-    from . import config
-    from .launch import View
-    from .plan import build_plan
-    cluster = config.load(args.file)
+    from .launch import Supervisor, View
+    from .launch.display import OutputOptions
+    from .plan import LaunchOptions, build_plan
+    if request.cluster is not None:
+        cluster = request.cluster
+    elif request.quick is not None:
+        cluster = _quick_cluster(request)
+    else:
+        cluster = config.load(cluster_file(request.file))
     for w in cluster.warnings:
         print(f"tfcluster: warning: {config.printable(cluster.source)}: {w}", file=sys.stderr)
-    plan = build_plan(cluster, launch_options(args, cluster))
-    flags = [f"--{k.replace('_', '-')}" for k in SLURM_FLAGS if getattr(args, k)]
+    options = request.options or LaunchOptions()
+    flags = dict(request.slurm_flags)
+    slurm = slurm_options_from_args(cluster, argparse.Namespace(
+        **{k: flags.get(k, [] if k == "sbatch" else None) for k in SLURM_FLAGS}))
+    options = replace(options, slurm=slurm)
+    _check_script(cluster, options)
+    plan = build_plan(cluster, options)
     if flags and plan.backend != "slurm":
-        raise UserError(f"{flags[0]}: Slurm options apply to --backend slurm only, not "
-                        f"--backend {plan.backend}")
+        first = next(iter(flags))
+        raise UserError(f"--{first.replace('_', '-')}: Slurm options apply to --backend slurm only, "
+                        f"not --backend {plan.backend}")
+    view = request.view or View()
+    if request.detach and plan.backend == "slurm":
+        raise UserError("--detach: with --backend slurm the job runs under Slurm already; "
+                        "leave --detach out")
+    if getattr(view, "output", None) is not None:
+        view.output.check(t.name for t in plan.selected_tasks)
     if plan.backend == "slurm":
         from .backends import slurm
-        return slurm.launch(plan, dry_run=args.dry_run, quiet=args.quiet,
-                            progress_every=args.progress_interval, echo_progress=args.echo_progress)
+        return slurm.launch(plan, dry_run=request.dry_run, quiet=view.quiet,
+                            progress_every=view.progress_every, echo_progress=view.echo_progress)
     backend = make_backend(plan, cluster)
-    if args.dry_run:
+    if request.dry_run:
         from .launch.describe import describe
         print(describe(plan, backend))
         return 0
-    from .launch import Supervisor
+    if request.detach:
+        from .control import detach
+        saved = request.quick.save if request.quick is not None else None
+        return detach(request.argv, options.command, plan.run_dir, plan.run_id,
+                      saved_file=os.path.abspath(saved) if saved else None)
     from .launch.preflight import preflight
     for w in preflight(plan, backend):
         print(f"tfcluster: warning: {w}", file=sys.stderr)
-    view = View(quiet=args.quiet, live=False if args.no_live else None,
-                progress_every=args.progress_interval, echo_progress=args.echo_progress,
-                show_tf_noise=args.show_tf_noise)
+    if getattr(view, "output", None) is None or not view.output.hosts:
+        out = getattr(view, "output", None) or OutputOptions()
+        view = replace(view, output=replace(out, hosts=OutputOptions.hosts_of(plan)))
     return Supervisor(plan, backend, view).run()
+
+
+def _check_script(cluster, options) -> None:
+    """A relative script after '--' that is beside the cluster file but not here: did you mean."""
+    if not options.command:
+        return
+    cwd = options.command_cwd or os.getcwd()
+    hint = notes.script_hint(options.command, cluster.base_dir if cluster.source else None, cwd)
+    if hint:
+        raise UserError(hint)
+
+
+def launch(path_or_cluster=None, options=None, view=None, dry_run: bool = False) -> int:
+    """Run a cluster file (or a loaded Cluster; default ./cluster.yaml) to the end; returns the
+    exit code. The Python API of ``tfcluster launch`` (``options``:
+    :class:`tfcluster.plan.LaunchOptions`, ``view``: :class:`tfcluster.launch.View`): the same
+    checks, warnings and dry run as the command line."""
+    if path_or_cluster is None or isinstance(path_or_cluster, str):
+        request = LaunchRequest(file=path_or_cluster, options=options, view=view, dry_run=dry_run)
+    else:
+        request = LaunchRequest(cluster=path_or_cluster, options=options, view=view, dry_run=dry_run)
+    return run_launch(request)
+
+
+def cmd_launch(args) -> int:
+    """``tfcluster launch`` (main passes the program after '--' through :func:`launch_request`)."""
+    return run_launch(launch_request(args))
+
+
+# ------------------------------------------------------------------ runs from anywhere
+def _run_record(run: Optional[str]):
+    from .runindex import resolve_run
+    from .runrecord import read_run
+    run_dir = resolve_run(run)
+    return run_dir, read_run(run_dir)
+
+
+def cmd_logs(args) -> int:
+    from . import logs
+    run, task = args.run, args.task
+    if task is None and run is not None and logs.looks_like_task(run):
+        from .runindex import is_run_dir, lookup
+        if not is_run_dir(run) and lookup(run) is None:
+            run, task = None, run          # tfcluster logs worker:1 (the latest run)
+    run_dir, record = _run_record(run)
+    if args.follow:
+        if args.attempt is not None:
+            raise UserError("--attempt: -f follows the current attempt; give one or the other")
+        from .runrecord import derive_result, read_run
+
+        def running() -> bool:
+            return derive_result(read_run(run_dir)) == "running"
+        return logs.follow(run_dir, record, task, running)
+    return logs.show(run_dir, record, task, args.attempt)
+
+
+def cmd_stop(args) -> int:
+    from .control import stop_run
+    from .runindex import resolve_run
+    return stop_run(resolve_run(args.run), timeout=args.timeout)
+
+
+def cmd_tensorboard(args) -> int:
+    from .control import tensorboard
+    run_dir, record = _run_record(args.run)
+    return tensorboard(run_dir, record, port=args.port, host=args.bind, print_only=args.print_only)
+
+
+def cmd_completion(args) -> int:
+    from . import completion
+    if args.values:
+        print("\n".join(completion.values(args.values, file=args.file or args.shell, run=args.run)))
+        return 0
+    if args.shell not in ("bash", "zsh"):
+        raise UserError("completion: give a shell, bash or zsh: eval \"$(tfcluster completion bash)\"")
+    script = completion.bash_script if args.shell == "bash" else completion.zsh_script
+    print(script(build_parser()), end="")
+    return 0
+
+
+def cmd_help(args) -> int:
+    parser = build_parser()
+    if not args.topic:
+        parser.print_help()
+        print("\nTopics: tfcluster help security")
+        return 0
+    if args.topic in notes.TOPICS:
+        print(notes.TOPICS[args.topic], end="")
+        return 0
+    from .completion import _subparsers
+    subs = _subparsers(parser)
+    if args.topic in subs:
+        subs[args.topic].print_help()
+        return 0
+    raise UserError(f"help: no topic or command '{args.topic}' (topics: {', '.join(notes.TOPICS)}; "
+                    f"commands: {', '.join(n for n in subs if n != 'serve')})")
 
 
 def cmd_status(args) -> int:

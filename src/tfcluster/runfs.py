@@ -37,7 +37,7 @@ import json
 import os
 import stat
 import threading
-from typing import IO, Any, Dict, Optional
+from typing import IO, Any, Callable, Dict, Optional
 
 from .errors import UserError
 
@@ -95,11 +95,14 @@ def open_logdir(logdir: str) -> int:
     return fd
 
 
-def make_run_folder(logdir: str, run_id: str, explicit: bool = True) -> "OpenRunDir":
+def make_run_folder(logdir: str, run_id: str, explicit: bool = True,
+                    adopt: Optional[Callable[[str], bool]] = None) -> "OpenRunDir":
     """Make and open the run folder ``<logdir>/<run_id>`` (see the module's docstring).
 
     ``explicit``: the run id came from ``--run-id`` (an existing one is an error); otherwise it is
-    a default, and a taken name gives the next free ``<run_id>-N``."""
+    a default, and a taken name gives the next free ``<run_id>-N``. ``adopt``: an existing folder
+    for which it says True is opened instead (``launch --detach`` prepared it for this
+    launcher); it is opened and checked like a new one."""
     lfd = open_logdir(logdir)
     try:
         name = run_id
@@ -109,6 +112,8 @@ def make_run_folder(logdir: str, run_id: str, explicit: bool = True) -> "OpenRun
                 os.mkdir(name, 0o700, dir_fd=lfd)
                 break
             except FileExistsError:
+                if adopt is not None and adopt(os.path.join(logdir, name)):
+                    break
                 if explicit:
                     raise UserError(f"--run-id: {os.path.join(logdir, name)} exists already; "
                                     f"choose another run id")

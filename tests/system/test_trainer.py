@@ -24,7 +24,7 @@ def async_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("async")
     ckpt = str(tmp / "ckpt")
     cluster = local_cluster(1, 2)
-    args = ["--mode=async", "--train_steps=100", f"--checkpoint_dir={ckpt}"]
+    args = ["--mode=async", "--train_steps=100", f"--checkpoint_dir={ckpt}", "--print_placement"]
     results = run_tasks(tf_config_tasks(TRAINER, cluster, args), tmp, timeout=90)
     return results, ckpt
 
@@ -53,6 +53,21 @@ def test_resume_from_checkpoint(async_run, tmp_path):
     assert 100 <= restored <= start
     step, acc, _ = summary(results["worker:0"])
     assert step >= 200 and acc >= 0.9
+    assert "placement (" not in results["worker:0"].output   # the table is behind --print_placement
+
+
+def test_a_rerun_at_the_target_step_says_nothing_was_trained(async_run, tmp_path):
+    """Issue 23: a second quick-start run on the same checkpoint folder trains nothing; the
+    chief says so and names the folder to clear and the flag to raise."""
+    _, ckpt = async_run
+    cluster = local_cluster(1, 1)
+    args = ["--mode=async", "--train_steps=50", f"--checkpoint_dir={ckpt}"]
+    results = run_tasks(tf_config_tasks(TRAINER, cluster, args), tmp_path, timeout=90)
+    assert_all_ended_ok(results)
+    out = results["worker:0"].output
+    assert "already at the target step, nothing trained" in out, out
+    assert f"clear {ckpt}" in out and "raise --train_steps above" in out
+    assert "from global_step=" not in out
 
 
 def test_sync_1ps_2workers_learns_and_ends_promptly(tmp_path):
@@ -72,7 +87,8 @@ def test_sync_1ps_2workers_learns_and_ends_promptly(tmp_path):
 def test_trainer_by_hand_four_processes_sync_round_robin(tmp_path):
     cluster = local_cluster(2, 2)
     tasks = seed_flag_tasks(TRAINER, cluster["ps"], cluster["worker"],
-                            ["--mode=sync", "--train_steps=150", "--ps_strategy=round_robin"])
+                            ["--mode=sync", "--train_steps=150", "--ps_strategy=round_robin",
+                             "--print_placement"])
     results = run_tasks(tasks, tmp_path, timeout=90)
     assert_all_ended_ok(results)
     step, acc, _ = summary(results["worker:0"])

@@ -117,7 +117,7 @@ def test_bad_launch_flags_are_exit_2(tmp_path, ports, flag, value, words):
 
 def test_launch_usage_shows_the_program_and_hints_at_the_double_dash(tmp_path, ports):
     r = tfcluster("launch", "--help")
-    assert "tfcluster launch [options] FILE [-- CMD ARGS...]" in r.stdout
+    assert "tfcluster launch [options] [FILE] [-- CMD ARGS...]" in r.stdout
     f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
     r = tfcluster("launch", f, "python", "my_trainer.py")
     assert r.returncode == 2

@@ -18,7 +18,7 @@ FLOORS = [
     ["errors", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options", "runfs", "k8s_options", "trainer_status"],
     # 1: the file model and run records
-    ["config", "runrecord", "record"],
+    ["config", "runrecord", "record", "runindex", "logs", "control", "notes"],
     # 2: the run plan
     ["plan", "machine"],
     # 3: backends (below their consumers) and the in-task runtime
@@ -26,7 +26,7 @@ FLOORS = [
     # 4: the supervisor
     ["launch"],
     # 5: renderers, commands, the composition root
-    ["render", "jobset", "trainjob", "pod", "report", "hello", "cli", "__main__", "__init__"],
+    ["render", "jobset", "trainjob", "pod", "report", "hello", "cli", "completion", "__main__", "__init__"],
 ]
 
 

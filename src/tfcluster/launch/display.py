@@ -12,10 +12,71 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable, Optional
+import time
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, Optional, Tuple
+
+from ..errors import UserError
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta",
            "bright_green", "bright_yellow", "bright_blue"]
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """How task lines are shown: which tasks (``--tasks worker:0,chief``; a job name means every
+    task of the job), the ``host/job:i`` prefix on multi-host runs, timestamps, and whether the
+    security note may be printed."""
+
+    tasks: Optional[FrozenSet[str]] = None     # None: every task
+    timestamps: bool = False
+    hosts: Tuple[Tuple[str, str], ...] = ()    # (task, host) when the run spans several hosts
+    security_note: bool = True
+
+    @classmethod
+    def parse(cls, tasks: Optional[str] = None, timestamps: bool = False,
+              security_note: bool = True) -> "OutputOptions":
+        chosen = None
+        if tasks is not None:
+            words = [w.strip() for w in tasks.split(",")]
+            bad = [w for w in words if not w or not all(
+                part.replace("_", "").replace("-", "").isalnum() for part in w.split(":", 1))
+                or (":" in w and not w.split(":", 1)[1].isdigit())]
+            if bad or not words:
+                raise UserError(f"--tasks: '{tasks}' is not a list of tasks or jobs, e.g. "
+                                f"--tasks worker:0,chief")
+            chosen = frozenset(words)
+        return cls(tasks=chosen, timestamps=timestamps, security_note=security_note)
+
+    @staticmethod
+    def hosts_of(plan) -> Tuple[Tuple[str, str], ...]:
+        """(task, host) for every task when the plan's tasks are on more than one host."""
+        pairs = tuple((t.name, t.host) for t in plan.tasks if t.host)
+        return pairs if len({h for _, h in pairs}) > 1 else ()
+
+    def shows(self, name: str) -> bool:
+        if self.tasks is None:
+            return True
+        return name in self.tasks or name.split(":", 1)[0] in self.tasks
+
+    def prefix(self, name: str, now: Optional[float] = None) -> str:
+        host = dict(self.hosts).get(name)
+        label = f"[{host}/{name}] " if host else f"[{name}] "
+        if self.timestamps:
+            t = time.time() if now is None else now
+            label = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} " + label
+        return label
+
+    def check(self, names) -> None:
+        """``--tasks`` must name tasks or jobs of the run (exit 2 naming the word)."""
+        if self.tasks is None:
+            return
+        names = list(names)
+        jobs = {n.split(":", 1)[0] for n in names}
+        unknown = sorted(w for w in self.tasks if w not in names and w not in jobs)
+        if unknown:
+            raise UserError(f"--tasks: {', '.join(unknown)}: no such task or job in this run "
+                            f"(tasks: {', '.join(names)})")
 
 
 def _isatty(stream) -> bool:
@@ -24,7 +85,9 @@ def _isatty(stream) -> bool:
 
 class Display:
     def __init__(self, quiet: bool = False, live: Optional[bool] = None,
-                 table: Optional[Callable[[], object]] = None, stream=None, err_stream=None):
+                 table: Optional[Callable[[], object]] = None, stream=None, err_stream=None,
+                 options: Optional[OutputOptions] = None):
+        self.options = options or OutputOptions()
         self.out = stream or sys.stdout
         self.err = err_stream or (stream if stream is not None else sys.stderr)
         self.quiet = quiet
@@ -70,9 +133,9 @@ class Display:
         return self._colour[name]
 
     def task_line(self, name: str, line: str) -> None:
-        if self.quiet:
+        if self.quiet or not self.options.shows(name):
             return
-        self._emit(self.out, f"[{name}] ", line, self.colour(name))
+        self._emit(self.out, self.options.prefix(name), line, self.colour(name))
 
     def info(self, line: str) -> None:
         self._launcher(line, "bold")

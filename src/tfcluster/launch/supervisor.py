@@ -18,7 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional
 
-from .. import contract, rules, secrets
+from .. import contract, rules, runindex, secrets
+from ..control import prepared_run_dir
+from ..notes import security_note, summaries_lines
 from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
 from ..events import EventLog
@@ -51,6 +53,7 @@ class View:
     progress_every: float = PROGRESS_EVERY
     echo_progress: bool = False        # also print progress-protocol lines (tools parse them)
     show_tf_noise: bool = False        # show TensorFlow's start-up noise on the console
+    output: object = None              # display.OutputOptions: --tasks, --timestamps, host prefixes
 
 
 class NullEvents:
@@ -147,7 +150,8 @@ class Supervisor:
         self._rate_points: Deque = deque(maxlen=20)
         self.events = NullEvents()
         self.display = Display(quiet=self.view.quiet, live=self.view.live, table=self._live_table,
-                               stream=self.view.stream, err_stream=self.view.err_stream)
+                               stream=self.view.stream, err_stream=self.view.err_stream,
+                               options=self.view.output)
         self.secret_values = plan.secret_values()
         self.mask = secrets.Masker(self.secret_values)
         self.noise = NoiseFold(show=self.view.show_tf_noise)
@@ -225,12 +229,15 @@ class Supervisor:
             if tr.seen.log_error:
                 self.display.error(f"{tr.name}: its log could not be written: {tr.seen.log_error}")
         self.events.close()
+        for line in summaries_lines(self.plan.run_dir):
+            self.display.info(line)
         self.run_folder.close()
         self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
     def _make_run_dir(self) -> None:
-        folder = runfs.make_run_folder(self.plan.logdir, self.plan.run_id, self.plan.run_id_given)
+        folder = runfs.make_run_folder(self.plan.logdir, self.plan.run_id, self.plan.run_id_given,
+                                       adopt=prepared_run_dir)   # launch --detach made it
         if folder.path != self.plan.run_dir:   # a default run id taken meanwhile: the next free one
             self.plan = self.plan.with_run_dir(folder.path)
         self.run_folder = folder
@@ -239,6 +246,9 @@ class Supervisor:
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
         self.events = EventLog(run_dir, clock=self.clock)
         self.display.echo = self.events.log
+        why = runindex.register(run_dir, self.plan.run_id, self.plan.source)
+        if why:
+            self.display.info(f"warning: {why}; tfcluster logs/stop find this run by its folder only")
 
     def _announce(self) -> None:
         d = self.display
@@ -251,10 +261,10 @@ class Supervisor:
         self.events.emit("run_started", run_id=self.plan.run_id, file=self.plan.source,
                          backend=self.backend.name, tasks=list(self.runs), chief=self.plan.chief)
         if self.backend.name == "local" and reachable_beyond_loopback():
-            ports = ", ".join(str(tr.plan.port) for tr in self.runs.values())
-            d.info(f"note: TensorFlow's gRPC servers have no authentication or encryption and listen "
-                   f"on every interface, IPv4 and IPv6 (ports {ports}); fence them off "
-                   f"(see docs/SECURITY.md)")
+            note = security_note(self.plan.source, [tr.plan.port for tr in self.runs.values()],
+                                 silenced=not self.display.options.security_note)
+            if note:
+                d.info(note)
 
     # ------------------------------------------------------------------ carrying out actions
     def _feed(self, *events) -> None:

@@ -49,8 +49,10 @@ def make_sync_optimizer(optimizer, ctx: TaskContext, replicas_to_aggregate: Opti
         replicas_to_aggregate = max(1, total - int(backup_workers))
     if replicas_to_aggregate > total and total_num_replicas is None:
         total = replicas_to_aggregate
-    return tf.compat.v1.train.SyncReplicasOptimizer(
-        optimizer, replicas_to_aggregate=int(replicas_to_aggregate), total_num_replicas=total)
+    from tensorflow.python.util import deprecation
+    with deprecation.silence():   # its notice points to tf.contrib, which is gone
+        return tf.compat.v1.train.SyncReplicasOptimizer(
+            optimizer, replicas_to_aggregate=int(replicas_to_aggregate), total_num_replicas=total)
 
 
 def is_sync_optimizer(opt) -> bool:
@@ -225,9 +227,11 @@ class TrainingSession:
             # variables are restored.
             self.restored_from = tf.train.latest_checkpoint(self.checkpoint_dir)
             self.restored_step = _checkpoint_step(tf, self.restored_from)
-        self._sess = tf.compat.v1.train.MonitoredSession(
-            session_creator=self._creator, hooks=self.hooks,
-            stop_grace_period_secs=self.stop_grace_period_secs)
+        from tensorflow.python.util import deprecation
+        with deprecation.silence():   # TF's own restore path calls get_checkpoint_mtimes
+            self._sess = tf.compat.v1.train.MonitoredSession(
+                session_creator=self._creator, hooks=self.hooks,
+                stop_grace_period_secs=self.stop_grace_period_secs)
         self.start_step = self.current_step()
         self.started_at = time.time()
         if self.last_step is not None and self.start_step >= self.last_step:

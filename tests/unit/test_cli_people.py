@@ -1,0 +1,335 @@
+"""Runs for people (issue 23): the run index, logs, stop, the default FILE, a cluster without a
+file, hints, output options, help, the Python API and the one translation from argparse
+(issue 20). Pure logic, in-process (``cli.main`` with capsys): no process, no TensorFlow.
+Processes: tests/test_cli_people_processes.py; TensorFlow: tests/test_cli_people_tf.py."""
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+import pytest
+
+from tfcluster import cli, control, logs, notes, runindex
+from tfcluster.errors import UserError
+from tfcluster.launch.display import Display, OutputOptions
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LISTENER = os.path.join(HERE, "programs", "listener.py")
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    d = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(d))
+    return d
+
+
+def record(run_id, tasks=("ps:0", "worker:0"), result="succeeded", **more):
+    return {"run_id": run_id, "result": result,
+            "tasks": [{"task": t, "state": "succeeded"} for t in tasks], **more}
+
+
+def make_run(root, run_id, **kw):
+    d = root / run_id
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps(record(run_id, **kw)))
+    return d
+
+
+# ------------------------------------------------------------------ the run index
+def test_state_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert runindex.state_dir() == str(tmp_path / "tfcluster")
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/is/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert runindex.state_dir() == str(tmp_path / "home" / ".local" / "state" / "tfcluster")
+
+
+def test_register_and_resolve_by_id_from_anywhere(state, tmp_path, monkeypatch):
+    a = make_run(tmp_path / "runs", "20260101-120000")
+    b = make_run(tmp_path / "runs", "nightly")
+    assert runindex.register(str(a)) is None and runindex.register(str(b), "nightly") is None
+    monkeypatch.chdir(tmp_path)   # no cluster.yaml here
+    assert runindex.resolve_run("nightly") == str(b)
+    assert runindex.resolve_run("20260101") == str(a)          # a unique prefix
+    assert runindex.resolve_run(str(a)) == str(a)              # a folder
+    assert runindex.resolve_run() == str(b)                    # the latest indexed run
+    assert runindex.run_ids() == ["nightly", "20260101-120000"]
+    with pytest.raises(UserError, match="no such run folder, and no run with this id"):
+        runindex.resolve_run("nope")
+    # a folder that is gone is skipped
+    (b / "run.json").unlink()
+    assert runindex.resolve_run() == str(a)
+    assert (state / "tfcluster" / "runs.jsonl").stat().st_mode & 0o077 == 0
+
+
+def test_ambiguous_prefix_names_the_candidates(state, tmp_path):
+    for rid in ("exp-1", "exp-2"):
+        runindex.register(str(make_run(tmp_path, rid)))
+    with pytest.raises(UserError, match="ambiguous: exp-1, exp-2"):
+        runindex.lookup("exp")
+
+
+def test_an_unwritable_index_is_a_reason_not_an_exception(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
+    assert "cannot be written" in runindex.register(str(tmp_path))
+
+
+# ------------------------------------------------------------------ logs
+def test_logs_of_one_task_one_attempt_and_all_tasks(state, tmp_path, capsys, monkeypatch):
+    d = make_run(tmp_path, "r1", tasks=("ps:0", "worker:1"))
+    (d / "worker-1.log").write_text("first\n----- tfcluster: restart 1 -----\nsecond\n")
+    (d / "ps-0.log").write_text("serving\n")
+    (d / "launcher.log").write_text("12:00 started\n")
+    runindex.register(str(d))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["logs", "r1", "worker:1"]) == 0    # every attempt, with the launcher's banner
+    assert capsys.readouterr().out == "first\n----- tfcluster: restart 1 -----\nsecond\n"
+    assert cli.main(["logs", "r1", "worker:1", "--attempt", "1"]) == 0
+    assert capsys.readouterr().out == "second\n"
+    assert cli.main(["logs", "r1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "[ps:0] serving", "[worker:1] first", "[worker:1] ----- tfcluster: restart 1 -----",
+        "[worker:1] second"]
+    assert cli.main(["logs", "worker:1"]) == 0          # the latest run
+    assert "second" in capsys.readouterr().out
+    assert cli.main(["logs", "r1", "launcher"]) == 0
+    assert capsys.readouterr().out == "12:00 started\n"
+    assert cli.main(["logs", "r1", "worker:7"]) == 2
+    assert "worker:7: no such task in this run (tasks: ps:0, worker:1, launcher)" in capsys.readouterr().err
+    assert cli.main(["logs", "r1", "worker:1", "--attempt", "2"]) == 2
+    assert "has 2 attempt(s)" in capsys.readouterr().err
+
+
+def test_follow_prints_what_is_added_until_the_run_ends(tmp_path):
+    d = tmp_path
+    log = d / "worker-0.log"
+    log.write_text("a\n")
+    rec = record("r", tasks=("worker:0",))
+    polls = iter([True, True, False])
+    out = []
+
+    class Out:
+        def write(self, s):
+            out.append(s)
+
+        def flush(self):
+            pass
+
+    def sleep(_):
+        with open(log, "a") as f:
+            f.write("b\npart")
+
+    assert logs.follow(str(d), rec, "worker:0", lambda: next(polls), out=Out(), sleep=sleep) == 0
+    # a line is printed once it is whole; at the end, what is left is printed too
+    assert "".join(out) == "a\nb\npartb\npart\n"
+
+
+# ------------------------------------------------------------------ stop
+def test_stop_refuses_a_pid_that_is_no_longer_the_launcher(tmp_path, capsys):
+    d = tmp_path / "r"
+    d.mkdir()
+    me = psutil.Process()
+    # this process, with another start time: a reused pid must never be signalled
+    (d / "run.json").write_text(json.dumps(record("r", result="running", launcher_pid=me.pid,
+                                                  launcher_started=me.create_time() - 3600)))
+    assert cli.main(["stop", str(d)]) == 1
+    assert "is lost" in capsys.readouterr().err
+    assert psutil.Process().is_running()
+    (d / "run.json").write_text(json.dumps(record("r", result="succeeded")))
+    assert cli.main(["stop", str(d)]) == 0
+    assert "not running (result: succeeded)" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ FILE defaults to ./cluster.yaml
+CLUSTER = ("cluster:\n  ps: [localhost:{0}]\n  worker: [localhost:{1}, localhost:{2}]\n"
+           "program: {{command: [python, t.py]}}\n")
+
+
+def test_subcommands_default_to_cluster_yaml(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate"]) == 2
+    assert f"no FILE given and no cluster.yaml in {tmp_path}" in capsys.readouterr().err
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.format(2222, 2223, 2224))
+    (tmp_path / "t.py").write_text("")
+    assert cli.main(["validate"]) == 0
+    assert "cluster.yaml: ok" in capsys.readouterr().out
+    assert cli.main(["tf-config", "worker:1"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"] == {"type": "worker", "index": 1}
+    assert cli.main(["tf-config", "cluster.yaml", "ps:0"]) == 0
+    assert json.loads(capsys.readouterr().out)["task"]["type"] == "ps"
+    assert cli.main(["commands"]) == 0
+    assert capsys.readouterr().out.count("# ") == 3
+    assert cli.main(["launch", "--dry-run"]) == 0
+    assert "worker:1" in capsys.readouterr().out
+    assert cli.main(["tf-config"]) == 2
+    assert "give a task" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a cluster without a file
+def test_quick_cluster_dry_run_and_save(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert cli.main(["launch", "--ps", "1", "--workers", "2", "--chief", "--dry-run", "--",
+                     "python", "train.py"]) == 0
+    out = capsys.readouterr().out
+    for t in ("chief:0", "ps:0", "worker:0", "worker:1"):
+        assert t in out
+    assert cli.main(["launch", "--ps", "1", "--workers", "2", "--save", "c.yaml", "--dry-run",
+                     "--", "python", "train.py"]) == 0
+    capsys.readouterr()
+    assert cli.main(["validate", "c.yaml"]) == 0
+    assert "3 tasks in 2 jobs" in capsys.readouterr().out
+    assert cli.main(["launch", "--workers", "1", "--save", "c.yaml", "--", "python", "train.py"]) == 2
+    assert "--save: c.yaml exists already" in capsys.readouterr().err
+    assert cli.main(["launch", "--ps", "1", "--workers", "2"]) == 2
+    assert "give the program after '--'" in capsys.readouterr().err
+    assert cli.main(["launch", "--ps", "1", "--", "python", "train.py"]) == 2
+    assert "needs at least one worker" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ hints
+def test_script_beside_the_cluster_file_gets_a_did_you_mean(tmp_path, monkeypatch, capsys):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "cluster.yaml").write_text(CLUSTER.format(2222, 2223, 2224))
+    (proj / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["launch", "proj/cluster.yaml", "--dry-run", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "Did you mean proj/train.py?" in err and "-- python proj/train.py" in err
+
+
+@pytest.mark.parametrize("argv", [["render", "slurm", "x.yaml", "--sbatch", "--mem=8G"],
+                                  ["launch", "x.yaml", "--backend", "slurm", "--sbatch", "--mem=8G"],
+                                  ["launch", "--sbatch", "--mem=8G", "--", "python", "t.py"]])
+def test_sbatch_with_a_space_gets_the_equals_form(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert "hint: write --sbatch=--mem=8G" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ output options
+def test_task_filter_host_prefix_and_timestamps():
+    class Buf:
+        def __init__(self):
+            self.text = ""
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    out = Buf()
+    opts = OutputOptions.parse(tasks="worker:0,chief")
+    d = Display(stream=out, err_stream=Buf(), options=opts)
+    for name in ("worker:0", "worker:1", "chief:0", "ps:0"):
+        d.task_line(name, "hi")
+    assert out.text == "[worker:0] hi\n[chief:0] hi\n"
+    opts = OutputOptions(hosts=(("worker:0", "node-a"), ("ps:0", "node-b")), timestamps=True)
+    assert opts.prefix("worker:0", now=0).endswith(".000 [node-a/worker:0] ")
+    with pytest.raises(UserError, match="--tasks: worker:9"):
+        OutputOptions.parse(tasks="worker:9").check(["ps:0", "worker:0"])
+    with pytest.raises(UserError, match="not a list of tasks"):
+        OutputOptions.parse(tasks="worker:x")
+
+
+def test_security_note_once_per_file_and_silenceable(state, tmp_path):
+    f = str(tmp_path / "c.yaml")
+    first = notes.security_note(f, [2222], environ={})
+    assert "tfcluster help security" in first and "docs/SECURITY.md" not in first
+    assert notes.security_note(f, [2222], environ={}) is None
+    other = str(tmp_path / "d.yaml")
+    assert notes.security_note(other, [1], silenced=True) is None
+    assert notes.security_note(other, [1], environ={notes.SILENCE_ENV: "1"}) is None
+    assert notes.security_note(other, [1], environ={}) is not None
+
+
+def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # not a path relative to the user's folder
+    assert cli.main(["help", "security"]) == 0
+    out = capsys.readouterr().out
+    assert "no authentication" in out and "IPv6" in out and "ip6tables" in out
+    assert cli.main(["help", "nope"]) == 2
+
+
+# ------------------------------------------------------------------ training words, summaries
+def test_nothing_trained_says_why_and_what_to_do():
+    s = notes.nothing_trained(2001, 2000, "runs/checkpoints")
+    assert "nothing trained" in s and "clear runs/checkpoints" in s and "--train_steps above 2001" in s
+
+
+def test_summaries_dir_from_the_chiefs_flags(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    rec = {"run_id": "r", "file": str(tmp_path / "cluster.yaml"), "tasks": [
+        {"task": "ps:0", "argv": ["python", "t.py"]},
+        {"task": "worker:0", "chief": True, "argv": ["python", "t.py", "--checkpoint_dir=ckpt"]}]}
+    assert control.summaries_dir(rec) == str(tmp_path / "ckpt")
+    assert "tfcluster tensorboard r" in control.summaries_line(rec)
+    cmd = control.tensorboard_argv(str(tmp_path / "ckpt"), port=7000)
+    assert cmd[-4:] == ["--logdir", str(tmp_path / "ckpt"), "--port", "7000"]
+
+
+# ------------------------------------------------------------------ the Python API
+def test_python_api_launch_does_a_dry_run(tmp_path, monkeypatch, capsys):
+    import tfcluster
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER.format(2222, 2223, 2224))
+    (tmp_path / "t.py").write_text("")
+    assert tfcluster.launch(dry_run=True) == 0
+    assert "worker:1" in capsys.readouterr().out
+
+
+def test_tensorboard_prints_the_command_when_asked(tmp_path, state, capsys):
+    d = make_run(tmp_path, "tb2")
+    runindex.register(str(d))
+    assert cli.main(["tensorboard", "tb2", "--print", "--port", "6007"]) == 0
+    out = capsys.readouterr().out
+    assert f"--logdir {d}" in out and "--port 6007" in out
+
+
+def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monkeypatch):
+    """Issue 20: launch_request is the one reader of launch's argparse; main does not add to
+    the namespace."""
+    args = cli.build_parser().parse_args(["launch", "c.yaml", "--tasks", "worker:0", "--timestamps",
+                                          "--quiet", "--restart", "on-failure", "--detach"])
+    before = dict(vars(args))
+    req = cli.launch_request(args, ["python", "t.py"], ["launch", "c.yaml", "--detach"])
+    assert vars(args) == before
+    assert req.file == "c.yaml" and req.detach and not req.dry_run
+    assert req.options.command == ("python", "t.py") and req.options.restart == "on-failure"
+    assert req.view.quiet and req.view.output.timestamps and req.view.output.shows("worker:0")
+    assert not req.view.output.shows("worker:1")
+    from tfcluster.launch import View   # the subpackage is still importable ...
+    import tfcluster
+    assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
+
+
+def test_strip_detach_keeps_the_rest_of_the_command_line():
+    argv = ["launch", "-d", "--ps", "1", "--workers=2", "--save", "c.yaml", "--quiet", "--",
+            "python", "t.py", "--detach"]
+    assert control.strip_detach(argv) == ["launch", "--ps", "1", "--workers=2", "--save", "c.yaml",
+                                          "--quiet", "--", "python", "t.py", "--detach"]
+    assert control.strip_detach(argv, control.QUICK_FLAGS) == [
+        "launch", "--quiet", "--", "python", "t.py", "--detach"]
+
+
+def test_host_prefixes_only_when_the_run_spans_hosts():
+    from types import SimpleNamespace as NS
+    one = NS(tasks=[NS(name="ps:0", host="localhost"), NS(name="worker:0", host="localhost")])
+    two = NS(tasks=[NS(name="ps:0", host="node-a"), NS(name="worker:0", host="node-b")])
+    assert OutputOptions.hosts_of(one) == ()
+    opts = OutputOptions(hosts=OutputOptions.hosts_of(two))
+    assert opts.prefix("worker:0") == "[node-b/worker:0] " and opts.prefix("ps:0") == "[node-a/ps:0] "
+
+
+def test_help_prints_a_commands_help(capsys):
+    assert cli.main(["help", "logs"]) == 0
+    assert "--attempt" in capsys.readouterr().out
+    assert cli.main(["help"]) == 0
+    assert "tfcluster help security" in capsys.readouterr().out
