@@ -229,7 +229,8 @@ def _run_choice(s: argparse.ArgumentParser) -> None:
     s.add_argument("--file", help="cluster file: its latest run, in its logdir (default: ./cluster.yaml)")
 
 
-SLURM_FLAGS = ("partition", "time", "account", "qos", "constraint", "gpus_per_task", "gres", "sbatch")
+SLURM_FLAGS = ("partition", "time", "account", "qos", "constraint", "gpus_per_task", "gres", "sbatch",
+               "signal_lead", "requeue", "max_segments")
 
 
 def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
@@ -246,6 +247,13 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gres", help="generic resources per node, e.g. gpu:2 (instead of --gpus-per-task)")
     g.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                    help="any other sbatch option, as --name=value (repeatable), e.g. --sbatch=--mem=8G")
+    g.add_argument("--signal-lead", type=_count, metavar="SECONDS",
+                   help="with a time limit: stop in order this long before it (default 120)")
+    g.add_argument("--requeue", action=argparse.BooleanOptionalAction, default=None,
+                   help="after a stop before the time limit, requeue the job (the next segment "
+                   "resumes from the checkpoint)")
+    g.add_argument("--max-segments", type=_count, metavar="N",
+                   help="with --requeue: at most N job runs in all (default 10)")
 
 
 def slurm_options_from_args(cluster, args):
@@ -254,7 +262,9 @@ def slurm_options_from_args(cluster, args):
     from .slurm_options import from_flags
     return from_flags(cluster.spec.slurm, partition=args.partition, time=args.time,
                       account=args.account, qos=args.qos, constraint=args.constraint,
-                      gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch)
+                      gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch,
+                      signal_lead=args.signal_lead, requeue=args.requeue,
+                      max_segments=args.max_segments)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -601,21 +611,34 @@ def _quick_cluster(request: LaunchRequest):
     return config.loads(text, source="", base_dir=os.getcwd())
 
 
-def make_backend(plan, cluster):
-    """The composition root's one choice: which backend starts the plan's tasks."""
+def _supervised(plan, cluster):
+    from .launch import SupervisedLauncher
     if plan.backend == "ssh":
         from .backends.ssh import SshBackend
-        return SshBackend(cluster, stop_timeout=plan.stop_timeout)
+        return SupervisedLauncher(plan, SshBackend(cluster, stop_timeout=plan.stop_timeout))
     from .backends.local import LocalBackend
-    return LocalBackend()
+    return SupervisedLauncher(plan, LocalBackend())
+
+
+def _slurm(plan, cluster):
+    from .backends.slurm import SlurmLauncher
+    return SlurmLauncher(plan)
+
+
+#: the composition root's one choice: which launcher runs a plan of each backend
+LAUNCHERS = {"local": _supervised, "ssh": _supervised, "slurm": _slurm}
+
+
+def make_launcher(plan, cluster):
+    return LAUNCHERS[plan.backend](plan, cluster)
 
 
 def run_launch(request: LaunchRequest) -> int:
     """Carry out a launch request: load, check, plan, then dry run, detach, or run to the end.
-    The CLI and :func:`tfcluster.launch` both come here."""
+    The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
+    (:class:`tfcluster.backends.base.Launcher`)."""
     from . import config
-    from .launch import Supervisor, View
-    from .launch.display import OutputOptions
+    from .launch import View
     from .plan import LaunchOptions, build_plan
     if request.cluster is not None:
         cluster = request.cluster
@@ -632,37 +655,27 @@ def run_launch(request: LaunchRequest) -> int:
     options = replace(options, slurm=slurm)
     _check_script(cluster, options)
     plan = build_plan(cluster, options)
-    if flags and plan.backend != "slurm":
+    launcher = make_launcher(plan, cluster)
+    if flags and not launcher.takes_slurm_options:
         first = next(iter(flags))
         raise UserError(f"--{first.replace('_', '-')}: Slurm options apply to --backend slurm only, "
                         f"not --backend {plan.backend}")
     view = request.view or View()
-    if request.detach and plan.backend == "slurm":
-        raise UserError("--detach: with --backend slurm the job runs under Slurm already; "
-                        "leave --detach out")
+    if request.detach and launcher.no_detach:
+        raise UserError(f"--detach: {launcher.no_detach}")
     if getattr(view, "output", None) is not None:
         view.output.check(t.name for t in plan.selected_tasks)
-    if plan.backend == "slurm":
-        from .backends import slurm
-        return slurm.launch(plan, dry_run=request.dry_run, quiet=view.quiet,
-                            progress_every=view.progress_every, echo_progress=view.echo_progress)
-    backend = make_backend(plan, cluster)
     if request.dry_run:
-        from .launch.describe import describe
-        print(describe(plan, backend))
+        print(launcher.describe(), end="")
         return 0
     if request.detach:
         from .control import detach
         saved = request.quick.save if request.quick is not None else None
         return detach(request.argv, options.command, plan.run_dir, plan.run_id,
                       saved_file=os.path.abspath(saved) if saved else None)
-    from .launch.preflight import preflight
-    for w in preflight(plan, backend):
+    for w in launcher.warnings():
         print(f"tfcluster: warning: {w}", file=sys.stderr)
-    if getattr(view, "output", None) is None or not view.output.hosts:
-        out = getattr(view, "output", None) or OutputOptions()
-        view = replace(view, output=replace(out, hosts=OutputOptions.hosts_of(plan)))
-    return Supervisor(plan, backend, view).run()
+    return launcher.run(view)
 
 
 def _check_script(cluster, options) -> None:

@@ -78,6 +78,31 @@ class Backend:
         pass
 
 
+class Launcher:
+    """How a whole run plan is run: the one seam between the CLI (and the Python API) and a
+    kind of backend. The local and ssh backends run under tfcluster's supervisor
+    (:class:`tfcluster.launch.SupervisedLauncher`); Slurm submits one job whose node wrappers
+    drive the same run machine (:class:`tfcluster.backends.slurm.SlurmLauncher`). The CLI picks
+    one by the plan's backend and asks it nothing else."""
+
+    #: why ``launch --detach`` does not apply ("" when it does)
+    no_detach = ""
+    #: the scheduler flags (``--partition``, ``--time``, ...) apply to this launcher
+    takes_slurm_options = False
+
+    def describe(self) -> str:
+        """What a run would do, for ``--dry-run``: starts nothing, writes nothing."""
+        raise NotImplementedError
+
+    def warnings(self) -> List[str]:
+        """What the launcher should say before it starts (preflight)."""
+        return []
+
+    def run(self, view) -> int:
+        """Run the plan to its end; the launch's exit code."""
+        raise NotImplementedError
+
+
 # --------------------------------------------------------------------------------------
 
 PR_SET_PDEATHSIG = 1

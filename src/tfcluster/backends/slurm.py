@@ -47,7 +47,7 @@ from ..config import check_text, printable
 from ..errors import UserError
 from ..plan import RunPlan
 from ..progress import parse_progress
-from .base import child_setup
+from .base import Launcher, child_setup
 from .runfolder import RunFolder
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
@@ -376,12 +376,7 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     inside = bool(os.environ.get("SLURM_JOB_ID"))
     name = f"tfcluster-{plan.run_id}"
     if dry_run:
-        if inside:
-            print(f"{PLAN_ENV}={shlex.quote(json.dumps(data))} \\\n  "
-                  + " ".join(shlex.quote(w) for w in srun_argv(data, name=name)), file=out)
-        else:
-            print(batch_script(data, name=name, output=os.path.join(run_dir, "slurm-%j.out")),
-                  end="", file=out)
+        print(dry_run_text(plan), end="", file=out)
         return EXIT_OK
     tool = "srun" if inside else "sbatch"
     if not shutil.which(tool):
@@ -392,6 +387,10 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
         plan, run_dir = plan.with_run_dir(folder.path), folder.path
         data = plan_data(plan)
         carried = hold_back_secrets(data)
+    from .. import runindex   # tfcluster status/logs/stop find it from any folder
+    why = runindex.register(run_dir, plan.run_id, plan.source)
+    if why:
+        _info(f"warning: {why}")
     listed = [j for j in plan.jobs if j not in plan.count_jobs]
     counts = ", ".join(f"{j}: {data['jobs'][j]['count']}" for j in job_order(data))
     _info(f"run {plan.run_id}: {ntasks(data)} Slurm task(s) ({counts}); "
@@ -407,6 +406,36 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     finally:   # the record is closed on every path: success, failure, Ctrl-C, a refused job
         record.close(code, follower.job_id, segments=follower.segments)
     return code
+
+
+def dry_run_text(plan: RunPlan) -> str:
+    """What ``launch --backend slurm --dry-run`` prints: the srun line inside an allocation,
+    else the batch script (secrets held back)."""
+    data = plan_data(plan)
+    hold_back_secrets(data)
+    name = f"tfcluster-{plan.run_id}"
+    if os.environ.get("SLURM_JOB_ID"):
+        return (f"{PLAN_ENV}={shlex.quote(json.dumps(data))} \\\n  "
+                + " ".join(shlex.quote(w) for w in srun_argv(data, name=name)) + "\n")
+    return batch_script(data, name=name, output=os.path.join(plan.run_dir, "slurm-%j.out"))
+
+
+class SlurmLauncher(Launcher):
+    """The Slurm side of the launcher seam: one batch job (or an srun step inside an
+    allocation) whose node wrappers drive the run machine; the launcher follows it."""
+
+    no_detach = "with --backend slurm the job runs under Slurm already; leave --detach out"
+    takes_slurm_options = True
+
+    def __init__(self, plan: RunPlan):
+        self.plan = plan
+
+    def describe(self) -> str:
+        return dry_run_text(self.plan)
+
+    def run(self, view) -> int:
+        return launch(self.plan, quiet=view.quiet, progress_every=view.progress_every,
+                      echo_progress=view.echo_progress)
 
 
 class _Record:

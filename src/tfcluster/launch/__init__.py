@@ -7,4 +7,5 @@ both to a :class:`Supervisor`.
 from __future__ import annotations
 
 from .state import RunState, TaskState  # noqa: F401
+from .launcher import SupervisedLauncher  # noqa: F401
 from .supervisor import Supervisor, View  # noqa: F401
