@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from .runrecord import write_json_private
+from . import runfs
 
 RUN_FILE = "run.json"
 
@@ -57,6 +57,12 @@ def run_record(plan, *, backend: str, started: float, ended: Optional[float], re
     return data
 
 
+#: spaces kept after a running record's JSON: on a full disk the closed record, a little
+#: longer, is written over it in place (tfcluster.runfs.write_json_at)
+RESERVE = 1024
+
+
 def write_record(run_dir: str, data: Dict[str, Any]) -> None:
-    """Write ``run.json`` atomically (owner-only). Raises OSError."""
-    write_json_private(os.path.join(run_dir, RUN_FILE), data)
+    """Write ``run.json`` atomically (owner-only, no link followed). Raises OSError."""
+    runfs.write_json(os.path.join(run_dir, RUN_FILE), data,
+                     reserve=RESERVE if data.get("result") == "running" else 0)

@@ -33,6 +33,7 @@ folder with ``O_NOFOLLOW`` and the same ownership check, then writes relative to
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -213,11 +214,41 @@ class OpenRunDir:
         self.close()
 
 
-def write_json_at(dir_fd: int, name: str, data: Any) -> None:
+def write_json_at(dir_fd: int, name: str, data: Any, reserve: int = 0) -> None:
     """Write ``name`` in the folder ``dir_fd`` atomically, 0600: a temporary file made with
     ``O_EXCL | O_NOFOLLOW``, renamed over ``name`` within the folder. When the write fails (disk
-    full) the temporary file is removed and the error raised; the old ``name`` is left whole."""
-    text = json.dumps(data, indent=2) + "\n"
+    full) the temporary file is removed; with no space left, ``name`` itself is rewritten in
+    place (its blocks exist already: ``reserve`` spaces after the JSON, which JSON readers skip,
+    keep room for a slightly longer next version), else the error is raised and the old
+    ``name`` is left whole."""
+    text = json.dumps(data, indent=2) + "\n" + " " * max(0, reserve)
+    try:
+        _write_replace(dir_fd, name, text)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not _rewrite_in_place(dir_fd, name, text):
+            raise
+
+
+def _rewrite_in_place(dir_fd: int, name: str, text: str) -> bool:
+    """Overwrite the regular file ``name`` with ``text`` (no link followed); True when it fit."""
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(name, os.O_WRONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or len(data) > os.fstat(fd).st_size:
+            return False          # growing it needs blocks the disk does not have
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _write_replace(dir_fd: int, name: str, text: str) -> None:
     tmp = f".{name}.tmp{os.getpid()}"
     try:
         os.unlink(tmp, dir_fd=dir_fd)   # a leftover of a killed launcher that had this pid
@@ -265,11 +296,11 @@ class _Parent:
             os.close(self.fd)
 
 
-def write_json(path: str, data: Any) -> None:
+def write_json(path: str, data: Any, reserve: int = 0) -> None:
     """Write JSON at ``path`` atomically, readable by its owner only, with no link followed
     (relative to the open run folder when ``path`` is in one; see the module's docstring)."""
     with _Parent(path) as fd:
-        write_json_at(fd, os.path.basename(path), data)
+        write_json_at(fd, os.path.basename(path), data, reserve)
 
 
 def open_append_fd(path: str) -> int:

@@ -192,6 +192,10 @@ def test_a_run_whose_log_disk_fills_up_keeps_training(tmp_path, ports):
         assert (tmp_path / "done").read_text() == "reached 4000"
         assert "its log could not be written" in r.stderr and "no space left" in r.stderr
         assert r.returncode == 0, r.stderr[-2000:]
+        (run_dir,) = [d for d in logs.iterdir() if d.is_dir()]
+        record = json.loads((run_dir / "run.json").read_text())      # closed, on a full disk
+        assert record["result"] == "succeeded" and record["ended"] and record["exit_code"] == 0
+        assert not [n for n in os.listdir(run_dir) if ".tmp" in n]
     finally:
         subprocess.run(["umount", str(logs)], check=False)
 

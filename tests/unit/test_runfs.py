@@ -120,11 +120,12 @@ def test_a_failed_run_json_write_leaves_no_temporary_file(logdir, monkeypatch):
         def full(*a, **k):
             raise OSError(28, "No space left on device")
         monkeypatch.setattr(runfs.os, "replace", full)
-        with pytest.raises(OSError, match="No space"):
-            f.write_json("run.json", {"n": 2})
+        with pytest.raises(OSError, match="No space"):     # longer than the old one: no room
+            f.write_json("run.json", {"n": 1, "more": "x" * 100})
+        f.write_json("run.json", {"n": 2})                 # as long: written in place
         monkeypatch.undo()
         assert os.listdir(f.path) == ["run.json"]
-        assert json.loads(open(os.path.join(f.path, "run.json")).read()) == {"n": 1}
+        assert json.loads(open(os.path.join(f.path, "run.json")).read()) == {"n": 2}
 
 
 # --------------------------------------------------------------------- unsafe log folders
@@ -180,3 +181,28 @@ def test_two_default_runs_in_one_second_get_two_folders(logdir):
     b.close()
 
 
+
+
+def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, monkeypatch):
+    """No room for a temporary file: the record is written over the old one, whose blocks (and
+    the spaces reserved after a running record) exist already; a record that would grow past
+    them raises, leaving the old one whole."""
+    import errno as _errno
+    import json as _json
+
+    from tfcluster import record, runfs as _runfs
+    d = tmp_path / "run"
+    d.mkdir(mode=0o700)
+    record.write_record(str(d), {"result": "running", "ended": None})
+    size = (d / "run.json").stat().st_size
+    assert size >= record.RESERVE
+
+    def full(*a, **k):
+        raise OSError(_errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(_runfs, "_write_replace", full)
+    record.write_record(str(d), {"result": "succeeded", "ended": 1764500000.25, "exit_code": 0})
+    assert _json.loads((d / "run.json").read_text()) == {
+        "result": "succeeded", "ended": 1764500000.25, "exit_code": 0}
+    with pytest.raises(OSError):
+        record.write_record(str(d), {"result": "succeeded", "big": "x" * (2 * size)})
+    assert _json.loads((d / "run.json").read_text())["result"] == "succeeded"
