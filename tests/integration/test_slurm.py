@@ -236,6 +236,10 @@ def test_slurm_honours_restart_flags_and_the_run_budget(slurm_cluster, tmp_path)
     assert "attempt 1 of 2" in out, out[-3000:]
     assert "not restarted: the run's restart budget is spent (1 of 1)" in out, out[-3000:]
     assert slurm_cluster.wait_empty_queue(10) == ""
+    # --restart on-failure on the command line: the restarted worker is in run.json
+    rec = json.loads((tmp_path / "runs" / "b1" / "run.json").read_text())
+    assert sorted(t["restarts"] for t in rec["tasks"] if t["task"].startswith("worker")) == [0, 1]
+    assert rec["total_restarts"] == 1 and rec["result"] == "failed"
 
 
 def test_launch_slurm_takes_the_scheduler_options(slurm_cluster, tmp_path):
