@@ -121,8 +121,6 @@ sys.exit(3 if n == "0" else 0)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the output reader (launch/output.py) still opens the task "
-                   "log by path; wiring runfs.open_log there makes this pass (then drop this mark)")
 def test_a_live_run_swapped_for_a_link_during_a_restart_backoff_writes_nothing_there(
         tmp_path, ports, victim):
     """The review's attack on a real launcher: during the restart backoff the run folder is
