@@ -296,3 +296,19 @@ def test_live_table_marks_the_chief_and_shows_rate_and_metrics(tmp_path):
     assert "worker:0 (chief)" in text and "loss" in text and "accuracy" in text
     assert "0.75" in text and "10.0" in text, text    # the metric and 10 steps/s
     assert "global step 10/100" in text
+
+
+def test_live_table_follows_an_unmodified_keras_program(tmp_path):
+    """Keras' own lines (no tfcluster import): the epoch and step reach the live table and
+    run.json (issue 19)."""
+    from rich.console import Console
+    lines = ["Epoch 1/3", "10/10 [==============================] - 1s 50ms/step - loss: 0.5000",
+             "Epoch 2/3", "7/10 [====================>.........] - ETA: 0s - loss: 0.3000"]
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 2.0, lines)]})
+    assert sup.run() == 0
+    buf = io.StringIO()
+    Console(file=buf, width=200).print(sup._live_table())
+    text = buf.getvalue()
+    assert "epoch" in text, text
+    progress = {t["task"]: t.get("progress") for t in record(tmp_path)["tasks"]}["worker:0"]
+    assert progress and progress.get("epoch") == 2, progress
