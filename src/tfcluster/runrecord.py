@@ -461,6 +461,10 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     print(head)
     if record.get("file"):
         print(f"file: {p(record['file'])}")
+    segments = record.get("segments")
+    if isinstance(segments, int) and not isinstance(segments, bool) and segments > 1:
+        print(f"Slurm job {p(str(record.get('slurm_job') or '?'))}: {segments} segments (requeued "
+              f"{segments - 1} time{'s' if segments > 2 else ''}; one run, resumed from its checkpoint)")
     duration = run_duration(run, record, result)
     started = f"started {_when(record.get('started'))}" if record.get("started") else ""
     if started:

@@ -470,3 +470,6 @@ def test_slurm_time_limit_warning_stops_in_order_and_requeues_a_segment(slurm_cl
     rec = json.loads((run_dir / "run.json").read_text())
     assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
     assert slurm_cluster.wait_empty_queue(30) == ""
+    st = subprocess.run([sys.executable, "-m", "tfcluster", "status", str(run_dir)],
+                        capture_output=True, text=True, timeout=60)
+    assert st.returncode == 0 and "2 segments (requeued 1 time" in st.stdout, st.stdout + st.stderr

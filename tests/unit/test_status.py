@@ -259,3 +259,14 @@ def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
     assert rows["refused"]["cause"].startswith("not submitted") and rows["refused"]["exit_code"] == 1
 
 
+
+
+def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
+    """A Slurm job requeued before its time limit is one run with its segments (issue 21)."""
+    f = write_cluster(tmp_path)
+    d = write_run(tmp_path / "runs", "s1", f)
+    rec = json.loads((d / "run.json").read_text())
+    rec.update(backend="slurm", slurm_job="42", segments=3)
+    write_json_private(str(d / "run.json"), rec)
+    rc, out, err = cli(capsys, "status", str(d))
+    assert rc == 0 and "Slurm job 42: 3 segments (requeued 2 times" in out, out + err
