@@ -1,34 +1,15 @@
-"""What `tfcluster render` writes, run for real: the TFJob task-flags shim appends the seed's flags
-inside a pod, and the Slurm batch scripts are valid bash. (The manifests and scripts as text:
-tests/unit/test_render.py, tests/unit/test_slurm_options.py.)"""
+"""What `tfcluster render` writes, run for real: the Slurm batch scripts are valid bash. (Pods'
+entry points run for real: tests/integration/test_render.py, test_jobset.py, test_trainjob.py;
+the scripts as text: tests/unit/test_slurm_options.py.)"""
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 
 from tfcluster import render
 
 from helpers import ROOT, cli, load
 
 
-def test_tfjob_task_flags_shim_appends_the_seed_flags(tmp_path):
-    """With task_flags, the pod's command reads TF_CONFIG (set by the operator) and appends
-    --job_name/--task_index/--<job>_hosts before exec'ing the program."""
-    c = load("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], task_flags: true}\n", tmp_path)
-    job = render.tfjob(c, image="tf")
-    args = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
-    tf_config = {"cluster": {"ps": ["j-ps-0.ns.svc:2222"], "worker": ["j-worker-0.ns.svc:2222",
-                                                                     "j-worker-1.ns.svc:2222"]},
-                 "task": {"type": "worker", "index": 1}}
-    shown = "import sys; print(' '.join(sys.argv[1:]))"
-    r = subprocess.run([sys.executable, "-c", args[1], sys.executable, "-c", shown],
-                       env={**os.environ, "TF_CONFIG": json.dumps(tf_config)},
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["--job_name=worker", "--task_index=1", "--ps_hosts=j-ps-0.ns.svc:2222",
-                                "--worker_hosts=j-worker-0.ns.svc:2222,j-worker-1.ns.svc:2222"]
 
 
 def _bash_n(script: str) -> subprocess.CompletedProcess:
