@@ -295,9 +295,10 @@ class Supervisor:
         spec = tr.spec = self._spec(tr.plan, tr.restarts)
         try:
             handle = self.backend.start(spec)
-        except OSError as e:
-            self._start_error = UserError(_start_failure(tr.name, spec, e))
-            self._feed(StartFailed(tr.name, self._start_error.message, self.clock()))
+        except (OSError, UserError) as e:   # bad input (a missing program, an unreachable host)
+            self._start_error = e if isinstance(e, UserError) else UserError(_start_failure(tr.name, spec, e))
+            self._feed(StartFailed(tr.name, self._start_error.message, self.clock(),
+                                   self._start_error.exit_code))
             return
         with self.lock:
             tr.handle = handle
