@@ -3,10 +3,7 @@ shows progress is not killed for its port; one that shows none still is. No proc
 (The fake backend: tests/helpers/fake.py.)"""
 from __future__ import annotations
 
-
-
-
-from helpers.fake import make as _make  # noqa: E402
+from helpers.fake import make as _make
 
 
 CLUSTER = """\
@@ -14,7 +11,6 @@ CLUSTER = """\
     program: {command: [python, t.py]}
     grace: 2
 """
-
 
 
 def make(*args, **kwargs):
