@@ -1,7 +1,7 @@
 """The launcher at scale over ssh (``scripts/benchmark.py --only scale``): ``tfcluster launch``
 with the ssh backend supervising ``scale_ssh_tasks`` trivial tasks on each of 3 hosts. The hosts
 are network namespaces joined by a bridge, each with its own address and its own sshd (Debian's
-openssh-server, a key made for the run), as tests/test_ssh.py makes them; only the network is
+openssh-server, a key made for the run), as tests/integration/test_ssh.py makes them; only the network is
 separate, so the task's mark files (scale_local) and pids are visible here. Needs root, ``ip``,
 ``ssh``, ``ssh-keygen`` and ``/usr/sbin/sshd``; otherwise skipped with one line. The namespaces,
 the veth and every sshd are removed at the end, on error and on Ctrl-C.

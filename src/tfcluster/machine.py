@@ -7,7 +7,7 @@ returns **actions** for the driver to carry out. The machine owns what a run dec
 states, restarts (budgets, backoff, ``min_uptime``), the success rule and the grace period, the
 watchdogs, the stop order (chief, workers and evaluators first, ps last) with SIGTERM then
 SIGKILL, and the run's result and exit code. It has no threads, files, clocks or signals
-inside: time comes in with the events, so a table of events tests it (tests/test_machine.py),
+inside: time comes in with the events, so a table of events tests it (tests/unit/test_machine.py),
 in the manner of dask's ``handle_stimulus(*events) -> instructions``.
 
 The machine is written down once; the drivers differ only in how they learn what happened:

@@ -753,7 +753,7 @@ tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{c
 .key .k-watchdog{{border-radius:50%;border:1px solid #000}}
 """
 
-#: The legend of the timeline: (class, colour, words). Checked by tests/test_report.py.
+#: The legend of the timeline: (class, colour, words). Checked by tests/integration/test_report_browser.py.
 LEGEND = [
     ("k-succeeded", COLOURS["succeeded"], "succeeded (exit 0)"),
     ("k-failed", COLOURS["failed"], "failed"),
