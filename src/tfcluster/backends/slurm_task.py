@@ -37,6 +37,7 @@ for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_s, _on_cancel)
 
 import collections  # noqa: E402
+import re  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
@@ -45,10 +46,10 @@ import time  # noqa: E402
 from typing import Any, Dict, List, Optional  # noqa: E402
 
 from .. import contract, machine as mc, rules, secrets  # noqa: E402
-from ..events import EventLog  # noqa: E402
 from ..hosts import accepts  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
-from ..progress import parse_progress  # noqa: E402
+from ..outputs import ProgressParser, clean_segment  # noqa: E402
+from ..progress import split_progress  # noqa: E402
 from .base import child_setup  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
@@ -66,6 +67,9 @@ def _env(name: str, *alts: str) -> Optional[str]:
         if v:
             return v
     return None
+
+
+MAX_LINE = 64 * 1024          # bytes: a longer line is read (and shown) in pieces
 
 
 def _child_setup() -> None:
@@ -179,13 +183,24 @@ class Task:
 
     def _pump(self, stream) -> None:
         """The program's output (reader thread): shown and logged; what the machine needs to
-        hear goes to the inbox, which the loop hands on."""
-        for raw in iter(stream.readline, b""):
+        hear goes to the inbox, which the loop hands on. Read as the local launcher reads it
+        (:mod:`tfcluster.outputs`): progress reports anywhere in a line, Keras bars and epochs
+        and TF1 hook lines as signs of life, a line cut every 64 KiB."""
+        parser = ProgressParser()
+        for raw in iter(lambda: stream.readline(MAX_LINE), b""):
             text = raw.decode("utf-8", "replace")
             now = time.time()
-            p = parse_progress(text)
-            if p is not None:
-                self.inbox.append(mc.Progressed(self.name, p.step, now))
+            for piece in re.split(r"[\r\n]", text):
+                visible, found = split_progress(clean_segment(piece))
+                for p in found:
+                    self.inbox.append(mc.Progressed(self.name, p.step, now))
+                if found or not visible.strip():
+                    continue
+                r = parser.feed(visible)
+                if r.progress is not None:
+                    self.inbox.append(mc.Progressed(self.name, r.progress.step, now))
+                if r.life:
+                    self.inbox.append(mc.Progressed(self.name, None, now))
             m = rules.STILL_WAITING.search(text)
             if m:
                 self.inbox.append(mc.Waiting(self.name, f"{m.group(1)}:{m.group(2)}", now))
