@@ -58,7 +58,9 @@ def test_real_slurm_binds_gpus_per_task_and_keeps_ps_on_cpu(gpu_slurm, tmp_path)
     (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
         cluster: {ps: 1, worker: 2}
         program:
-          command: [python, -c, "import os; print('CVD=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'))"]
+          # every task prints, then stays a moment: the run ends when the workers do, and a ps
+          # that started last must have printed before it is stopped
+          command: [python, -c, "import os, time; print('CVD=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True); time.sleep(4)"]
         jobs: {worker: {gpus: [3, 3]}}   # one GPU each; the ids are Slurm's choice, not these
         logdir: runs
     """))
