@@ -774,19 +774,29 @@ def cmd_help(args) -> int:
                     f"commands: {', '.join(n for n in subs if n != 'serve')})")
 
 
+def _run_arg(run: Optional[str]) -> Optional[str]:
+    """A run folder or logdir as given, else a run id from the user's run index."""
+    if run and not os.path.exists(run):
+        from .runindex import lookup
+        return lookup(run) or run
+    return run
+
+
 def cmd_status(args) -> int:
     from .runrecord import print_status
-    return print_status(args.run_dir, args.file, as_json=args.json)
+    return print_status(_run_arg(args.run_dir), args.file, as_json=args.json)
 
 
 def cmd_runs(args) -> int:
+    from .runindex import runs
     from .runrecord import print_runs
-    return print_runs(args.logdir, args.file, as_json=args.json)
+    return print_runs(args.logdir, args.file, as_json=args.json,
+                      indexed=lambda: [d for d, _ in runs()])
 
 
 def cmd_report(args) -> int:
     from .report import write_report
     from .runrecord import find_run
-    run_dir, _ = find_run(args.run_dir, args.file)
+    run_dir, _ = find_run(_run_arg(args.run_dir), args.file)
     print(write_report(run_dir, args.output))
     return 0

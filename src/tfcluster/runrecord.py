@@ -554,16 +554,34 @@ def _clip(text: str, width: int) -> str:
 
 
 def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False,
-               probe=None) -> int:
+               probe=None, indexed=None) -> int:
     """``tfcluster runs``: past runs, newest first. A run whose run.json cannot be read is named
-    in a warning on stderr and left out; the others are listed."""
+    in a warning on stderr and left out; the others are listed. ``indexed``: a callable giving
+    the run folders of the user's run index (tfcluster.runindex), listed when there is neither
+    a ./cluster.yaml nor a ./runs folder here (runs from any folder)."""
     if logdir:
         if not os.path.isdir(logdir):
             raise UserError(f"{printable(logdir)}: no such folder")
         want = os.path.abspath(file) if file else None
     else:
-        logdir, want = _default_place(file)
-    runs, problems = scan_runs(logdir, want)
+        try:
+            logdir, want = _default_place(file)
+        except UserError as e:
+            folders = [] if file or indexed is None else indexed()
+            if not folders:
+                raise UserError(e.message + ("" if file or indexed is None else
+                                             "; your run index lists no runs either"))
+            logdir, want = None, None
+    if logdir is None:
+        runs, problems = [], []
+        for d in folders:
+            try:
+                runs.append((d, read_run(d)))
+            except UserError as e:
+                problems.append(e.message)
+        logdir = "your run index"
+    else:
+        runs, problems = scan_runs(logdir, want)
     _warn(problems)
     now = time.time()
     rows = [run_summary(d, r, now, probe) for d, r in runs]

@@ -270,3 +270,23 @@ def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
     write_json_private(str(d / "run.json"), rec)
     rc, out, err = cli(capsys, "status", str(d))
     assert rc == 0 and "Slurm job 42: 3 segments (requeued 2 times" in out, out + err
+
+
+def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, capsys, monkeypatch):
+    """A run started elsewhere (registered in the user's run index, as every launch does) is
+    found by its id from a folder with no cluster.yaml, and listed by `runs` there (issue 23)."""
+    from tfcluster import runindex
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "proj").mkdir()
+    f = write_cluster(tmp_path / "proj")
+    d = write_run(tmp_path / "proj" / "runs", "far-run-1", f)
+    assert runindex.register(str(d), "far-run-1", str(f)) is None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    rc, out, err = cli(capsys, "status", "far-run-1")
+    assert rc == 0 and "run far-run-1" in out and "succeeded" in out, out + err
+    rc, out, err = cli(capsys, "runs")
+    assert rc == 0 and "far-run-1" in out, out + err
+    rc, out, err = cli(capsys, "report", "far-run-1")
+    assert rc == 0 and out.strip().endswith("report.html"), out + err
