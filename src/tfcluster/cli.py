@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("kind", choices=["k8s", "jobset", "trainjob", "slurm"],
                    help="k8s: Kubeflow TFJob; jobset: JobSet (jobset.x-k8s.io); trainjob: a Trainer v2 "
                    "TensorFlow runtime and a TrainJob; slurm: sbatch script")
-    s.add_argument("file")
+    s.add_argument("file", nargs="?", help="the cluster file (default: ./cluster.yaml)")
     s.add_argument("--image", help="k8s, jobset, trainjob: container image (required)")
     s.add_argument("--name", help="name of the TFJob / JobSet / TrainJob / Slurm job (default: the "
                    "file's name)")
@@ -491,7 +491,7 @@ def cmd_serve(args) -> int:
 
 def cmd_render(args) -> int:
     from . import config, render
-    cluster = config.load(args.file)
+    cluster = config.load(cluster_file(args.file))
     if args.kind != "slurm":
         if not args.image:
             raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "

@@ -167,6 +167,10 @@ def test_subcommands_default_to_cluster_yaml(tmp_path, monkeypatch, capsys):
     assert "worker:1" in capsys.readouterr().out
     assert cli.main(["tf-config"]) == 2
     assert "give a task" in capsys.readouterr().err
+    assert cli.main(["render", "slurm"]) == 0
+    assert "#SBATCH --ntasks=3" in capsys.readouterr().out
+    assert cli.main(["render", "jobset", "--image", "tf:2"]) == 0
+    assert "kind: JobSet" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ a cluster without a file
