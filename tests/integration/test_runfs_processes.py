@@ -3,7 +3,6 @@ launcher whose run folder is swapped for a link, another user acting on a sticky
 refused for an unsafe logdir, four simultaneous launches. No TensorFlow."""
 import json
 import os
-import stat
 import subprocess
 import sys
 
@@ -14,29 +13,8 @@ from tfcluster import cli, runfs
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture
-def logdir(tmp_path):
-    d = tmp_path / "runs"
-    d.mkdir(mode=0o700)
-    return d
-
-
-@pytest.fixture
-def victim(tmp_path):
-    """A folder of the attacker's choosing, with a file the victim must not write to."""
-    d = tmp_path / "attacker"
-    d.mkdir()
-    (d / "bashrc").write_text("# the victim's ~/.bashrc\n")
-    return d
-
-
-def _mode(path):
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def _untouched(victim):
-    assert sorted(os.listdir(victim)) == ["bashrc"]
-    assert (victim / "bashrc").read_text() == "# the victim's ~/.bashrc\n"
+from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
+from helpers.attack import untouched as _untouched
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")

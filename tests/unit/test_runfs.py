@@ -3,7 +3,6 @@ unsafe log folders, run ids that never collide. Pure: no TensorFlow, no process
 (tests/integration/test_runfs_processes.py has the launches)."""
 import json
 import os
-import stat
 
 import pytest
 
@@ -13,29 +12,8 @@ from tfcluster.events import EventLog
 from tfcluster.runrecord import write_json_private
 
 
-@pytest.fixture
-def logdir(tmp_path):
-    d = tmp_path / "runs"
-    d.mkdir(mode=0o700)
-    return d
-
-
-@pytest.fixture
-def victim(tmp_path):
-    """A folder of the attacker's choosing, with a file the victim must not write to."""
-    d = tmp_path / "attacker"
-    d.mkdir()
-    (d / "bashrc").write_text("# the victim's ~/.bashrc\n")
-    return d
-
-
-def _mode(path):
-    return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def _untouched(victim):
-    assert sorted(os.listdir(victim)) == ["bashrc"]
-    assert (victim / "bashrc").read_text() == "# the victim's ~/.bashrc\n"
+from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
+from helpers.attack import mode as _mode, untouched as _untouched
 
 
 def test_run_folder_and_its_files_are_private(logdir):
