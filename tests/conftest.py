@@ -49,6 +49,23 @@ def pytest_configure(config):
         os.environ["XDG_STATE_HOME"] = config._tfcluster_state
 
 
+_state_serial = [0]
+
+
+@pytest.fixture(autouse=True)
+def own_state_folder(request, monkeypatch):
+    """Each test gets its own state folder (run index, remembered notes): a run that one test
+    registered must not show up in another test's `status`/`runs` (the suite runs the
+    integration layer before the unit layer in one session)."""
+    state = getattr(request.config, "_tfcluster_state", None)
+    if state:
+        _state_serial[0] += 1
+        d = os.path.join(state, str(_state_serial[0]))
+        os.makedirs(d, exist_ok=True)
+        monkeypatch.setenv("XDG_STATE_HOME", d)
+    yield
+
+
 def pytest_unconfigure(config):
     state = getattr(config, "_tfcluster_state", None)
     if state:

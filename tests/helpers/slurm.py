@@ -124,12 +124,17 @@ class OneNodeSlurm:
             q = self.queue()
         return q
 
-    def stop(self) -> None:
+    def cancel_all(self) -> None:
+        """Cancel every job of this test Slurm (its daemons and queue belong to the tests)."""
         try:
-            subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
-            self.wait_empty_queue(15)
+            if self.queue():
+                subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
+                self.wait_empty_queue(15)
         except Exception:
             pass
+
+    def stop(self) -> None:
+        self.cancel_all()
         for name, p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()

@@ -290,11 +290,15 @@ def test_killed_launcher_inside_an_allocation_ends_the_step(slurm_cluster, tmp_p
                               cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True)
     try:
-        log = tmp_path / "runs" / "k1" / "worker-1.log"
+        logs = [tmp_path / "runs" / "k1" / f"{stem}.log" for stem in ("ps-0", "worker-0", "worker-1")]
+
+        def all_up():
+            return all(log.exists() and "up " in log.read_text() for log in logs)
         deadline = time.time() + 60
-        while time.time() < deadline and not (log.exists() and "up" in log.read_text()):
+        while time.time() < deadline and not all_up():
             time.sleep(0.2)
-        assert log.exists() and "up" in log.read_text(), "the step did not start"
+        assert all_up(), "the step did not start: " + " ".join(
+            f"{log.name}={log.exists()}" for log in logs)
         task_pids = [int(line.split()[1]) for stem in ("ps-0", "worker-0", "worker-1")
                      for line in (tmp_path / "runs" / "k1" / f"{stem}.log").read_text().splitlines()
                      if line.startswith("up ")]
