@@ -129,6 +129,7 @@ class Exited:
     task: str
     returncode: int               # negative: killed by signal -returncode
     now: float
+    cause: str = ""               # what the driver learnt of the death (tfcluster.oom)
 
 
 @dataclass(frozen=True)
@@ -431,12 +432,34 @@ class RunMachine:
 
     # ------------------------------------------------------------------ queries
     def unopened(self) -> List[str]:
-        """Running tasks whose server port the driver should probe (PortOpen)."""
+        """Running tasks whose server port the driver should probe (PortOpen): every task with
+        a port (the startup watchdog holds only ps and worker tasks to it; for the others it
+        tells :meth:`shown` when the task stops starting)."""
         return [t.name for t in self.tasks.values()
-                if t.state == TaskState.RUNNING and t.serves and not t.up and not t.forced]
+                if t.state == TaskState.RUNNING and t.port is not None and not t.up
+                and not t.forced]
 
     def alive(self) -> List[str]:
         return [t.name for t in self.tasks.values() if t.state.alive]
+
+    def shown(self, name: str) -> str:
+        """The task's state as the live table shows it. A running task is ``starting`` until
+        its server port accepts connections or it reports a step (TensorFlow takes seconds to
+        load), ``serving`` once its port is open (a ps never reports steps), ``running`` once
+        it reports progress, and ``stopping`` while the run stops (it waits for its wave or
+        for its SIGTERM to end it)."""
+        t = self.tasks[name]
+        if t.state != TaskState.RUNNING:
+            return t.state.value
+        if self.phase == "stop" or t.forced:
+            return TaskState.STOPPING.value
+        if t.step is not None:
+            return TaskState.RUNNING.value
+        if t.up:
+            return "serving"
+        if t.port is not None:
+            return "starting"
+        return TaskState.RUNNING.value       # nothing to watch for: no port, no steps yet
 
     @property
     def decided(self) -> bool:
@@ -500,6 +523,8 @@ class RunMachine:
             t.note = t.forced
         elif t.port_conflict:
             t.note = f"port conflict: {self.where.get(t.name) or t.port} is in use (Could not start gRPC server)"
+        elif ev.cause:
+            t.note = ev.cause
         out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.note}" if t.note else ""),
                        error=True))
         early = (not t.restarts and t.first_started is not None

@@ -386,10 +386,15 @@ def test_startup_watchdog_kills_a_server_that_never_opens_its_port():
     assert m.root_cause == "ps:0" and "did not open port 3000 within 3s" in m.tasks["ps:0"].note
 
 
-def test_unopened_lists_servers_only():
-    m = make(names=("chief:0", "ps:0", "worker:0", "evaluator:0"), chief="chief:0")
+def test_unopened_lists_every_task_with_a_port_but_only_servers_face_the_startup_watchdog():
+    m = make(names=("chief:0", "ps:0", "worker:0", "evaluator:0"), chief="chief:0",
+             startup_timeout=3.0)
     started(m)
-    assert sorted(m.unopened()) == ["ps:0", "worker:0"]
+    m.tasks["evaluator:0"].port = None               # an evaluator is not in the cluster spec
+    assert sorted(m.unopened()) == ["chief:0", "ps:0", "worker:0"]
+    out = m.handle(Tick(3.5))
+    assert sorted(t for t, _ in kills(out)) == ["ps:0", "worker:0"]
+    assert m.shown("evaluator:0") == "running"
 
 
 def test_waiting_watchdog_kills_the_task_others_wait_for():
@@ -549,3 +554,41 @@ def test_from_plan_reads_the_plan(tmp_path):
     node = RunMachine.from_plan(plan, ["worker:1"], shared=True)
     assert list(node.tasks) == ["worker:1"] and node.others == {"ps:0": "ps", "worker:0": "worker"}
     assert node.s.shared_budget and node.s.peers_report and node.s.remote_kill
+
+
+def test_the_live_state_says_starting_serving_running_and_stopping():
+    """What the live table shows for a running task: ``starting`` while TensorFlow loads (no
+    open port, no step), ``serving`` once its port accepts connections (a ps stays there),
+    ``running`` once it reports steps, ``stopping`` while the run stops it."""
+    m = make(names=("ps:0", "worker:0", "worker:1"))
+    started(m)
+    assert [m.shown(n) for n in ("ps:0", "worker:0", "worker:1")] == ["starting"] * 3
+    assert sorted(m.unopened()) == ["ps:0", "worker:0", "worker:1"]
+    m.handle(PortOpen("ps:0", 1.0), PortOpen("worker:0", 1.0))
+    assert m.shown("ps:0") == "serving" and m.shown("worker:0") == "serving"
+    assert m.unopened() == ["worker:1"]
+    m.handle(Progressed("worker:0", 1, 2.0), Progressed("worker:1", 1, 2.0))
+    assert m.shown("worker:0") == "running" and m.shown("worker:1") == "running"
+    out = m.handle(Interrupt(signal.SIGINT, 3.0))
+    assert kills(out) == [("worker:0", TERM), ("worker:1", TERM)]
+    # the ps waits for its wave, and is already shown as stopping
+    assert [m.shown(n) for n in ("ps:0", "worker:0", "worker:1")] == ["stopping"] * 3
+    m.handle(Exited("worker:0", -TERM, 4.0))
+    assert m.shown("worker:0") == "stopped"
+
+
+def test_several_tasks_failing_together_announce_the_run_failure_once():
+    m = make()
+    started(m)
+    out = m.handle(Exited("worker:1", 5, 1.0), Exited("worker:0", 6, 1.0), Exited("ps:0", 7, 1.0))
+    assert says(out).count("run failed:") == 1
+    assert "run failed: worker:1 (exit 5)" in says(out)
+    assert m.tasks["worker:1"].note == "" and m.root_cause == "worker:1"
+
+
+def test_a_cause_the_driver_learnt_becomes_the_failed_tasks_note():
+    m = make()
+    started(m)
+    out = m.handle(Exited("worker:1", -9, 1.0, "out of memory: the memory limit was hit"))
+    assert "worker:1 failed (SIGKILL): out of memory: the memory limit was hit" in says(out)
+    assert m.tasks["worker:1"].note == "out of memory: the memory limit was hit"

@@ -235,3 +235,26 @@ def test_live_table_follows_an_unmodified_keras_program(tmp_path):
     assert "epoch" in text, text
     progress = {t["task"]: t.get("progress") for t in record(tmp_path)["tasks"]}["worker:0"]
     assert progress and progress.get("epoch") == 2, progress
+
+
+def test_live_table_says_starting_serving_and_running(tmp_path):
+    """The live table's state column: ``serving`` for a ps whose port is open, ``running`` for
+    a task that reports steps, ``starting`` for one that has done neither yet (issue 23)."""
+    from rich.console import Console
+    lines = ['@tfcluster progress {"step": 3, "total": 100}']
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 3.0, lines)]})
+    be.up.add(3000)                                  # the ps's server accepts connections
+    seen = {}
+    real_nap = sup._nap_fn
+
+    def nap(runs, seconds):
+        real_nap(runs, seconds)
+        if clock.now >= 1001.5 and not seen:
+            buf = io.StringIO()
+            Console(file=buf, width=160).print(sup._live_table())
+            for row in buf.getvalue().splitlines():
+                if row.split() and row.split()[0] in ("ps:0", "worker:0", "worker:1"):
+                    seen[row.split()[0]] = row.split()[2 if "(chief)" in row else 1]
+    sup._nap_fn = nap
+    assert sup.run() == 0
+    assert seen == {"ps:0": "serving", "worker:0": "running", "worker:1": "starting"}, seen

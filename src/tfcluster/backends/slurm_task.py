@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Optional  # noqa: E402
 
 from .. import contract, machine as mc, rules, secrets  # noqa: E402
 from ..hosts import accepts  # noqa: E402
+from ..oom import OomWatch  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
 from ..outputs import ProgressParser, clean_segment  # noqa: E402
 from ..progress import split_progress  # noqa: E402
@@ -119,6 +120,7 @@ class Task:
         # the machine: this task here, the others on other nodes; a ps waits for the others to
         # end before it stops (bounded: grace + stop timeout + a margin)
         wait = self.plan.grace + self.plan.stop_timeout + 5.0
+        self.oom = OomWatch()    # this node's OOM-kill counters (tfcluster.oom)
         self.machine = mc.RunMachine.from_plan(self.plan, [self.name], shared=self.folder is not None,
                                                peer_stop_wait=wait)
         self.machine.where = dict(self.where)
@@ -236,7 +238,7 @@ class Task:
                 if rc is not None:
                     if self.reader is not None:
                         self.reader.join(5)
-                    exited = mc.Exited(self.name, rc, time.time())
+                    exited = mc.Exited(self.name, rc, time.time(), self.oom.words(rc))
             while self.inbox:
                 events.append(self.inbox.popleft())
             if exited is not None:

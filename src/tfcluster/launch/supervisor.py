@@ -25,6 +25,7 @@ from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
 from ..events import EventLog
 from ..keras_support import failure_hint
+from ..oom import OomWatch
 from ..hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
 from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortConflict, PortOpen,
                        Progressed, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
@@ -149,6 +150,7 @@ class Supervisor:
         self._chief_gone_at: Optional[float] = None
         self._rate_points: Deque = deque(maxlen=20)
         self.events = NullEvents()
+        self.oom = OomWatch()       # the kernel's and the cgroup's OOM-kill counters at start
         self.display = Display(quiet=self.view.quiet, live=self.view.live, table=self._live_table,
                                stream=self.view.stream, err_stream=self.view.err_stream,
                                options=self.view.output)
@@ -357,7 +359,8 @@ class Supervisor:
                         if tr.reader is not None:   # its output read to the end first
                             tr.reader.join(timeout=2.0)
                         tr.exit_fed = True
-                        exits.append(Exited(tr.name, rc, self.clock()))
+                        cause = self.oom.words(rc) if is_local(tr.plan.host) else ""
+                        exits.append(Exited(tr.name, rc, self.clock(), cause))
             events = self._drain_inbox() + self._life() + exits
             if now - self.last_probe >= 0.5:
                 self.last_probe = now
@@ -553,7 +556,7 @@ class Supervisor:
             if p is not None and (best is None or p.step > best.step):
                 best = p
             name = tr.name + (" (chief)" if tr.name == self.plan.chief else "")
-            table.add_row(name, tr.state.value, str(tr.pid or ""), up, str(tr.restarts), step,
+            table.add_row(name, self.machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
                           f"{tr.rate:.1f}" if tr.rate else "",
                           *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
                             for k in metric_names])
