@@ -27,7 +27,7 @@ import time
 from typing import Optional
 
 from .. import contract
-from .base import Backend, Handle, ProcessSpec, child_setup
+from .base import Backend, Handle, ProcessSpec, start_child
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
 # is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.
@@ -204,10 +204,10 @@ class LocalBackend(Backend):
         try:
             env[contract.PROGRESS_FD] = f"{w}:{os.fstat(w).st_ino}"
             env[contract.LAUNCHER_PID] = str(os.getpid())
-            proc = subprocess.Popen(
+            proc = start_child(
                 spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=child_setup, close_fds=True, pass_fds=(w,))
+                close_fds=True, pass_fds=(w,))
         except BaseException:
             os.close(r)
             raise
