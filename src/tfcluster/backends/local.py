@@ -3,7 +3,8 @@ group.
 
 Nothing a task starts outlives the launcher, however the launcher ends:
 
-* each task's leader has a parent-death signal (SIGKILL when the launcher dies);
+* each task's leader has a parent-death signal (SIGKILL when the launcher dies; set by
+  ``backends.base.start_child``);
 * a reaper -- a small process of its own session, started with the first task -- knows every
   task's process group through a pipe from the launcher. When the launcher dies (SIGKILL, the
   OOM killer), the pipe's end closes and the reaper kills those whole groups: a task's forked
