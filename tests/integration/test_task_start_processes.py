@@ -1,7 +1,7 @@
-"""A task started the fast way (``setpriv --pdeathsig`` and a line of ``sh``, no preexec_fn) and
-the fallback way (``child_setup`` between fork and exec, ``TFCLUSTER_SETPRIV=""``) keeps the
-same guarantees: it dies at once with a SIGKILLed launcher, it starts with default signal
-dispositions, and a child whose launcher died before its death signal was set never runs.
+"""A task started the fast way (``setpriv --pdeathsig``, no preexec_fn) and the fallback way
+(``child_setup`` between fork and exec, ``TFCLUSTER_SETPRIV=""``) keeps the same guarantees:
+it dies at once with a SIGKILLed launcher, it starts with default signal dispositions, and a
+task whose launcher died before its death signal was set is killed by the reaper.
 (The choice between the two: tests/unit/test_task_start.py.)"""
 from __future__ import annotations
 
@@ -119,24 +119,76 @@ def test_a_launcher_that_ignores_sighup_gives_tasks_the_default(tmp_path):
                 pass
 
 
-@pytest.mark.skipif(base.setpriv() is None, reason="no setpriv with --pdeathsig here")
-def test_a_child_whose_launcher_died_before_its_death_signal_never_runs(tmp_path):
-    """The fork-to-prctl race: the shim compares its parent with the launcher's pid (not with
-    1: under a subreaper an orphan's parent is not init). Here the 'launcher' pid is another."""
-    mark = tmp_path / "ran"
-    argv = ["touch", str(mark)]
-    wrapped = [base.setpriv(), "--pdeathsig", "KILL", "--", "/bin/sh", "-c"]
-    r = subprocess.run(wrapped + [base._SHIM % (os.getpid() + 1), "tfcluster", *argv], timeout=30)
-    assert r.returncode == 137 and not mark.exists()
-    r = subprocess.run(wrapped + [base._SHIM % os.getpid(), "tfcluster", *argv], timeout=30)
-    assert r.returncode == 0 and mark.exists()
+FAKE_LAUNCHER = r"""
+import os, subprocess, sys
+from tfcluster import contract
+from tfcluster.backends.local import Reaper
+reaper = Reaper()
+reaper.start()
+# a task whose start the launcher did not live to report: no death signal, not told to the reaper
+env = dict(os.environ, **{contract.LAUNCHER_PID: str(os.getpid())})
+p = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+print(p.pid, flush=True)
+sys.stdin.read()
+"""
 
 
-def test_start_child_runs_the_program_with_its_own_pid_and_args(tmp_path):
-    """Args with spaces, quotes and a leading dash reach the program as they are."""
+def test_the_reaper_kills_a_task_whose_launcher_died_before_its_death_signal(tmp_path):
+    """The fork-to-prctl race of the fast start: the launcher is SIGKILLed after the fork and
+    before setpriv's prctl (and before it told the reaper): the reaper finds the task by the
+    launcher's pid in its environment."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    launcher = subprocess.Popen([sys.executable, "-c", FAKE_LAUNCHER], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    task = int(launcher.stdout.readline())
+    try:
+        assert _alive(task)
+        launcher.kill()
+        launcher.wait(timeout=10)
+        gone_by = time.time() + 5
+        while _alive(task) and time.time() < gone_by:
+            time.sleep(0.05)
+        assert not _alive(task)
+    finally:
+        try:
+            os.kill(task, signal.SIGKILL)
+        except OSError:
+            pass
+        launcher.stdin.close()
+        launcher.stdout.close()
+
+
+def test_start_child_runs_the_program_with_its_own_pid_args_and_environment(tmp_path):
+    """Args with spaces, quotes and a leading dash, and environment variables a shell would
+    drop (``BASH_FUNC_module%%``) or rewrite (``PWD``) reach the program as they are."""
     args = ["a b", "'q'", "-x", "$HOME", ""]
-    p = base.start_child([sys.executable, "-c", "import os, sys, json; print(json.dumps([os.getpid()] + sys.argv[1:]))",
-                          *args], stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC_module%%": "() {  echo m\n}", "A-B": "1",
+           "PWD": "/somewhere/else"}
+    p = base.start_child([sys.executable, "-c", "import os, sys, json; "
+                          "print(json.dumps([os.getpid(), dict(os.environ)] + sys.argv[1:]))", *args],
+                         env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, start_new_session=True,
+                         close_fds=True)
     out, _ = p.communicate(timeout=30)
     got = json.loads(out)
-    assert got == [p.pid] + args
+    assert got[0] == p.pid and got[2:] == args
+    assert {k: got[1].get(k) for k in env} == env
+
+
+@pytest.mark.parametrize("setpriv", [None, ""], ids=["fast", "fallback"])
+def test_a_program_that_cannot_run_is_one_line_naming_the_task(tmp_path, setpriv):
+    """setpriv would report a missing program after the start (exit 127): start_child looks it
+    up first, so the launcher says what it said with Popen's own error."""
+    (tmp_path / "noexec.sh").write_text("#!/bin/sh\necho hi\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    if setpriv is not None:
+        env[base.SETPRIV_ENV] = setpriv
+    for program, words in ((str(tmp_path / "nodir" / "prog"), "program not found"),
+                           ("./noexec.sh", "program cannot be run (permission denied)")):
+        f = tmp_path / "cluster.yaml"
+        f.write_text(json.dumps({"cluster": {"worker": 1}, "base_port": 21000 + os.getpid() % 5000,
+                                 "program": {"command": [program]},
+                                 "watchdog": {"startup_timeout": 0}, "logdir": str(tmp_path / "runs")}))
+        r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert f"error: worker:0: {words}: " in r.stderr and program.split("/")[-1] in r.stderr, r.stderr

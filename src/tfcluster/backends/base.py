@@ -117,11 +117,6 @@ DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE,
 #: where ``setpriv`` is; "" disables the fast start (tests use it for the fallback)
 SETPRIV_ENV = "TFCLUSTER_SETPRIV"
 
-# Runs between setpriv (the death signal is set) and the program: a launcher that died before
-# the death signal was set has left this child with another parent (init, or a subreaper): it
-# must not run. "$@" is the program's argv; exec keeps the pid.
-_SHIM = 'case $PPID in %d) exec "$@";; esac; exit 137'
-
 
 def child_setup(death_signal: int = signal.SIGKILL) -> None:
     """Runs in each task between fork and exec (the fallback start, see :func:`start_child`):
@@ -201,10 +196,16 @@ def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, **popen:
 
     Fast start (``setpriv`` there, none of those signals ignored by the launcher): no Python code
     runs between fork and exec, so CPython uses ``vfork`` instead of copying the launcher (at
-    512 tasks: 15 ms a task against 3); ``setpriv --pdeathsig`` sets the death signal and a
-    line of ``/bin/sh`` checks that the parent is still the launcher, then both exec the
-    program (same pid). Handlers revert on exec; SIGPIPE, which Python ignores, is restored by
-    ``restore_signals``. Fallback: :func:`child_setup` as ``preexec_fn`` (a full fork)."""
+    512 tasks: 15 ms a task against 3); ``setpriv --pdeathsig`` sets the death signal and execs
+    the program (same pid, the environment untouched). Handlers revert on exec; SIGPIPE, which
+    Python ignores, is restored by ``restore_signals``. Fallback: :func:`child_setup` as
+    ``preexec_fn`` (a full fork).
+
+    A launcher killed after the fork and before ``setpriv``'s ``prctl`` leaves the child without
+    a death signal (``child_setup`` checks its parent for that; a line of ``sh`` could, but a
+    shell drops environment variables whose names are not identifiers, ``BASH_FUNC_module%%``,
+    and rewrites ``PWD``): the local backend's reaper covers it (it also kills, when the
+    launcher dies, every process whose environment names that launcher)."""
     if "preexec_fn" in popen or "executable" in popen or popen.get("shell"):
         raise ValueError("start_child makes its own preexec_fn; executable and shell are not supported")
     if popen.get("restore_signals") is False:
@@ -215,8 +216,7 @@ def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, **popen:
         return subprocess.Popen(argv, preexec_fn=functools.partial(child_setup, death_signal), **popen)
     _check_program(argv[0], popen.get("env"), popen.get("cwd"))
     name = signal.Signals(death_signal).name[3:]
-    wrapped = [tool, "--pdeathsig", name, "--", "/bin/sh", "-c", _SHIM % os.getpid(), "tfcluster", *argv]
-    return subprocess.Popen(wrapped, **popen)
+    return subprocess.Popen([tool, "--pdeathsig", name, "--", *argv], **popen)
 
 
 def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 10.0) -> None:

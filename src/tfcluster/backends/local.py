@@ -32,10 +32,28 @@ from .base import Backend, Handle, ProcessSpec, start_child
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
 # is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.
+# It also kills the group of every session leader whose environment names the launcher
+# (TFCLUSTER_LAUNCHER_PID): a task whose start the launcher did not live to report, killed
+# before setpriv set the task's death signal (backends.base.start_child).
 REAPER = r"""
 import os, signal, sys, time
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
+mark = ("\0%s=%s\0" % (sys.argv[1], sys.argv[2])).encode()     # TFCLUSTER_LAUNCHER_PID=<launcher>
+def orphans():
+    found = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            pid = int(d)
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = b"\0" + f.read()
+            if mark in env and os.getsid(pid) == pid:
+                found.add(pid)
+        except OSError:
+            pass
+    return found
 groups = set()
 for line in sys.stdin:
     line = line.strip()
@@ -49,16 +67,25 @@ def alive(g):
         return True
     except OSError:
         return False
-for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
-    for g in list(groups):
+def kill(gs, sig):
+    for g in list(gs):
         try:
             os.killpg(g, sig)
         except OSError:
-            groups.discard(g)
-    deadline = time.time() + wait
-    while groups and time.time() < deadline:
+            gs.discard(g)
+    return gs
+late = set()     # a task made while the launcher died has exec'd by now (its start is ms)
+for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
+    groups = kill(groups, sig)
+    start = time.time()
+    while True:
+        late |= kill(orphans() - late - groups, signal.SIGKILL)
+        now = time.time()
+        if now >= start + wait or (not groups and now >= start + min(wait, 0.5)):
+            break
         groups = {g for g in groups if alive(g)}
         time.sleep(0.05)
+kill(late, signal.SIGKILL)
 """
 
 
@@ -69,13 +96,21 @@ class Reaper:
         self.proc: Optional[subprocess.Popen] = None
         self.lock = threading.Lock()
 
-    def _tell(self, line: str) -> None:
+    def start(self) -> None:
+        """Started before the first task (so that it knows the launcher before any task runs)."""
         with self.lock:
             if self.proc is None:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-S", "-c", REAPER], stdin=subprocess.PIPE,
+                    [sys.executable, "-S", "-c", REAPER, contract.LAUNCHER_PID, str(os.getpid())],
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                     close_fds=True)
+
+    def _tell(self, line: str) -> None:
+        self.start()
+        with self.lock:
+            if self.proc is None:
+                return
             try:
                 self.proc.stdin.write(f"{line}\n".encode())
                 self.proc.stdin.flush()
@@ -201,6 +236,7 @@ class LocalBackend(Backend):
         this launcher supervises it and will stop its ps tasks (``TFCLUSTER_LAUNCHER_PID``)."""
         env = dict(os.environ)
         env.update(spec.env)
+        self.reaper.start()
         r, w = os.pipe()
         try:
             env[contract.PROGRESS_FD] = f"{w}:{os.fstat(w).st_ino}"
