@@ -374,7 +374,7 @@ def bench_start_patches(cfg: Dict[str, Any], tmp: str, popen, done, py: str,
     prog = os.path.join(HERE, "bench_programs", "launch_patched.py")
     n = max(cfg["scale_tasks"])
     hold = cfg["scale_hold"]
-    patches = ["preexec", "none", "setpriv_only", "no_preexec"]
+    patches = ["preexec", "none", "no_preexec"]
     base_src = cfg.get("scalefix_base") or ""
     if base_src:     # another tfcluster (a checkout's src/, e.g. before a change), alternating too
         patches.insert(0, "base")

@@ -6,13 +6,11 @@
 PATCH:
 
 * ``none``: tfcluster as it is: ``backends.base.start_child``'s fast start where ``setpriv``
-  is (no ``preexec_fn``, so CPython uses ``vfork``; ``setpriv --pdeathsig KILL`` and a line of
-  ``sh`` before the program);
+  is (no ``preexec_fn``, so CPython uses ``vfork``; ``setpriv --pdeathsig KILL`` before the
+  program);
 * ``preexec``: the start before issue 24's fix, which is now the fallback without ``setpriv``
   (``TFCLUSTER_SETPRIV=""``): ``child_setup`` as ``preexec_fn``, so CPython forks the whole
   launcher and runs Python code in the child before ``exec``;
-* ``setpriv_only``: ``setpriv --pdeathsig KILL --`` without the line of ``sh`` (what the check
-  of the fork-to-prctl race costs);
 * ``no_preexec``: a plain ``Popen`` (``vfork``, no death signal at all): the floor of the start.
 """
 import os
@@ -29,11 +27,6 @@ if PATCH == "preexec":
 elif PATCH == "no_preexec":
     def start_child(argv, *, death_signal=None, **kw):
         return subprocess.Popen(argv, **kw)
-
-    local.start_child = start_child
-elif PATCH == "setpriv_only":
-    def start_child(argv, *, death_signal=None, **kw):
-        return subprocess.Popen([base.setpriv(), "--pdeathsig", "KILL", "--", *argv], **kw)
 
     local.start_child = start_child
 elif PATCH != "none":

@@ -8,8 +8,9 @@ Nothing a task starts outlives the launcher, however the launcher ends:
 * a reaper -- a small process of its own session, started with the first task -- knows every
   task's process group through a pipe from the launcher. When the launcher dies (SIGKILL, the
   OOM killer), the pipe's end closes and the reaper kills those whole groups: a task's forked
-  children and the program behind a ``bash -c`` wrapper die too. A clean end tells the reaper
-  to quit instead;
+  children and the program behind a ``bash -c`` wrapper die too, and so does a task the
+  launcher did not live to report (found by ``TFCLUSTER_LAUNCHER_PID`` in its environment). A
+  clean end tells the reaper to quit instead;
 * when a task's leader exits, what is left of its group is killed before the leader is reaped
   (so its group id cannot have been reused).
 
