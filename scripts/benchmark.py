@@ -94,7 +94,7 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40,
                  link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
                  link_mb=4.0, link_placements=["greedy_partitioned"],
-                 scale_tasks=[16, 64], scale_reps=1, scale_hold=1.0, scale_sample=0.1, scale_ssh_tasks=4),
+                 scale_tasks=[16, 64], scale_reps=1, scale_hold=1.0, scale_sample=0.1, scale_ssh_tasks=4, scalefix_base=""),
     "quick": dict(peers_steps=600, peers_epoch=100, peers_mwms_steps=480, peers_mwms_epoch=80, peers_reps=2,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
@@ -105,7 +105,7 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                   link_secs=1.5, link_mb=8.0,
                   link_placements=["round_robin", "greedy", "greedy_partitioned"],
                   scale_tasks=[64, 256, 512], scale_reps=1, scale_hold=2.0, scale_sample=0.1,
-                  scale_ssh_tasks=32),
+                  scale_ssh_tasks=32, scalefix_base=""),
     "full": dict(peers_steps=1500, peers_epoch=150, peers_mwms_steps=800, peers_mwms_epoch=100, peers_reps=3,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
@@ -116,7 +116,7 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  link_secs=2.5, link_mb=8.0,
                  link_placements=["round_robin", "greedy", "greedy_partitioned"],
                  scale_tasks=[64, 256, 512], scale_reps=3, scale_hold=3.0, scale_sample=0.1,
-                 scale_ssh_tasks=32),
+                 scale_ssh_tasks=32, scalefix_base=""),
 }
 
 GOALS = {

@@ -30,7 +30,6 @@ import json
 import os
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import threading
@@ -375,18 +374,20 @@ def bench_start_patches(cfg: Dict[str, Any], tmp: str, popen, done, py: str,
     prog = os.path.join(HERE, "bench_programs", "launch_patched.py")
     n = max(cfg["scale_tasks"])
     hold = cfg["scale_hold"]
-    patches = ["none", "cached_prctl", "no_preexec"]
-    if shutil.which("setpriv"):
-        patches.append("setpriv")
+    patches = ["preexec", "none", "no_preexec"]
+    base_src = cfg.get("scalefix_base") or ""
+    if base_src:     # another tfcluster (a checkout's src/, e.g. before a change), alternating too
+        patches.insert(0, "base")
     got: Dict[str, List[Dict[str, Any]]] = {k: [] for k in patches}
-    log(f"  experiment: starting {n} tasks with the launcher as it is and patched ({', '.join(patches[1:])})")
+    log(f"  experiment: starting {n} tasks with each task start ({', '.join(patches)})")
     for i in range(max(2, cfg["scale_reps"])):
         for patch in (patches if i % 2 == 0 else patches[::-1]):
             tag = f"patch-{patch}-{i}"
             mark = os.path.join(tmp, "marks", tag)
             path = cluster_file(tmp, n, mark, hold, tag)
-            r = one_run(popen, done, [py, prog, patch, "launch", path, "--no-live"], n, mark, False,
-                        120.0, cfg["scale_sample"])
+            argv = ([py, prog, patch] if patch != "base" else
+                    ["env", f"PYTHONPATH={base_src}", py, "-m", "tfcluster"]) + ["launch", path, "--no-live"]
+            r = one_run(popen, done, argv, n, mark, False, 120.0, cfg["scale_sample"])
             if r.get("error"):
                 log(f"  {tag}: {r['error']}")
             got[patch].append(r)

@@ -214,6 +214,20 @@ class OpenRunDir:
         self.close()
 
 
+def dumps_lines(data: Any) -> str:
+    """JSON for a person and a program: a dict one key a line, a list in it one item a line
+    (a run record: one line per task), everything deeper on its line. ``json.dumps`` with
+    ``indent`` uses the pure-Python encoder (0.19 s a write of a 512-task record); this uses the C
+    one for each line."""
+    if isinstance(data, dict) and data and all(isinstance(k, str) for k in data):
+        def value(v: Any) -> str:
+            if isinstance(v, list) and v:
+                return "[\n" + ",\n".join("    " + json.dumps(x) for x in v) + "\n  ]"
+            return json.dumps(v)
+        return "{\n" + ",\n".join(f"  {json.dumps(k)}: {value(v)}" for k, v in data.items()) + "\n}"
+    return json.dumps(data)
+
+
 def write_json_at(dir_fd: int, name: str, data: Any, reserve: int = 0) -> None:
     """Write ``name`` in the folder ``dir_fd`` atomically, 0600: a temporary file made with
     ``O_EXCL | O_NOFOLLOW``, renamed over ``name`` within the folder. When the write fails (disk
@@ -221,7 +235,7 @@ def write_json_at(dir_fd: int, name: str, data: Any, reserve: int = 0) -> None:
     place (its blocks exist already: ``reserve`` spaces after the JSON, which JSON readers skip,
     keep room for a slightly longer next version), else the error is raised and the old
     ``name`` is left whole."""
-    text = json.dumps(data, indent=2) + "\n" + " " * max(0, reserve)
+    text = dumps_lines(data) + "\n" + " " * max(0, reserve)
     try:
         _write_replace(dir_fd, name, text)
     except OSError as e:

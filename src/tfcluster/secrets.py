@@ -37,6 +37,7 @@ What is masked:
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -82,6 +83,7 @@ def name_words(name: str) -> List[str]:
     return [w.upper() for part in re.split(r"[^A-Za-z0-9]+", name) for w in _WORDS.findall(part)]
 
 
+@functools.lru_cache(maxsize=4096)     # a pure function of the name; the run record asks per task
 def is_secret_name(name: str) -> bool:
     """Whether a variable or flag name looks like it holds a secret (the heuristic alone)."""
     words = name_words(name)

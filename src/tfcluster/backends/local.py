@@ -3,12 +3,14 @@ group.
 
 Nothing a task starts outlives the launcher, however the launcher ends:
 
-* each task's leader has a parent-death signal (SIGKILL when the launcher dies);
+* each task's leader has a parent-death signal (SIGKILL when the launcher dies; set by
+  ``backends.base.start_child``);
 * a reaper -- a small process of its own session, started with the first task -- knows every
   task's process group through a pipe from the launcher. When the launcher dies (SIGKILL, the
   OOM killer), the pipe's end closes and the reaper kills those whole groups: a task's forked
-  children and the program behind a ``bash -c`` wrapper die too. A clean end tells the reaper
-  to quit instead;
+  children and the program behind a ``bash -c`` wrapper die too, and so does a task the
+  launcher did not live to report (found by ``TFCLUSTER_LAUNCHER_PID`` in its environment). A
+  clean end tells the reaper to quit instead;
 * when a task's leader exits, what is left of its group is killed before the leader is reaped
   (so its group id cannot have been reused).
 
@@ -27,14 +29,32 @@ import time
 from typing import Optional
 
 from .. import contract
-from .base import Backend, Handle, ProcessSpec, child_setup
+from .base import Backend, Handle, ProcessSpec, start_child
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
 # is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.
+# It also kills the group of every session leader whose environment names the launcher
+# (TFCLUSTER_LAUNCHER_PID): a task whose start the launcher did not live to report, killed
+# before setpriv set the task's death signal (backends.base.start_child).
 REAPER = r"""
 import os, signal, sys, time
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
+mark = ("\0%s=%s\0" % (sys.argv[1], sys.argv[2])).encode()     # TFCLUSTER_LAUNCHER_PID=<launcher>
+def orphans():
+    found = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            pid = int(d)
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = b"\0" + f.read()
+            if mark in env and os.getsid(pid) == pid:
+                found.add(pid)
+        except OSError:
+            pass
+    return found
 groups = set()
 for line in sys.stdin:
     line = line.strip()
@@ -48,16 +68,25 @@ def alive(g):
         return True
     except OSError:
         return False
-for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
-    for g in list(groups):
+def kill(gs, sig):
+    for g in list(gs):
         try:
             os.killpg(g, sig)
         except OSError:
-            groups.discard(g)
-    deadline = time.time() + wait
-    while groups and time.time() < deadline:
+            gs.discard(g)
+    return gs
+late = set()     # a task made while the launcher died has exec'd by now (its start is ms)
+for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
+    groups = kill(groups, sig)
+    start = time.time()
+    while True:
+        late |= kill(orphans() - late - groups, signal.SIGKILL)
+        now = time.time()
+        if now >= start + wait or (not groups and now >= start + min(wait, 0.5)):
+            break
         groups = {g for g in groups if alive(g)}
         time.sleep(0.05)
+kill(late, signal.SIGKILL)
 """
 
 
@@ -68,13 +97,21 @@ class Reaper:
         self.proc: Optional[subprocess.Popen] = None
         self.lock = threading.Lock()
 
-    def _tell(self, line: str) -> None:
+    def start(self) -> None:
+        """Started before the first task (so that it knows the launcher before any task runs)."""
         with self.lock:
             if self.proc is None:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-S", "-c", REAPER], stdin=subprocess.PIPE,
+                    [sys.executable, "-S", "-c", REAPER, contract.LAUNCHER_PID, str(os.getpid())],
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                     close_fds=True)
+
+    def _tell(self, line: str) -> None:
+        self.start()
+        with self.lock:
+            if self.proc is None:
+                return
             try:
                 self.proc.stdin.write(f"{line}\n".encode())
                 self.proc.stdin.flush()
@@ -200,14 +237,15 @@ class LocalBackend(Backend):
         this launcher supervises it and will stop its ps tasks (``TFCLUSTER_LAUNCHER_PID``)."""
         env = dict(os.environ)
         env.update(spec.env)
+        self.reaper.start()
         r, w = os.pipe()
         try:
             env[contract.PROGRESS_FD] = f"{w}:{os.fstat(w).st_ino}"
             env[contract.LAUNCHER_PID] = str(os.getpid())
-            proc = subprocess.Popen(
+            proc = start_child(
                 spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=child_setup, close_fds=True, pass_fds=(w,))
+                close_fds=True, pass_fds=(w,))
         except BaseException:
             os.close(r)
             raise

@@ -29,7 +29,6 @@ How the job ends
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -47,7 +46,7 @@ from ..config import check_text, printable
 from ..errors import UserError
 from ..plan import RunPlan
 from ..progress import parse_progress
-from .base import Launcher, child_setup
+from .base import Launcher, start_child
 from .runfolder import RunFolder
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
@@ -559,9 +558,8 @@ class _Follower:
         argv = srun_argv(self.plan, name=name)
         _info(f"inside Slurm job {os.environ['SLURM_JOB_ID']}: " + " ".join(argv[:-3]))
         # srun ends the step (its tasks with it) on SIGTERM: it gets one when the launcher dies
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=functools.partial(child_setup, signal.SIGTERM))
+        proc = start_child(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, start_new_session=True, death_signal=signal.SIGTERM)
         reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
         reader.start()
         try:

@@ -51,7 +51,7 @@ from ..oom import OomWatch  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
 from ..outputs import ProgressParser, clean_segment  # noqa: E402
 from ..progress import split_progress  # noqa: E402
-from .base import child_setup  # noqa: E402
+from .base import start_child  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
                     expand_tasks_per_node, fill_secrets, layout)
@@ -71,13 +71,6 @@ def _env(name: str, *alts: str) -> Optional[str]:
 
 
 MAX_LINE = 64 * 1024          # bytes: a longer line is read (and shown) in pieces
-
-
-def _child_setup() -> None:
-    """The program dies with its wrapper, even when the wrapper is SIGKILLed, and gets default
-    signal dispositions (SIGURG included: it is the wrappers' own signal)."""
-    child_setup(signal.SIGKILL)
-    signal.signal(signal.SIGURG, signal.SIG_DFL)
 
 
 class Task:
@@ -300,10 +293,10 @@ class Task:
 
     def _start(self, attempt: int) -> None:
         try:
-            self.proc = subprocess.Popen(self.argv(), env=self.env(attempt), cwd=self.task.cwd,
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_child_setup)
+            # the program dies with its wrapper, even when the wrapper is SIGKILLed
+            self.proc = start_child(self.argv(), env=self.env(attempt), cwd=self.task.cwd,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
             self.say(f"cannot start {self.task.argv[0]}: {e.strerror or e}")
             self._act(self.machine.handle(mc.StartFailed(

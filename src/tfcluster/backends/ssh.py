@@ -41,7 +41,7 @@ from typing import Dict, List, Optional
 from ..config import Cluster, RemoteSpec
 from ..errors import UserError
 from ..hosts import is_local
-from .base import Backend, Handle, ProcessSpec, child_setup
+from .base import Backend, Handle, ProcessSpec, start_child
 from .local import LocalBackend
 
 DEFAULT_PYTHON = "python3"
@@ -260,9 +260,8 @@ class SshBackend(Backend):
         s = self.settings(spec.host)
         base = self._master(spec.host, s, spec.name)
         argv = base + ["--", remote_command(s)]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=child_setup, close_fds=True)
+        proc = start_child(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         head = json.dumps(self.remote_spec(spec), separators=(",", ":")) + "\n"
         try:
             proc.stdin.write(head.encode())
@@ -286,10 +285,10 @@ class SshBackend(Backend):
             path = os.path.join(self.control_dir, f"m{len(self._procs)}")
             mux = ["-o", f"ControlPath={path}"]
             err = tempfile.TemporaryFile()
-            master = subprocess.Popen(base[:-1] + mux + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
-                                                         "-N", base[-1]],
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                      start_new_session=True, preexec_fn=child_setup, close_fds=True)
+            master = start_child(base[:-1] + mux + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
+                                                    "-N", base[-1]],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                 start_new_session=True, close_fds=True)
             deadline = time.time() + CONNECT_TIMEOUT + 20
             why = None
             while True:

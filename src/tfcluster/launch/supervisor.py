@@ -143,6 +143,9 @@ class Supervisor:
         self.last_record = 0.0
         self.rate: Optional[float] = None
         self.last_probe = 0.0
+        # exit descriptors (pidfds) the last nap saw ready; None: look at every task
+        self._ready: Optional[set] = None
+        self.last_sweep = 0.0
         self.last_progress_line = 0.0
         self._start_error: Optional[UserError] = None
         self._chief_checked = 0.0
@@ -155,6 +158,7 @@ class Supervisor:
                                stream=self.view.stream, err_stream=self.view.err_stream,
                                options=self.view.output)
         self.secret_values = plan.secret_values()
+        self._masked_specs: Dict[str, tuple] = {}
         self.mask = secrets.Masker(self.secret_values)
         self.noise = NoiseFold(show=self.view.show_tf_noise)
         for t in plan.selected_tasks:
@@ -352,8 +356,17 @@ class Supervisor:
             self._feed_signals()
             now = self.clock()
             exits = []
+            # a task with a pidfd is looked at when it is ready (at 512 tasks, 1,000 system calls
+            # a turn otherwise), and every task once a second whatever the descriptors say
+            ready = self._ready
+            if now - self.last_sweep >= 1.0:
+                ready, self.last_sweep = None, now
             for tr in self.runs.values():
                 if tr.handle is not None and not tr.exit_fed and tr.state.alive:
+                    if ready is not None:
+                        fd = tr.handle.exit_fd()
+                        if fd is not None and fd not in ready:
+                            continue
                     rc = tr.handle.poll()
                     if rc is not None:
                         if tr.reader is not None:   # its output read to the end first
@@ -392,7 +405,9 @@ class Supervisor:
             self._feed(Interrupt(self._signals.popleft(), self.clock()))
 
     def _nap(self, runs: List[TaskRun], seconds: float = 0.05) -> None:
-        """Sleep up to ``seconds``, waking as soon as one of ``runs`` exits (pidfds)."""
+        """Sleep up to ``seconds``, waking as soon as one of ``runs`` exits (pidfds); the ready
+        descriptors are kept for the next turn (``_ready``)."""
+        self._ready = None
         if self._nap_fn is not None:
             self._nap_fn(runs, seconds)
             return
@@ -406,7 +421,7 @@ class Supervisor:
         for fd in fds:
             poller.register(fd, select.POLLIN)
         try:
-            poller.poll(seconds * 1000.0)
+            self._ready = {fd for fd, _ in poller.poll(seconds * 1000.0)}
         except OSError:
             time.sleep(seconds)
 
@@ -478,19 +493,29 @@ class Supervisor:
             signal.signal(sig, h)
 
     # ------------------------------------------------------------------ records
+    def _masked(self, tr: TaskRun):
+        """The task's argv and env with secrets masked, kept while its spec is the same (the
+        record is rewritten every second while tasks change: 512 tasks' environments)."""
+        got = self._masked_specs.get(tr.name)
+        if got is None or got[0] is not tr.spec:
+            declared = self.plan.secret_names
+            got = (tr.spec, secrets.mask_argv(tr.spec.argv, declared, self.secret_values),
+                   secrets.mask_env(tr.spec.env, declared))
+            self._masked_specs[tr.name] = got
+        return got[1], got[2]
+
     def record(self) -> dict:
         tasks = []
-        declared = self.plan.secret_names
         for tr in list(self.runs.values()):
             p = tr.progress
+            argv, env = self._masked(tr)
             tasks.append(task_row(
                 tr.name, host=tr.plan.host, endpoint=tr.plan.endpoint,
                 chief=tr.name == self.plan.chief, pid=tr.pid, state=tr.state.value,
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
                 log=tr.log_path,
-                argv=secrets.mask_argv(tr.spec.argv, declared, self.secret_values),
-                env=secrets.mask_env(tr.spec.env, declared), note=tr.note,
+                argv=argv, env=env, note=tr.note,
                 progress=None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))
         for t in self.skipped:
