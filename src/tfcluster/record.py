@@ -58,11 +58,19 @@ def run_record(plan, *, backend: str, started: float, ended: Optional[float], re
 
 
 #: spaces kept after a running record's JSON: on a full disk the closed record, a little
-#: longer, is written over it in place (tfcluster.runfs.write_json_at)
+#: longer (its end, its result, and per task an exit, an end time, a note), is written over it
+#: in place (tfcluster.runfs.write_json_at)
 RESERVE = 1024
+RESERVE_PER_TASK = 128
+
+
+def reserve_for(data: Dict[str, Any]) -> int:
+    """The spaces a running record keeps for its closed self: grows with the number of tasks."""
+    if data.get("result") != "running":
+        return 0
+    return RESERVE + RESERVE_PER_TASK * len(data.get("tasks") or ())
 
 
 def write_record(run_dir: str, data: Dict[str, Any]) -> None:
     """Write ``run.json`` atomically (owner-only, no link followed). Raises OSError."""
-    runfs.write_json(os.path.join(run_dir, RUN_FILE), data,
-                     reserve=RESERVE if data.get("result") == "running" else 0)
+    runfs.write_json(os.path.join(run_dir, RUN_FILE), data, reserve=reserve_for(data))

@@ -184,3 +184,30 @@ def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, mon
     with pytest.raises(OSError):
         record.write_record(str(d), {"result": "succeeded", "big": "x" * (2 * size)})
     assert _json.loads((d / "run.json").read_text())["result"] == "succeeded"
+
+
+def test_the_reserve_grows_with_the_tasks_so_a_closed_512_task_record_fits_on_a_full_disk(
+        tmp_path, monkeypatch):
+    """At 512 tasks the closed record is kilobytes longer than the running one (an exit, an end
+    time and a state per task): the running record keeps room for that."""
+    import errno as _errno
+    import json as _json
+
+    from tfcluster import record, runfs as _runfs
+
+    def rows(state, ended, exit_code, exit):
+        return [record.task_row(f"worker:{i}", host="localhost", endpoint=f"localhost:{20000 + i}",
+                                chief=i == 0, state=state, pid=100000 + i, exit_code=exit_code,
+                                exit=exit, started=1764500000.125, first_started=1764500000.125,
+                                ended=ended, log=f"/runs/r/worker-{i}.log", note="")
+                for i in range(512)]
+    d = tmp_path / "run"
+    d.mkdir(mode=0o700)
+    record.write_record(str(d), {"result": "running", "ended": None,
+                                 "tasks": rows("running", None, None, "")})
+    monkeypatch.setattr(_runfs, "_write_replace",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError(_errno.ENOSPC, "full")))
+    closed = {"result": "failed", "ended": 1764500100.5, "exit_code": 1,
+              "tasks": rows("stopped", 1764500100.25, -15, "SIGTERM")}
+    record.write_record(str(d), closed)
+    assert _json.loads((d / "run.json").read_text()) == closed
