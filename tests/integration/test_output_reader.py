@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tfcluster.launch.output import (MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen,
-                                     join_readers)
+from tfcluster.launch.output import (MAX_LINE, NOISE_NOTE, NoiseFold, OutputPump, OutputReader,
+                                     Seen, join_readers)
 from tfcluster.progress import format_progress
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,14 @@ class Sink:
         (self.lines if p is None else self.progress).append(p if p is not None else line)
 
 
-def read(data: bytes, log_path=None, side: bytes = None, noise=None, log_file=None):
+def pytest_generate_tests(metafunc):
+    """Every test that takes ``via`` runs the reader both ways: on a thread of its own, and fed
+    by the run's shared :class:`OutputPump` (what the launcher uses for real pipes)."""
+    if "via" in metafunc.fixturenames:
+        metafunc.parametrize("via", ["thread", "pump"])
+
+
+def read(data: bytes, log_path=None, side: bytes = None, noise=None, log_file=None, via="pump"):
     """Feed ``data`` (and ``side``) through a real pipe to a reader; return (seen, sink)."""
     seen, sink = Seen(), Sink()
     r, w = os.pipe()
@@ -39,7 +46,11 @@ def read(data: bytes, log_path=None, side: bytes = None, noise=None, log_file=No
                           lambda s: s, time.monotonic, sink,
                           side=os.fdopen(sr, "rb") if sr is not None else None, noise=noise,
                           log_file=log_file)
-    reader.start()
+    pump = OutputPump()
+    if via == "thread":
+        reader.start()
+    else:
+        assert pump.add(reader)
 
     def write(fd, blob):
         with os.fdopen(fd, "wb") as f:
@@ -53,14 +64,15 @@ def read(data: bytes, log_path=None, side: bytes = None, noise=None, log_file=No
     for t in writers:
         t.join()
     assert join_readers([reader], timeout=30) == []
+    pump.close()
     return seen, sink
 
 
-def test_a_report_glued_to_a_redrawn_bar_is_progress_and_never_shown_raw(tmp_path):
+def test_a_report_glued_to_a_redrawn_bar_is_progress_and_never_shown_raw(tmp_path, via):
     log = tmp_path / "w.log"
     bar = "\r1/2 [==>...] - ETA: 1s - loss: 0.9\r2/2 [======] - 1s 5ms/step - accuracy: 0.8483"
     data = ("Epoch 1/1\n" + bar + format_progress(51, 100, loss=0.25) + "\n").encode()
-    seen, sink = read(data, str(log))
+    seen, sink = read(data, str(log), via=via)
     assert not any("@tfcluster" in x for x in sink.lines)
     assert "2/2 [======] - 1s 5ms/step - accuracy: 0.8483" in sink.lines
     assert [p.step for p in sink.progress] == [1, 51]   # the bar until the first report
@@ -73,49 +85,49 @@ def test_a_report_glued_to_a_redrawn_bar_is_progress_and_never_shown_raw(tmp_pat
     ("tf_keras_verbose1.txt", "8/8 [==============================] - 0s 2ms/step - loss: 0.6716 - "
                               "accuracy: 0.5156"),
 ])
-def test_real_keras_bars_show_their_last_state_and_give_steps(name, last):
+def test_real_keras_bars_show_their_last_state_and_give_steps(name, last, via):
     data = open(os.path.join(HERE, "data", "outputs", name), "rb").read()
-    seen, sink = read(data)
+    seen, sink = read(data, via=via)
     assert sink.lines[-1] == last
     assert not any("\b" in x or "\x1b" in x or "\r" in x for x in sink.lines)
     assert [p.step for p in sink.progress][-1] == 16 and seen.progress.total == 16
 
 
-def test_a_report_alone_after_a_carriage_return_shows_nothing():
-    seen, sink = read(("\r" + format_progress(4, 8) + "\nnext\n").encode())
+def test_a_report_alone_after_a_carriage_return_shows_nothing(via):
+    seen, sink = read(("\r" + format_progress(4, 8) + "\nnext\n").encode(), via=via)
     assert sink.lines == ["next"] and [p.step for p in sink.progress] == [4]
 
 
-def test_a_program_without_reports_gets_its_steps_from_its_bar():
+def test_a_program_without_reports_gets_its_steps_from_its_bar(via):
     seen, sink = read(b"Epoch 1/2\n\r3/10 [==>...] - ETA: 1s - loss: 0.9\r10/10 [=====] - 1s "
-                      b"5ms/step - loss: 0.5\nEpoch 2/2\n")
+                      b"5ms/step - loss: 0.5\nEpoch 2/2\n", via=via)
     assert [p.step for p in sink.progress] == [3, 10]
     assert seen.progress.total == 20 and seen.progress.metrics["loss"] == 0.5
     assert sink.lines == ["Epoch 1/2", "10/10 [=====] - 1s 5ms/step - loss: 0.5", "Epoch 2/2"]
 
 
-def test_the_progress_pipe_feeds_progress_and_is_never_shown(tmp_path):
+def test_the_progress_pipe_feeds_progress_and_is_never_shown(tmp_path, via):
     side = "".join(format_progress(i, 10) + "\n" for i in range(1, 11)).encode()
     log = tmp_path / "w.log"
-    seen, sink = read(b"hello\n", str(log), side=side)
+    seen, sink = read(b"hello\n", str(log), side=side, via=via)
     assert [p.step for p in sink.progress] == list(range(1, 11))
     assert sink.lines == ["hello"]
     assert log.read_text().count("@tfcluster progress") == 10        # the log keeps them
     assert seen.progress.step == 10 and seen.life_at is not None
 
 
-def test_noise_is_folded_on_the_console_with_one_note_per_run_and_kept_in_the_log(tmp_path):
+def test_noise_is_folded_on_the_console_with_one_note_per_run_and_kept_in_the_log(tmp_path, via):
     noise = ("I0000 00:00:1.0 1 cudart_stub.cc:31] Could not find cuda drivers on your machine, "
              "GPU will not be used.\n").encode()
     fold = NoiseFold()
     log = tmp_path / "a.log"
-    seen, sink = read(noise * 3 + b"real line\n", str(log), noise=fold)
-    seen2, sink2 = read(noise + b"other\n", None, noise=fold)
+    seen, sink = read(noise * 3 + b"real line\n", str(log), noise=fold, via=via)
+    seen2, sink2 = read(noise + b"other\n", None, noise=fold, via=via)
     assert sink.lines == [NOISE_NOTE, "real line"] and sink2.lines == ["other"]
     assert fold.hidden == 4 and seen.noise_hidden == 3
     assert log.read_text().count("cudart_stub") == 3
     shown = NoiseFold(show=True)
-    _, sink3 = read(noise, None, noise=shown)
+    _, sink3 = read(noise, None, noise=shown, via=via)
     assert len(sink3.lines) == 1 and "cudart_stub" in sink3.lines[0]
 
 
@@ -133,16 +145,16 @@ class FullDisk(io.RawIOBase):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_full_disk_is_reported_once_and_the_reader_keeps_draining():
+def test_a_full_disk_is_reported_once_and_the_reader_keeps_draining(via):
     log = FullDisk()
     data = b"".join(b"line %d\n" % i for i in range(5000)) + b"end\n"
-    seen, sink = read(data, None, log_file=log)
+    seen, sink = read(data, None, log_file=log, via=via)
     assert "no space left" in seen.log_error
     assert log.writes == 1                                  # dropped after the first failure
     assert sink.lines[-1] == "end" and len(sink.lines) == 5001
 
 
-def test_a_full_tmpfs_log_keeps_the_reader_going(tmp_path):
+def test_a_full_tmpfs_log_keeps_the_reader_going(tmp_path, via):
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
@@ -150,16 +162,16 @@ def test_a_full_tmpfs_log_keeps_the_reader_going(tmp_path):
         pytest.skip("cannot mount a tmpfs here (the fake full disk above covers the logic)")
     try:
         data = b"".join(b"step %06d of a long run\n" % i for i in range(20000)) + b"end\n"
-        seen, sink = read(data, str(mnt / "w.log"))
+        seen, sink = read(data, str(mnt / "w.log"), via=via)
         assert seen.log_error and "no space left" in seen.log_error
         assert sink.lines[-1] == "end"
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def test_a_long_line_is_split_and_the_last_piece_is_kept():
+def test_a_long_line_is_split_and_the_last_piece_is_kept(via):
     data = b"x" * (3 * MAX_LINE + 10) + b"tail-without-newline"
-    seen, sink = read(data)
+    seen, sink = read(data, via=via)
     assert [len(x) for x in sink.lines[:3]] == [MAX_LINE] * 3
     assert sink.lines[-1].endswith("tail-without-newline")
 
@@ -195,3 +207,55 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, len(shown))
     with open(log, "rb") as f:
         f.seek(-4, os.SEEK_END)
         assert f.read() == b"end\n"
+
+
+def test_one_pump_reads_600_tasks_past_descriptor_1024_and_survives_a_broken_reader(tmp_path):
+    """The launcher's shared reader at scale: 600 readers, each with its output pipe and its
+    progress pipe (2,400 pipe ends: past select's limit of 1024), fed concurrently; every line
+    and report arrives, every log is closed whole, and a reader whose handling raises is
+    finished without stopping the others."""
+    n = 600
+    pump = OutputPump()
+    readers, sinks, writers = [], [], []
+    for i in range(n):
+        r, w = os.pipe()
+        sr, sw = os.pipe()
+        sink = Sink()
+        reader = OutputReader(f"worker:{i}", os.fdopen(r, "rb"), str(tmp_path / f"w{i}.log"),
+                              Seen(), threading.RLock(), lambda s: s, time.monotonic, sink,
+                              side=os.fdopen(sr, "rb"))
+        if i == 7:
+            def broken(data):
+                raise RuntimeError("a bug in one reader")
+            reader._feed = broken
+        assert pump.add(reader)
+        readers.append(reader)
+        sinks.append(sink)
+        writers.append((w, sw))
+    assert max(fd for pair in writers for fd in pair) > 1024
+
+    def write(i):
+        w, sw = writers[i]
+        with os.fdopen(w, "wb") as f:
+            f.write(b"".join(b"task %d line %d\n" % (i, k) for k in range(20)) + b"last")
+            if i == 7:                  # more than a pipe holds: the broken reader still drains
+                f.write(b"x" * (1 << 20))
+        with os.fdopen(sw, "wb") as f:
+            f.write(format_progress(5, 10).encode() + b"\n")
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert join_readers(readers, timeout=60) == []
+    pump.close()
+    pump.join(10)
+    assert not pump.is_alive()
+    for i, sink in enumerate(sinks):
+        if i == 7:
+            continue
+        assert sink.lines == [f"task {i} line {k}" for k in range(20)] + ["last"], i
+        assert [p.step for p in sink.progress] == [5]
+        log = (tmp_path / f"w{i}.log").read_text()
+        assert log.endswith("last\n") and "@tfcluster progress" in log
+

@@ -1,7 +1,10 @@
 """Reading a task's output: every line to its log file, what matters to the supervisor noted.
 
-One reader thread per started task; it reads until the task's output ends, whatever happens
-(the supervisor joins it before the launcher exits, so the last line always reaches the log).
+One reader per started task; it reads until the task's output ends, whatever happens (the
+supervisor joins it before the launcher exits, so the last line always reaches the log). The
+readers of a run share one thread, an :class:`OutputPump` that polls every task's pipes (a
+thread per task cost the launcher a thread start per task and 513 threads at 512 tasks); a
+stream without a descriptor (a test's fake) gets a thread of its own.
 
 - **Pieces.** A newline ends a line; a carriage return ends a *redraw* (Keras' ``verbose=1``
   bar). A redraw is read for progress and liveness at once; the log and the console get the
@@ -166,16 +169,47 @@ class OutputReader(threading.Thread):
             self.log = None
 
     # ------------------------------------------------------------------ reading
-    def run(self) -> None:
+    def begin(self) -> None:
+        """Open the log and write the banner (before the first byte is read)."""
         self._open_log()
+        if self.banner:
+            self._write(self.banner.encode() + b"\n")
+
+    def run(self) -> None:
+        """A reader on a thread of its own (a stream without a descriptor)."""
         try:
-            if self.banner:
-                self._write(self.banner.encode() + b"\n")
+            self.begin()
             if self.side is None:
                 self._read_one()
             else:
                 self._read_both()
             self._end_of_output()
+        finally:
+            self.finish()
+
+    # A reader the pump reads for: join() and is_alive() follow the pump's work, not a thread.
+    _pumped = False
+    _done: Optional[threading.Event] = None
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        if self._pumped:
+            self._done.wait(timeout)
+        else:
+            super().join(timeout)
+
+    def is_alive(self) -> bool:
+        if self._pumped:
+            return not self._done.is_set()
+        return super().is_alive()
+
+    def finish(self) -> None:
+        """The output has ended: flush what is pending, close the log and the streams."""
+        try:
+            if self._pumped:
+                if self._side_buf:
+                    self._side_report(bytes(self._side_buf))
+                    self._side_buf.clear()
+                self._end_of_output()
         finally:
             log, self.log = self.log, None
             if log is not None:
@@ -190,6 +224,8 @@ class OutputReader(threading.Thread):
                         s.close()
                     except OSError:
                         pass
+            if self._done is not None:
+                self._done.set()
 
     def _chunk(self, stream) -> bytes:
         read1 = getattr(stream, "read1", None)
@@ -207,12 +243,17 @@ class OutputReader(threading.Thread):
 
     def _read_both(self) -> None:
         streams = {self.stream.fileno(): self.stream, self.side.fileno(): self.side}
+        poller = select.poll()           # not select: it cannot wait on descriptors >= 1024
+        for fd in streams:
+            poller.register(fd, select.POLLIN)
         while streams:
             try:
-                ready, _, _ = select.select(list(streams), [], [])
-            except (OSError, ValueError):
-                ready = list(streams)
+                ready = [fd for fd, _ in poller.poll()]
+            except InterruptedError:
+                continue
             for fd in ready:
+                if fd not in streams:
+                    continue
                 stream = streams[fd]
                 try:
                     data = os.read(fd, READ_SIZE)
@@ -220,6 +261,7 @@ class OutputReader(threading.Thread):
                     data = b""
                 if not data:
                     del streams[fd]
+                    poller.unregister(fd)
                     continue
                 if stream is self.side:
                     self._feed_side(data)
@@ -361,6 +403,124 @@ class OutputReader(threading.Thread):
         for p in found:
             self._protocol = True
             self._report(p, now, life=True)
+
+
+class OutputPump(threading.Thread):
+    """One thread that reads for every reader of a run: it polls their pipes (stdout and the
+    progress pipe) and feeds each reader what arrives; a reader whose pipes have all ended is
+    finished (its log closed, :meth:`OutputReader.join` returns). ``add`` is called from the
+    supervisor's thread; the pump takes new pipes in through a wake-up pipe of its own."""
+
+    def __init__(self):
+        super().__init__(daemon=True, name="out-pump")
+        self._pending: Deque[OutputReader] = deque()
+        self._guard = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._closing = False
+        self._running = False
+
+    def add(self, reader: "OutputReader") -> bool:
+        """Read for ``reader`` (True), or False where its streams have no descriptor."""
+        try:
+            fds = [reader.stream.fileno()]
+            if reader.side is not None:
+                fds.append(reader.side.fileno())
+        except (AttributeError, OSError, ValueError):
+            return False
+        reader._pumped = True
+        reader._done = threading.Event()
+        reader._fds = fds
+        reader.begin()
+        with self._guard:
+            self._pending.append(reader)
+            if not self._running:
+                self._running = True
+                self.start()
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        """End the pump once its readers are done (or now, if it never started)."""
+        with self._guard:
+            self._closing = True
+            started = self._running
+        if started:
+            self._wake()
+        else:
+            self._close_fds()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _close_fds(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def run(self) -> None:
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        owners: Dict[int, Tuple[OutputReader, bool]] = {}
+        open_fds: Dict[int, int] = {}          # id(reader) -> its pipes still open
+        broken: set = set()                    # id(reader) whose handling raised
+        try:
+            while True:
+                with self._guard:
+                    while self._pending:
+                        r = self._pending.popleft()
+                        open_fds[id(r)] = len(r._fds)
+                        for i, fd in enumerate(r._fds):
+                            owners[fd] = (r, i == 1)
+                            poller.register(fd, select.POLLIN)
+                    if self._closing and not owners:
+                        return
+                try:
+                    ready = poller.poll()
+                except InterruptedError:
+                    continue
+                for fd, _ in ready:
+                    if fd == self._wake_r:
+                        try:
+                            while os.read(self._wake_r, 4096):
+                                pass
+                        except OSError:
+                            pass
+                        continue
+                    if fd not in owners:
+                        continue
+                    reader, side = owners[fd]
+                    try:
+                        data = os.read(fd, READ_SIZE)
+                    except OSError:
+                        data = b""
+                    if data:
+                        if id(reader) in broken:
+                            continue            # drained and dropped: the task never blocks
+                        try:
+                            (reader._feed_side if side else reader._feed)(data)
+                        except Exception:       # a bug in one reader must not stop the others
+                            broken.add(id(reader))
+                        continue
+                    poller.unregister(fd)
+                    del owners[fd]
+                    open_fds[id(reader)] -= 1
+                    if open_fds[id(reader)] == 0:
+                        del open_fds[id(reader)]
+                        broken.discard(id(reader))
+                        try:
+                            reader.finish()
+                        except Exception:
+                            reader._done.set()
+        finally:
+            for fd, (reader, _) in list(owners.items()):   # only on a bug: free the joiners
+                reader._done.set()
+            self._close_fds()
 
 
 def join_readers(readers: List[threading.Thread], timeout: Optional[float] = None) -> List[str]:

@@ -37,7 +37,8 @@ from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
 from ..outputs import failure_tail
-from .output import PORT_CONFLICT, STILL_WAITING, NoiseFold, OutputReader, Seen, join_readers
+from .output import (PORT_CONFLICT, STILL_WAITING, NoiseFold, OutputPump, OutputReader, Seen,
+                     join_readers)
 from .state import TaskState, describe_exit
 
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
@@ -161,6 +162,7 @@ class Supervisor:
         self._masked_specs: Dict[str, tuple] = {}
         self.mask = secrets.Masker(self.secret_values)
         self.noise = NoiseFold(show=self.view.show_tf_noise)
+        self.pump = OutputPump()      # one thread reads every task's pipes (started on first use)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
                                         status=self.machine.tasks[t.name])
@@ -217,6 +219,7 @@ class Supervisor:
                 if not self.machine.finished:    # a bug: stop what runs, then let it show
                     self._emergency_stop()
                 self._drain_readers()
+                self.pump.close()
             finally:
                 self.ended = self.clock()
                 self.display.stop()
@@ -320,7 +323,8 @@ class Supervisor:
                                  self.mask, self.clock, lambda line, p, tr=tr: self._on_line(tr, line, p),
                                  banner=banner, side=getattr(handle, "progress", None),
                                  noise=self.noise)
-        tr.reader.start()
+        if not self.pump.add(tr.reader):
+            tr.reader.start()         # a stream without a descriptor: a thread of its own
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
         """Called by a task's reader for each line (reader thread): show it, and pass what it
