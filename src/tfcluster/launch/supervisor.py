@@ -136,7 +136,7 @@ class Supervisor:
         self.runs: Dict[str, TaskRun] = {}
         self.interrupted: Optional[int] = None
         self._signals: Deque[int] = deque()
-        self._inbox: Deque = deque()       # events from the reader threads
+        self._inbox: Deque = deque()       # events from the readers (the output pump's thread)
         self.started = self.clock()
         self.ended: Optional[float] = None
         self.lock = threading.RLock()
