@@ -1,22 +1,15 @@
 """ssh backend against real hosts on one machine: three network namespaces, each with its own
 address and its own sshd (Debian's openssh-server) that accepts a key made for the test.
 
-Topology (made and removed by the ``hosts`` fixture; needs root and ``ip``):
-
-    root ns  tfr<tag> 10.233.N.1 ──┐
-                                   │  bridge br0 in a "hub" namespace (its own, empty netfilter)
-    ns a     eth0     10.233.N.2 ──┤
-    ns b     eth0     10.233.N.3 ──┤
-    ns c     eth0     10.233.N.4 ──┘
-
-Only network namespaces: the file system and process ids are shared, so the tests can check
-remote processes with psutil, and the programs are files in the test's tmp folder.
+The namespaces and their sshd are made and removed by the ``hosts`` fixture
+(tests/helpers/netns.py, shared with scripts/scale_ssh.py; needs root and ``ip``). Only network
+namespaces: the file system and process ids are shared, so the tests can check remote
+processes with psutil, and the programs are files in the test's tmp folder.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -28,7 +21,8 @@ import time
 import psutil
 import pytest
 
-from helpers import PROGRAMS
+from helpers import PROGRAMS, netns
+from helpers.netns import NamespaceHosts, _status
 
 from tfcluster import config
 from tfcluster.errors import UserError
@@ -38,189 +32,11 @@ from tfcluster.errors import UserError
 with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
     TINY_TF = _f.read()
 
-SSHD_CONFIG = """\
-ListenAddress {addr}:22
-HostKey {dir}/host_key
-PidFile {dir}/sshd-{name}.pid
-AuthorizedKeysFile {dir}/authorized_keys
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-UseDNS no
-PrintMotd no
-MaxSessions 64
-MaxStartups 64
-LogLevel ERROR
-"""
-
-
-def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
-
-
-class NamespaceHosts:
-    """Three network namespaces with an address and an sshd each, joined through a bridge."""
-
-    def __init__(self, base: str, n: int = 3):
-        self.dir = base
-        tag = f"{os.getpid() % 10000}{random.randint(0, 9)}"
-        self.hub = f"tfc{tag}hub"
-        self.names = [f"tfc{tag}{c}" for c in "abcdefgh"[:n]]
-        self.root_if = f"tfr{tag}"
-        self.net = self._free_subnet()
-        self.addrs = [f"{self.net}.{i + 2}" for i in range(n)]
-        self.gateway = f"{self.net}.1"
-        self.sshd = []
-        self.made_ns = []
-
-    @staticmethod
-    def _free_subnet() -> str:
-        used = _ip("-4", "addr").stdout + _ip("-4", "route").stdout
-        for _ in range(100):
-            net = f"10.233.{random.randint(1, 254)}"
-            if f"{net}." not in used:
-                return net
-        raise RuntimeError("no free 10.233.x.0/24 subnet")
-
-    def start(self) -> None:
-        d = self.dir
-        _ip("netns", "add", self.hub)
-        self.made_ns.append(self.hub)
-        _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.hub, "link", "set", "br0", "up")
-        _ip("-n", self.hub, "link", "set", "lo", "up")
-        _ip("link", "add", self.root_if, "type", "veth", "peer", "name", "up0", "netns", self.hub)
-        _ip("-n", self.hub, "link", "set", "up0", "master", "br0", "up")
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self.root_if)
-        _ip("link", "set", self.root_if, "up")
-        for i, (ns, addr) in enumerate(zip(self.names, self.addrs)):
-            _ip("netns", "add", ns)
-            self.made_ns.append(ns)
-            _ip("-n", self.hub, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("-n", self.hub, "link", "set", f"p{i}", "master", "br0", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-        # keys: one host key for all three sshd, one client key
-        for key in ("host_key", "id"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test",
-                            "-f", os.path.join(d, key)], check=True, timeout=30)
-        shutil.copy(os.path.join(d, "id.pub"), os.path.join(d, "authorized_keys"))
-        host_pub = open(os.path.join(d, "host_key.pub")).read().split()
-        with open(os.path.join(d, "known_hosts"), "w") as f:
-            for addr in self.addrs:
-                f.write(f"{addr} {host_pub[0]} {host_pub[1]}\n")
-        os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege separation folder
-        for ns, addr in zip(self.names, self.addrs):
-            cfg = os.path.join(d, f"sshd-{ns}.conf")
-            with open(cfg, "w") as f:
-                f.write(SSHD_CONFIG.format(addr=addr, dir=d, name=ns))
-            log = open(os.path.join(d, f"sshd-{ns}.log"), "wb")
-            self.sshd.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", cfg],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-            log.close()
-        deadline = time.time() + 20
-        for addr in self.addrs:
-            while not self._accepts(addr):
-                if time.time() > deadline:
-                    raise RuntimeError(f"sshd on {addr} does not answer: {self.logs()}")
-                time.sleep(0.2)
-
-    def _accepts(self, addr: str) -> bool:
-        import socket
-        try:
-            with socket.create_connection((addr, 22), timeout=1) as s:
-                return s.recv(4).startswith(b"SSH")
-        except OSError:
-            return False
-
-    def logs(self) -> str:
-        out = []
-        for ns in self.names:
-            try:
-                out.append(open(os.path.join(self.dir, f"sshd-{ns}.log")).read()[-500:])
-            except OSError:
-                pass
-        return " | ".join(out)
-
-    def yaml_remote(self) -> str:
-        d = self.dir
-        return textwrap.dedent(f"""\
-            remote:
-              user: root
-              identity_file: {d}/id
-              python: {sys.executable}
-              ssh_options: [IdentitiesOnly=yes, UserKnownHostsFile={d}/known_hosts,
-                            StrictHostKeyChecking=yes, LogLevel=ERROR]
-        """)
-
-    def pids(self, ns: str) -> list:
-        """Processes in namespace ns other than its sshd listener."""
-        out = _ip("netns", "pids", ns, check=False).stdout.split()
-        keep = {p.pid for p in self.sshd}
-        return [int(p) for p in out if int(p) not in keep and psutil.pid_exists(int(p))
-                and _status(int(p)) != psutil.STATUS_ZOMBIE]
-
-    def wait_quiet(self, timeout: float = 15.0) -> dict:
-        deadline = time.time() + timeout
-        while True:
-            busy = {ns: self.pids(ns) for ns in self.names}
-            busy = {k: v for k, v in busy.items() if v}
-            if not busy or time.time() > deadline:
-                return {ns: [(p, " ".join(_cmd(p))[:100]) for p in v] for ns, v in busy.items()}
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        for p in self.sshd:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.sshd:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for ns in self.made_ns:     # anything still in a namespace, then the namespace itself
-            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-        for ns in reversed(self.made_ns):
-            _ip("netns", "del", ns, check=False)
-        _ip("link", "del", self.root_if, check=False)   # gone with the hub already, normally
-
-
-def _status(pid):
-    try:
-        return psutil.Process(pid).status()
-    except psutil.Error:
-        return psutil.STATUS_ZOMBIE
-
-
-def _cmd(pid):
-    try:
-        return psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return ["?"]
-
-
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    missing = [t for t in ("ip", "ssh", "ssh-keygen") if not shutil.which(t)]
-    if missing or not os.path.exists("/usr/sbin/sshd"):
-        pytest.skip(f"missing {', '.join(missing) or '/usr/sbin/sshd'} "
-                    f"(apt-get install openssh-server iproute2)")
-    probe = f"tfcprobe{os.getpid()}"
-    if _ip("netns", "add", probe, check=False).returncode != 0:
-        pytest.skip("cannot make network namespaces here")
-    _ip("netns", "del", probe, check=False)
+    why = netns.unavailable("tfc")
+    if why:
+        pytest.skip(why)
     base = str(tmp_path_factory.mktemp("ssh"))
     os.chmod(base, 0o755)
     h = NamespaceHosts(base)
@@ -231,13 +47,23 @@ def hosts(tmp_path_factory):
         pytest.skip(f"could not set up namespaces with sshd: {e}")
     yield h
     h.stop()
-    left = [ns for ns in h.made_ns if ns in _ip("netns", "list", check=False).stdout]
-    assert not left, f"namespaces left behind: {left}"
+    assert not h.left(), f"namespaces left behind: {h.left()}"
+
+
+def _yaml_remote(hosts) -> str:
+    r = hosts.remote()
+    return textwrap.dedent(f"""\
+        remote:
+          user: {r["user"]}
+          identity_file: {r["identity_file"]}
+          python: {r["python"]}
+          ssh_options: [{", ".join(r["ssh_options"])}]
+    """)
 
 
 def _file(tmp_path, hosts, body: str, name="cluster.yaml") -> str:
     p = tmp_path / name
-    p.write_text(textwrap.dedent(body) + hosts.yaml_remote())
+    p.write_text(textwrap.dedent(body) + _yaml_remote(hosts))
     return str(p)
 
 
