@@ -24,9 +24,10 @@ entry points, whose tasks must end by themselves):
 ``TFCLUSTER_PROGRESS_FD``     ``FD:INODE``: a pipe to the launcher for progress reports (the
                               local backend); :func:`tfcluster.progress.report_progress` writes
                               there when the descriptor is still that pipe, else to stdout
-``TFCLUSTER_LAUNCHER_PID``    the pid of the launcher that will stop the ps tasks at the end;
-                              the runtime trusts it only while that process is its ancestor
-                              (:func:`supervised`)
+``TFCLUSTER_LAUNCHER_PID``    the pid of the launcher that will stop the ps tasks at the end
+                              (on ssh hosts and Slurm nodes: the wrapper that does it for the
+                              launcher, the program's parent); the runtime trusts it only while
+                              that process is its ancestor (:func:`supervised`)
 
 and the file's (and job's) ``env``. ``python``/``python3`` as a task's command means "the
 interpreter that runs tfcluster" locally and the host's configured interpreter remotely:

@@ -131,6 +131,8 @@ OK_PROGRAM = """\
 import os, sys, time
 task = os.environ["TFCLUSTER_TASK"]
 print("hello from", task, os.environ["TF_CONFIG"], flush=True)
+from tfcluster.contract import supervised
+print("supervised:", supervised(), flush=True)   # the node wrapper stops the ps for the launcher
 if task == "worker:0":
     time.sleep(1)
     sys.exit(0)
@@ -154,6 +156,7 @@ def test_slurm_inside_an_allocation_runs_srun(slurm_cluster, tmp_path):
     assert "inside Slurm job" in out and "run succeeded" in out
     assert '[ps:0] hello from ps:0 {"cluster":{"ps":["localhost:2000"],"worker":["localhost:2001",' \
            '"localhost:2002"]},"task":{"type":"ps","index":0}}' in out
+    assert "[worker:1] supervised: True" in out and "supervised: False" not in out
     assert not (tmp_path / "runs" / "a1" / "exit_code").exists()   # no batch script here
     assert slurm_cluster.wait_empty_queue(10) == ""
 

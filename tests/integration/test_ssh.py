@@ -124,6 +124,7 @@ def test_ssh_env_folder_and_exit_code(hosts, tmp_path):
     prog = ("import os, sys\n"
             "print('CWD', os.getcwd()); print('PY', sys.executable)\n"
             "print('ENV', repr(os.environ['WEIRD'])); print('ARG', sys.argv[1:])\n"
+            "from tfcluster.contract import supervised; print('SUPERVISED', supervised())\n"
             "sys.exit(3)\n")
     (tmp_path / "p.py").write_text(prog)
     (remote / "p.py").write_text(prog)
@@ -142,6 +143,7 @@ def test_ssh_env_folder_and_exit_code(hosts, tmp_path):
     assert f"PY {sys.executable}" in out
     assert f"ENV {weird!r}" in out
     assert "ARG ['$1 x']" in out
+    assert "SUPERVISED True" in out           # the remote wrapper stops it for the launcher
 
 
 SPAWNER = """\

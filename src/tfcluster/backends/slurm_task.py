@@ -147,6 +147,7 @@ class Task:
         # TFCLUSTER_RESTART_COUNT counts the job's segments too: a requeued job is a restart
         env.update(run_plan.env(self.task, self.segment + restarts, cluster=self.cluster,
                                 local_tasks=self.local_tasks))
+        env[contract.LAUNCHER_PID] = str(os.getpid())   # this wrapper supervises the program
         return env
 
     # ---- output

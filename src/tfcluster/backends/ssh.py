@@ -64,6 +64,7 @@ except OSError as e:
     sys.exit(126)
 env = dict(os.environ)
 env.update(head["env"])
+env["TFCLUSTER_LAUNCHER_PID"] = str(os.getpid())   # this wrapper stops the task for the launcher
 def pre():
     try:
         import ctypes
