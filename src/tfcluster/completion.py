@@ -16,8 +16,20 @@ import argparse
 from typing import Dict, List
 
 RUN_COMMANDS = ("logs", "stop", "status", "report", "tensorboard")
-FIXED_CHOICES = {"completion": ["bash", "zsh"], "render": ["k8s", "jobset", "slurm"],
-                 "help": ["security"]}
+# first words of subcommands whose positional has no ``choices`` in the parser
+FIXED_CHOICES = {"completion": ["bash", "zsh"], "help": ["security"]}
+
+
+def fixed_choices(subs: Dict[str, argparse.ArgumentParser]) -> Dict[str, List[str]]:
+    """The fixed first words of each subcommand: the parser's own ``choices`` for its first
+    positional (``render``'s kinds), else :data:`FIXED_CHOICES`."""
+    out = dict(FIXED_CHOICES)
+    for name, sp in subs.items():
+        for a in sp._actions:
+            if not a.option_strings and a.choices:
+                out[name] = [str(c) for c in a.choices]
+                break
+    return out
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentParser]:
@@ -56,7 +68,7 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
     for name, sp in subs.items():
         cases.append(f"        {name}) opts={' '.join(_flags(sp))!r} ;;")
     fixed = "\n".join(f"        {k}) [[ $npos -eq 0 ]] && _tfcluster_reply {' '.join(v)!r} && return ;;"
-                      for k, v in FIXED_CHOICES.items())
+                      for k, v in fixed_choices(subs).items())
     return f"""# tfcluster shell completion (bash). Install: eval "$(tfcluster completion bash)" in ~/.bashrc
 _tfcluster_reply() {{
     COMPREPLY=( $(compgen -W "$1" -- "$cur") )

@@ -73,6 +73,8 @@ def test_bash_completes_subcommands_and_flags(env, capsys):
     assert set(complete(s, "tfcluster st", work, e)) == {"status", "stop"}
     assert "--detach" in complete(s, "tfcluster launch --de", work, e)
     assert complete(s, "tfcluster logs --fo", work, e) == ["--follow"]
+    # the parser's own choices: every render kind, trainjob included
+    assert complete(s, "tfcluster render ", work, e) == ["k8s", "jobset", "trainjob", "slurm"]
 
 
 def test_bash_completes_run_ids_and_task_names(env, capsys):
