@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 SILENCE_ENV = "TFCLUSTER_NO_SECURITY_NOTE"
 
@@ -98,15 +98,3 @@ def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
         else f"raise {flag} above {step}"
     return (f"already at the target step, nothing trained: global_step={step}{where} and "
             f"{flag}={target}; {fix}")
-
-
-def summaries_lines(run_dir: str) -> List[str]:
-    """End-of-run lines naming the run's summaries folder (empty when there is none)."""
-    from .control import summaries_line
-    from .runrecord import read_run
-    from .errors import UserError
-    try:
-        line = summaries_line(read_run(run_dir))
-    except UserError:
-        return []
-    return [line] if line else []

@@ -258,3 +258,12 @@ def test_live_table_says_starting_serving_and_running(tmp_path):
     sup._nap_fn = nap
     assert sup.run() == 0
     assert seen == {"ps:0": "serving", "worker:0": "running", "worker:1": "starting"}, seen
+
+
+def test_the_end_of_a_run_names_the_chiefs_summaries_folder(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    body = CLUSTER.replace("program: {command: [python, t.py]}",
+                           f"program: {{command: [python, t.py], args: [--checkpoint_dir={tmp_path / 'ckpt'}]}}")
+    sup, be, clock, out, err = make(tmp_path, body, {"worker:0": [(0, 1.0, [])]})
+    assert sup.run() == 0
+    assert f"summaries and checkpoints: {tmp_path / 'ckpt'} (tfcluster tensorboard t)" in err.getvalue()

@@ -20,7 +20,8 @@ from typing import Callable, Deque, Dict, List, Optional
 
 from .. import contract, rules, runindex, secrets
 from ..control import prepared_run_dir
-from ..notes import security_note, summaries_lines
+from ..control import summaries_line
+from ..notes import security_note
 from ..backends.base import Backend, Handle, ProcessSpec
 from ..errors import UserError
 from ..events import EventLog
@@ -238,7 +239,8 @@ class Supervisor:
             if tr.seen.log_error:
                 self.display.error(f"{tr.name}: its log could not be written: {tr.seen.log_error}")
         self.events.close()
-        for line in summaries_lines(self.plan.run_dir):
+        line = summaries_line(self.record())     # the record in hand, not read back
+        if line:
             self.display.info(line)
         self.run_folder.close()
         self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
