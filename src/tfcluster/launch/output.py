@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import select
 import threading
 from collections import deque
@@ -304,7 +303,6 @@ class OutputReader(threading.Thread):
         text = clean_segment(piece.decode("utf-8", "replace"))
         if not text.strip():
             return
-        self._shown = piece
         self._redrawn = True
         visible = self._progress(self.mask(text))
         self._shown = visible.encode("utf-8", "replace") if visible.strip() else b""
@@ -313,23 +311,23 @@ class OutputReader(threading.Thread):
         piece = bytes(self._line)
         self._line.clear()
         redrawn, self._redrawn = self._redrawn, False
-        if not clean_segment(piece.decode("utf-8", "replace")).strip() and (self._shown or redrawn):
+        text = clean_segment(piece.decode("utf-8", "replace"))
+        if not text.strip() and (self._shown or redrawn):
             # a bar's last redraw, then a newline (possibly after blanks); nothing to show
             # when the redraws were only reports
             line, self._shown = self._shown.decode("utf-8", "replace"), b""
             if line:
-                self._line_out(line, parsed=True)
+                self._line_out(line)
             return
         self._shown = b""
-        text = clean_segment(piece.decode("utf-8", "replace"))
-        line = self._progress(self.mask(text), whole_line=True)
-        self._line_out(line, parsed=True, raw=self.mask(text))
+        masked = self.mask(text)
+        self._line_out(self._progress(masked), raw=masked)
 
     def _end_of_output(self) -> None:
         if self._line or self._shown:
             self._end_line()
 
-    def _progress(self, text: str, whole_line: bool = False) -> str:
+    def _progress(self, text: str) -> str:
         """Take protocol reports out of ``text`` and hand them over; else read well-known
         output. Returns what is left to show."""
         visible, found = split_progress(text)
@@ -358,7 +356,7 @@ class OutputReader(threading.Thread):
                 self.seen.mark_life(now)
         self.on_line(format_progress(p.step, p.total, **p.metrics), p)
 
-    def _line_out(self, line: str, parsed: bool, raw: Optional[str] = None) -> None:
+    def _line_out(self, line: str, raw: Optional[str] = None) -> None:
         """A whole line: to the log (as the program wrote it, masked), to the tail, to the
         console unless it is noise or only a report."""
         logged = raw if raw is not None else line
