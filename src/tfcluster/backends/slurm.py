@@ -403,7 +403,10 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     try:
         code = follower.run_srun(name) if inside else follower.run_sbatch(name)
     finally:   # the record is closed on every path: success, failure, Ctrl-C, a refused job
-        record.close(code, follower.job_id, segments=follower.segments)
+        try:
+            record.close(code, follower.job_id, segments=follower.segments)
+        finally:
+            folder.close()    # the run folder's descriptor, held since make_run_folder
     return code
 
 
