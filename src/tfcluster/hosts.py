@@ -31,6 +31,7 @@ def local_names() -> Set[str]:
 _NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]*|[0-9]+)(\.(0[xX][0-9a-fA-F]*|[0-9]+)){0,3}")
 
 
+@functools.lru_cache(maxsize=1024)
 def ip_of(host: str) -> Optional[Union[ipaddress.IPv4Address, ipaddress.IPv6Address]]:
     """The address ``host`` spells, or None for a name. Besides the usual forms this reads the
     short and numeric IPv4 forms that the C resolver (and so gRPC and ssh) accepts: ``127.1``,
@@ -60,6 +61,7 @@ def is_loopback(host: str) -> bool:
     return ip is not None and (ip.is_loopback or ip.is_unspecified)
 
 
+@functools.lru_cache(maxsize=1024)     # local_names() is read once a process too
 def is_local(host: str) -> bool:
     """True when ``host`` is this machine: localhost, 127.0.0.0/8, ::1, its names and addresses."""
     h = host.strip().strip("[]").split("%")[0].lower()

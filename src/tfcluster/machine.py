@@ -389,8 +389,10 @@ class RunMachine:
         self._peer_wait_until: Optional[float] = None
         self._claims: Dict[str, float] = {}          # task -> delay, waiting for RestartClaim
         self._now = 0.0
-        self._succeeded = 0          # tasks here that exited 0 (SUCCEEDED is final)
-        self._success_checked = 0    # ... when the success rule was last asked
+        # without reports from elsewhere the tasks the success rule needs are fixed: count them
+        self._next_start_at = float("inf")   # the earliest start_at of a task to start again
+        self._needs: Optional[set] = None    # rules.success_needs, asked on the first exit 0
+        self._needs_left = 0                 # ... of them not yet exited 0 (SUCCEEDED is final)
 
     @classmethod
     def from_plan(cls, plan, names: Optional[Iterable[str]] = None, *, shared: bool = False,
@@ -471,12 +473,18 @@ class RunMachine:
 
     # ------------------------------------------------------------------ events
     def _on_Tick(self, ev: Tick, out: List[Action]) -> None:
-        if self.phase == "run":
+        if self.phase == "run" and ev.now >= self._next_start_at:   # a look at every task
+            later = float("inf")
             for t in self.tasks.values():
-                if t.state == TaskState.RESTARTING and t.name not in self._claims \
-                        and ev.now >= t.start_at:
+                if t.state != TaskState.RESTARTING or t.start_at == float("inf"):
+                    continue
+                if t.name not in self._claims and ev.now >= t.start_at:
                     t.start_at = float("inf")        # once: Started or StartFailed follows
                     out.append(Start(t.name, t.restarts))
+                else:
+                    later = min(later, t.start_at)
+            self._next_start_at = later
+        if self.phase == "run":
             if self._last_watch is None or ev.now - self._last_watch >= WATCH_EVERY:
                 self._last_watch = ev.now
                 self._watch(ev.now, out)
@@ -513,7 +521,13 @@ class RunMachine:
             return
         new = TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED
         t.state = check_transition(t.state, new, t.name)
-        self._succeeded += new == TaskState.SUCCEEDED
+        if new == TaskState.SUCCEEDED and not self.s.peers_report:
+            if self._needs is None:
+                self._needs = rules.success_needs(self.s.success, self.s.chief, self.tasks,
+                                                  self.s.chief in self.tasks)
+                self._needs_left = len(self._needs)
+            if t.name in self._needs:
+                self._needs_left -= 1
         out.append(self._exit_note(t, new))
         if self.phase == "grace":
             if rc != 0:
@@ -540,7 +554,7 @@ class RunMachine:
         if d.restart and self.s.shared_budget and t.rule.max_total_restarts is not None:
             self._claims[t.name] = d.delay
             t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
-            t.start_at = ev.now + d.delay
+            self._start_at(t, ev.now + d.delay)
             out.append(ClaimRestart(t.name))
             return
         if d.restart:
@@ -556,7 +570,7 @@ class RunMachine:
         if ev.granted:
             t.restarts += 1
             self.total_restarts += 1
-            t.start_at = ev.now + delay
+            self._start_at(t, ev.now + delay)
             why = f"restart {t.restarts} of {t.rule.max_restarts}"
             out.append(Say(f"{t.name}: {why} in {delay:.1f}s"))
             out.append(note("task_restarting", t.name, reason=why, attempt=t.restarts, delay=delay))
@@ -631,11 +645,16 @@ class RunMachine:
             self._decide(RunState.SUCCEEDED, rules.EXIT_OK, ev.words, out)
 
     # ------------------------------------------------------------------ the rules at work
+    def _start_at(self, t: TaskStatus, at: float) -> None:
+        """Start ``t`` again at ``at`` (a Tick then looks; no look at every task every Tick)."""
+        t.start_at = at
+        self._next_start_at = min(self._next_start_at, at)
+
     def _restart(self, t: TaskStatus, d: rules.Decision, now: float, out: List[Action]) -> None:
         t.restarts += 1
         self.total_restarts += 1
         t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
-        t.start_at = now + d.delay
+        self._start_at(t, now + d.delay)
         out.append(Say(f"{t.name}: {d.reason} in {d.delay:.1f}s"))
         out.append(note("task_restarting", t.name, reason=d.reason, attempt=t.restarts, delay=d.delay))
 
@@ -660,12 +679,10 @@ class RunMachine:
         return out
 
     def _check_success(self, out: List[Action]) -> None:
-        # This runs after every event and costs a look at every task: without reports from
-        # other nodes its answer changes only when one more task here has exited 0.
-        if not self.s.peers_report:
-            if self._succeeded == self._success_checked:
-                return
-            self._success_checked = self._succeeded
+        # This runs after every event; a look at every task costs O(tasks). Without reports
+        # from other nodes the rule can hold only once every task it needs has exited 0.
+        if not self.s.peers_report and (self._needs is None or self._needs_left):
+            return
         chief_here = self.s.chief in self.tasks or (self.s.peers_report and self.s.chief in self.others)
         words = rules.success_reached(self.s.success, self.s.chief, self._succeeded_map(), chief_here)
         if words is not None:

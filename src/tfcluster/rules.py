@@ -11,7 +11,7 @@ import math
 import re
 import signal
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Tuple
+from typing import Iterable, Mapping, Optional, Set, Tuple
 
 # ---------------------------------------------------------------------------- vocabulary
 
@@ -180,18 +180,30 @@ def success_reached(rule: str, chief: str, succeeded: Mapping[str, bool],
     A task list with neither (only ps, say) succeeds when every task has exited 0. When the
     chief runs elsewhere (per-host mode, ``chief_here`` False), the local workers decide.
     """
+    needed = success_needs(rule, chief, succeeded, chief_here)
+    if not needed or not all(succeeded[t] for t in needed):
+        return None
+    if rule == "chief" and chief_here and chief in succeeded:
+        return f"{chief} exited 0"
+    if all(succeeded.values()):
+        return "every task here exited 0"
+    return "every worker exited 0"
+
+
+def success_needs(rule: str, chief: str, tasks: Iterable[str], chief_here: bool = True) -> Set[str]:
+    """The tasks whose exit 0 decides :func:`success_reached` over ``tasks``: the run has
+    succeeded exactly when every one of them has (empty: it never does). A driver with a fixed
+    task list asks once and counts, instead of looking at every task after every exit."""
     if rule not in SUCCESS_RULES:
         raise ValueError(f"unknown success rule {rule!r}")
-    if rule == "chief" and chief_here and chief in succeeded:
-        return f"{chief} exited 0" if succeeded[chief] else None
-    if succeeded and all(succeeded.values()):
-        return "every task here exited 0"
-    workers = [t for t in succeeded if t.split(":")[0] in REPLICA_JOBS]
+    tasks = list(tasks)
+    if rule == "chief" and chief_here and chief in tasks:
+        return {chief}
+    # every task, or every worker: the workers are among the tasks, so the second is the rule
+    workers = {t for t in tasks if t.split(":")[0] in REPLICA_JOBS}
     if not workers:
-        workers = [t for t in succeeded if t.split(":")[0] not in ("ps", "evaluator")]
-    if workers and all(succeeded[t] for t in workers):
-        return "every worker exited 0"
-    return None
+        workers = {t for t in tasks if t.split(":")[0] not in ("ps", "evaluator")}
+    return workers or set(tasks)
 
 
 def waits_for_grace(job: str) -> bool:

@@ -192,3 +192,45 @@ def test_a_program_that_cannot_run_is_one_line_naming_the_task(tmp_path, setpriv
                            env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, r.stderr
         assert f"error: worker:0: {words}: " in r.stderr and program.split("/")[-1] in r.stderr, r.stderr
+
+
+FAKE_LAUNCHER_WITH_CHILD = r"""
+import os, subprocess, sys
+from tfcluster import contract
+from tfcluster.backends.local import Reaper
+reaper = Reaper()
+reaper.start()
+# a task not yet told to the reaper (groups are told in batches), with a child of its own
+env = dict(os.environ, **{contract.LAUNCHER_PID: str(os.getpid())})
+p = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], env=env, start_new_session=True,
+                     stdout=subprocess.PIPE, text=True)
+print(p.pid, p.stdout.readline().strip(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_reaper_kills_the_child_of_a_task_whose_leader_died_with_the_launcher(tmp_path):
+    """The launcher is SIGKILLed before it told the reaper of a task; the task's leader is gone
+    too (its death signal), and its child, in the task's group but no session leader, is left:
+    the reaper finds it by the launcher's pid in its environment and kills its group."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    launcher = subprocess.Popen([sys.executable, "-c", FAKE_LAUNCHER_WITH_CHILD], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    leader, child = (int(x) for x in launcher.stdout.readline().split())
+    try:
+        assert _alive(child) and os.getpgid(child) == leader
+        os.kill(leader, signal.SIGKILL)       # what the death signal does to the leader
+        launcher.kill()
+        launcher.wait(timeout=10)
+        gone_by = time.time() + 5
+        while _alive(child) and time.time() < gone_by:
+            time.sleep(0.05)
+        assert not _alive(child), "the task's child outlived its launcher"
+    finally:
+        for pid in (leader, child):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        launcher.stdin.close()
+        launcher.stdout.close()

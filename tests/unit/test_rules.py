@@ -120,6 +120,23 @@ def test_success_rule(rule, chief, succeeded, chief_here, words):
     assert rules.success_reached(rule, chief, succeeded, chief_here) == words
 
 
+def test_the_tasks_success_needs_decide_it_for_every_outcome():
+    """A driver that counts the tasks of success_needs (instead of asking success_reached after
+    every exit) decides the same as the rule, for every subset of tasks that exited 0."""
+    import itertools
+    for names in (["ps:0", "worker:0", "worker:1"], ["chief:0", "worker:0", "ps:0", "evaluator:0"],
+                  ["ps:0", "ps:1"], ["local:0", "local:1"], ["evaluator:0", "custom:0"], []):
+        for rule, chief, here in itertools.product(rules.SUCCESS_RULES, ("worker:0", "chief:0"),
+                                                   (True, False)):
+            needs = rules.success_needs(rule, chief, names, here)
+            assert needs <= set(names)
+            for done in itertools.product((False, True), repeat=len(names)):
+                succeeded = dict(zip(names, done))
+                reached = rules.success_reached(rule, chief, succeeded, here) is not None
+                assert reached == (bool(needs) and all(succeeded[t] for t in needs)), \
+                    (rule, chief, here, succeeded, needs)
+
+
 def test_an_unknown_success_rule_is_refused():
     with pytest.raises(ValueError, match="unknown success rule 'first'"):
         rules.success_reached("first", "worker:0", {})

@@ -267,3 +267,27 @@ def test_the_end_of_a_run_names_the_chiefs_summaries_folder(tmp_path):
     sup, be, clock, out, err = make(tmp_path, body, {"worker:0": [(0, 1.0, [])]})
     assert sup.run() == 0
     assert f"summaries and checkpoints: {tmp_path / 'ckpt'} (tfcluster tensorboard t)" in err.getvalue()
+
+
+def test_port_probes_are_bounded_per_round_and_reach_every_task(tmp_path):
+    """200 tasks whose ports never open: each probe round connects to at most PROBES_PER_ROUND
+    of them, in turn, so every task is probed within a few rounds."""
+    from tfcluster.launch import supervisor as sv
+    n = 200
+    body = ("    cluster: {worker: [" + ", ".join(f"localhost:{4000 + i}" for i in range(n)) + "]}\n"
+            "    program: {command: [python, t.py]}\n"
+            "    watchdog: {startup_timeout: 0}\n")
+    sup, be, clock, out, err = make(tmp_path, body, {f"worker:{i}": [(0, 3.0, [])] for i in range(n)})
+    rounds = []
+    real = be.accepts
+
+    def accepts(host, port):
+        if not rounds or rounds[-1][0] != clock.now:
+            rounds.append((clock.now, []))
+        rounds[-1][1].append(port)
+        return real(host, port)
+    be.accepts = accepts
+    assert sup.run() == 0
+    assert rounds and max(len(ports) for _, ports in rounds) <= sv.PROBES_PER_ROUND
+    first = [p for _, ports in rounds[:4] for p in ports]
+    assert set(first) == {4000 + i for i in range(n)}       # 4 rounds of 64 cover 200 tasks

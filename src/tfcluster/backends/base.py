@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import IO, Any, Dict, List, Optional
 
@@ -157,11 +158,27 @@ def setpriv() -> Optional[str]:
     return _setpriv_cache[key]
 
 
+_found: Dict[tuple, float] = {}   # (program, PATH, folder) -> when it was last found runnable
+FOUND_FOR = 2.0                  # seconds a lookup holds (a start wave: the same program 512 times)
+
+
 def _check_program(argv0: str, env: Optional[Dict[str, str]], cwd: Optional[str]) -> None:
     """Raise what ``Popen`` would for a program that cannot be run (FileNotFoundError,
     PermissionError), as ``execvpe`` finds it: with a ``/`` relative to ``cwd``, else on the
-    child's PATH."""
+    child's PATH. A program found runnable is not looked up again for :data:`FOUND_FOR` s
+    (were it removed meanwhile, ``setpriv`` would report it: exit 127)."""
     here = cwd if cwd is not None else os.getcwd()
+    key = (argv0, None if "/" in argv0 else (os.environ if env is None else env).get("PATH"), here)
+    now = time.monotonic()
+    if now - _found.get(key, -FOUND_FOR) < FOUND_FOR:
+        return
+    _lookup_program(argv0, env, here)
+    if len(_found) > 256:
+        _found.clear()
+    _found[key] = now
+
+
+def _lookup_program(argv0: str, env: Optional[Dict[str, str]], here: str) -> None:
 
     def runnable(path: str) -> Optional[bool]:    # None: not there
         path = os.path.join(here, path)

@@ -33,9 +33,11 @@ from .base import Backend, Handle, ProcessSpec, start_child
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
 # is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.
-# It also kills the group of every session leader whose environment names the launcher
-# (TFCLUSTER_LAUNCHER_PID): a task whose start the launcher did not live to report, killed
-# before setpriv set the task's death signal (backends.base.start_child).
+# It also kills the group of every process whose environment names the launcher
+# (TFCLUSTER_LAUNCHER_PID): a task whose start the launcher did not live to report (or not yet
+# tell the reaper of: new groups are told in batches), killed before setpriv set the task's death
+# signal (backends.base.start_child), or a task's child left behind by a leader that the death
+# signal killed.
 REAPER = r"""
 import os, signal, sys, time
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -50,8 +52,8 @@ def orphans():
             pid = int(d)
             with open("/proc/%d/environ" % pid, "rb") as f:
                 env = b"\0" + f.read()
-            if mark in env and os.getsid(pid) == pid:
-                found.add(pid)
+            if mark in env:
+                found.add(os.getpgid(pid))
         except OSError:
             pass
     return found
@@ -90,12 +92,16 @@ kill(late, signal.SIGKILL)
 """
 
 
+WATCH_BATCH = 0.05     # seconds: new groups are told to the reaper at least this often
+
+
 class Reaper:
     """The launcher's side of the reaper process (see the module's docstring)."""
 
     def __init__(self):
         self.proc: Optional[subprocess.Popen] = None
         self.lock = threading.Lock()
+        self._flushed = 0.0
 
     def start(self) -> None:
         """Started before the first task (so that it knows the launcher before any task runs)."""
@@ -107,21 +113,28 @@ class Reaper:
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                     close_fds=True)
 
-    def _tell(self, line: str) -> None:
+    def _tell(self, line: str, flush: bool = True) -> None:
         self.start()
         with self.lock:
             if self.proc is None:
                 return
             try:
                 self.proc.stdin.write(f"{line}\n".encode())
-                self.proc.stdin.flush()
+                now = time.monotonic()
+                if flush or now - self._flushed >= WATCH_BATCH:
+                    self.proc.stdin.flush()
+                    self._flushed = now
             except (BrokenPipeError, OSError, ValueError):
                 pass
 
     def watch(self, pgid: int) -> None:
-        self._tell(f"+{pgid}")
+        """A new task's group. Told in batches (a start wave of 512 tasks would wake the reaper
+        512 times): a group not yet told when the launcher dies is still found, since every
+        task's environment names this launcher (the reaper's orphan scan)."""
+        self._tell(f"+{pgid}", flush=False)
 
     def forget(self, pgid: int) -> None:
+        """A group whose leader was reaped (its id may be reused): told at once."""
         if self.proc is not None:
             self._tell(f"-{pgid}")
 
@@ -227,6 +240,7 @@ class LocalBackend(Backend):
 
     def __init__(self):
         self.reaper = Reaper()
+        self._environ: Optional[dict] = None   # the launcher's environment, read at the first start
 
     def close(self) -> None:
         self.reaper.close()
@@ -235,7 +249,9 @@ class LocalBackend(Backend):
         """Start the task with stdout and stderr on one pipe, and a second pipe for progress
         reports (``TFCLUSTER_PROGRESS_FD``, the handle's ``progress``); the task is told that
         this launcher supervises it and will stop its ps tasks (``TFCLUSTER_LAUNCHER_PID``)."""
-        env = dict(os.environ)
+        if self._environ is None:      # once a launch, not once a task (40 variables each)
+            self._environ = dict(os.environ)
+        env = dict(self._environ)
         env.update(spec.env)
         self.reaper.start()
         r, w = os.pipe()

@@ -429,13 +429,16 @@ class OutputPump(threading.Thread):
         reader._pumped = True
         reader._done = threading.Event()
         reader._fds = fds
-        reader.begin()
+        # the pump opens the reader's log (before its first byte is read): creating hundreds of
+        # log files is then not on the supervisor's thread while it starts tasks
         with self._guard:
+            wake = not self._pending     # else a wake-up is on its way already
             self._pending.append(reader)
             if not self._running:
                 self._running = True
                 self.start()
-        self._wake()
+        if wake:
+            self._wake()
         return True
 
     def close(self) -> None:
@@ -470,14 +473,23 @@ class OutputPump(threading.Thread):
         try:
             while True:
                 with self._guard:
-                    while self._pending:
-                        r = self._pending.popleft()
-                        open_fds[id(r)] = len(r._fds)
-                        for i, fd in enumerate(r._fds):
-                            owners[fd] = (r, i == 1)
-                            poller.register(fd, select.POLLIN)
-                    if self._closing and not owners:
-                        return
+                    new = list(self._pending)
+                    self._pending.clear()
+                    closing = self._closing
+                for r in new:
+                    try:
+                        r.begin()
+                    except Exception:           # a bug in one reader must not stop the others
+                        broken.add(id(r))
+                    open_fds[id(r)] = len(r._fds)
+                    for i, fd in enumerate(r._fds):
+                        owners[fd] = (r, i == 1)
+                        poller.register(fd, select.POLLIN)
+                if closing and not owners:
+                    with self._guard:           # nothing came in meanwhile
+                        if not self._pending:
+                            return
+                    continue
                 try:
                     ready = poller.poll()
                 except InterruptedError:

@@ -42,6 +42,8 @@ from .output import (PORT_CONFLICT, STILL_WAITING, NoiseFold, OutputPump, Output
                      join_readers)
 from .state import TaskState, describe_exit
 
+LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
+PROBES_PER_ROUND = 64          # port probes every half second (Supervisor._probes)
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
 
 
@@ -148,6 +150,12 @@ class Supervisor:
         # exit descriptors (pidfds) the last nap saw ready; None: look at every task
         self._ready: Optional[set] = None
         self.last_sweep = 0.0
+        # the pidfds of the tasks whose exit is not yet fed, registered once (not every turn)
+        self._exit_poll = select.poll()
+        self._exit_fds: Dict[int, "TaskRun"] = {}
+        self._no_fd: Dict[str, "TaskRun"] = {}      # running tasks without one: looked at every turn
+        self._life_looked = 0.0     # when _life last looked at every task
+        self._probe_at = 0          # where the next round of port probes starts (see _probes)
         self.last_progress_line = 0.0
         self._start_error: Optional[UserError] = None
         self._chief_checked = 0.0
@@ -167,6 +175,7 @@ class Supervisor:
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
                                         status=self.machine.tasks[t.name])
+        self._specs_for = plan     # the first attempts' specs hold while the plan does
 
     # ---- the machine's verdicts, read through
     result = property(lambda self: self.machine.result)
@@ -226,20 +235,22 @@ class Supervisor:
                 self.display.stop()
                 self._restore_signals(old)
                 self.events.emit("run_ended", result=self.result.value, exit_code=self.exit_code)
-                self._write_record(force=True)
+                with self.lock:
+                    final = self.record()     # written, summed up and named once
+                self._write_record(force=True, data=final)
                 self.backend.close()
         if self._start_error is not None:   # a task that cannot start: bad input, exit 2
             self.events.close()
             self.run_folder.close()
             raise self._start_error
-        self._summary()
+        self._summary(final)
         if self.events.error:
             self.display.error(f"the event log could not be written: {self.events.error}")
         for tr in self.runs.values():
             if tr.seen.log_error:
                 self.display.error(f"{tr.name}: its log could not be written: {tr.seen.log_error}")
         self.events.close()
-        line = summaries_line(self.record())     # the record in hand, not read back
+        line = summaries_line(final)     # the record in hand, not read back
         if line:
             self.display.info(line)
         self.run_folder.close()
@@ -255,7 +266,7 @@ class Supervisor:
         run_dir = self.plan.run_dir
         for tr in self.runs.values():
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
-        self.events = EventLog(run_dir, clock=self.clock)
+        self.events = EventLog(run_dir, clock=self.clock, buffered=True)   # flushed every turn
         self.display.echo = self.events.log
         why = runindex.register(run_dir, self.plan.run_id, self.plan.source)
         if why:
@@ -303,7 +314,9 @@ class Supervisor:
         self.dirty = True
 
     def _start(self, tr: TaskRun) -> None:
-        spec = tr.spec = self._spec(tr.plan, tr.restarts)
+        if tr.restarts or self._specs_for is not self.plan:   # else the one made up front
+            tr.spec = self._spec(tr.plan, tr.restarts)
+        spec = tr.spec
         try:
             handle = self.backend.start(spec)
         except (OSError, UserError) as e:   # bad input (a missing program, an unreachable host)
@@ -315,6 +328,12 @@ class Supervisor:
             tr.handle = handle
             tr.seen.reset()
             tr.exit_fed = False
+        fd = handle.exit_fd()
+        if fd is not None:
+            self._exit_poll.register(fd, select.POLLIN)
+            self._exit_fds[fd] = tr
+        else:
+            self._no_fd[tr.name] = tr
         self._feed(Started(tr.name, handle.pid, self.clock()))
         verb = "restarted" if tr.restarts else "started"
         self.display.info(f"{verb} {tr.name} (pid {tr.pid})"
@@ -365,25 +384,29 @@ class Supervisor:
             # a task with a pidfd is looked at when it is ready (at 512 tasks, 1,000 system calls
             # a turn otherwise), and every task once a second whatever the descriptors say
             ready = self._ready
-            if now - self.last_sweep >= 1.0:
-                ready, self.last_sweep = None, now
-            for tr in self.runs.values():
+            if now - self.last_sweep >= 1.0 or ready is None:
+                look = self.runs.values()
+                self.last_sweep = now
+            else:      # the tasks whose pidfd woke the nap, and those without one
+                look = [self._exit_fds[fd] for fd in ready if fd in self._exit_fds]
+                look += list(self._no_fd.values())
+            for tr in look:
                 if tr.handle is not None and not tr.exit_fed and tr.state.alive:
-                    if ready is not None:
-                        fd = tr.handle.exit_fd()
-                        if fd is not None and fd not in ready:
-                            continue
                     rc = tr.handle.poll()
                     if rc is not None:
                         if tr.reader is not None:   # its output read to the end first
                             tr.reader.join(timeout=2.0)
-                        tr.exit_fed = True
+                        self._exit_fed(tr)
                         cause = self.oom.words(rc) if is_local(tr.plan.host) else ""
                         exits.append(Exited(tr.name, rc, self.clock(), cause))
-            events = self._drain_inbox() + self._life() + exits
+            events = self._drain_inbox()
+            if now - self._life_looked >= LIFE_EVERY:   # dated signs: a late look changes nothing
+                self._life_looked = now
+                events += self._life()
+            events += exits
             if now - self.last_probe >= 0.5:
                 self.last_probe = now
-                events += [PortOpen(name, now) for name in self.machine.unopened()
+                events += [PortOpen(name, now) for name in self._probes()
                            if self.backend.accepts(self.runs[name].plan.host, self.runs[name].plan.port)]
                 words = self._remote_chief_ended(now)
                 if words:
@@ -392,7 +415,26 @@ class Supervisor:
             self._feed(*events)
             self._tick()
             if not self.machine.finished:
-                self._nap([tr for tr in self.runs.values() if tr.state.alive])
+                self._nap()
+
+    def _exit_fed(self, tr: "TaskRun") -> None:
+        tr.exit_fed = True
+        self._no_fd.pop(tr.name, None)
+        fd = tr.handle.exit_fd()
+        if fd is not None and self._exit_fds.get(fd) is tr:
+            del self._exit_fds[fd]
+            self._exit_poll.unregister(fd)
+
+    def _probes(self) -> List[str]:
+        """The tasks whose port to probe this round: every task not yet seen up, at most
+        PROBES_PER_ROUND of them a round, in turn (512 connects every half second would be a
+        launcher busy probing; a task's state shows ``serving`` a few seconds later at most)."""
+        names = self.machine.unopened()
+        if len(names) <= PROBES_PER_ROUND:
+            return names
+        at = self._probe_at % len(names)
+        self._probe_at = at + PROBES_PER_ROUND
+        return (names[at:] + names[:at])[:PROBES_PER_ROUND]
 
     def _life(self) -> list:
         """Signs of life the readers saw since the last look (a Keras bar that moved, a TF1 hook
@@ -410,24 +452,19 @@ class Supervisor:
         while self._signals:
             self._feed(Interrupt(self._signals.popleft(), self.clock()))
 
-    def _nap(self, runs: List[TaskRun], seconds: float = 0.05) -> None:
-        """Sleep up to ``seconds``, waking as soon as one of ``runs`` exits (pidfds); the ready
-        descriptors are kept for the next turn (``_ready``)."""
+    def _nap(self, seconds: float = 0.05) -> None:
+        """Sleep up to ``seconds``, waking as soon as a task exits (its pidfd, registered when
+        it started); the ready descriptors are kept for the next turn (``_ready``)."""
         self._ready = None
         if self._nap_fn is not None:
-            self._nap_fn(runs, seconds)
+            self._nap_fn([tr for tr in self.runs.values() if tr.state.alive], seconds)
             return
-        fds = [fd for fd in (tr.handle.exit_fd() for tr in runs
-                             if tr.handle is not None and tr.state.alive) if fd is not None]
-        if not fds:
+        if not self._exit_fds:
             time.sleep(seconds)
             return
         # poll, not select: select cannot wait on descriptors >= 1024 (~340 tasks)
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
         try:
-            self._ready = {fd for fd, _ in poller.poll(seconds * 1000.0)}
+            self._ready = {fd for fd, _ in self._exit_poll.poll(seconds * 1000.0)}
         except OSError:
             time.sleep(seconds)
 
@@ -436,6 +473,7 @@ class Supervisor:
         if self.dirty and now - self.last_record > 1.0:
             self._write_record()
         self.events.flush_due()
+        self.events.flush()
         if self.display.shows_table:
             self.display.refresh()
         elif self.machine.best_step is not None and now - self.last_progress_line >= self.view.progress_every:
@@ -535,11 +573,11 @@ class Supervisor:
             + (f" ({rc.note})" if rc.note else ""),
             total_restarts=self.total_restarts, tasks=tasks)
 
-    def _write_record(self, force: bool = False) -> None:
+    def _write_record(self, force: bool = False, data: Optional[dict] = None) -> None:
         if not os.path.isdir(self.plan.run_dir):
             return
         with self.lock:
-            data = self.record()
+            data = self.record() if data is None else data
             self.dirty = False
         self.last_record = self.clock()
         try:
@@ -600,12 +638,13 @@ class Supervisor:
             table.caption = line
         return table
 
-    def _summary(self) -> None:
+    def _summary(self, record: dict) -> None:
+        """The end of the run for the person: the decision, the first failure, every task.
+        ``record``: the final run record (written once, not built again)."""
         order = list(self.runs.values())
         if self.root_cause is not None:
             order.remove(self.root_cause)
             order.insert(0, self.root_cause)
-        record = self.record()
         by_name = {t["task"]: t for t in record["tasks"]}
         rows = task_rows({"tasks": [by_name[tr.name] for tr in order]}, now=self.ended)
         words = {"succeeded": "succeeded", "failed": "FAILED", "interrupted": "interrupted"}
