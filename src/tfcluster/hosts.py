@@ -65,6 +65,8 @@ def is_loopback(host: str) -> bool:
 def is_local(host: str) -> bool:
     """True when ``host`` is this machine: localhost, 127.0.0.0/8, ::1, its names and addresses."""
     h = host.strip().strip("[]").split("%")[0].lower()
+    if is_loopback(h):        # no look at the interfaces (psutil) or the resolver (getfqdn)
+        return True
     ip = ip_of(h)
     if ip is not None:
         return ip.is_loopback or ip.is_unspecified or str(ip) in local_names()

@@ -223,6 +223,8 @@ class Supervisor:
             self.display.start()
             self._announce()
             self._act(self.machine.begin(self.clock()))
+            if self._start_error is None:
+                self._security_note()
             self._loop()
         finally:
             try:
@@ -282,6 +284,10 @@ class Supervisor:
             d.info(f"skipped ({why}): " + ", ".join(f"{t.name}@{t.endpoint}" for t in self.skipped))
         self.events.emit("run_started", run_id=self.plan.run_id, file=self.plan.source,
                          backend=self.backend.name, tasks=list(self.runs), chief=self.plan.chief)
+
+    def _security_note(self) -> None:
+        """Said once the tasks have started (it looks at the machine's interfaces)."""
+        d = self.display
         if self.backend.name == "local" and reachable_beyond_loopback():
             note = security_note(self.plan.source, [tr.plan.port for tr in self.runs.values()],
                                  silenced=not self.display.options.security_note)
