@@ -321,7 +321,11 @@ def cluster_file(tmp: str, num_ps: int, num_workers: int, tag: str) -> Tuple[str
 
 
 def tfcluster_argv() -> List[str]:
-    exe = shutil.which("tfcluster")
+    """The ``tfcluster`` command as pip installed it, beside this interpreter (``bin/``). The one
+    on PATH may be a wrapper that picks an interpreter first (a pyenv shim: ~0.1 s a call here),
+    which the shell-script baselines (``sys.executable``) do not pay."""
+    here = os.path.join(os.path.dirname(PY), "tfcluster")
+    exe = here if os.access(here, os.X_OK) else shutil.which("tfcluster")
     return [exe] if exe else [PY, "-m", "tfcluster"]
 
 
