@@ -84,6 +84,9 @@ PROGRAMS = os.path.join(HERE, "bench_programs")
 TRAINER = os.path.join(ROOT, "trainer.py")
 PY = sys.executable
 sys.path.insert(0, os.path.join(ROOT, "src"))  # run from a checkout without installing too
+# ... and so does every process it starts (launcher, tasks): this checkout's tfcluster first
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [os.path.join(ROOT, "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 from tfcluster.backends.base import stop_group  # noqa: E402
 from tfcluster.hosts import free_ports  # noqa: E402
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
@@ -330,8 +333,9 @@ def cluster_file(tmp: str, num_ps: int, num_workers: int, tag: str) -> Tuple[str
 
 
 def tfcluster_argv() -> List[str]:
-    exe = shutil.which("tfcluster")
-    return [exe] if exe else [PY, "-m", "tfcluster"]
+    """This checkout's launcher. Not the ``tfcluster`` on PATH: that is whatever checkout was
+    installed last (an editable install of another worktree fails or measures other code)."""
+    return [PY, "-m", "tfcluster"]
 
 
 def launch(name: str, tmp: str, num_ps: int, num_workers: int, command: Sequence[str],
