@@ -36,7 +36,11 @@ And of issue 15:
    the cluster on network-namespace hosts whose links are shaped with ``tc tbf``
    (scripts/netns_links.py); step time of a transfer-bound model against the links' floor
    (bytes each way per global step / (ps hosts x rate)) for round robin, greedy and greedy +
-   partitioning over 1, 2, 4 ps, async and sync; ``links.scaling``: speed-up from 1 ps host.
+   partitioning over 1, 2, 4 ps, async and sync, and greedy + partitioning with the runtime's
+   ``PrefetchCache`` (async); ``links.scaling``: speed-up from 1 ps host; every row has the
+   tasks' ``cpu_busy``, ``cpu_seconds_per_step`` (and the ps tasks' part) and the whole
+   machine's ``machine_cpu_busy``. ``--set link_workers=N`` (workers on the worker host, 2)
+   and ``--set 'link_args=[...]'`` (more links.py flags) try other levers.
 
 And of issue 24:
 
@@ -80,6 +84,9 @@ PROGRAMS = os.path.join(HERE, "bench_programs")
 TRAINER = os.path.join(ROOT, "trainer.py")
 PY = sys.executable
 sys.path.insert(0, os.path.join(ROOT, "src"))  # run from a checkout without installing too
+# ... and so does every process it starts (launcher, tasks): this checkout's tfcluster first
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [os.path.join(ROOT, "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 from tfcluster.backends.base import stop_group  # noqa: E402
 from tfcluster.hosts import free_ports  # noqa: E402
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
@@ -93,7 +100,8 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
                  cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40,
                  link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
-                 link_mb=4.0, link_placements=["greedy_partitioned"],
+                 link_mb=4.0, link_placements=["greedy_partitioned", "greedy_partitioned_prefetch"],
+                 link_workers=2, link_args=[],
                  scale_tasks=[16, 64], scale_reps=1, scale_hold=1.0, scale_sample=0.1, scale_ssh_tasks=4, scalefix_base=""),
     "quick": dict(peers_steps=600, peers_epoch=100, peers_mwms_steps=480, peers_mwms_epoch=80, peers_reps=2,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
@@ -103,7 +111,9 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                   cb_reps=2, cb_async_steps=200, cb_sync_steps=100, cb_single_steps=80,
                   link_rates=[1e9], link_ps=[1, 2, 4], link_modes=["async"], link_reps=1,
                   link_secs=1.5, link_mb=8.0,
-                  link_placements=["round_robin", "greedy", "greedy_partitioned"],
+                  link_placements=["round_robin", "greedy", "greedy_partitioned",
+                                   "greedy_partitioned_prefetch"],
+                  link_workers=2, link_args=[],
                   scale_tasks=[64, 256, 512], scale_reps=1, scale_hold=2.0, scale_sample=0.1,
                   scale_ssh_tasks=32, scalefix_base=""),
     "full": dict(peers_steps=1500, peers_epoch=150, peers_mwms_steps=800, peers_mwms_epoch=100, peers_reps=3,
@@ -114,7 +124,9 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  cb_reps=4, cb_async_steps=600, cb_sync_steps=300, cb_single_steps=200,
                  link_rates=[1e9, 1e10], link_ps=[1, 2, 4], link_modes=["async", "sync"], link_reps=2,
                  link_secs=2.5, link_mb=8.0,
-                 link_placements=["round_robin", "greedy", "greedy_partitioned"],
+                 link_placements=["round_robin", "greedy", "greedy_partitioned",
+                                   "greedy_partitioned_prefetch"],
+                  link_workers=2, link_args=[],
                  scale_tasks=[64, 256, 512], scale_reps=3, scale_hold=3.0, scale_sample=0.1,
                  scale_ssh_tasks=32, scalefix_base=""),
 }
@@ -321,12 +333,11 @@ def cluster_file(tmp: str, num_ps: int, num_workers: int, tag: str) -> Tuple[str
 
 
 def tfcluster_argv() -> List[str]:
-    """The ``tfcluster`` command as pip installed it, beside this interpreter (``bin/``). The one
-    on PATH may be a wrapper that picks an interpreter first (a pyenv shim: ~0.1 s a call here),
-    which the shell-script baselines (``sys.executable``) do not pay."""
-    here = os.path.join(os.path.dirname(PY), "tfcluster")
-    exe = here if os.access(here, os.X_OK) else shutil.which("tfcluster")
-    return [exe] if exe else [PY, "-m", "tfcluster"]
+    """This checkout's launcher, with the interpreter the shell baselines use. Not the
+    ``tfcluster`` on PATH: that is whatever checkout was installed last (an editable install of
+    another worktree fails or measures other code), and it may be a wrapper that picks an
+    interpreter first (a pyenv shim: ~0.1 s a call here, which the baselines do not pay)."""
+    return [PY, "-m", "tfcluster"]
 
 
 def launch(name: str, tmp: str, num_ps: int, num_workers: int, command: Sequence[str],
@@ -838,7 +849,7 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         name = f"links[{row['rate_gbit']:g} Gbit/s, {row['ps']} ps, {row['mode']}].{row['placement']}"
         v = row.get("over_floor")
         goal = met = None
-        if row["placement"] == "greedy_partitioned" and row["ps"] > 1:
+        if row["placement"].startswith("greedy_partitioned") and row["ps"] > 1:
             goal, met = "<= 1.3", None if v is None else v <= 1.3
         add(name + " step/floor", v, goal, met)
     for key, sc in (links.get("scaling") or {}).items():

@@ -187,9 +187,13 @@ def run_cluster(hosts: Hosts, workers: int, prog_args: Sequence[str], tmp: str, 
                 hosts.start(ns, [PY, LINKS, *prog_args], env, path)
         worker_procs = hosts.procs[len(cluster["ps"]):]
         deadline = time.monotonic() + timeout
-        samples = []   # (time, CPU seconds of every task still running): the run's CPU profile
+        ps_procs = hosts.procs[:len(cluster["ps"])]
+        # (time, CPU seconds of every task, of the ps tasks): the run's CPU profile
+        samples = []
         while any(p.poll() is None for p in worker_procs) and time.monotonic() < deadline:
-            samples.append((time.monotonic(), _cpu_seconds(hosts.procs)))
+            ps_cpu = _cpu_seconds(ps_procs)
+            samples.append((time.monotonic(), ps_cpu + _cpu_seconds(worker_procs), ps_cpu,
+                            _machine_busy_seconds()))
             time.sleep(0.1)
     finally:
         hosts.kill_tasks()
@@ -198,11 +202,25 @@ def run_cluster(hosts: Hosts, workers: int, prog_args: Sequence[str], tmp: str, 
             for line in f:
                 if line.startswith("@bench "):
                     b = json.loads(line[len("@bench "):])
-                    b["cpu_busy"] = _busy(samples, *b.get("window", (0, 0)))
+                    window = b.get("window", (0, 0))
+                    b["cpu_busy"] = _busy(samples, *window)
+                    # every process on the machine (others' work too: a shared machine)
+                    b["machine_cpu_busy"] = _busy([(x[0], x[3]) for x in samples], *window)
+                    b["cpu_seconds_per_step"] = _per_step(samples, window, b.get("steps_per_s"))
+                    b["ps_cpu_seconds_per_step"] = _per_step(samples, window, b.get("steps_per_s"),
+                                                             column=2)
                     return b
     except OSError:
         pass
     return None
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy (not idle or iowait) since boot."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 def _cpu_seconds(procs: Sequence[subprocess.Popen]) -> float:
@@ -218,12 +236,23 @@ def _cpu_seconds(procs: Sequence[subprocess.Popen]) -> float:
     return total
 
 
+def _per_step(samples: List[tuple], window: Sequence[float], steps_per_s: Optional[float],
+              column: int = 1) -> Optional[float]:
+    """CPU seconds per global step over the measured window: all tasks (``column`` 1) or
+    the ps tasks (2); the samples' own interval over the run's step rate."""
+    t0, t1 = window
+    inside = [s for s in samples if t0 <= s[0] <= t1]
+    if not steps_per_s or len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    return (inside[-1][column] - inside[0][column]) / ((inside[-1][0] - inside[0][0]) * steps_per_s)
+
+
 def _busy(samples: List[tuple], t0: float, t1: float) -> Optional[float]:
     """The tasks' CPU use over [t0, t1] as a fraction of all cores (1.0: every core busy)."""
     inside = [s for s in samples if t0 <= s[0] <= t1]
     if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
         return None
-    (a, ca), (b, cb) = inside[0], inside[-1]
+    (a, ca), (b, cb) = inside[0][:2], inside[-1][:2]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return (cb - ca) / (b - a) / cores
 
@@ -238,10 +267,15 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
         out["links"] = {"skipped": why}
         notes.append(f"links: skipped ({why})")
         return
-    mb, workers, pmin = cfg["link_mb"], 2, 2**20
+    mb, workers, pmin = cfg["link_mb"], int(cfg.get("link_workers", 2)), 2**20
+    extra = list(cfg.get("link_args") or [])   # more links.py flags (levers), in every cell
     strategies = {"round_robin": ["--ps_strategy=round_robin"],
                   "greedy": ["--ps_strategy=greedy"],
-                  "greedy_partitioned": ["--ps_strategy=greedy", f"--partition_min_bytes={pmin}"]}
+                  "greedy_partitioned": ["--ps_strategy=greedy", f"--partition_min_bytes={pmin}"],
+                  # the runtime's PrefetchCache (async only): same placement, same bytes each way
+                  # per step; each step's read of the next variables overlaps its update
+                  "greedy_partitioned_prefetch": ["--ps_strategy=greedy",
+                                                  f"--partition_min_bytes={pmin}", "--prefetch=1"]}
     rows: List[Dict[str, Any]] = []
     made: List[str] = []
     log(f"links: {mb} MB skewed model, 1 worker host ({workers} workers) + ps hosts at "
@@ -253,9 +287,15 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                 for mode in cfg["link_modes"]:
                     names = [k for k in strategies if k in cfg["link_placements"]]
                     if num_ps == 1:  # one ps: every placement is the same
-                        names = ["greedy_partitioned"]
+                        names = ["greedy_partitioned"] + [
+                            k for k in names if k == "greedy_partitioned_prefetch"]
+                    if mode == "sync":  # prefetching is async only
+                        names = [k for k in names if k != "greedy_partitioned_prefetch"]
                     runs: Dict[str, List[Optional[float]]] = {k: [] for k in names}
                     busy: Dict[str, List[Optional[float]]] = {k: [] for k in names}
+                    mbusy: Dict[str, List[Optional[float]]] = {k: [] for k in names}
+                    cps: Dict[str, List[Optional[float]]] = {k: [] for k in names}
+                    ps_cps: Dict[str, List[Optional[float]]] = {k: [] for k in names}
                     info: Dict[str, Dict[str, Any]] = {}
                     for rep in range(cfg["link_reps"]):
                         for k in (names if rep % 2 == 0 else names[::-1]):
@@ -266,11 +306,14 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                             steps = int(max(8, min(400, cfg["link_secs"] / floor)) + 4)
                             b = run_cluster(hosts, workers, [f"--mb={mb}", f"--mode={mode}",
                                                              f"--steps={steps}", "--warmup=4",
-                                                             *strategies[k]],
+                                                             *strategies[k], *extra],
                                             tmp, f"links-{rate:g}-{num_ps}-{mode}-{k}-{rep}",
                                             min(cfg["run_timeout"], 60 + 4 * cfg["link_secs"]))
                             runs[k].append(b["steps_per_s"] if b and b.get("steps_per_s") else None)
                             busy[k].append(b.get("cpu_busy") if b else None)
+                            mbusy[k].append(b.get("machine_cpu_busy") if b else None)
+                            cps[k].append(b.get("cpu_seconds_per_step") if b else None)
+                            ps_cps[k].append(b.get("ps_cpu_seconds_per_step") if b else None)
                             if b:
                                 info[k] = b
                     for k in names:
@@ -279,7 +322,13 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                         row: Dict[str, Any] = {"rate_gbit": rate / 1e9, "ps": num_ps, "mode": mode,
                                                "placement": k, "steps_per_s": _r(sps, 2),
                                                "runs_steps_per_s": [_r(x, 2) for x in runs[k]],
-                                               "cpu_busy": _r(_median(busy[k]), 3)}
+                                               "cpu_busy": _r(_median(busy[k]), 3),
+                                               "machine_cpu_busy": _r(_median(mbusy[k]), 3),
+                                               # the tasks' CPU seconds per global step (all;
+                                               # the ps tasks' part)
+                                               "cpu_seconds_per_step": _r(_median(cps[k]), 5),
+                                               "ps_cpu_seconds_per_step": _r(_median(ps_cps[k]), 5),
+                                               "workers": workers}
                         if b:
                             replicas = workers if mode == "sync" else 1
                             per_dir = b["model_bytes"] * replicas      # bytes each way per global step
@@ -295,14 +344,17 @@ def bench_links(cfg: Dict[str, Any], tmp: str, out: Dict[str, Any], notes: List[
                         rows.append(row)
                         log(f"  {rate / 1e9:g} Gbit/s, {num_ps} ps, {mode}, {k}: "
                             f"{row.get('step_seconds')} s/step, floor {row.get('floor_seconds')} s "
-                            f"({row.get('over_floor')}x; tasks' CPU {row.get('cpu_busy')} of the cores)")
+                            f"({row.get('over_floor')}x; tasks' CPU {row.get('cpu_busy')} of the cores "
+                            f"(machine {row.get('machine_cpu_busy')}), "
+                            f"{row.get('cpu_seconds_per_step')} CPU s/step)")
     out["links"] = {"model": f"skewed: {mb} MB embedding + 5 small dense layers, SGD",
-                    "workers": workers, "partition_min_bytes": pmin, "rows": rows,
+                    "workers": workers, "args": extra, "partition_min_bytes": pmin, "rows": rows,
                     "scaling": scaling(rows), "namespaces": made}
 
 
 def scaling(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Optional[float]]]:
-    """Greedy + partitioning: speed-up of the step from 1 to N ps hosts, per rate and mode."""
+    """Greedy + partitioning (without prefetching): speed-up of the step from 1 to N ps hosts,
+    per rate and mode."""
     out: Dict[str, Dict[str, Optional[float]]] = {}
     for r in rows:
         if r["placement"] != "greedy_partitioned" or r["ps"] == 1:

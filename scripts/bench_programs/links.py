@@ -6,6 +6,8 @@ placed with ``--ps_strategy`` and ``--partition_min_bytes`` (the runtime's Place
 loss reads every variable densely (``sum(v**2)``), so each replica step moves the whole model
 from the ps tasks to the worker and a gradient of the same size back. ``--mode=sync`` wraps
 plain SGD in ``SyncReplicasOptimizer`` (every worker's gradient per global step).
+``--prefetch=1`` (async): the runtime's ``PrefetchCache`` -- the model reads worker-local copies
+that each step refreshes from the ps while it sends its update (same bytes each way per step).
 
 ps tasks serve until killed. Workers run ``--steps`` global steps in a ``TrainingSession``;
 the chief prints ``@bench {"steps_per_s": ..., "model_bytes": ..., "bytes_per_ps": ...}``
@@ -27,6 +29,7 @@ from transfer import arg, build  # noqa: E402
 def main():
     mb, steps, warmup = arg("mb", 8.0), arg("steps", 40), arg("warmup", 4)
     strategy, pmin, mode = arg("ps_strategy", "greedy"), arg("partition_min_bytes", 0), arg("mode", "async")
+    prefetch = bool(arg("prefetch", 0))
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
@@ -38,13 +41,16 @@ def main():
     sync = mode == "sync"
     with tf.Graph().as_default() as graph, placement.scope():
         gs = tf.compat.v1.train.get_or_create_global_step()
-        with tf.compat.v1.variable_scope("", partitioner=placement.partitioner):
+        cache = rt.PrefetchCache(placement.worker_device) if prefetch else None
+        with tf.compat.v1.variable_scope("", partitioner=placement.partitioner,
+                                         custom_getter=cache.getter if cache else None):
             parts = build(tf, "skewed", mb)
         loss = tf.add_n([tf.reduce_sum(tf.square(v)) for v in parts]) * 1e-9
         opt = tf.compat.v1.train.GradientDescentOptimizer(1e-3)
         if sync:
             opt = rt.make_sync_optimizer(opt, ctx)
-        train_op = opt.minimize(loss, global_step=gs)
+        train_op = (cache.minimize(opt, loss, global_step=gs) if cache
+                    else opt.minimize(loss, global_step=gs))
         report = placement.report(graph) if ctx.is_chief else None
         nbytes = sum(int(v.shape.num_elements()) * 4 for v in parts)
         marks = []
@@ -57,7 +63,8 @@ def main():
             "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else None, "steps": s1 - s0,
             "window": [t0, t1],   # CLOCK_MONOTONIC: the benchmark reads the tasks' CPU over it
             "model_bytes": nbytes, "bytes_per_ps": report.bytes_per_ps if report else None,
-            "mode": mode, "strategy": strategy, "partition_min_bytes": pmin}), flush=True)
+            "mode": mode, "strategy": strategy, "partition_min_bytes": pmin,
+            "prefetch": prefetch}), flush=True)
     rt.exit_now(0)
 
 

@@ -5,10 +5,11 @@ trainer.py's model on a local grpc server; microseconds per step of: a plain
 intra 1 / inter 2 thread pools (what the runtime gives 3 tasks on 2 cores); a
 ``MonitoredSession`` with ``StopAtStepHook``, fetching ``loss`` too or not (what trainer.py did
 before ``TrainingSession`` checked the step itself); and a ``MonitoredSession`` with no hooks; tfcluster's ``TrainingSession`` (its loop, with
-``should_stop()``).
+``should_stop()``), async and with a ``SyncReplicasOptimizer`` (1 replica), the latter also with
+a per-step hook (``before_run``: MonitoredSession's path).
 Variants alternate; prints the medians of ``REPS`` (default 3) repeats as JSON.
 
-    python scripts/bench_programs/step_overhead.py [REPS]
+    python scripts/bench_programs/step_overhead.py [REPS [VARIANT,VARIANT...]]
 """
 import json
 import os
@@ -92,11 +93,48 @@ def main():
                     s.run([op, gs])
                 return (time.perf_counter() - t) / n * 1e6
 
-    variants = {"training_session": lambda: training_session(cfg()),"plain": lambda: plain(cfg()), "plain_timeout": lambda: plain(cfg(True)),
+    class PerStepHook(tf.compat.v1.train.SessionRunHook):
+        def before_run(self, run_context):  # per-step work (none): MonitoredSession's path
+            return None
+
+    runs = [0]
+
+    def training_session_sync(c, n=1500, hooked=False):
+        """TrainingSession with a SyncReplicasOptimizer (1 replica: the chief, its queue runner
+        and hook); ``hooked``: plus a hook with before_run, so run() goes through
+        MonitoredSession (what every sync replica did before the fast path took hooks
+        without per-step work)."""
+        from tfcluster.runtime import make_sync_optimizer
+
+        g = tf.Graph()
+        runs[0] += 1  # the server keeps the closed token queue: a fresh container per run
+        with g.as_default(), g.container("sync%d" % runs[0]):
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            x, y = mlp.input_batches(tf, data)
+            loss = mlp.loss_fn(tf, mlp.model(tf, x, data.num_classes), y)
+            opt = make_sync_optimizer(mlp.optimizer(tf), ctx)
+            op = opt.minimize(loss, global_step=gs)
+            with TrainingSession(ctx, server.target, last_step=10**9, config=c, sync_optimizer=opt,
+                                 hooks=[PerStepHook()] if hooked else []) as s:
+                assert s._fast is not hooked
+                for _ in range(50):
+                    s.run([op, gs])
+                t = time.perf_counter()
+                for _ in range(n):
+                    if s.should_stop():
+                        break
+                    s.run([op, gs])
+                return (time.perf_counter() - t) / n * 1e6
+
+    variants = {"training_session": lambda: training_session(cfg()),
+                "training_session_sync": lambda: training_session_sync(cfg()),
+                "training_session_sync_hooked": lambda: training_session_sync(cfg(), hooked=True),"plain": lambda: plain(cfg()), "plain_timeout": lambda: plain(cfg(True)),
                 "plain_pools_1_2": lambda: plain(cfg(False, (1, 2))),
                 "monitored_stopatstep_fetch_loss": lambda: monitored(cfg()),
                 "monitored_stopatstep": lambda: monitored(cfg(), fetch_loss=False),
                 "monitored_no_hooks": lambda: monitored(cfg(), stop_hook=False, fetch_loss=False)}
+    if len(sys.argv) > 2:  # a comma-separated subset of the variants
+        variants = {k: variants[k] for k in sys.argv[2].split(",")}
     res = {k: [] for k in variants}
     for i in range(reps):
         for k in (list(variants) if i % 2 == 0 else list(variants)[::-1]):

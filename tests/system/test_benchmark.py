@@ -109,10 +109,14 @@ def test_simulated_links(results):
         assert any(n.startswith("links: skipped") for n in results["notes"])
         pytest.skip(f"simulated links: {links['skipped']}")
     rows = {(r["ps"], r["placement"]): r for r in links["rows"]}
-    assert set(rows) == {(1, "greedy_partitioned"), (2, "greedy_partitioned")}, rows
+    assert set(rows) == {(n, p) for n in (1, 2)
+                         for p in ("greedy_partitioned", "greedy_partitioned_prefetch")}, rows
     for r in rows.values():
         assert r["mode"] == "async" and r["rate_gbit"] == 1.0
         assert positive(r["step_seconds"]) and positive(r["floor_seconds"])
+        assert positive(r["cpu_seconds_per_step"]) and positive(r["cpu_busy"]), r
+        assert r["ps_cpu_seconds_per_step"] < r["cpu_seconds_per_step"], r
+        assert positive(r["machine_cpu_busy"]), r
         assert abs(r["over_floor"] - r["step_seconds"] / r["floor_seconds"]) < 0.01
         assert r["over_floor"] > 0.9, r  # a step cannot beat its link by much (token bucket)
     # partitioned over 2 ps: each ps holds about half, so the floor halves

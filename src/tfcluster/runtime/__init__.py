@@ -27,6 +27,8 @@ _LAZY = {
     "byte_size_load_fn": "placement", "GreedyLoadBalancingStrategy": "placement",
     "RoundRobinStrategy": "placement", "make_strategy": "placement",
     "worker_device_for": "placement", "visible_gpus": "placement",
+    # prefetch
+    "PrefetchCache": "prefetch",
     # training
     "TrainingSession": "training", "make_sync_optimizer": "training",
     "ProgressReporter": "training", "summary_line": "training",

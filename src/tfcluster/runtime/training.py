@@ -61,6 +61,30 @@ def is_sync_optimizer(opt) -> bool:
     return isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer)
 
 
+_PER_STEP_METHODS = ("before_run", "after_run")
+
+
+def hook_acts_per_step(hook, base) -> bool:
+    """True when ``hook`` may do work at every ``run()``: it overrides ``before_run`` or
+    ``after_run`` of ``base`` (``tf.compat.v1.train.SessionRunHook``), on its class or on the
+    instance, or is not a ``base`` at all (duck-typed: assume it does).
+
+    A hook that only overrides ``begin``, ``after_create_session`` or ``end`` -- like
+    TensorFlow's ``_SyncReplicasOptimizerHook`` (sync_replicas_optimizer.py: its local-step
+    init, the chief's token init and queue runner, all in ``after_create_session``) -- is
+    called by ``MonitoredSession`` only when a session is created, recovered or closed, so
+    a step may bypass the ``_HookedSession`` wrapper without changing what it does.
+    """
+    if not isinstance(hook, base):
+        return True
+    for name in _PER_STEP_METHODS:
+        if name in getattr(hook, "__dict__", {}):
+            return True
+        if getattr(type(hook), name, None) is not getattr(base, name):
+            return True
+    return False
+
+
 class _FastWorkerSessionCreator:
     """``WorkerSessionCreator`` whose ``SessionManager`` polls every ``recovery_wait_secs``."""
 
@@ -192,9 +216,14 @@ class TrainingSession:
                     all_hooks.append(tf.compat.v1.train.StepCounterHook(
                         every_n_steps=int(log_step_count_steps), output_dir=self.checkpoint_dir))
         self.hooks = all_hooks
-        # No hooks (async, no chief duties in this session): run() calls a cached callable
-        # of the raw session instead of MonitoredSession's wrapper chain and fetch handling.
-        self._fast = not all_hooks
+        # No hook with per-step work (async, or sync without the chief's checkpoint/summary
+        # hooks: the SyncReplicasOptimizer's hook only acts when a session is created): run()
+        # calls a cached callable of the raw session instead of MonitoredSession's wrapper
+        # chain and fetch handling. Session creation and recovery still go through
+        # MonitoredSession, so every hook's begin/after_create_session/end runs as before.
+        self.per_step_hooks = [h for h in all_hooks
+                               if hook_acts_per_step(h, tf.compat.v1.train.SessionRunHook)]
+        self._fast = not self.per_step_hooks
         self._callables: dict = {}
 
         if self.is_chief:
@@ -333,6 +362,14 @@ class TrainingSession:
                     # a ps restarted: MonitoredSession's path recreates the session
                     out = self._sess.run(fetches if self.last_step is None
                                          else (fetches, self.global_step))
+                except Exception:
+                    # MonitoredSession's rule (_CoordinatedSession.run): an error whose root
+                    # cause is a preemption that a coordinated thread (the sync chief's queue
+                    # runner) saw first is handled as that preemption: recover.
+                    if not self._coordinator_saw_preemption():
+                        raise
+                    out = self._sess.run(fetches if self.last_step is None
+                                         else (fetches, self.global_step))
                 if self.last_step is None:
                     return out
             elif self.last_step is None:
@@ -352,6 +389,21 @@ class TrainingSession:
         if step + 1 >= self.last_step and self.current_step() >= self.last_step:
             self._stopped = True
         return result
+
+    def _coordinator_saw_preemption(self) -> bool:
+        import tensorflow as tf
+
+        creator = getattr(self._sess, "_coordinated_creator", None)  # MonitoredSession's
+        coord = getattr(creator, "coord", None)
+        if coord is None:
+            return False
+        try:
+            coord.raise_requested_exception()
+        except (tf.errors.AbortedError, tf.errors.UnavailableError):
+            return True
+        except Exception:  # noqa: BLE001 - another error: the caller raises its own
+            return False
+        return False
 
     def _callable(self, fetches):
         """``Session.make_callable`` of ``fetches`` (plus the global step), cached per raw
