@@ -89,6 +89,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [os.path.join(ROOT, "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 from tfcluster.backends.base import stop_group  # noqa: E402
 from tfcluster.hosts import free_ports  # noqa: E402
+CPU_BOUND = 0.8  # a links cell whose tasks use this share of the cores is CPU-bound (issue 24)
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
@@ -617,6 +618,9 @@ def bench_links(cfg, tmp, out, notes) -> None:
     import netns_links
 
     netns_links.bench_links(cfg, tmp, out, notes, log)
+    for row in (out.get("links") or {}).get("rows", []):   # issue 24: not held to the link goal
+        busy = row.get("cpu_busy")
+        row["cpu_bound"] = busy is not None and busy >= CPU_BOUND
 
 
 def bench_transfer(cfg, tmp, out, notes) -> None:
@@ -850,8 +854,12 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         v = row.get("over_floor")
         goal = met = None
         if row["placement"].startswith("greedy_partitioned") and row["ps"] > 1:
-            goal, met = "<= 1.3", None if v is None else v <= 1.3
+            if row.get("cpu_bound"):     # the tasks use >= 0.8 of the cores: the CPU is the limit
+                goal = f"CPU-bound (tasks' cpu_busy {row.get('cpu_busy')})"
+            else:
+                goal, met = "<= 1.3", None if v is None else v <= 1.3
         add(name + " step/floor", v, goal, met)
+        add(name + " CPU s/step", row.get("cpu_seconds_per_step"), unit="s")
     for key, sc in (links.get("scaling") or {}).items():
         for n, v in sc.items():
             add(f"links.scaling[{key}] 1 -> {n} ps (speed-up)", v)

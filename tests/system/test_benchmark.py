@@ -117,6 +117,7 @@ def test_simulated_links(results):
         assert positive(r["cpu_seconds_per_step"]) and positive(r["cpu_busy"]), r
         assert r["ps_cpu_seconds_per_step"] < r["cpu_seconds_per_step"], r
         assert positive(r["machine_cpu_busy"]), r
+        assert r["cpu_bound"] == (r["cpu_busy"] >= 0.8), r   # reported, not held to the link goal
         assert abs(r["over_floor"] - r["step_seconds"] / r["floor_seconds"]) < 0.01
         assert r["over_floor"] > 0.9, r  # a step cannot beat its link by much (token bucket)
     # partitioned over 2 ps: each ps holds about half, so the floor halves
