@@ -277,9 +277,13 @@ def console() -> None:
     code = main()
     import atexit
     import threading
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
+    shutdown = getattr(threading, "_shutdown", None)    # what the interpreter's exit does first:
+    if shutdown is not None:                            # its exit hooks (concurrent.futures),
+        shutdown()                                      # then join the non-daemon threads
+    else:
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -428,3 +428,27 @@ def test_a_declared_secret_is_masked_in_output_logs_and_the_record(tmp_path, por
     assert "opensesame42" not in record and "--api-key=****" in record
     dry = tfcluster("launch", f, "--dry-run", "--", "python", str(prog), "--api-key=opensesame42", env=env)
     assert "opensesame42" not in dry.stdout and "--api-key=****" in dry.stdout
+
+
+def test_a_big_start_wave_runs_every_task_once_and_leaves_nothing(tmp_path, ports):
+    """48 tasks of one job start side by side (a few threads): each runs once, with its own
+    identity, outlives the start wave (a task's death signal follows the thread that started
+    it: those threads must live as long as the run), the events name them in order, the run
+    succeeds, and every process is gone."""
+    n = 48
+    f = tmp_path / "many.yaml"
+    f.write_text(json.dumps({
+        "cluster": {"worker": [f"localhost:{p}" for p in ports(n)]},
+        "program": {"command": ["sh", "-c", 'echo "up $TFCLUSTER_TASK $$"; exec sleep 2']},
+        "watchdog": {"startup_timeout": 0}, "success": "all-workers",
+        "logdir": str(tmp_path / "runs")}))
+    r = tfcluster("launch", str(f), "--no-live", "--run-id", "many")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    d = tmp_path / "runs" / "many"
+    events = [json.loads(line) for line in (d / "events.jsonl").read_text().splitlines()]
+    started = [e for e in events if e["event"] == "task_started"]
+    assert [e["task"] for e in started] == [f"worker:{i}" for i in range(n)]
+    for i in range(n):
+        lines = [l for l in (d / f"worker-{i}.log").read_text().splitlines() if l.startswith("up ")]
+        assert len(lines) == 1 and lines[0].split()[1] == f"worker:{i}", lines
+    assert_gone([e["pid"] for e in started])

@@ -291,3 +291,54 @@ def test_port_probes_are_bounded_per_round_and_reach_every_task(tmp_path):
     assert rounds and max(len(ports) for _, ports in rounds) <= sv.PROBES_PER_ROUND
     first = [p for _, ports in rounds[:4] for p in ports]
     assert set(first) == {4000 + i for i in range(n)}       # 4 rounds of 64 cover 200 tasks
+
+
+def _many(n, extra=""):
+    return ("    cluster: {ps: [localhost:3999], worker: [" +
+            ", ".join(f"localhost:{4000 + i}" for i in range(n)) + "]}\n"
+            "    program: {command: [python, t.py]}\n"
+            "    watchdog: {startup_timeout: 0}\n"
+            "    success: all-workers\n" + extra)
+
+
+def test_a_big_start_wave_starts_side_by_side_and_reports_in_order(tmp_path):
+    """A backend that allows it gets a big wave of one job's starts from several threads; the
+    machine still hears of them in the plan's order, ps first."""
+    import threading
+    from tfcluster.launch import supervisor as sv
+    n = 40
+    sup, be, clock, out, err = make(tmp_path, _many(n), {f"worker:{i}": [(0, 2.0, [])] for i in range(n)})
+    be.parallel_starts = True
+    threads = set()
+    real = be.start
+
+    def start(spec):
+        threads.add(threading.current_thread().name)
+        return real(spec)
+    be.start = start
+    assert sup.run() == 0
+    assert threads - {"MainThread"} and all(t.startswith("start") for t in threads - {"MainThread"})
+    started = [e["task"] for e in events(tmp_path) if e["event"] == "task_started"]
+    assert started == ["ps:0"] + [f"worker:{i}" for i in range(n)]
+    assert n >= sv.PARALLEL_FROM
+
+
+def test_a_task_that_cannot_start_in_a_big_wave_fails_the_run_and_stops_the_others(tmp_path):
+    n = 40
+    sup, be, clock, out, err = make(tmp_path, _many(n), {f"worker:{i}": [(None, None, [])] for i in range(n)})
+    be.parallel_starts = True
+    real = be.start
+
+    def start(spec):
+        if spec.name == "worker:7":
+            raise FileNotFoundError(2, "No such file or directory", "python")
+        return real(spec)
+    be.start = start
+    with pytest.raises(Exception) as got:
+        sup.run()
+    assert "worker:7" in str(got.value)
+    states = {t["task"]: t["state"] for t in record(tmp_path)["tasks"]}
+    assert states["worker:7"] in ("pending", "stopped")     # never started
+    assert not [name for name, s in states.items() if s == "running"], states
+    for name, hs in be.handles.items():       # every task that started was stopped
+        assert hs[-1].signals, name

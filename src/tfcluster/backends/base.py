@@ -63,6 +63,7 @@ class Backend:
 
     name = "base"
     checks_local_ports = False    # the supervisor checks this machine's ports before starting
+    parallel_starts = False       # start() may be called from several threads at once
 
     def python(self, host: str) -> List[str]:
         return [sys.executable]

@@ -237,6 +237,7 @@ class LocalBackend(Backend):
 
     name = "local"
     checks_local_ports = True
+    parallel_starts = True        # a big start wave uses a few threads (Supervisor._start_many)
 
     def __init__(self):
         self.reaper = Reaper()

@@ -42,6 +42,8 @@ from .output import (PORT_CONFLICT, STILL_WAITING, NoiseFold, OutputPump, Output
                      join_readers)
 from .state import TaskState, describe_exit
 
+PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
+PARALLEL_STARTS = 4            # ... from this many threads (Supervisor._start_many)
 LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
 PROBES_PER_ROUND = 64          # port probes every half second (Supervisor._probes)
 PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
@@ -155,6 +157,7 @@ class Supervisor:
         self._exit_fds: Dict[int, "TaskRun"] = {}
         self._no_fd: Dict[str, "TaskRun"] = {}      # running tasks without one: looked at every turn
         self._life_looked = 0.0     # when _life last looked at every task
+        self._starters = None       # the threads of _start_many (a ThreadPoolExecutor), till the end
         self._probe_at = 0          # where the next round of port probes starts (see _probes)
         self.last_progress_line = 0.0
         self._start_error: Optional[UserError] = None
@@ -233,6 +236,8 @@ class Supervisor:
                 self._drain_readers()
                 self.pump.close()
             finally:
+                if self._starters is not None:   # every task has ended: their threads may go
+                    self._starters.shutdown(wait=True)
                 self.ended = self.clock()
                 self.display.stop()
                 self._restore_signals(old)
@@ -299,11 +304,22 @@ class Supervisor:
         self._act(self.machine.handle(*events))
 
     def _act(self, actions) -> None:
-        for a in actions:
+        actions = list(actions)
+        i = 0
+        while i < len(actions):
+            a = actions[i]
+            i += 1
             if isinstance(a, Start):
                 self._feed_signals()
-                if self.machine.tasks[a.task].state in (TaskState.PENDING, TaskState.RESTARTING) \
-                        and not self.machine.finished and self.machine.phase != "stop":
+                job = self.machine.tasks[a.task].job
+                end = i
+                while end < len(actions) and isinstance(actions[end], Start) \
+                        and self.machine.tasks[actions[end].task].job == job:
+                    end += 1
+                if end - i + 1 >= PARALLEL_FROM and self.backend.parallel_starts:
+                    self._start_many([a] + actions[i:end])    # one job's tasks, side by side
+                    i = end
+                elif self._may_start(a):
                     self._start(self.runs[a.task])
             elif isinstance(a, Kill):
                 tr = self.runs[a.task]
@@ -319,17 +335,62 @@ class Supervisor:
             # launcher here: the budget is counted by the machine, every task is ours)
         self.dirty = True
 
-    def _start(self, tr: TaskRun) -> None:
+    def _may_start(self, a: Start) -> bool:
+        return self.machine.tasks[a.task].state in (TaskState.PENDING, TaskState.RESTARTING) \
+            and not self.machine.finished and self.machine.phase != "stop"
+
+    def _spec_now(self, tr: TaskRun) -> ProcessSpec:
         if tr.restarts or self._specs_for is not self.plan:   # else the one made up front
             tr.spec = self._spec(tr.plan, tr.restarts)
-        spec = tr.spec
+        return tr.spec
+
+    def _start(self, tr: TaskRun) -> None:
+        spec = self._spec_now(tr)
         try:
             handle = self.backend.start(spec)
         except (OSError, UserError) as e:   # bad input (a missing program, an unreachable host)
-            self._start_error = e if isinstance(e, UserError) else UserError(_start_failure(tr.name, spec, e))
-            self._feed(StartFailed(tr.name, self._start_error.message, self.clock(),
-                                   self._start_error.exit_code))
+            self._start_failed(tr, spec, e)
             return
+        self._started(tr, handle)
+
+    def _start_many(self, starts: List[Start]) -> None:
+        """Start many tasks of one job side by side (PARALLEL_STARTS threads), then hand each
+        start to the machine in order. CPython waits for each child to exec before it goes on,
+        so one thread starts tasks one after the other at the kernel's exec latency; a few
+        threads overlap those waits (scripts/bench_programs/spawn_latency.py). A task that
+        cannot start fails the run as in :meth:`_start`; the others of the wave have started by
+        then, and the machine stops them."""
+        trs = [self.runs[a.task] for a in starts if self._may_start(a)]
+        specs = [self._spec_now(tr) for tr in trs]
+
+        def one(spec: ProcessSpec):
+            try:
+                return self.backend.start(spec), None
+            except (OSError, UserError) as e:
+                return None, e
+
+        if self._starters is None:
+            # Kept until the run's end: a child's death signal (PR_SET_PDEATHSIG) follows the
+            # *thread* that started it, so these threads must outlive the tasks they started.
+            from concurrent.futures import ThreadPoolExecutor
+            self._starters = ThreadPoolExecutor(PARALLEL_STARTS, thread_name_prefix="start")
+        got = list(self._starters.map(one, specs))
+        for tr, spec, (handle, error) in zip(trs, specs, got):
+            if handle is None:
+                if self._start_error is None:
+                    self._start_failed(tr, spec, error)
+            elif self.machine.finished or self.machine.tasks[tr.name].state not in (
+                    TaskState.PENDING, TaskState.RESTARTING):
+                _discard(handle)    # the run is stopping (a task could not start): not this one
+            else:
+                self._started(tr, handle)
+
+    def _start_failed(self, tr: TaskRun, spec: ProcessSpec, e: Exception) -> None:
+        self._start_error = e if isinstance(e, UserError) else UserError(_start_failure(tr.name, spec, e))
+        self._feed(StartFailed(tr.name, self._start_error.message, self.clock(),
+                               self._start_error.exit_code))
+
+    def _started(self, tr: TaskRun, handle: Handle) -> None:
         with self.lock:
             tr.handle = handle
             tr.seen.reset()
@@ -673,6 +734,21 @@ class Supervisor:
             if hint:
                 text.append(hint)     # "hint: ..." naming the fix (tfcluster.keras_support)
         self.display.block("\n".join(text))
+
+
+def _discard(handle: Handle) -> None:
+    """End a task the machine never heard of (started side by side with one that could not
+    start, after the run had already ended): SIGKILL to its group, reaped, pipes closed."""
+    handle.signal(signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while handle.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for stream in (handle.stdout, getattr(handle, "progress", None)):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
 
 
 def _rate(points, now: float, old: Optional[float]) -> Optional[float]:
