@@ -79,19 +79,23 @@ def main():
                     s.run(fetches)
                 return (time.perf_counter() - t) / n * 1e6
 
+    def per_step(s, op, gs, n):
+        """Microseconds a ``TrainingSession.run`` of (op, global step), after 50 to warm up."""
+        for _ in range(50):
+            s.run([op, gs])
+        t = time.perf_counter()
+        for _ in range(n):
+            if s.should_stop():
+                break
+            s.run([op, gs])
+        return (time.perf_counter() - t) / n * 1e6
+
     def training_session(c, n=1500):
         """tfcluster's TrainingSession as trainer.py uses it (async, no hooks: fast path)."""
         g, gs, _, op = build()
         with g.as_default():
             with TrainingSession(ctx, server.target, last_step=10**9, config=c) as s:
-                for _ in range(50):
-                    s.run([op, gs])
-                t = time.perf_counter()
-                for _ in range(n):
-                    if s.should_stop():
-                        break
-                    s.run([op, gs])
-                return (time.perf_counter() - t) / n * 1e6
+                return per_step(s, op, gs, n)
 
     class PerStepHook(tf.compat.v1.train.SessionRunHook):
         def before_run(self, run_context):  # per-step work (none): MonitoredSession's path
@@ -117,14 +121,7 @@ def main():
             with TrainingSession(ctx, server.target, last_step=10**9, config=c, sync_optimizer=opt,
                                  hooks=[PerStepHook()] if hooked else []) as s:
                 assert s._fast is not hooked
-                for _ in range(50):
-                    s.run([op, gs])
-                t = time.perf_counter()
-                for _ in range(n):
-                    if s.should_stop():
-                        break
-                    s.run([op, gs])
-                return (time.perf_counter() - t) / n * 1e6
+                return per_step(s, op, gs, n)
 
     variants = {"training_session": lambda: training_session(cfg()),
                 "training_session_sync": lambda: training_session_sync(cfg()),

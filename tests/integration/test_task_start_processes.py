@@ -48,6 +48,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gone_within(pid: int, seconds: float) -> bool:
+    gone_by = time.time() + seconds
+    while _alive(pid) and time.time() < gone_by:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
 def _launch(tmp_path, setpriv, n=2, ignore_hup=False):
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -145,10 +152,7 @@ def test_the_reaper_kills_a_task_whose_launcher_died_before_its_death_signal(tmp
         assert _alive(task)
         launcher.kill()
         launcher.wait(timeout=10)
-        gone_by = time.time() + 5
-        while _alive(task) and time.time() < gone_by:
-            time.sleep(0.05)
-        assert not _alive(task)
+        assert _gone_within(task, 5)
     finally:
         try:
             os.kill(task, signal.SIGKILL)
@@ -222,10 +226,7 @@ def test_the_reaper_kills_the_child_of_a_task_whose_leader_died_with_the_launche
         os.kill(leader, signal.SIGKILL)       # what the death signal does to the leader
         launcher.kill()
         launcher.wait(timeout=10)
-        gone_by = time.time() + 5
-        while _alive(child) and time.time() < gone_by:
-            time.sleep(0.05)
-        assert not _alive(child), "the task's child outlived its launcher"
+        assert _gone_within(child, 5), "the task's child outlived its launcher"
     finally:
         for pid in (leader, child):
             try:
