@@ -96,3 +96,18 @@ def test_taken_port_is_one_clear_line_and_exit_2(capsys):
     assert "Could not start gRPC server" in line[0]
 
 
+
+
+def test_the_server_config_of_tasks_that_share_a_machine_does_not_spin(monkeypatch):
+    """The flag lands in TensorFlow's own ConfigProto (a renamed field would raise here)."""
+    from tfcluster.runtime.context import TaskContext
+    from tfcluster.runtime.server import session_config
+
+    monkeypatch.delenv("TFCLUSTER_LOCAL_TASKS", raising=False)
+    monkeypatch.delenv("TFCLUSTER_THREAD_SPINNING", raising=False)
+    shared = TaskContext(cluster=local_cluster(1, 2), job_name="ps", task_index=0)
+    alone = TaskContext(cluster={"ps": ["far.example:1"], "worker": ["localhost:2"]},
+                        job_name="worker", task_index=0)
+    assert session_config(shared).experimental.disable_thread_spinning is True
+    assert session_config(alone).experimental.disable_thread_spinning is False
+    assert session_config(shared, spinning=True).experimental.disable_thread_spinning is False

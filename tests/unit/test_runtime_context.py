@@ -7,7 +7,7 @@ import pytest
 
 from tfcluster.runtime.context import (ContextError, TaskContext, parse_cluster, parse_tf_config,
                                        task_context)
-from tfcluster.runtime.server import default_device_filters, thread_pool_sizes
+from tfcluster.runtime.server import default_device_filters, thread_pool_sizes, thread_spinning
 
 CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]}
 
@@ -114,6 +114,25 @@ def test_local_task_count_and_thread_pools(monkeypatch):
     monkeypatch.setenv("TFCLUSTER_INTRA_OP_THREADS", "3")
     assert thread_pool_sizes(three)[0] == 3
     assert thread_pool_sizes(three, intra_op=5, inter_op=6) == (5, 6)
+
+
+def test_tasks_that_share_a_machine_do_not_spin(monkeypatch):
+    monkeypatch.delenv("TFCLUSTER_LOCAL_TASKS", raising=False)
+    monkeypatch.delenv("TFCLUSTER_THREAD_SPINNING", raising=False)
+    shared = TaskContext(cluster=CLUSTER, job_name="worker", task_index=1)  # 3 tasks here
+    alone = TaskContext(cluster={"ps": ["far.example:1"], "worker": ["localhost:2"]},
+                        job_name="worker", task_index=0)
+    assert shared.local_task_count() > 1 and alone.local_task_count() == 1
+    assert thread_spinning(shared) is False
+    assert thread_spinning(alone) is True  # TensorFlow's default
+    monkeypatch.setenv("TFCLUSTER_LOCAL_TASKS", "1")  # what the launcher says wins
+    assert thread_spinning(shared) is True
+    monkeypatch.setenv("TFCLUSTER_THREAD_SPINNING", "1")
+    monkeypatch.setenv("TFCLUSTER_LOCAL_TASKS", "3")
+    assert thread_spinning(shared) is True
+    monkeypatch.setenv("TFCLUSTER_THREAD_SPINNING", "off")
+    assert thread_spinning(alone) is False
+    assert thread_spinning(alone, spinning=True) is True  # the argument wins
 
 
 def test_device_filters():

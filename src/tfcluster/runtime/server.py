@@ -5,7 +5,9 @@ Pitfalls handled here (see docs/RUNTIME.md):
 * thread pools: each TensorFlow process sizes its pools to every core; several tasks on
   one machine oversubscribe it. The pools are fixed when the server starts, so the
   server gets ``intra_op``/``inter_op`` sizes of ``cores // tasks on this machine``
-  (at least 1; ``TFCLUSTER_INTRA_OP_THREADS`` / ``TFCLUSTER_INTER_OP_THREADS`` override).
+  (at least 1; ``TFCLUSTER_INTRA_OP_THREADS`` / ``TFCLUSTER_INTER_OP_THREADS`` override),
+  and the pools of tasks that share a machine do not spin while they wait for work
+  (:func:`thread_spinning`; ``TFCLUSTER_THREAD_SPINNING`` overrides).
 * ``device_filters``: without them a worker's CreateSession waits for every task of
   the cluster. Workers see ``/job:ps`` and themselves; ps and "just serve" tasks see
   everything (a TF2 ``ParameterServerStrategy`` coordinator needs workers to see ps).
@@ -82,6 +84,30 @@ def thread_pool_sizes(ctx: TaskContext, intra_op: Optional[int] = None,
     return max(1, intra_op), max(1, inter_op)
 
 
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+
+
+def thread_spinning(ctx: TaskContext, spinning: Optional[bool] = None) -> bool:
+    """Whether this task's thread pools spin while they wait for work (TensorFlow's default).
+
+    A thread that spins keeps its core busy for a while after its work is done, to start the
+    next op sooner. That pays only when the core would be idle anyway: tasks that share a
+    machine take those cycles from each other (1 ps + 2 workers on 2 cores: 6-29% more
+    examples/s without spinning, docs/BENCHMARKS.md). So a task that shares its machine with
+    other tasks of the cluster does not spin; a task alone on its machine keeps TensorFlow's
+    default. The argument wins, then ``TFCLUSTER_THREAD_SPINNING`` (1/0).
+    """
+    if spinning is not None:
+        return bool(spinning)
+    told = os.environ.get("TFCLUSTER_THREAD_SPINNING", "").strip().lower()
+    if told in _ON:
+        return True
+    if told in _OFF:
+        return False
+    return ctx.local_task_count() <= 1
+
+
 def default_device_filters(ctx: TaskContext) -> List[str]:
     """Device filters for this task's sessions: replicas see ps and themselves; others all."""
     if ctx.is_worker:
@@ -92,11 +118,13 @@ def default_device_filters(ctx: TaskContext) -> List[str]:
 
 def session_config(ctx: TaskContext, *, device_filters: Optional[Sequence[str]] = None,
                    operation_timeout_ms: Optional[int] = None, intra_op: Optional[int] = None,
-                   inter_op: Optional[int] = None, log_device_placement: bool = False):
+                   inter_op: Optional[int] = None, log_device_placement: bool = False,
+                   spinning: Optional[bool] = None):
     """A ``tf.compat.v1.ConfigProto`` for this task's server and sessions.
 
     ``device_filters=None`` means :func:`default_device_filters`; ``[]`` means no filter.
     ``operation_timeout_ms`` bounds every blocking op of a session (0 or None: no bound).
+    ``spinning``: see :func:`thread_spinning`.
     """
     import tensorflow as tf
 
@@ -113,6 +141,8 @@ def session_config(ctx: TaskContext, *, device_filters: Optional[Sequence[str]] 
     if operation_timeout_ms:
         config.operation_timeout_in_ms = int(operation_timeout_ms)
     config.gpu_options.allow_growth = True  # several tasks may share a GPU
+    if not thread_spinning(ctx, spinning):
+        config.experimental.disable_thread_spinning = True
     return config
 
 
