@@ -11,8 +11,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from . import runfs
-
-RUN_FILE = "run.json"
+from .runfs import RUN_FILE
 
 
 def launcher_start_time() -> Optional[float]:

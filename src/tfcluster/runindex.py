@@ -16,9 +16,9 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UserError
+from .runfs import RUN_FILE
 
 INDEX = "runs.jsonl"
-RUN_FILE = "run.json"
 CONSOLE = "console.log"          # a detached launcher's own output, in its run folder
 
 

@@ -18,8 +18,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UserError
+from .runfs import RUN_FILE
 
-RUN_FILE = "run.json"
 RESULTS = ("running", "succeeded", "failed", "interrupted")
 #: Exit code of ``tfcluster status`` per result (2 is bad input, as everywhere in tfcluster).
 STATUS_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "interrupted": 4, "lost": 5,
