@@ -323,6 +323,27 @@ def test_a_big_start_wave_starts_side_by_side_and_reports_in_order(tmp_path):
     assert n >= sv.PARALLEL_FROM
 
 
+def test_tasks_of_a_big_wave_are_dated_when_they_started_not_when_the_wave_ended(tmp_path):
+    import threading
+    n = 40
+    sup, be, clock, out, err = make(tmp_path, _many(n), {f"worker:{i}": [(0, 2.0, [])] for i in range(n)})
+    be.parallel_starts = True
+    real, lock, when = be.start, threading.Lock(), {}
+
+    def start(spec):              # each start takes 10 ms of the (fake) clock
+        with lock:
+            clock.now += 0.01
+            when[spec.name] = clock.now
+            return real(spec)
+    be.start = start
+    assert sup.run() == 0
+    dated = {e["task"]: e["time"] for e in events(tmp_path) if e["event"] == "task_started"}
+    assert dated == pytest.approx(when)
+    assert len(set(dated.values())) == n + 1
+    in_record = {t["task"]: t["first_started"] for t in record(tmp_path)["tasks"]}
+    assert in_record == pytest.approx(when)
+
+
 def test_a_task_that_cannot_start_in_a_big_wave_fails_the_run_and_stops_the_others(tmp_path):
     n = 40
     sup, be, clock, out, err = make(tmp_path, _many(n), {f"worker:{i}": [(None, None, [])] for i in range(n)})

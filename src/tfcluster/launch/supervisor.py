@@ -365,9 +365,10 @@ class Supervisor:
 
         def one(spec: ProcessSpec):
             try:
-                return self.backend.start(spec), None
+                handle = self.backend.start(spec)
+                return handle, None, self.clock()    # dated when it started, not at hand-off
             except (OSError, UserError) as e:
-                return None, e
+                return None, e, None
 
         if self._starters is None:
             # Kept until the run's end: a child's death signal (PR_SET_PDEATHSIG) follows the
@@ -375,7 +376,7 @@ class Supervisor:
             from concurrent.futures import ThreadPoolExecutor
             self._starters = ThreadPoolExecutor(PARALLEL_STARTS, thread_name_prefix="start")
         got = list(self._starters.map(one, specs))
-        for tr, spec, (handle, error) in zip(trs, specs, got):
+        for tr, spec, (handle, error, at) in zip(trs, specs, got):
             if handle is None:
                 if self._start_error is None:
                     self._start_failed(tr, spec, error)
@@ -383,14 +384,15 @@ class Supervisor:
                     TaskState.PENDING, TaskState.RESTARTING):
                 _discard(handle)    # the run is stopping (a task could not start): not this one
             else:
-                self._started(tr, handle)
+                self._started(tr, handle, at)
 
     def _start_failed(self, tr: TaskRun, spec: ProcessSpec, e: Exception) -> None:
         self._start_error = e if isinstance(e, UserError) else UserError(_start_failure(tr.name, spec, e))
         self._feed(StartFailed(tr.name, self._start_error.message, self.clock(),
                                self._start_error.exit_code))
 
-    def _started(self, tr: TaskRun, handle: Handle) -> None:
+    def _started(self, tr: TaskRun, handle: Handle, at: Optional[float] = None) -> None:
+        at = self.clock() if at is None else at
         with self.lock:
             tr.handle = handle
             tr.seen.reset()
@@ -401,11 +403,12 @@ class Supervisor:
             self._exit_fds[fd] = tr
         else:
             self._no_fd[tr.name] = tr
-        self._feed(Started(tr.name, handle.pid, self.clock()))
+        self._feed(Started(tr.name, handle.pid, at))
         verb = "restarted" if tr.restarts else "started"
         self.display.info(f"{verb} {tr.name} (pid {tr.pid})"
                           + (f", restart {tr.restarts}" if tr.restarts else ""))
-        self.events.emit("task_started", task=tr.name, pid=tr.pid, attempt=tr.restarts, host=tr.plan.host)
+        self.events.emit("task_started", task=tr.name, pid=tr.pid, attempt=tr.restarts, host=tr.plan.host,
+                         time=at)
         banner = f"----- tfcluster: restart {tr.restarts} -----" if tr.restarts else ""
         tr.reader = OutputReader(tr.name, handle.stdout, tr.log_path or None, tr.seen, self.lock,
                                  self.mask, self.clock, lambda line, p, tr=tr: self._on_line(tr, line, p),
