@@ -1,21 +1,34 @@
-"""The Slurm node wrapper reads a task's output as the local launcher does: progress reports
-anywhere in a line, Keras bars and TF1 hook lines as signs of life, long lines in pieces
+"""The Slurm node wrapper reads a task's output with the local launcher's own reader
+(tfcluster.reader): progress reports anywhere in a line, Keras bars and TF1 hook lines as signs
+of life, long lines in pieces, a redraw read before its line ends, one source of steps per task
 (issue 19: the same progress and liveness on every backend). No Slurm, no processes."""
 from __future__ import annotations
 
 import collections
 import io
+import os
+import threading
+import time
+import types
 
 from tfcluster import machine as mc
 from tfcluster.backends.slurm_task import MAX_LINE, Task
+from tfcluster.reader import Seen
+
+
+def task():
+    t = Task.__new__(Task)
+    t.name, t.inbox, shown = "worker:0", collections.deque(), []
+    t.seen, t.life_fed, t.mask = Seen(), None, (lambda text: text)
+    t.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
+    t.emit = shown.append
+    return t, shown
 
 
 def pump(data: bytes):
-    t = Task.__new__(Task)
-    t.name, t.inbox, shown = "worker:0", collections.deque(), []
-    t.emit = shown.append
+    t, shown = task()
     t._pump(io.BytesIO(data))
-    return list(t.inbox), shown
+    return list(t.inbox) + t._life(), shown
 
 
 def test_a_report_glued_to_a_keras_bar_is_read_and_the_bar_is_life():
@@ -40,3 +53,35 @@ def test_a_line_without_an_end_is_read_in_pieces_and_still_classified():
     events, shown = pump(data)
     assert len(shown) >= 4 and max(len(s) for s in shown) <= MAX_LINE
     assert any(isinstance(e, mc.PortConflict) for e in events)
+
+
+def test_a_program_that_reports_itself_has_one_source_of_steps():
+    """As the local launcher reads it: once reports arrive, a Keras-looking line is life only."""
+    events, shown = pump(b'@tfcluster progress {"step": 40, "total": 100}\n'
+                         b"Epoch 3/5\n 9/10 [=========>....] - ETA: 0s - loss: 0.7000\n")
+    steps = [e.step for e in events if isinstance(e, mc.Progressed) and e.step is not None]
+    assert steps == [40]
+    assert any(b"Epoch 3/5" in s for s in shown)          # shown as the program wrote it
+
+
+def test_a_redraw_is_a_sign_of_life_before_its_line_ends():
+    """A bar that redraws with carriage returns is read as it arrives, not at its newline."""
+    t, shown = task()
+    r, w = os.pipe()
+    stream = os.fdopen(r, "rb")
+    reader = threading.Thread(target=t._pump, args=(stream,), daemon=True)
+    reader.start()
+    try:
+        os.write(w, b"\r 3/10 [=====>........] - ETA: 1s - loss: 0.9000"
+                    b"\r 4/10 [======>.......] - ETA: 1s - loss: 0.8000")
+        deadline = time.monotonic() + 5
+        while t.seen.life_at is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert t.seen.life_at is not None
+        assert [e.step for e in t.inbox] == [3]             # the first redraw, read whole
+        assert shown == []                                  # the line has not ended yet
+    finally:
+        os.close(w)
+        reader.join(5)
+    assert not reader.is_alive()
+    assert len(shown) == 1 and shown[0].startswith(b"\r 3/10") and b"\r 4/10" in shown[0]

@@ -37,7 +37,6 @@ for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_s, _on_cancel)
 
 import collections  # noqa: E402
-import re  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
@@ -49,8 +48,7 @@ from .. import contract, machine as mc, rules, secrets  # noqa: E402
 from ..hosts import accepts  # noqa: E402
 from ..oom import OomWatch  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
-from ..outputs import ProgressParser, clean_segment  # noqa: E402
-from ..progress import split_progress  # noqa: E402
+from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen  # noqa: E402
 from .base import start_child  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
@@ -68,9 +66,6 @@ def _env(name: str, *alts: str) -> Optional[str]:
         if v:
             return v
     return None
-
-
-MAX_LINE = 64 * 1024          # bytes: a longer line is read (and shown) in pieces
 
 
 class Task:
@@ -122,6 +117,8 @@ class Task:
         self.proc: Optional[subprocess.Popen] = None
         self.reader: Optional[threading.Thread] = None
         self.inbox: collections.deque = collections.deque()
+        self.seen = Seen()               # what the reader saw (signs of life)
+        self.life_fed: Optional[float] = None
         self.log = None
         self.events = None
         self.peers_seen: set = set()
@@ -178,31 +175,64 @@ class Task:
         self.emit(f"tfcluster: {msg}".encode())
 
     def _pump(self, stream) -> None:
-        """The program's output (reader thread): shown and logged; what the machine needs to
-        hear goes to the inbox, which the loop hands on. Read as the local launcher reads it
-        (:mod:`tfcluster.outputs`): progress reports anywhere in a line, Keras bars and epochs
-        and TF1 hook lines as signs of life, a line cut every 64 KiB."""
-        parser = ProgressParser()
-        for raw in iter(lambda: stream.readline(MAX_LINE), b""):
-            text = raw.decode("utf-8", "replace")
-            now = time.time()
-            for piece in re.split(r"[\r\n]", text):
-                visible, found = split_progress(clean_segment(piece))
-                for p in found:
-                    self.inbox.append(mc.Progressed(self.name, p.step, now))
-                if found or not visible.strip():
-                    continue
-                r = parser.feed(visible)
-                if r.progress is not None:
-                    self.inbox.append(mc.Progressed(self.name, r.progress.step, now))
-                if r.life:
-                    self.inbox.append(mc.Progressed(self.name, None, now))
-            m = rules.STILL_WAITING.search(text)
-            if m:
-                self.inbox.append(mc.Waiting(self.name, f"{m.group(1)}:{m.group(2)}", now))
-            if rules.PORT_CONFLICT.search(text):
-                self.inbox.append(mc.PortConflict(self.name, now))
-            self.emit(raw)
+        """The program's output (reader thread): shown and logged as the program wrote it, a
+        line at a time (a line cut every 64 KiB); what the machine needs to hear goes to the
+        inbox, which the loop hands on. The bytes are read as they arrive by the local
+        launcher's own reader (:class:`tfcluster.reader.OutputReader`: progress reports
+        anywhere in a line, carriage-return redraws, Keras bars and epochs and TF1 hook lines as
+        signs of life, once a program reports itself its other output as life only, "still
+        waiting" and taken-port lines), so a run under Slurm is read by the same rules."""
+        seen = self.seen
+        reader = OutputReader(self.name, stream, None, seen, threading.RLock(), self.mask,
+                              time.time, self._heard)
+        read = getattr(stream, "read1", None) or stream.read   # what has arrived, at once
+        pending = bytearray()
+        while True:
+            try:
+                data = read(READ_SIZE)
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):
+                data = b""
+            if not data:
+                break
+            reader.feed(data)
+            pending += data
+            while pending:
+                i = pending.find(b"\n")
+                if i < 0 and len(pending) < MAX_LINE:
+                    break
+                cut = i + 1 if 0 <= i < MAX_LINE else MAX_LINE
+                self.emit(bytes(pending[:cut]))
+                del pending[:cut]
+        reader.end()
+        if pending:
+            self.emit(bytes(pending))
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+    def _heard(self, line: str, p) -> None:
+        """What the reader took from a line (reader thread), for the loop: the same classes of
+        lines the local launcher hands its machine (Supervisor._on_line)."""
+        now = time.time()
+        if p is not None:
+            self.inbox.append(mc.Progressed(self.name, p.step, now))
+            return
+        m = rules.STILL_WAITING.search(line)
+        if m:
+            self.inbox.append(mc.Waiting(self.name, f"{m.group(1)}:{m.group(2)}", now))
+        if rules.PORT_CONFLICT.search(line):
+            self.inbox.append(mc.PortConflict(self.name, now))
+
+    def _life(self) -> List[Any]:
+        """A sign of life the reader saw since the last look (a redraw, a hook line)."""
+        at = self.seen.life_at
+        if at is None or at == self.life_fed or not self.status.state.alive:
+            return []
+        self.life_fed = at
+        return [mc.Progressed(self.name, None, at)]
 
     # ---- life: the loop that drives the machine
     def run(self) -> int:
@@ -235,6 +265,7 @@ class Task:
                     exited = mc.Exited(self.name, rc, time.time(), self.oom.words(rc))
             while self.inbox:
                 events.append(self.inbox.popleft())
+            events += self._life()
             if exited is not None:
                 events.append(exited)
             if now - self.last_look >= 0.5:
@@ -309,6 +340,7 @@ class Task:
         if self.events is not None:
             self.events.emit("task_started", self.name, {"pid": self.proc.pid, "attempt": attempt,
                                                          "host": self.host})
+        self.seen.reset()
         self.reader = threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True)
         self.reader.start()
 
