@@ -85,3 +85,17 @@ def test_a_redraw_is_a_sign_of_life_before_its_line_ends():
         reader.join(5)
     assert not reader.is_alive()
     assert len(shown) == 1 and shown[0].startswith(b"\r 3/10") and b"\r 4/10" in shown[0]
+
+
+def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(capsys):
+    """The submitting side reads the job's output: a report glued to other text is consumed
+    as progress, and the rest of the line is still shown (it was dropped whole before)."""
+    from tfcluster.backends.slurm import _Follower
+
+    f = _Follower({}, "/nonexistent", quiet=False, progress_every=1e9)
+    f._line('[worker:0] epoch 3 acc 0.91@tfcluster progress {"step": 30, "total": 50}')
+    f._line('[worker:1] @tfcluster progress {"step": 7}')
+    f._line("[worker:1] plain line")
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["[worker:0] epoch 3 acc 0.91", "[worker:1] plain line"]
+    assert f.progress["worker:0"].step == 30 and f.progress["worker:1"].step == 7

@@ -45,7 +45,7 @@ from .. import rules
 from ..config import check_text, printable
 from ..errors import UserError
 from ..plan import RunPlan
-from ..progress import parse_progress
+from ..progress import split_progress
 from .base import Launcher, start_child
 from .runfolder import RunFolder
 
@@ -535,9 +535,9 @@ class _Follower:
         """A line of the job's output: the tasks' lines to stdout (prefixed by their wrappers);
         progress-protocol lines are consumed, as locally, into a periodic line on stderr."""
         m = _TASK_LINE.match(text)
-        p = parse_progress(m.group(2)) if m else None
-        if p is not None:
-            self.progress[m.group(1)] = p
+        visible, found = split_progress(m.group(2)) if m else (text, [])
+        if found:
+            self.progress[m.group(1)] = found[-1]
             now = time.time()
             if now - self.progress_at >= self.progress_every:
                 self.progress_at = now
@@ -545,7 +545,9 @@ class _Follower:
                     _info(f"{task}: step {q.step}" + (f"/{q.total}" if q.total else "")
                           + "".join(f", {k} {v:.4g}" for k, v in q.metrics.items()))
             if not self.echo_progress:
-                return
+                if not visible.replace("\r", "").strip():
+                    return           # only reports
+                text = f"[{m.group(1)}] {visible}"   # what was glued to them is shown
         if self.quiet and "tfcluster:" not in text:
             return
         try:
