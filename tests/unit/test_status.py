@@ -36,6 +36,14 @@ def test_a_reused_pid_does_not_keep_a_run_alive(tmp_path, capsys):
     assert (rc, json.loads(out)["result"]) == (3, "running")
 
 
+def test_the_launcher_dates_its_start_as_status_reads_it():
+    """record.launcher_start_time reads /proc itself; status compares it with psutil's."""
+    from tfcluster.record import launcher_start_time
+    from tfcluster.runrecord import STARTED_SLACK
+
+    assert abs(launcher_start_time() - psutil.Process().create_time()) < min(0.05, STARTED_SLACK)
+
+
 def test_an_older_record_without_launcher_started(tmp_path, capsys):
     me = psutil.Process()
     # this process started before the run: it may be the launcher
