@@ -19,7 +19,8 @@ _LAZY = {
     # server
     "EXIT_PORT_IN_USE": "server", "EXIT_BAD_CONTEXT": "server", "PortInUseError": "server",
     "ServerStartError": "server", "start_server": "server", "session_config": "server",
-    "thread_pool_sizes": "server", "default_device_filters": "server", "serve_until_done": "server",
+    "thread_pool_sizes": "server", "thread_spinning": "server", "default_device_filters": "server",
+    "serve_until_done": "server",
     "signal_done": "server", "join_forever": "server", "exit_now": "server", "fail": "server",
     "port_holder": "server", "wait_for_ports": "server",
     # placement
