@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import io
 import os
+import re
 import threading
 import time
 import types
@@ -99,3 +100,27 @@ def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(caps
     out = capsys.readouterr().out.splitlines()
     assert out == ["[worker:0] epoch 3 acc 0.91", "[worker:1] plain line"]
     assert f.progress["worker:0"].step == 30 and f.progress["worker:1"].step == 7
+
+
+def test_the_follower_applies_tasks_timestamps_and_folds_tensorflow_noise(capsys):
+    """--tasks, --timestamps and --show-tf-noise mean under Slurm what they mean locally."""
+    from tfcluster.backends.slurm import _Follower
+    from tfcluster.launch.display import OutputOptions
+    from tfcluster.reader import NOISE_NOTE
+
+    noise = ("[worker:0] I0000 00:00:1796136878.937212   22036 port.cc:153] oneDNN custom "
+             "operations are on. You may see slightly different numerical results")
+    f = _Follower({}, "/nonexistent", quiet=False, progress_every=1e12,
+                  output=OutputOptions.parse(tasks="worker", timestamps=True))
+    for line in (noise, noise, "[ps:0] serving", "[worker:0] step line", "[worker:1] tfcluster: a note"):
+        f._line(line)
+    out = capsys.readouterr().out.splitlines()
+    stamp = r"\d\d:\d\d:\d\d\.\d\d\d "
+    assert len(out) == 3, out                  # ps:0 not chosen; the noise once, as the note
+    assert re.fullmatch(stamp + re.escape(f"[worker:0] {NOISE_NOTE}"), out[0])
+    assert re.fullmatch(stamp + re.escape("[worker:0] step line"), out[1])
+    assert re.fullmatch(stamp + re.escape("[worker:1] tfcluster: a note"), out[2])
+
+    shown = _Follower({}, "/nonexistent", quiet=False, progress_every=1e12, show_tf_noise=True)
+    shown._line(noise)
+    assert capsys.readouterr().out.splitlines() == [noise]

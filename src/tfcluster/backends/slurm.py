@@ -46,6 +46,7 @@ from ..config import check_text, printable
 from ..errors import UserError
 from ..plan import RunPlan
 from ..progress import split_progress
+from ..reader import NoiseFold
 from .base import Launcher, start_child
 from .runfolder import RunFolder
 
@@ -364,7 +365,8 @@ def layout(plan: Dict[str, Any], nodes: Sequence[str], per_node: Sequence[int]
 # The launcher side: tfcluster launch FILE --backend slurm.
 
 def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
-           progress_every: float = 15.0, echo_progress: bool = False) -> int:
+           progress_every: float = 15.0, echo_progress: bool = False, output=None,
+           show_tf_noise: bool = False) -> int:
     """Submit (sbatch) or run (srun, inside an allocation) the plan, follow it, stream its
     output and return 0 (succeeded), 1 (failed), 2 (bad input) or 130 (interrupted; the job
     is cancelled)."""
@@ -396,7 +398,8 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
           f"logs in {run_dir}" + (f"; hosts listed for {', '.join(listed)} are not used, Slurm "
                                   f"chooses the nodes" if listed else ""))
     follower = _Follower(data, run_dir, quiet=quiet, carried=carried,
-                         progress_every=progress_every, echo_progress=echo_progress)
+                         progress_every=progress_every, echo_progress=echo_progress,
+                         output=output, show_tf_noise=show_tf_noise)
     record = _Record(plan)
     follower.on_submitted = lambda job_id: record.write("running", None, job_id)
     code = None
@@ -437,7 +440,8 @@ class SlurmLauncher(Launcher):
 
     def run(self, view) -> int:
         return launch(self.plan, quiet=view.quiet, progress_every=view.progress_every,
-                      echo_progress=view.echo_progress)
+                      echo_progress=view.echo_progress, output=getattr(view, "output", None),
+                      show_tf_noise=getattr(view, "show_tf_noise", False))
 
 
 class _Record:
@@ -520,8 +524,10 @@ def _info(line: str, stream: IO[str] = sys.stderr) -> None:
 class _Follower:
     def __init__(self, plan: Dict[str, Any], run_dir: str, quiet: bool,
                  carried: Optional[Dict[str, str]] = None, progress_every: float = 15.0,
-                 echo_progress: bool = False):
+                 echo_progress: bool = False, output=None, show_tf_noise: bool = False):
         self.plan, self.run_dir, self.quiet = plan, run_dir, quiet
+        self.output = output                      # --tasks, --timestamps (display.OutputOptions)
+        self.noise = NoiseFold(show=show_tf_noise)   # TensorFlow's start-up noise, as locally
         self.env = {**os.environ, **(carried or {})}   # secrets travel in the environment
         self.progress: Dict[str, Any] = {}
         self.progress_at = 0.0
@@ -533,7 +539,9 @@ class _Follower:
     # ---- output
     def _line(self, text: str) -> None:
         """A line of the job's output: the tasks' lines to stdout (prefixed by their wrappers);
-        progress-protocol lines are consumed, as locally, into a periodic line on stderr."""
+        progress-protocol lines are consumed, as locally, into a periodic line on stderr. As
+        locally too: ``--tasks`` chooses whose lines are shown, ``--timestamps`` dates them, and
+        TensorFlow's start-up noise is folded into one note unless ``--show-tf-noise``."""
         m = _TASK_LINE.match(text)
         visible, found = split_progress(m.group(2)) if m else (text, [])
         if found:
@@ -547,7 +555,20 @@ class _Follower:
             if not self.echo_progress:
                 if not visible.replace("\r", "").strip():
                     return           # only reports
-                text = f"[{m.group(1)}] {visible}"   # what was glued to them is shown
+            else:
+                visible = m.group(2)
+        if m:
+            task = m.group(1)
+            if self.output is not None and not self.output.shows(task):
+                return
+            if not visible.startswith("tfcluster:"):
+                hide, note = self.noise.fold(visible)
+                if hide:
+                    if note is None:
+                        return
+                    visible = note
+            prefix = self.output.prefix(task) if self.output is not None else f"[{task}] "
+            text = prefix + visible
         if self.quiet and "tfcluster:" not in text:
             return
         try:
