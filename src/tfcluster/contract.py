@@ -160,11 +160,16 @@ def restart_count() -> int:
     return int(value) if value.isdigit() else 0
 
 
+def proc_stat(pid: object = "self") -> List[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name: index 0 is field 3 (state),
+    1 the parent's pid, 19 the start time in clock ticks after boot. Raises OSError."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
+
+
 def _parent_of(pid: int) -> Optional[int]:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return int(stat[stat.rindex(")") + 2:].split()[1])
+        return int(proc_stat(pid)[1])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -49,6 +49,12 @@ NOISE_NOTE = ("tfcluster: TensorFlow's start-up messages (no GPU found, oneDNN, 
               "on the console and kept in the task logs; --show-tf-noise shows them")
 
 
+def still_waiting_on(line: str) -> Optional[str]:
+    """The task (``ps:0``) TensorFlow says a session still waits for in ``line``, or None."""
+    m = STILL_WAITING.search(line)
+    return f"{m.group(1)}:{m.group(2)}" if m else None
+
+
 @dataclass
 class Seen:
     """What a task's output has told the supervisor (shared with the reader thread)."""
@@ -374,9 +380,9 @@ class OutputReader(threading.Thread):
             self.seen.tail.append(line[:TAIL_LINE_CHARS])
             if PORT_CONFLICT.search(line):
                 self.seen.port_conflict = True
-            m = STILL_WAITING.search(line)
-            if m:
-                self.seen.waiting_on.setdefault(f"{m.group(1)}:{m.group(2)}", self.clock())
+            waiting = still_waiting_on(line)
+            if waiting:
+                self.seen.waiting_on.setdefault(waiting, self.clock())
         hide, note = self.noise.fold(line)
         if hide:
             with self.lock:

@@ -11,6 +11,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from . import runfs
+from .contract import proc_stat
 from .runfs import RUN_FILE
 
 
@@ -18,8 +19,7 @@ def launcher_start_time() -> Optional[float]:
     """This process's start time (with its pid, how ``status`` tells a live launcher from a
     dead one whose pid was reused)."""
     try:   # what psutil's create_time() computes, without importing psutil (~15 ms a launch)
-        with open("/proc/self/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])      # field 22: starttime
+        ticks = int(proc_stat()[19])                                 # field 22: starttime
         with open("/proc/stat", "rb") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
         return boot + ticks / os.sysconf("SC_CLK_TCK")

@@ -1,4 +1,4 @@
-"""The output reader (tfcluster.launch.output): pieces, the progress pipe, a full disk, endless
+"""The output reader (tfcluster.reader, with the local pump of tfcluster.launch.output): pieces, the progress pipe, a full disk, endless
 lines, and nothing lost at the end. The reader runs on real pipes; no TensorFlow."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tfcluster.launch.output import (MAX_LINE, NOISE_NOTE, NoiseFold, OutputPump, OutputReader,
-                                     Seen, join_readers)
+from tfcluster.launch.output import OutputPump, join_readers
+from tfcluster.reader import MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen
 from tfcluster.progress import format_progress
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -183,7 +183,8 @@ def test_300_mib_without_a_newline_stays_small_and_the_end_reaches_the_log(tmp_p
     code = f"""
 import os, resource, sys, threading, time
 sys.path.insert(0, {SRC!r})
-from tfcluster.launch.output import OutputReader, Seen, join_readers
+from tfcluster.launch.output import join_readers
+from tfcluster.reader import OutputReader, Seen
 r, w = os.pipe()
 def write():
     chunk = b"y" * (1 << 20)

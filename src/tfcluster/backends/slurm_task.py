@@ -48,7 +48,7 @@ from .. import contract, machine as mc, rules, secrets  # noqa: E402
 from ..hosts import accepts  # noqa: E402
 from ..oom import OomWatch  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
-from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen  # noqa: E402
+from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen, still_waiting_on  # noqa: E402
 from .base import start_child  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
@@ -220,9 +220,9 @@ class Task:
         if p is not None:
             self.inbox.append(mc.Progressed(self.name, p.step, now))
             return
-        m = rules.STILL_WAITING.search(line)
-        if m:
-            self.inbox.append(mc.Waiting(self.name, f"{m.group(1)}:{m.group(2)}", now))
+        waiting = still_waiting_on(line)
+        if waiting:
+            self.inbox.append(mc.Waiting(self.name, waiting, now))
         if rules.PORT_CONFLICT.search(line):
             self.inbox.append(mc.PortConflict(self.name, now))
 

@@ -14,9 +14,7 @@ import threading
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
-from ..reader import (MAX_LINE, NOISE_NOTE, READ_SIZE, TAIL_LINE_CHARS, TAIL_LINES,  # noqa: F401
-                      NoiseFold, OutputReader, Seen)
-from ..rules import PORT_CONFLICT, STILL_WAITING  # noqa: F401 (the reader's classes of lines)
+from ..reader import READ_SIZE, OutputReader
 
 
 class OutputPump(threading.Thread):

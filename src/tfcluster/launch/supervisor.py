@@ -38,8 +38,9 @@ from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
 from ..outputs import failure_tail
-from .output import (PORT_CONFLICT, STILL_WAITING, NoiseFold, OutputPump, OutputReader, Seen,
-                     join_readers)
+from ..reader import NoiseFold, OutputReader, Seen, still_waiting_on
+from ..rules import PORT_CONFLICT
+from .output import OutputPump, join_readers
 from .state import TaskState, describe_exit
 
 PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
@@ -335,9 +336,12 @@ class Supervisor:
             # launcher here: the budget is counted by the machine, every task is ours)
         self.dirty = True
 
+    def _waiting_to_start(self, name: str) -> bool:
+        return not self.machine.finished and \
+            self.machine.tasks[name].state in (TaskState.PENDING, TaskState.RESTARTING)
+
     def _may_start(self, a: Start) -> bool:
-        return self.machine.tasks[a.task].state in (TaskState.PENDING, TaskState.RESTARTING) \
-            and not self.machine.finished and self.machine.phase != "stop"
+        return self._waiting_to_start(a.task) and self.machine.phase != "stop"
 
     def _spec_now(self, tr: TaskRun) -> ProcessSpec:
         if tr.restarts or self._specs_for is not self.plan:   # else the one made up front
@@ -380,8 +384,7 @@ class Supervisor:
             if handle is None:
                 if self._start_error is None:
                     self._start_failed(tr, spec, error)
-            elif self.machine.finished or self.machine.tasks[tr.name].state not in (
-                    TaskState.PENDING, TaskState.RESTARTING):
+            elif not self._waiting_to_start(tr.name):
                 _discard(handle)    # the run is stopping (a task could not start): not this one
             else:
                 self._started(tr, handle, at)
@@ -425,9 +428,9 @@ class Supervisor:
         now = self.clock()
         if PORT_CONFLICT.search(line):
             self._inbox.append(PortConflict(tr.name, now))
-        m = STILL_WAITING.search(line)
-        if m:
-            self._inbox.append(Waiting(tr.name, f"{m.group(1)}:{m.group(2)}", now))
+        waiting = still_waiting_on(line)
+        if waiting:
+            self._inbox.append(Waiting(tr.name, waiting, now))
         if p is None:
             return
         with self.lock:
