@@ -587,7 +587,7 @@ class LaunchRequest:
 
 def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) -> LaunchRequest:
     """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
-    from .launch import View
+    from .launch.supervisor import View
     from .launch.display import OutputOptions
     from .plan import LaunchOptions
     options = LaunchOptions(
@@ -638,7 +638,7 @@ def _quick_cluster(request: LaunchRequest):
 
 
 def _supervised(plan, cluster):
-    from .launch import SupervisedLauncher
+    from .launch.launcher import SupervisedLauncher
     if plan.backend == "ssh":
         from .backends.ssh import SshBackend
         return SupervisedLauncher(plan, SshBackend(cluster, stop_timeout=plan.stop_timeout))
@@ -664,7 +664,7 @@ def run_launch(request: LaunchRequest) -> int:
     The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
     (:class:`tfcluster.backends.base.Launcher`)."""
     from . import config
-    from .launch import View
+    from .launch.supervisor import View
     from .plan import LaunchOptions, build_plan
     if request.cluster is not None:
         cluster = request.cluster

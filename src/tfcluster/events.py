@@ -25,6 +25,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import UserError
+from .rules import exit_fields, exit_words  # noqa: F401 (the one wording: rules.py)
 
 EVENTS_FILE = "events.jsonl"
 PROGRESS_INTERVAL = 1.0   # seconds: at most one progress event per task this often
@@ -41,6 +42,8 @@ EVENTS = {
     "progress": ("step", "total", "metrics"),
     "decision": ("result", "rule", "exit_code", "reason"),
     "run_ended": ("result", "exit_code"),
+    # what came in to the run machine (tfcluster.machine.input_fields): for a replay, not shown
+    "input": ("input", "data"),
 }
 
 
@@ -71,9 +74,14 @@ class EventLog:
     the run goes on without its log.
     """
 
-    def __init__(self, run_dir: str, clock=time.time, buffered: bool = False):
+    def __init__(self, run_dir: str, clock=time.time, buffered: bool = False,
+                 events_file: str = EVENTS_FILE, log_file: Optional[str] = LAUNCHER_LOG):
+        """``events_file`` and ``log_file`` (None: no human log): the files in ``run_dir`` (a
+        Slurm node writes its task's events to a file of its own, merged into events.jsonl by
+        the launcher at the end)."""
         self.run_dir = run_dir
         self.clock = clock
+        self.files = {"_events": events_file, "_log": log_file}
         #: lines are flushed by :meth:`flush` (the launcher's loop, every turn) instead of one
         #: write a line (a start wave of 512 tasks: 1,500 lines)
         self.buffered = buffered
@@ -98,8 +106,9 @@ class EventLog:
         line = json.dumps(record, separators=(", ", ": "), allow_nan=False)
         human = f"{_stamp(record['time'])} {format_event(record)}"
         with self._lock:
-            self._write("_events", EVENTS_FILE, line)
-            self._write("_log", LAUNCHER_LOG, human)
+            self._write("_events", line)
+            if event != "input":     # the machine's input log is for replays, not for people
+                self._write("_log", human)
         return record
 
     def progress(self, task: str, step: int, total: Optional[int] = None,
@@ -146,7 +155,7 @@ class EventLog:
         stamp = _stamp(self.clock() if when is None else when)
         with self._lock:
             for part in str(line).splitlines() or [""]:
-                self._write("_log", LAUNCHER_LOG, f"{stamp} {part}")
+                self._write("_log", f"{stamp} {part}")
 
     def close(self) -> None:
         with self._lock:
@@ -166,8 +175,9 @@ class EventLog:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _write(self, attr: str, filename: str, line: str) -> None:
-        if self._closed:
+    def _write(self, attr: str, line: str) -> None:
+        filename = self.files[attr]
+        if self._closed or filename is None:
             return
         try:
             f = getattr(self, attr)
@@ -184,7 +194,7 @@ class EventLog:
     def flush(self) -> None:
         """Write out what :attr:`buffered` lines are held."""
         with self._lock:
-            for name, filename in (("_events", EVENTS_FILE), ("_log", LAUNCHER_LOG)):
+            for name, filename in self.files.items():
                 f = getattr(self, name)
                 if f is None:
                     continue
@@ -411,21 +421,3 @@ def format_event(ev: Dict[str, Any]) -> str:
     return f"{name} {who}" + (f": {rest}" if rest else "")
 
 
-def exit_fields(returncode: Optional[int]) -> Dict[str, Any]:
-    """``exit_code``, ``signal`` and ``exit`` of a ``task_exited`` event, from a Popen-style
-    returncode (negative: killed by that signal)."""
-    if returncode is not None and returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return {"exit_code": None, "signal": name, "exit": name}
-    return {"exit_code": returncode, "signal": None, "exit": exit_words(returncode, None)}
-
-
-def exit_words(exit_code: Any, signal_name: Any) -> str:
-    if signal_name:
-        return str(signal_name)
-    if exit_code is None:
-        return "?"
-    return f"exit {exit_code}"

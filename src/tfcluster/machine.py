@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import rules
-from .events import exit_fields
-from .rules import describe_exit
-from .runrecord import format_duration as _duration
+from .rules import describe_exit, exit_fields
+from .rules import format_duration as _duration
+from .reader import still_waiting_on
 
 # ---------------------------------------------------------------------------- states
 
@@ -45,7 +45,8 @@ class TaskState(str, enum.Enum):
     SKIPPED     it runs on another host; this launcher does not start it
 
     PENDING -> RUNNING | STOPPED;  RUNNING -> SUCCEEDED | FAILED | STOPPING;
-    FAILED -> RESTARTING -> RUNNING | STOPPED;  STOPPING -> STOPPED.
+    FAILED -> RESTARTING -> RUNNING | STOPPED | FAILED (the run's shared restart budget refused
+    the restart: it never was);  STOPPING -> STOPPED.
     """
 
     PENDING = "pending"
@@ -67,7 +68,7 @@ ALLOWED = {
     TaskState.PENDING: {TaskState.RUNNING, TaskState.STOPPED},
     TaskState.RUNNING: {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPING},
     TaskState.FAILED: {TaskState.RESTARTING},
-    TaskState.RESTARTING: {TaskState.RUNNING, TaskState.STOPPED},
+    TaskState.RESTARTING: {TaskState.RUNNING, TaskState.STOPPED, TaskState.FAILED},
     TaskState.STOPPING: {TaskState.STOPPED},
     TaskState.SUCCEEDED: set(),
     TaskState.STOPPED: set(),
@@ -103,8 +104,12 @@ class RunState(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Tick:
-    """Time has passed: deadlines (restart backoff, watchdog, grace, stop timeout) are due."""
+    """Time has passed: deadlines (restart backoff, watchdog, grace, stop timeout) are due.
+    ``watch``: whether the watchdogs look now; None (a driver) -- every WATCH_EVERY seconds.
+    The machine's input log (:attr:`RunMachine.inputs`) records it, so a replay looks when the
+    run looked."""
     now: float
+    watch: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -370,6 +375,7 @@ class RunMachine:
         self.words = ""
         self.root_cause: Optional[str] = None        # the task that failed first
         self.root_note: Optional[str] = None         # or why the run failed without one
+        self.decided_here = False                    # the verdict was reached here (not RunOver)
         self.total_restarts = 0
         self.best_step: Optional[int] = None
         self.best_step_at = 0.0
@@ -388,11 +394,16 @@ class RunMachine:
         self._wave_killed = False
         self._peer_wait_until: Optional[float] = None
         self._claims: Dict[str, float] = {}          # task -> delay, waiting for RestartClaim
+        self._watched = False                        # the watchdogs looked in this event
         self._now = 0.0
         # without reports from elsewhere the tasks the success rule needs are fixed: count them
         self._next_start_at = float("inf")   # the earliest start_at of a task to start again
         self._needs: Optional[set] = None    # rules.success_needs, asked on the first exit 0
         self._needs_left = 0                 # ... of them not yet exited 0 (SUCCEEDED is final)
+        #: what came in (every event but Ticks that changed nothing), when ``log_inputs``:
+        #: :func:`replay` of it on a new machine gives the same actions
+        self.log_inputs = False
+        self.inputs: List[Event] = []
 
     @classmethod
     def from_plan(cls, plan, names: Optional[Iterable[str]] = None, *, shared: bool = False,
@@ -401,6 +412,8 @@ class RunMachine:
         node wrapper, which shares the restart budget, hears of the other tasks' ends and asks
         other nodes to kill a task through the run folder."""
         here = list(names) if names is not None else list(plan.selected)
+        if shared and peer_stop_wait is None:
+            peer_stop_wait = rules.peer_stop_wait(plan.grace, plan.stop_timeout)
         rule = plan.task(here[0]).restart if here else rules.RestartRule()
         wd = plan.watchdog
         settings = Settings(
@@ -432,9 +445,20 @@ class RunMachine:
             if self.finished:
                 break
             self._now = getattr(ev, "now", self._now)
+            before, self._watched = len(out), False
             getattr(self, "_on_" + type(ev).__name__)(ev, out)
             self._advance(getattr(ev, "now", 0.0), out)
+            if self.log_inputs:
+                if not isinstance(ev, Tick):
+                    self.inputs.append(ev)
+                elif len(out) > before:   # a Tick that did nothing changed nothing: not kept
+                    self.inputs.append(Tick(ev.now, self._watched))
         return out
+
+    def take_inputs(self) -> List[Event]:
+        """The inputs logged since the last call (a driver writes them to events.jsonl)."""
+        got, self.inputs = self.inputs, []
+        return got
 
     # ------------------------------------------------------------------ queries
     def unopened(self) -> List[str]:
@@ -471,6 +495,34 @@ class RunMachine:
     def decided(self) -> bool:
         return self.result != RunState.RUNNING
 
+    def exit_code_of(self, name: str) -> int:
+        """The exit code of a driver that runs ``name`` alone (a Slurm node's wrapper): the
+        task's own (128+N for a signal) when it caused the run's failure -- so Slurm's
+        accounting names the task that failed -- else the run's."""
+        t = self.tasks[name]
+        if self.result == RunState.FAILED and self.root_cause == name and t.returncode is not None:
+            return rules.task_exit_code(t.returncode)
+        return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
+
+    def end_row(self, name: str, final: bool) -> Dict[str, object]:
+        """What a task's driver tells the others of the task's end (a Slurm node's exit record
+        in the run folder; the Slurm launcher builds run.json's task row from it): its state and
+        exit, whether it failed the run, and the reason -- the task's own note (a watchdog
+        kill, a port conflict, an OOM kill, a refused restart) wins, then the run's verdict
+        (``final``), then the wording of its exit. Not ``final``: it exited 0 while the run goes
+        on (others may wait for it: all-workers)."""
+        t = self.tasks[name]
+        failed = final and self.result == RunState.FAILED and self.root_cause in (name, None)
+        return {
+            "exit_code": self.exit_code_of(name) if final else rules.EXIT_OK,
+            "returncode": t.returncode, "state": t.state.value,
+            "exit": describe_exit(t.returncode), "note": t.note,
+            "ok": t.state == TaskState.SUCCEEDED, "failed": bool(failed),
+            "reason": t.note or (self.words if final else "") or describe_exit(t.returncode),
+            "restarts": t.restarts, "pid": t.pid, "started": t.started,
+            "first_started": t.first_started, "ended": t.ended, "final": final,
+            "decision": self.words if final and self.decided_here else None}
+
     # ------------------------------------------------------------------ events
     def _on_Tick(self, ev: Tick, out: List[Action]) -> None:
         if self.phase == "run" and ev.now >= self._next_start_at:   # a look at every task
@@ -485,8 +537,10 @@ class RunMachine:
                     later = min(later, t.start_at)
             self._next_start_at = later
         if self.phase == "run":
-            if self._last_watch is None or ev.now - self._last_watch >= WATCH_EVERY:
+            due = self._last_watch is None or ev.now - self._last_watch >= WATCH_EVERY
+            if ev.watch if ev.watch is not None else due:
                 self._last_watch = ev.now
+                self._watched = True
                 self._watch(ev.now, out)
 
     def _on_Started(self, ev: Started, out: List[Action]) -> None:
@@ -577,7 +631,8 @@ class RunMachine:
             return
         reason = ev.reason or (f"the run's restart budget is spent ({t.rule.max_total_restarts} "
                                f"of {t.rule.max_total_restarts})")
-        t.state = TaskState.FAILED                 # the claim failed: the restart never was
+        # the claim failed: the restart never was
+        t.state = check_transition(t.state, TaskState.FAILED, t.name)
         self._fail(t, reason, out)
 
     def _on_Progressed(self, ev: Progressed, out: List[Action]) -> None:
@@ -734,6 +789,7 @@ class RunMachine:
     def _decide(self, result: RunState, code: int, words: str, out: List[Action],
                 announce: bool = True, origin_here: bool = True) -> None:
         self.result, self.exit_code, self.words = result, code, words
+        self.decided_here = origin_here
         rule = self.s.success if result == RunState.SUCCEEDED else (
             "restart" if result == RunState.FAILED else "signal")
         out.append(note("decision", result=result.value, rule=rule, exit_code=code, reason=words))
@@ -871,3 +927,52 @@ def _signame(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+# ---------------------------------------------------------------------------- task output
+def line_events(task: str, line: str, progress, now: float) -> List[Event]:
+    """What one line of a task's output tells the machine, for every driver (the output reader,
+    :class:`tfcluster.reader.OutputReader`, finds the line and its progress report): a report
+    (``progress``, its step) is progress; else TensorFlow's "CreateSession still waiting" line
+    names the task waited on, and "Could not start gRPC server" a taken port."""
+    out: List[Event] = []
+    if rules.PORT_CONFLICT.search(line):
+        out.append(PortConflict(task, now))
+    waiting = still_waiting_on(line)
+    if waiting:
+        out.append(Waiting(task, waiting, now))
+    if progress is not None:
+        out.append(Progressed(task, progress.step, now))
+    return out
+
+
+# ---------------------------------------------------------------------------- the input log
+_INPUTS = {cls.__name__: cls for cls in (Tick, Started, StartFailed, Exited, Progressed, PortOpen,
+                                         PortConflict, Waiting, Interrupt, KillRequest, PeerEnded,
+                                         RunOver, ChiefGone, RestartClaim)}
+
+
+def input_fields(ev: Event) -> Dict[str, object]:
+    """An input as plain fields -- ``input`` (its kind) and ``data`` (its fields) -- for an
+    ``input`` row of events.jsonl."""
+    return {"input": type(ev).__name__, "data": dict(ev.__dict__)}
+
+
+def input_from_fields(fields: Mapping[str, object]) -> Event:
+    """The input that :func:`input_fields` wrote (ValueError for anything else)."""
+    cls = _INPUTS.get(str(fields.get("input")))
+    data = fields.get("data")
+    if cls is None or not isinstance(data, dict):
+        raise ValueError(f"not a machine input: {fields.get('input')!r}")
+    names = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def replay(machine: RunMachine, began: float, inputs: Iterable[Event]) -> List[Action]:
+    """Begin a new machine built like the run's at ``began`` and hand it the run's logged
+    inputs; the actions it returns are the run's (the machine is pure: same inputs, same
+    decisions)."""
+    out = machine.begin(began)
+    for ev in inputs:
+        out += machine.handle(ev)
+    return out

@@ -30,6 +30,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from .config import printable
 from .errors import UserError
 from .events import format_event, iter_events
+from .rules import exit_words
 from .runrecord import (HEADER, derive_result, format_duration, last_update, read_run,
                         task_rows)
 
@@ -296,6 +297,8 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
     decision = chief = None
     run_tasks: List[str] = []
     for e in iter_events(run_dir):
+        if e.get("event") == "input":   # the run machine's input log (for replays)
+            continue
         n_events += 1
         t = float(e["time"])
         tmin = t if tmin is None or t < tmin else tmin
@@ -352,8 +355,8 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
                 _keep(v.attempts, Attempt(tmin, attempt=None, open=True), v)
             a = v.attempts[-1]
             a.end, a.open = t, False
-            a.exit = _text(e.get("exit")) or _exit_words(_int(e.get("exit_code"), -(1 << 31)),
-                                                          _text(e.get("signal")))
+            a.exit = _text(e.get("exit")) or exit_words(_int(e.get("exit_code"), -(1 << 31)),
+                                                         _text(e.get("signal")), unknown="")
             a.state = _state(e.get("state"))
         elif kind == "task_restarting":
             v.restart_events += 1
@@ -431,12 +434,6 @@ def _rate_of(points: List[Tuple[float, float]]) -> Optional[float]:
         return None
     (t0, s0), (t1, s1) = points[0], points[-1]
     return (s1 - s0) / (t1 - t0) if t1 > t0 else None
-
-
-def _exit_words(code: Any, sig: Any) -> str:
-    if sig:
-        return str(sig)
-    return "" if code is None else f"exit {code}"
 
 
 # ------------------------------------------------------------------ drawing

@@ -11,7 +11,7 @@ import math
 import re
 import signal
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 
 # ---------------------------------------------------------------------------- vocabulary
 
@@ -83,16 +83,115 @@ def task_exit_code(returncode: int) -> int:
     return returncode if returncode < 256 else 1
 
 
+def signal_name(signum: int) -> str:
+    """'SIGTERM', or 'signal 99' for a number Python has no name for."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def describe_exit(returncode: Optional[int]) -> str:
-    """'exit 7', 'SIGKILL', or '' while running."""
+    """The one wording of a task's end: 'exit 7', 'SIGKILL', or '' while running (a Popen-style
+    returncode: negative, killed by that signal)."""
     if returncode is None:
         return ""
     if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
+        return signal_name(-returncode)
     return f"exit {returncode}"
+
+
+def exit_words(exit_code: Any, signal_name_: Any, unknown: str = "?") -> str:
+    """The same wording from a record's ``exit_code`` and ``signal`` fields (as events.jsonl
+    and run.json keep them); ``unknown`` when neither is known."""
+    if signal_name_:
+        return str(signal_name_)
+    if exit_code is None:
+        return unknown
+    return f"exit {exit_code}"
+
+
+def exit_fields(returncode: Optional[int]) -> Dict[str, Any]:
+    """``exit_code``, ``signal`` and ``exit`` of a ``task_exited`` event, from a Popen-style
+    returncode (negative: killed by that signal)."""
+    if returncode is not None and returncode < 0:
+        name = signal_name(-returncode)
+        return {"exit_code": None, "signal": name, "exit": name}
+    return {"exit_code": returncode, "signal": None, "exit": exit_words(returncode, None)}
+
+
+def format_duration(seconds: Optional[float]) -> str:
+    """'4.2s', '3m05s', '2h07m' ('' for None)."""
+    if seconds is None:
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(seconds), 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+def result_of_exit_code(code: Optional[int]) -> str:
+    """The run's result (run.json's ``result``) from the exit code its launcher ends with: 0
+    succeeded; 128+N (stopped by signal N: Ctrl-C, scancel, a time limit) interrupted; anything
+    else, or no code at all (the launcher itself failed), failed."""
+    if code == EXIT_OK:
+        return "succeeded"
+    if code is not None and code > 128:
+        return "interrupted"
+    return "failed"
+
+
+def job_verdict(rc: int, failed_tasks: int) -> Tuple[str, int]:
+    """A Slurm job's verdict, from the job's exit code and how many tasks recorded a failure of
+    their own: (``succeeded`` | ``stopped`` | ``failed``, the launcher's exit code). A job
+    stopped in order (128+SIGTERM: a time limit, ``tfcluster stop``, scancel) with no failed
+    task was stopped, not failed."""
+    if rc == EXIT_OK and not failed_tasks:
+        return "succeeded", EXIT_OK
+    if rc == signal_exit_code(signal.SIGTERM) and not failed_tasks:
+        return "stopped", rc
+    return "failed", EXIT_FAILED
+
+
+# ---------------------------------------------------------------------------- stops on Slurm
+#: the signal a Slurm node's wrapper stops its ps with (the ps ignores SIGTERM: see
+#: :func:`shielded_from_step_signals`)
+SHIELDED_STOP_SIGNAL = signal.SIGHUP
+
+
+def shielded_from_step_signals(job: str) -> bool:
+    """Does a task of ``job`` start on a Slurm node with SIGTERM ignored? Slurm ends a job
+    (plain ``scancel``, preemption, a time limit) by sending SIGTERM to every process of the
+    step at once; a ps that obeyed it would die before its chief saved its last checkpoint. A
+    ps ignores it (the disposition survives exec); its wrapper, which hears the SIGTERM too,
+    stops it with :data:`SHIELDED_STOP_SIGNAL` once the chief and workers have ended (Slurm's
+    SIGKILL after KillWait or GraceTime bounds it all)."""
+    return job == "ps"
+
+
+# ---------------------------------------------------------------------------- waits of a stop
+#: what a ps waits on top of grace + stop timeout for tasks on other nodes to end
+PEER_STOP_MARGIN = 5.0
+#: what the Slurm launcher waits on top of grace + 2 stop timeouts for an ordered stop
+ORDERED_STOP_MARGIN = 15.0
+
+
+def peer_stop_wait(grace: float, stop_timeout: float) -> float:
+    """How long a ps (Slurm node) waits, once its run is stopping, for the chief and workers on
+    other nodes to end before it stops: they get ``grace`` to end by themselves, then their
+    own stop timeout, plus a margin for the run folder's news to arrive."""
+    return grace + stop_timeout + PEER_STOP_MARGIN
+
+
+def ordered_stop_wait(grace: float, stop_timeout: float) -> float:
+    """How long the Slurm launcher waits for a job it asked to stop in order (Ctrl-C, SIGTERM)
+    before it cancels it outright: the first wave (``grace`` + its stop timeout), the ps wave's
+    stop timeout, and a margin for Slurm to see the job end."""
+    return grace + 2 * stop_timeout + ORDERED_STOP_MARGIN
 
 
 # ---------------------------------------------------------------------------- restarts

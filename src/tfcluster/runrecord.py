@@ -18,6 +18,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UserError
+from .rules import format_duration  # noqa: F401 (re-exported: one wording of a duration)
 from .runfs import RUN_FILE
 
 RESULTS = ("running", "succeeded", "failed", "interrupted")
@@ -361,19 +362,6 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
         of = f" of {want}" if want else ""
         raise UserError(printable(f"{logdir}: no runs{of} yet"))
     return runs[0]
-
-
-def format_duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return ""
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    m, s = divmod(int(seconds), 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m"
 
 
 def task_rows(record: Dict[str, Any], now: Optional[float] = None) -> List[List[str]]:

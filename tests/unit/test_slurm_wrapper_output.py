@@ -4,7 +4,6 @@ of life, long lines in pieces, a redraw read before its line ends, one source of
 (issue 19: the same progress and liveness on every backend). No Slurm, no processes."""
 from __future__ import annotations
 
-import collections
 import io
 import os
 import re
@@ -12,51 +11,62 @@ import threading
 import time
 import types
 
+import pytest
+
 from tfcluster import machine as mc
-from tfcluster.backends.slurm_task import MAX_LINE, Task
-from tfcluster.reader import Seen
+from tfcluster.backends.slurm_task import MAX_LINE
+
+from test_slurm_node import Node
 
 
-def task():
-    t = Task.__new__(Task)
-    t.name, t.inbox, shown = "worker:0", collections.deque(), []
-    t.seen, t.life_fed, t.mask = Seen(), None, (lambda text: text)
-    t.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
-    t.emit = shown.append
-    return t, shown
+@pytest.fixture
+def task(tmp_path):
+    """worker:0's wrapper, built without Slurm (test_slurm_node.Node); what it shows is kept."""
+    node = Node(tmp_path, rank=1)
+    shown = []
+    node.task.emit = shown.append
+    node.task.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
+    return node.task, shown
 
 
-def pump(data: bytes):
-    t, shown = task()
-    t._pump(io.BytesIO(data))
-    return list(t.inbox) + t._life(), shown
+@pytest.fixture
+def pump(task):
+    def pump(data: bytes):
+        t, shown = task
+        t.inbox.clear()
+        t._pump(io.BytesIO(data))
+        return list(t.inbox) + t._life(), shown
+    return pump
 
 
-def test_a_report_glued_to_a_keras_bar_is_read_and_the_bar_is_life():
+def test_a_report_glued_to_a_keras_bar_is_read_and_the_bar_is_life(pump):
     data = (b"Epoch 1/2\n"
             b"\r 3/10 [=====>........] - ETA: 1s - loss: 0.9000"
             b"\r 7/10 [=========>....] - ETA: 0s - loss: 0.7000"
-            b'@tfcluster progress {"step": 7, "total": 20}\n')
+            b'@tfcluster progress {"step": 17, "total": 20}\n')
     events, shown = pump(data)
     assert all(isinstance(e, mc.Progressed) and e.task == "worker:0" for e in events)
-    assert 7 in [e.step for e in events]                        # the glued report
-    assert any(e.step is None or e.step == 3 for e in events)   # the bar moving before it
+    # the bar's first redraw (a parsed step, before any report), then the glued report's step
+    # (17, not the bar's 7);
+    # from the report on, the bar is life only (one source of steps), and the reader's last
+    # sign of life is handed on once
+    assert [e.step for e in events] == [3, 17, None], events
 
 
-def test_tf1_hook_lines_are_progress():
+def test_tf1_hook_lines_are_progress(pump):
     events, _ = pump(b"INFO:tensorflow:loss = 0.12, step = 1200 (0.5 sec)\n"
                      b"INFO:tensorflow:global_step/sec: 41.7\n")
     assert 1200 in [e.step for e in events if isinstance(e, mc.Progressed)]
 
 
-def test_a_line_without_an_end_is_read_in_pieces_and_still_classified():
+def test_a_line_without_an_end_is_read_in_pieces_and_still_classified(pump):
     data = b"x" * (3 * MAX_LINE) + b"\nUnknownError: Could not start gRPC server\n"
     events, shown = pump(data)
     assert len(shown) >= 4 and max(len(s) for s in shown) <= MAX_LINE
     assert any(isinstance(e, mc.PortConflict) for e in events)
 
 
-def test_a_program_that_reports_itself_has_one_source_of_steps():
+def test_a_program_that_reports_itself_has_one_source_of_steps(pump):
     """As the local launcher reads it: once reports arrive, a Keras-looking line is life only."""
     events, shown = pump(b'@tfcluster progress {"step": 40, "total": 100}\n'
                          b"Epoch 3/5\n 9/10 [=========>....] - ETA: 0s - loss: 0.7000\n")
@@ -65,9 +75,9 @@ def test_a_program_that_reports_itself_has_one_source_of_steps():
     assert any(b"Epoch 3/5" in s for s in shown)          # shown as the program wrote it
 
 
-def test_a_redraw_is_a_sign_of_life_before_its_line_ends():
+def test_a_redraw_is_a_sign_of_life_before_its_line_ends(task):
     """A bar that redraws with carriage returns is read as it arrives, not at its newline."""
-    t, shown = task()
+    t, shown = task
     r, w = os.pipe()
     stream = os.fdopen(r, "rb")
     reader = threading.Thread(target=t._pump, args=(stream,), daemon=True)

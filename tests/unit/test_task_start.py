@@ -38,7 +38,16 @@ def test_without_setpriv_the_child_is_set_up_by_child_setup(popen, monkeypatch):
     p = base.start_child(["prog"], death_signal=signal.SIGTERM)
     assert p.argv == ["prog"]
     setup = p.kw["preexec_fn"]
-    assert setup.func is base.child_setup and setup.args == (signal.SIGTERM,)
+    assert setup.func is base.child_setup and setup.args == (signal.SIGTERM, ())
+
+
+def test_a_task_that_must_ignore_sigterm_is_started_so_even_with_setpriv(popen, monkeypatch):
+    """A Slurm node's ps ignores Slurm's SIGTERM to the step (rules.shielded_from_step_signals):
+    only child_setup sets a disposition that survives exec."""
+    monkeypatch.setattr(base, "setpriv", lambda: "/usr/bin/setpriv")
+    p = base.start_child(["prog"], ignore=(signal.SIGTERM,))
+    assert p.argv == ["prog"]
+    assert p.kw["preexec_fn"].args == (signal.SIGKILL, (signal.SIGTERM,))
 
 
 def test_an_ignored_signal_takes_the_fallback(popen, monkeypatch):

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Dict, List, Optional
+from typing import IO, Any, Dict, List, Optional, Tuple
 
 from ..hosts import accepts
 
@@ -120,20 +120,26 @@ DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE,
 SETPRIV_ENV = "TFCLUSTER_SETPRIV"
 
 
-def child_setup(death_signal: int = signal.SIGKILL) -> None:
+def child_setup(death_signal: int = signal.SIGKILL, ignore: Tuple[int, ...] = ()) -> None:
     """Runs in each task between fork and exec (the fallback start, see :func:`start_child`):
-    ``death_signal`` when the launcher dies (PR_SET_PDEATHSIG), default signal dispositions."""
+    ``death_signal`` when the launcher dies (PR_SET_PDEATHSIG), default signal dispositions but
+    for ``ignore`` (ignored, which survives exec)."""
+    why = ""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
-    except Exception:
-        pass
+        if libc.prctl(PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0) != 0:
+            why = os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as e:   # no libc to load, or no prctl in it
+        why = str(e)
+    if why:   # said on the task's own output: it runs on, without its death signal
+        os.write(2, f"tfcluster: no parent-death signal for this task ({why}): it may outlive "
+                    f"a killed launcher\n".encode())
     # The launcher may have died between fork and prctl: then our parent is init already.
     if os.getppid() == 1:
         os._exit(137)
     # Default dispositions for signals the launcher handles or ignores itself.
     for sig in DEFAULT_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, signal.SIG_IGN if sig in ignore else signal.SIG_DFL)
 
 
 _setpriv_cache: Dict[str, Optional[str]] = {}
@@ -205,11 +211,13 @@ def _lookup_program(argv0: str, env: Optional[Dict[str, str]], here: str) -> Non
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
 
 
-def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, **popen: Any) -> subprocess.Popen:
+def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, ignore: Tuple[int, ...] = (),
+                **popen: Any) -> subprocess.Popen:
     """``subprocess.Popen(argv, **popen)`` for every process tfcluster supervises (tasks, ssh
     clients, srun), with one set of rules: the child gets ``death_signal`` when the launcher dies
     (also when it died while the child was being made: then the child never runs), starts with
-    the default disposition of :data:`DEFAULT_SIGNALS`, and a program that cannot be run raises
+    the default disposition of :data:`DEFAULT_SIGNALS` (but those in ``ignore``: ignored, which
+    survives exec -- a Slurm node's ps outlives Slurm's SIGTERM), and a program that cannot be run raises
     ``FileNotFoundError``/``PermissionError`` here, as ``Popen`` does.
 
     Fast start (``setpriv`` there, none of those signals ignored by the launcher): no Python code
@@ -230,8 +238,9 @@ def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, **popen:
         raise ValueError("start_child needs restore_signals")
     tool = setpriv()
     ignored = any(signal.getsignal(s) == signal.SIG_IGN for s in DEFAULT_SIGNALS if s != signal.SIGPIPE)
-    if tool is None or ignored:
-        return subprocess.Popen(argv, preexec_fn=functools.partial(child_setup, death_signal), **popen)
+    if tool is None or ignored or ignore:
+        return subprocess.Popen(argv, preexec_fn=functools.partial(child_setup, death_signal, tuple(ignore)),
+                                **popen)
     _check_program(argv[0], popen.get("env"), popen.get("cwd"))
     name = signal.Signals(death_signal).name[3:]
     return subprocess.Popen([tool, "--pdeathsig", name, "--", *argv], **popen)

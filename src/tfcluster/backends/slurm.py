@@ -247,12 +247,15 @@ def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
     time limit (``--signal=B:USR1@LEAD``), or ``scancel --batch --signal=USR1 JOB`` -- becomes an
     ordered stop through the run folder (chief and workers first, the ps after them:
     :mod:`.runfolder`); then, with ``requeue``, the job is requeued and its next segment resumes
-    from the checkpoint. (A plain ``scancel JOB`` is Slurm's hard cancel: Slurm signals every
-    process of the step itself, so no order can hold.)"""
+    from the checkpoint. A plain ``scancel JOB``, a preemption or a time limit without
+    ``--signal`` sends SIGTERM to every process of the job at once: the shell waits on for srun
+    (a trap, not an ignore: srun gets the default back), and the nodes keep the order themselves
+    (a ps ignores SIGTERM until its chief has ended: :func:`tfcluster.rules.shielded_from_step_signals`)."""
     sig = extra.get("lead_signal") or "USR1"
     out = ['SEG=${SLURM_RESTART_COUNT:-0}   # a requeued job is the next segment of the same run',
            'STOPPED=0',
            f'trap \'STOPPED=1; : > "$RUN_DIR/stop-$SEG"\' {sig}   # stop in order, ps last',
+           "trap : TERM   # scancel, preemption: the nodes stop in order; wait for srun's end",
            f"{srun} &",
            "SRUN=$!",
            "while :; do wait $SRUN; rc=$?; kill -0 $SRUN 2>/dev/null || break; done"]
@@ -455,9 +458,7 @@ class _Record:
         self.write("running", None, None)
 
     def close(self, code: Optional[int], job_id: Optional[str], segments: int = 0) -> None:
-        result = {EXIT_OK: "succeeded", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
-        if code is not None and code > 128 and code != EXIT_INTERRUPTED:
-            result = "interrupted"
+        result = rules.result_of_exit_code(code)
         self._merge_events()
         self.segments = segments
         self.write(result, EXIT_FAILED if code is None else code, job_id, ended=time.time())
@@ -475,12 +476,16 @@ class _Record:
                 t.name, host=rec.get("host"),
                 endpoint=f"{rec['host']}:{rec['port']}" if rec.get("host") else "",
                 chief=t.name == self.plan.chief, pid=rec.get("pid"), state=state,
-                exit_code=rec.get("returncode"), exit=rec.get("reason", ""),
+                exit_code=rec.get("returncode"), exit=str(rec.get("exit") or ""),
                 restarts=rec.get("restarts") if isinstance(rec.get("restarts"), int) else 0,
                 started=rec.get("started"), first_started=rec.get("first_started"),
                 ended=rec.get("ended"),
-                log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log")))
+                log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log"),
+                note=str(rec.get("note") or "")))
         failures = self.folder.failures()
+        # the verdict's words, from the node that reached it (the machine's end_row)
+        decided = sorted((r for r in ends.values() if isinstance(r.get("decision"), str)),
+                         key=lambda r: r.get("time") or 0)
         root = None
         if failures:
             name, rec = failures[0]
@@ -488,7 +493,7 @@ class _Record:
             root = reason if reason.startswith(name) else f"{name} {reason}".strip()
         data = run_record(
             self.plan, backend="slurm", started=self.started, ended=ended, result=result,
-            exit_code=code, decision=None, root_cause=root,
+            exit_code=code, decision=decided[0]["decision"] if decided else None, root_cause=root,
             total_restarts=self.folder.restarts_claimed() or sum(t["restarts"] for t in tasks),
             tasks=tasks, slurm_job=job_id, segments=getattr(self, "segments", 0) or None)
         try:
@@ -701,8 +706,8 @@ class _Follower:
         state, _ = job_state(job_id)
         if state != "RUNNING":
             return False
-        stop = self.plan.get("stop_timeout", 5.0)
-        wait = float(self.plan.get("grace", 5.0)) + 2 * float(stop) + 15.0
+        wait = rules.ordered_stop_wait(float(self.plan.get("grace", 5.0)),
+                                       float(self.plan.get("stop_timeout", 5.0)))
         _info(f"interrupted: stopping Slurm job {job_id} in order (chief first, ps last; up to "
               f"{wait:g}s; Ctrl-C again cancels it at once)")
         for seg in range(max(1, self.segments)):
@@ -724,14 +729,10 @@ class _Follower:
 
     def _result(self, rc: int, what: str) -> int:
         failed = RunFolder(self.run_dir).failures()
-        if rc == 0 and not failed:
-            _info(f"run succeeded: {what}")
-            return EXIT_OK
-        stopped = rules.signal_exit_code(signal.SIGTERM)
-        if rc == stopped and not failed:     # stopped in order (time limit, tfcluster stop)
-            _info(f"run stopped: {what}")
-            return stopped
-        _info(f"run failed: {what}")
+        verdict, code = rules.job_verdict(rc, len(failed))
+        _info(f"run {verdict}: {what}")
+        if verdict != "failed":
+            return code
         for name, rec in failed[:1]:
             _info(f"first failure: {name} on {rec.get('host', '?')}: {rec.get('reason', '?')}")
             log = os.path.join(self.run_dir, f"{name.replace(':', '-')}.log")
@@ -742,7 +743,7 @@ class _Follower:
                     _info(f"  | {line}")
             except OSError:
                 pass
-        return EXIT_FAILED
+        return code
 
 
 def _read_exit_file(run_dir: str) -> Optional[int]:

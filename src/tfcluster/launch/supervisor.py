@@ -28,9 +28,9 @@ from ..events import EventLog
 from ..keras_support import failure_hint
 from ..oom import OomWatch
 from ..hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
-from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortConflict, PortOpen,
-                       Progressed, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
-                       Waiting)
+from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortOpen, Progressed, RunMachine,
+                       Say, Start, Started, StartFailed, TaskStatus, Tick, input_fields,
+                       line_events)
 from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
 from .. import runfs
@@ -38,10 +38,10 @@ from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
 from ..outputs import failure_tail
-from ..reader import NoiseFold, OutputReader, Seen, still_waiting_on
-from ..rules import PORT_CONFLICT
+from ..reader import NoiseFold, OutputReader, Seen
 from .output import OutputPump, join_readers
-from .state import TaskState, describe_exit
+from ..machine import TaskState
+from ..rules import describe_exit
 
 PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
 PARALLEL_STARTS = 4            # ... from this many threads (Supervisor._start_many)
@@ -226,7 +226,9 @@ class Supervisor:
         try:
             self.display.start()
             self._announce()
-            self._act(self.machine.begin(self.clock()))
+            began = self.clock()
+            self.events.emit("input", input="begin", now=began)   # the machine's input log
+            self._act(self.machine.begin(began))
             if self._start_error is None:
                 self._security_note()
             self._loop()
@@ -275,6 +277,7 @@ class Supervisor:
         for tr in self.runs.values():
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
         self.events = EventLog(run_dir, clock=self.clock, buffered=True)   # flushed every turn
+        self.machine.log_inputs = True   # what came in, for a replay (tfcluster.machine.replay)
         self.display.echo = self.events.log
         why = runindex.register(run_dir, self.plan.run_id, self.plan.source)
         if why:
@@ -305,6 +308,8 @@ class Supervisor:
         self._act(self.machine.handle(*events))
 
     def _act(self, actions) -> None:
+        for ev in self.machine.take_inputs():
+            self.events.emit("input", **input_fields(ev))
         actions = list(actions)
         i = 0
         while i < len(actions):
@@ -426,11 +431,7 @@ class Supervisor:
         if p is None or self.view.echo_progress:
             self.display.task_line(tr.name, line)
         now = self.clock()
-        if PORT_CONFLICT.search(line):
-            self._inbox.append(PortConflict(tr.name, now))
-        waiting = still_waiting_on(line)
-        if waiting:
-            self._inbox.append(Waiting(tr.name, waiting, now))
+        self._inbox.extend(line_events(tr.name, line, p, now))
         if p is None:
             return
         with self.lock:
@@ -439,7 +440,6 @@ class Supervisor:
             tr.steps.append((now, p.step))
             tr.rate = _rate(tr.steps, now, tr.rate)
             self.dirty = True
-        self._inbox.append(Progressed(tr.name, p.step, now))
         self.events.progress(tr.name, p.step, p.total, p.metrics)
 
     def _drain_inbox(self) -> list:

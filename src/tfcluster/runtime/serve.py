@@ -81,7 +81,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         stop.set()
 
     main_thread = threading.current_thread() is threading.main_thread()
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+    # an ignored SIGTERM stays ignored (a Slurm node's ps: its wrapper stops it with SIGHUP)
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+           if signal.getsignal(s) != signal.SIG_IGN} if main_thread else {}
     try:
         print(f"{ctx.task_id}: serving at {ctx.address} ({ctx.target()}); "
               "stop with SIGTERM or Ctrl-C", flush=True)

@@ -300,7 +300,9 @@ def signal_done(ctx: TaskContext, target: Optional[str] = None, timeout_s: float
 
 def join_forever(server=None) -> None:
     """Block until the process is signalled. Unlike ``server.join()``, Ctrl-C works (exit 130)
-    and SIGTERM ends the process with exit 0."""
+    and SIGTERM (or SIGHUP) ends the process with exit 0. A SIGTERM that was ignored when the
+    process started stays ignored: a ps on a Slurm node starts so, to outlive Slurm's SIGTERM
+    until its chief has saved, and its wrapper stops it with SIGHUP."""
     import signal
 
     stop = threading.Event()
@@ -309,7 +311,9 @@ def join_forever(server=None) -> None:
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_term)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                signal.signal(sig, on_term)
     try:
         while not stop.wait(1.0):
             pass

@@ -1,0 +1,291 @@
+"""The Slurm node driver (tfcluster.backends.slurm_task.Task) built without Slurm: Slurm's
+environment, the clock, the program, signals and the step's scancel come in as fakes, and the
+run folder is a real folder shared by the nodes of a test. Tables of what happens on a node --
+exits, signals, peer reports, restart claims, requeue segments -- and what the driver does.
+No processes, no TensorFlow."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+
+from tfcluster import config, machine as mc, rules
+from tfcluster.backends import slurm
+from tfcluster.backends.runfolder import RunFolder
+from tfcluster.backends.slurm_task import Signals, Task
+from tfcluster.plan import LaunchOptions, build_plan
+
+TERM, KILL, HUP = signal.SIGTERM, signal.SIGKILL, signal.SIGHUP
+
+
+class Clock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+class Proc:
+    """A started program: its output is read to the end at once; ``rc`` set by the test."""
+
+    def __init__(self, pid, output=b""):
+        self.pid, self.stdout, self.rc = pid, io.BytesIO(output), None
+
+    def poll(self):
+        return self.rc
+
+
+class Node:
+    """One Slurm task's wrapper with its fakes."""
+
+    def __init__(self, tmp_path, rank, cluster="{ps: 1, worker: 1}", restart="", segment=0,
+                 output=b"", extra=""):
+        text = textwrap.dedent(f"""\
+            cluster: {cluster}
+            program: {{command: [python, t.py]}}
+            logdir: {tmp_path / 'runs'}
+            grace: 2
+            """) + restart + extra
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+        plan = build_plan(config.load(str(path)), LaunchOptions(backend="slurm", run_id="r1",
+                                                                       stop_timeout=3.0))
+        data = slurm.plan_data(plan)
+        n = len(slurm.rank_table(data))
+        env = {"SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": f"n[1-{n}]",
+               "SLURM_STEP_TASKS_PER_NODE": f"1(x{n})", "SLURM_JOB_ID": "77",
+               "SLURM_STEP_ID": "0", "SLURMD_NODENAME": f"n{rank + 1}", "SLURM_LOCALID": "0",
+               "SLURM_RESTART_COUNT": str(segment), "PATH": "/usr/bin"}
+        self.clock, self.signals = Clock(), Signals()
+        self.out, self.killed, self.spawned, self.step_signalled = io.BytesIO(), [], [], []
+        self.output = output
+        self.procs = []
+        self.task = Task(json.loads(json.dumps(data)), env, clock=self.clock, out=self.out,
+                         signals=self.signals, spawn=self._spawn, kill=self._kill,
+                         probe=lambda host, port: False, hostlist=slurm._expand_hostlist_py,
+                         oom=type("NoOom", (), {"words": staticmethod(lambda rc: "")})(),
+                         signal_step=self.step_signalled.append)
+        self.actions = []
+        handle = self.task.machine.handle
+
+        def recorded(*events):   # every action the machine answers, for the replay test
+            got = handle(*events)
+            self.actions += got
+            return got
+        self.task.machine.handle = recorded
+        began = self.task.machine.begin
+
+        def recorded_begin(now):
+            got = began(now)
+            self.actions += got
+            return got
+        self.task.machine.begin = recorded_begin
+
+    def _spawn(self, argv, **kw):
+        p = Proc(4000 + len(self.procs), self.output)
+        self.procs.append(p)
+        self.spawned.append(kw)
+        return p
+
+    def _kill(self, pid, sig):
+        self.killed.append((pid, sig))
+
+    @property
+    def proc(self):
+        return self.procs[-1]
+
+    def start(self):
+        self.task.begin()
+        self.task.reader.join(5)
+
+    def turn(self, dt=0.6):
+        self.clock.t += dt
+        self.task.turn()
+
+    def exits(self, rc, dt=0.6):
+        self.proc.rc = rc
+        self.turn(dt)
+
+    def record(self):
+        return RunFolder(self.task.run_dir).exits()[self.task.name]
+
+    def said(self):
+        return self.out.getvalue().decode()
+
+
+def test_the_chief_exits_0_the_run_succeeds_and_the_step_hears_it(tmp_path):
+    n = Node(tmp_path, rank=1)          # worker:0 (the chief); ps:0 runs on the other node
+    assert n.task.name == "worker:0" and n.task.host == "n2"
+    n.start()
+    assert n.spawned[0]["ignore"] == ()               # a worker obeys Slurm's SIGTERM
+    n.exits(0)
+    assert n.task.machine.finished and n.task.machine.exit_code_of("worker:0") == 0
+    assert n.step_signalled == ["77.0"]               # the other tasks: the run is over
+    assert RunFolder(n.task.run_dir).over()
+    rec = n.record()
+    assert (rec["state"], rec["ok"], rec["failed"], rec["final"]) == ("succeeded", True, False, True)
+    assert rec["exit"] == "exit 0" and rec["decision"] == "worker:0 exited 0"
+
+
+def test_a_failing_chief_exits_with_its_own_code_and_its_record_names_the_failure(tmp_path):
+    n = Node(tmp_path, rank=1)
+    n.start()
+    n.exits(3)
+    m = n.task.machine
+    assert m.result == mc.RunState.FAILED and m.exit_code_of("worker:0") == 3
+    rec = n.record()
+    assert rec["failed"] and rec["exit_code"] == 3 and rec["exit"] == "exit 3"
+    assert rec["reason"] == "worker:0 failed (exit 3)" and rec["note"] == ""
+
+
+def test_a_task_killed_by_a_signal_exits_128_plus_n(tmp_path):
+    n = Node(tmp_path, rank=1)
+    n.start()
+    n.exits(-9)
+    assert n.task.machine.exit_code_of("worker:0") == 137
+    assert n.record()["exit"] == "SIGKILL"
+
+
+def test_slurm_sigterm_stops_the_ps_after_the_chief_has_ended_and_with_sighup(tmp_path):
+    """A plain scancel, a preemption or a time limit: SIGTERM to every process of the step.
+    The ps ignores it (started so) and its wrapper stops it once the chief's wrapper has
+    recorded its end."""
+    ps = Node(tmp_path, rank=0)
+    assert ps.task.name == "ps:0"
+    ps.start()
+    assert ps.spawned[0]["ignore"] == (TERM,)
+    ps.signals.cancelled.append(TERM)
+    ps.turn()
+    m = ps.task.machine
+    assert m.result == mc.RunState.INTERRUPTED and ps.killed == []   # waits for worker:0
+    assert "waiting up to 10s for worker:0 to stop before the ps" in ps.said()
+    ps.turn()
+    assert ps.killed == []
+    RunFolder(ps.task.run_dir).write_exit("worker:0", {"task": "worker:0", "ok": False,
+                                                       "state": "stopped", "segment": 0})
+    ps.turn()
+    assert ps.killed == [(ps.proc.pid, HUP)]           # not SIGTERM: the ps ignores that
+    ps.exits(-HUP)
+    assert m.finished and m.exit_code_of("ps:0") == 128 + TERM
+    assert ps.record()["state"] == "stopped"
+
+
+def test_the_ps_wait_for_its_peers_is_bounded(tmp_path):
+    ps = Node(tmp_path, rank=0)
+    ps.start()
+    ps.signals.cancelled.append(TERM)
+    ps.turn()
+    wait = rules.peer_stop_wait(2, 3)
+    assert wait == 10
+    ps.turn(wait - 1)
+    assert ps.killed == []
+    ps.turn(1.5)
+    assert ps.killed == [(ps.proc.pid, HUP)]
+    ps.turn(3.1)                                       # the stop timeout: SIGKILL
+    assert (ps.proc.pid, KILL) in ps.killed
+
+
+def test_a_second_ctrl_c_kills_at_once(tmp_path):
+    n = Node(tmp_path, rank=1)
+    n.start()
+    n.signals.cancelled += [signal.SIGINT, signal.SIGINT]
+    n.turn()
+    assert (n.proc.pid, TERM) in n.killed and (n.proc.pid, KILL) in n.killed
+
+
+def test_the_run_over_elsewhere_ends_this_node_with_0_and_tells_no_one(tmp_path):
+    w1 = Node(tmp_path, rank=2, cluster="{ps: 1, worker: 2}")    # worker:1
+    w1.start()
+    w1.signals.over.set()                                        # SIGURG
+    w1.turn()
+    assert w1.task.machine.decided and not w1.task.machine.decided_here
+    assert "giving worker:1 2s to finish" in w1.said() and w1.step_signalled == []
+    w1.exits(0)
+    assert w1.task.machine.exit_code_of("worker:1") == 0
+    assert w1.record()["decision"] is None
+
+
+def test_a_kill_request_from_another_node_kills_the_task(tmp_path):
+    n = Node(tmp_path, rank=1)
+    n.start()
+    assert RunFolder(n.task.run_dir, 0).request_kill("worker:0", "watchdog: ps:0 waited") is None
+    n.turn()
+    assert n.killed == [(n.proc.pid, KILL)]
+    n.exits(-9)
+    rec = n.record()
+    assert rec["failed"] and rec["note"] == "watchdog: ps:0 waited" and rec["reason"] == rec["note"]
+
+
+def test_restart_claims_share_the_runs_budget_and_a_refused_claim_fails_the_task(tmp_path):
+    restart = "restart: {policy: on-failure, max_restarts: 5, max_total_restarts: 1, backoff: 1, min_uptime: 0}\n"
+    n = Node(tmp_path, rank=1, restart=restart)
+    n.start()
+    n.exits(1)
+    m = n.task.machine
+    assert m.tasks["worker:0"].state == mc.TaskState.RESTARTING
+    assert RunFolder(n.task.run_dir).restarts_claimed() == 1
+    n.turn(1.1)
+    assert len(n.procs) == 2 and m.tasks["worker:0"].restarts == 1
+    n.task.reader.join(5)
+    n.exits(1)                                   # the run's one restart is spent
+    assert m.result == mc.RunState.FAILED and m.tasks["worker:0"].state == mc.TaskState.FAILED
+    assert "restart budget is spent" in n.record()["note"]
+
+
+def test_a_requeued_segment_counts_as_a_restart_and_reads_only_its_own_records(tmp_path):
+    ps = Node(tmp_path, rank=0, segment=1)
+    assert ps.task.env(0)["TFCLUSTER_RESTART_COUNT"] == "1"
+    RunFolder(ps.task.run_dir, 0).write_exit("worker:0", {"task": "worker:0", "ok": True,
+                                                          "segment": 0})
+    ps.start()
+    ps.turn()
+    assert "worker:0" not in ps.task.machine.peer_ok     # the last segment's end is not news
+    RunFolder(ps.task.run_dir, 1).write_exit("worker:0", {"task": "worker:0", "ok": True,
+                                                          "segment": 1})
+    ps.turn()
+    assert ps.task.machine.peer_ok == {"worker:0": True}
+    assert ps.task.machine.decided                        # the chief (elsewhere) exited 0
+    ps.exits(-HUP)
+    assert ps.record()["segment"] == 1
+
+
+def test_output_lines_reach_the_machine_as_the_local_launcher_reads_them(tmp_path):
+    out = (b'@tfcluster progress {"step": 5, "total": 9}\n'
+           b"UnknownError: Could not start gRPC server\n")
+    n = Node(tmp_path, rank=1, output=out)
+    n.start()
+    n.turn()
+    assert n.task.machine.tasks["worker:0"].step == 5
+    assert n.task.machine.tasks["worker:0"].port_conflict
+
+
+def test_a_slurm_run_replays_from_its_events_to_the_same_decisions(tmp_path):
+    """The node logs what came in to its machine (``input`` events); a new machine fed them
+    answers exactly what the run's machine answered."""
+    restart = "restart: {policy: on-failure, max_restarts: 2, backoff: 1, min_uptime: 0}\n"
+    n = Node(tmp_path, rank=1, restart=restart, output=b'@tfcluster progress {"step": 3}\n')
+    n.start()
+    n.turn()
+    n.exits(1)
+    n.turn(1.1)
+    n.task.reader.join(5)
+    n.turn(0.2)
+    n.signals.cancelled.append(TERM)
+    n.turn()
+    n.exits(-TERM)
+    assert n.task.machine.finished
+    path = os.path.join(n.task.run_dir, "worker-0.events.jsonl")
+    rows = [json.loads(line) for line in open(path)]
+    began = next(r["now"] for r in rows if r["event"] == "input" and r["input"] == "begin")
+    inputs = [mc.input_from_fields(r) for r in rows if r["event"] == "input" and r["input"] != "begin"]
+    assert any(isinstance(e, mc.Exited) for e in inputs) and any(isinstance(e, mc.Tick) for e in inputs)
+    fresh = mc.RunMachine.from_plan(n.task.plan, ["worker:0"], shared=True)
+    fresh.where = dict(n.task.where)
+    fresh.tasks["worker:0"].port = n.task.port
+    assert mc.replay(fresh, began, inputs) == n.actions
+    assert fresh.result == mc.RunState.INTERRUPTED and fresh.exit_code == 143
