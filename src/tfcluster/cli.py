@@ -335,7 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `tfcluster ... | head`
         try:
             sys.stdout = open(os.devnull, "w")
-        except OSError:
+        except OSError:   # no /dev/null: Python's own flush at exit may complain, once
             pass
         return 0
 

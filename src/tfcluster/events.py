@@ -165,7 +165,7 @@ class EventLog:
                 if f is not None:
                     try:
                         f.close()
-                    except OSError:
+                    except OSError:   # the last flush failed: self.error has the first failure
                         pass
                     setattr(self, name, None)
 

@@ -66,7 +66,7 @@ def _from_proc(root: str) -> Optional[List[Gpu]]:
                         name = value.strip()
                     elif key.strip() == "GPU UUID":
                         uuid = value.strip()
-        except OSError:
+        except OSError:   # no information file for this GPU: it is listed without a name
             pass
         gpus.append(Gpu(i, name, uuid))
     return gpus

@@ -17,14 +17,10 @@ def local_names() -> Set[str]:
     for name in (socket.gethostname(), socket.getfqdn()):
         if name:
             names.add(name.lower())
-    try:
-        import psutil
-        for addrs in psutil.net_if_addrs().values():
-            for a in addrs:
-                if a.family in (socket.AF_INET, socket.AF_INET6):
-                    names.add(a.address.split("%")[0].lower())
-    except Exception:  # psutil missing or no permission: names above still work
-        pass
+    for addrs in (_interfaces() or {}).values():   # none listed: the names above still work
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                names.add(a.address.split("%")[0].lower())
     return names
 
 
@@ -166,17 +162,29 @@ def accepts(host: str, port: int) -> bool:
 def reachable_beyond_loopback() -> bool:
     """True when this machine has a network address other than loopback (IPv4 or IPv6,
     link-local addresses included: TensorFlow's server listens on all of them)."""
+    interfaces = _interfaces()
+    if interfaces is None:      # they cannot be listed: assume reachable (the note is shown)
+        return True
+    for addrs in interfaces.values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                ip = a.address.split("%")[0]
+                if not (ip.startswith("127.") or ip == "::1"):
+                    return True
+    return False
+
+
+def _interfaces():
+    """psutil's ``net_if_addrs()``, or None where it cannot be had (psutil missing, or the
+    interfaces cannot be listed here)."""
     try:
         import psutil
-        for name, addrs in psutil.net_if_addrs().items():
-            for a in addrs:
-                if a.family in (socket.AF_INET, socket.AF_INET6):
-                    ip = a.address.split("%")[0]
-                    if not (ip.startswith("127.") or ip == "::1"):
-                        return True
-    except Exception:
-        return True
-    return False
+    except ImportError:
+        return None
+    try:
+        return psutil.net_if_addrs()
+    except (OSError, psutil.Error):
+        return None
 
 
 def endpoint_key(host: str, port: int) -> Tuple[str, int]:

@@ -318,9 +318,7 @@ class TaskStatus:
     longest_gap: float = 0.0               # the longest wait for a sign of life (its cadence)
 
     def mark_life(self, now: float) -> None:
-        since = self.alive_at if self.alive_at is not None else self.started
-        if since is not None:
-            self.longest_gap = max(self.longest_gap, now - since)
+        self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)
         self.alive_at = now
 
     @property

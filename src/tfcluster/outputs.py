@@ -147,7 +147,7 @@ class ProgressParser:
                 metrics = {}
                 try:
                     metrics["loss"] = float(m.group(1))
-                except ValueError:
+                except ValueError:   # a loss TF printed as no float ("nan(ind)"): the step counts
                     pass
                 return Reading(Progress(step=step, metrics=metrics), life=self._life(step))
             m = _RATE.search(text)

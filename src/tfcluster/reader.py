@@ -37,7 +37,7 @@ from typing import Callable, Deque, Dict, IO, Optional, Tuple
 from . import runfs
 from .outputs import ProgressParser, clean_segment, is_noise
 from .progress import Progress, format_progress, split_progress
-from .rules import PORT_CONFLICT, STILL_WAITING
+from .rules import PORT_CONFLICT, STILL_WAITING, longest_gap
 
 
 TAIL_LINES = 200            # lines kept for the failure summary and hints
@@ -69,6 +69,7 @@ class Seen:
     started_at: Optional[float] = None    # this attempt's start, as the reader saw it
     rate: Optional[float] = None          # steps/s as the program says it (TF1, Keras' ms/step)
     log_error: Optional[str] = None       # the first failed write to the log (then dropped)
+    read_error: Optional[str] = None      # why reading the task's output stopped early
     noise_hidden: int = 0                 # noise lines not shown on the console
 
     def reset(self) -> None:
@@ -80,9 +81,7 @@ class Seen:
 
     def mark_life(self, now: float) -> None:
         """A sign of progress at ``now`` (call under the supervisor's lock)."""
-        since = self.life_at if self.life_at is not None else self.started_at
-        if since is not None:
-            self.longest_gap = max(self.longest_gap, now - since)
+        self.longest_gap = longest_gap(self.longest_gap, self.life_at, self.started_at, now)
         self.life_at = now
 
 
@@ -154,7 +153,7 @@ class OutputReader(threading.Thread):
         if log is not None:
             try:
                 log.close()
-            except OSError:
+            except OSError:   # the failed log: its error is in seen.log_error already
                 pass
         self.log_path = None
 
@@ -225,7 +224,7 @@ class OutputReader(threading.Thread):
                 if s is not None:
                     try:
                         s.close()
-                    except OSError:
+                    except OSError:   # a pipe read to its end: a failed close loses nothing
                         pass
             if self._done is not None:
                 self._done.set()

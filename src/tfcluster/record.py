@@ -23,12 +23,15 @@ def launcher_start_time() -> Optional[float]:
         with open("/proc/stat", "rb") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
         return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+    except (OSError, ValueError, IndexError, StopIteration):   # no /proc here: ask psutil
         pass
     try:
         import psutil
+    except ImportError:   # unknown: status then trusts the pid alone
+        return None
+    try:
         return psutil.Process().create_time()
-    except Exception:
+    except (OSError, psutil.Error):   # unknown: status then trusts the pid alone
         return None
 
 

@@ -379,6 +379,15 @@ def check_waiting(waiter: str, waiting_on: Mapping[str, float], now: float, time
     return out
 
 
+def longest_gap(longest: float, last_life: Optional[float], started: Optional[float],
+                now: float) -> float:
+    """A task's cadence after a sign of life at ``now``: the longest wait for one so far, counted
+    from its last sign of life (or its start). The one liveness rule of the machine's task and
+    the output reader's view of it."""
+    since = last_life if last_life is not None else started
+    return longest if since is None else max(longest, now - since)
+
+
 def stall_deadline(timeout: float, cadence: float = 0.0) -> float:
     """How long the run may go without a sign of progress: ``timeout``, or twice the longest
     wait for progress the run has already had (its own cadence: a Keras ``verbose=2`` program

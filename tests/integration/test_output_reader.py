@@ -260,3 +260,24 @@ def test_one_pump_reads_600_tasks_past_descriptor_1024_and_survives_a_broken_rea
         log = (tmp_path / f"w{i}.log").read_text()
         assert log.endswith("last\n") and "@tfcluster progress" in log
 
+
+
+def test_a_reader_that_fails_is_reported_not_silently_dropped():
+    """A bug in one task's reader: the pump drains that task's pipe (it never blocks) and says
+    why its output stopped (Seen.read_error, shown by the launcher at the end of the run)."""
+    seen, sink = Seen(), Sink()
+    r, w = os.pipe()
+    reader = OutputReader("worker:0", os.fdopen(r, "rb"), None, seen, threading.RLock(),
+                          lambda s: s, time.monotonic, sink)
+
+    def boom(data):
+        raise RuntimeError("a reader bug")
+    reader._feed = boom
+    pump = OutputPump()
+    assert pump.add(reader)
+    with os.fdopen(w, "wb") as f:
+        f.write(b"line 1\n" * 1000)
+    assert join_readers([reader], timeout=30) == []
+    pump.close()
+    assert seen.read_error and "RuntimeError: a reader bug" in seen.read_error
+    assert "dropped" in seen.read_error

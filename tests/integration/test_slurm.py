@@ -352,11 +352,10 @@ def test_slurm_honours_the_watchdog(slurm_cluster, tmp_path):
     assert slurm_cluster.wait_empty_queue(10) == ""
 
 
-@pytest.mark.tf
-def test_slurm_scancel_usr1_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoint(slurm_cluster, tmp_path):
-    """``scancel --batch --signal=USR1 JOB`` (what Slurm sends before a time limit, with
-    --signal=B:USR1@LEAD) stops the job in the rulebook's order on every node: the chief first,
-    which saves its final checkpoint through the ps, then the ps."""
+def _stop_a_training_job(slurm_cluster, tmp_path, how):
+    """trainer.py on 1 ps + 1 worker under Slurm, stopped by ``scancel *how`` once it trains:
+    the chief ends before the ps is stopped and its final checkpoint is there. Returns the run's
+    events, the launcher's output and run.json."""
     ckpt = tmp_path / "ckpt"
     base = free_port_run(2, 26000 + os.getpid() % 2000)
     (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
@@ -389,7 +388,7 @@ def test_slurm_scancel_usr1_stops_the_chief_before_the_ps_and_keeps_its_last_che
             pytest.fail("no training step: " + p.communicate(timeout=60)[0][-3000:])
         job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
         assert job
-        subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True, timeout=30)
+        subprocess.run(["scancel", *how, str(job)], check=True, timeout=30)
         out, _ = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
@@ -405,8 +404,31 @@ def test_slurm_scancel_usr1_stops_the_chief_before_the_ps_and_keeps_its_last_che
     latest = tf.train.latest_checkpoint(str(ckpt))
     assert latest and int(latest.rsplit("-", 1)[1]) >= 10, (latest, out[-3000:])
     rec = json.loads((run_dir / "run.json").read_text())
-    assert rec["result"] == "interrupted", rec
     assert {t["task"]: t["state"] for t in rec["tasks"]} == {"ps:0": "stopped", "worker:0": "stopped"}
+    return events, out, rec
+
+
+@pytest.mark.tf
+def test_slurm_scancel_usr1_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoint(slurm_cluster, tmp_path):
+    """``scancel --batch --signal=USR1 JOB`` (what Slurm sends before a time limit, with
+    --signal=B:USR1@LEAD) stops the job in the rulebook's order on every node: the chief first,
+    which saves its final checkpoint through the ps, then the ps."""
+    events, out, rec = _stop_a_training_job(slurm_cluster, tmp_path, ["--batch", "--signal=USR1"])
+    assert rec["result"] == "interrupted", rec
+
+
+@pytest.mark.tf
+def test_slurm_plain_scancel_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoint(slurm_cluster, tmp_path):
+    """A plain ``scancel JOB`` -- what a preemption (PreemptMode CANCEL or REQUEUE) and a time
+    limit without ``--signal`` do too -- sends SIGTERM to every process of the job at once. The
+    ps ignores it (its wrapper started it so) and is stopped by its wrapper once the chief has
+    ended: the chief saves its final checkpoint through the ps, within KillWait (5 s here)."""
+    events, out, rec = _stop_a_training_job(slurm_cluster, tmp_path, [])
+    chief_end = [e["time"] for e in events if e["task"] == "worker:0" and e["event"] == "task_exited"]
+    ps_end = [e for e in events if e["task"] == "ps:0" and e["event"] == "task_exited"]
+    assert ps_end and ps_end[0]["signal"] == "SIGHUP" and ps_end[0]["time"] > chief_end[0], events
+    assert rec["result"] != "succeeded", rec
+
 
 SEGMENT_PROGRAM = """\
 import json, os, signal, sys, time

@@ -75,8 +75,26 @@ def test_restart_with_doubling_backoff_and_restart_count_in_env(tmp_path):
     assert h[2].start - h[1].end_at == pytest.approx(2.0, abs=0.11)
     assert record(tmp_path)["total_restarts"] == 2
     ev = events(tmp_path)
-    if ev is not None:
-        assert [e["attempt"] for e in ev if e["event"] == "task_restarting"] == [1, 2]
+    assert [e["attempt"] for e in ev if e["event"] == "task_restarting"] == [1, 2]
+
+
+def test_a_local_run_replays_from_its_events_to_the_same_decisions(tmp_path):
+    """The launcher logs what came in to its machine (``input`` events in events.jsonl); a new
+    machine built from the same plan and fed them writes the same machine events, in order."""
+    from tfcluster import machine as mc
+    body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 3, backoff: 1, min_uptime: 0}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "worker:1": [(1, 0.5, []), (0, 0.5, [])], "worker:0": [(0, 6.0, [])]})
+    assert sup.run() == 0
+    ev = events(tmp_path)
+    began = next(e["now"] for e in ev if e["event"] == "input" and e["input"] == "begin")
+    inputs = [mc.input_from_fields(e) for e in ev if e["event"] == "input" and e["input"] != "begin"]
+    fresh = mc.RunMachine.from_plan(sup.plan)
+    replayed = [(a.event, a.task) for a in mc.replay(fresh, began, inputs) if isinstance(a, mc.Note)]
+    ran = [(e["event"], e["task"]) for e in ev if e["event"] in
+           ("task_exited", "task_restarting", "watchdog", "stop_sent", "decision")]
+    assert replayed == ran and ("task_restarting", "worker:1") in ran
+    assert (fresh.result, fresh.exit_code) == (mc.RunState.SUCCEEDED, 0)
 
 
 def test_restart_budget_spent_fails_the_run_naming_the_task(tmp_path):

@@ -250,16 +250,20 @@ def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 
     """Stop a child started in its own process group: SIGTERM to the group, up to ``timeout``
     seconds, then SIGKILL; and SIGKILL to whatever is left of the group after its leader."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, kill_wait)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(proc.pid, sig)
         try:
             proc.wait(wait)
             break
         except subprocess.TimeoutExpired:
             continue
+    signal_group(proc.pid, signal.SIGKILL)
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the process group ``pgid`` (a task started in a session of its own); False
+    when there is no such group any more -- it has ended -- or it is not ours to signal."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):   # gone, or its id now someone else's
+        return False

@@ -29,7 +29,7 @@ import time
 from typing import Optional
 
 from .. import contract
-from .base import Backend, Handle, ProcessSpec, start_child
+from .base import Backend, Handle, ProcessSpec, signal_group, start_child
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
 # is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.
@@ -124,7 +124,7 @@ class Reaper:
                 if flush or now - self._flushed >= WATCH_BATCH:
                     self.proc.stdin.flush()
                     self._flushed = now
-            except (BrokenPipeError, OSError, ValueError):
+            except (OSError, ValueError):   # the reaper is gone: the tasks' env still names us
                 pass
 
     def watch(self, pgid: int) -> None:
@@ -146,7 +146,7 @@ class Reaper:
         try:
             proc.stdin.write(b"quit\n")
             proc.stdin.close()
-        except (BrokenPipeError, OSError, ValueError):
+        except (OSError, ValueError):   # the reaper has ended already: waited for below
             pass
         try:
             proc.wait(5)
@@ -165,7 +165,7 @@ class LocalHandle(Handle):
         self._pidfd: Optional[int] = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)  # Linux 5.3+, Python 3.9+
-        except (AttributeError, OSError):
+        except (AttributeError, OSError):   # no pidfds here: its exit is polled instead
             pass
 
     def exit_fd(self) -> Optional[int]:
@@ -175,7 +175,7 @@ class LocalHandle(Handle):
         if self._pidfd is not None:
             try:
                 os.close(self._pidfd)
-            except OSError:
+            except OSError:   # closed already: nothing held
                 pass
 
     def _exited(self) -> bool:
@@ -191,10 +191,7 @@ class LocalHandle(Handle):
         """The leader has exited but is not reaped: kill what is left of its group (the group id
         cannot have been reused yet), then let the reaper forget it."""
         if self.proc.returncode is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(self.pid, signal.SIGKILL)
         if self.reaper is not None:
             self.reaper.forget(self.pid)
             self.reaper = None
@@ -223,12 +220,12 @@ class LocalHandle(Handle):
             return     # reaped: its group id may belong to another process now
         try:
             os.killpg(self.pid, sig)  # the task's own process group (start_new_session)
-        except ProcessLookupError:
+        except ProcessLookupError:   # the group has ended
             pass
-        except PermissionError:
+        except PermissionError:   # a member changed user: the leader at least
             try:
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
+            except ProcessLookupError:   # it has ended meanwhile
                 pass
 
 

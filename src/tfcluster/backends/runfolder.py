@@ -95,27 +95,30 @@ class RunFolder:
             return None
 
     # ---- the run is over
-    def _mark(self, name: str) -> None:
+    def _mark(self, name: str) -> Optional[str]:
+        """Make the mark file ``name``; the error, if it could not be made."""
         try:
             os.close(os.open(self._p(name), os.O_WRONLY | os.O_CREAT
                              | getattr(os, "O_NOFOLLOW", 0), 0o600))
-        except OSError:
-            pass
+        except OSError as e:
+            return str(e)
+        return None
 
-    def mark_over(self) -> None:
-        self._mark(f"{OVER_MARK}-{self.segment}")
+    def mark_over(self) -> Optional[str]:
+        return self._mark(f"{OVER_MARK}-{self.segment}")
 
     def over(self) -> bool:
         return os.path.exists(self._p(f"{OVER_MARK}-{self.segment}"))
 
-    def request_stop(self) -> None:
-        self._mark(f"{STOP_MARK}-{self.segment}")
+    def request_stop(self) -> Optional[str]:
+        return self._mark(f"{STOP_MARK}-{self.segment}")
 
     def stop_requested(self) -> bool:
         return os.path.exists(self._p(f"{STOP_MARK}-{self.segment}"))
 
     # ---- task ends
-    def write_exit(self, task: str, record: Dict[str, Any]) -> None:
+    def write_exit(self, task: str, record: Dict[str, Any]) -> Optional[str]:
+        """Write ``task``'s end record (atomically); the error, if it could not be written."""
         path = self._p(stem(task) + EXIT_SUFFIX)
         tmp = f"{path}.tmp{os.getpid()}"
         try:
@@ -123,11 +126,13 @@ class RunFolder:
             with os.fdopen(fd, "w") as f:
                 json.dump(record, f)
             os.replace(tmp, path)
-        except OSError:
+        except OSError as e:
             try:
                 os.unlink(tmp)
-            except OSError:
+            except FileNotFoundError:   # it was never made
                 pass
+            return str(e)
+        return None
 
     def exits(self, segment: Optional[int] = None) -> Dict[str, Dict[str, Any]]:
         """Every task's end record found, by task name (``segment``: only that segment's)."""

@@ -302,7 +302,7 @@ def expand_hostlist(text: str, use_scontrol: bool = True) -> List[str]:
             hosts = out.stdout.split()
             if out.returncode == 0 and hosts:
                 return hosts
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError):   # scontrol failed: expanded here instead
             pass
     return _expand_hostlist_py(text)
 
@@ -522,7 +522,7 @@ def _info(line: str, stream: IO[str] = sys.stderr) -> None:
     try:
         stream.write(f"tfcluster: {line}\n")
         stream.flush()
-    except (BrokenPipeError, ValueError):
+    except (BrokenPipeError, ValueError):   # stderr closed (`... 2>&- `): the record keeps it
         pass
 
 
@@ -579,7 +579,7 @@ class _Follower:
         try:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
             sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
+        except (BrokenPipeError, ValueError):   # `| head` closed it: the job's logs keep it
             pass
 
     # ---- inside an allocation: srun here
@@ -618,14 +618,14 @@ class _Follower:
                 parts = line.split()
                 if len(parts) == 2 and parts[1] == name:
                     step = parts[0]
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError):   # no step found: srun is signalled instead
             pass
         if step:
             subprocess.run(["scancel", step], capture_output=True, timeout=30)
         else:
             try:
                 os.kill(proc.pid, signal.SIGTERM)  # srun forwards SIGTERM to the tasks
-            except ProcessLookupError:
+            except ProcessLookupError:   # srun has ended already
                 pass
         try:
             proc.wait(60)
@@ -711,7 +711,9 @@ class _Follower:
         _info(f"interrupted: stopping Slurm job {job_id} in order (chief first, ps last; up to "
               f"{wait:g}s; Ctrl-C again cancels it at once)")
         for seg in range(max(1, self.segments)):
-            RunFolder(self.run_dir, seg).request_stop()
+            err = RunFolder(self.run_dir, seg).request_stop()
+            if err:
+                _info(f"cannot ask segment {seg} to stop in order ({err}); waiting, then cancelling")
         deadline = time.time() + wait
         try:
             while time.time() < deadline:
@@ -723,7 +725,7 @@ class _Follower:
                         self._line(line)
                     return True
                 time.sleep(0.5)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:   # a second Ctrl-C: cancel at once (the caller does)
             pass
         return False
 
@@ -741,7 +743,7 @@ class _Follower:
                     lines = f.read().decode("utf-8", "replace").splitlines()[-10:]
                 for line in lines:
                     _info(f"  | {line}")
-            except OSError:
+            except OSError:   # no log to show (never written, or removed): the reason is said
                 pass
         return code
 

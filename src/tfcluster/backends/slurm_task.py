@@ -32,7 +32,7 @@ from ..hosts import accepts
 from ..oom import OomWatch
 from ..plan import RunPlan
 from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen
-from .base import start_child
+from .base import signal_group, start_child
 from .runfolder import EVENTS_SUFFIX, RunFolder, stem
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,
                     expand_tasks_per_node, fill_secrets, layout)
@@ -75,13 +75,13 @@ class Task:
     rulebook's (:mod:`tfcluster.rules`). What it touches comes in, so a unit test builds it
     without Slurm: ``env`` (Slurm's variables; default ``os.environ``), ``clock``, ``out`` (the
     step's output, bytes), ``signals``, ``spawn`` (starts the program: :func:`start_child`),
-    ``kill`` (``os.killpg``), ``probe`` (does a port accept connections), ``hostlist`` (Slurm's
+    ``kill`` (:func:`signal_group`), ``probe`` (does a port accept connections), ``hostlist`` (Slurm's
     node list expanded), ``oom``, ``signal_step`` (tells every task of the step the run is
     over: ``scancel --signal=URG``)."""
 
     def __init__(self, data: Dict[str, Any], env: Optional[Mapping[str, str]] = None, *,
                  clock: Callable[[], float] = time.time, out=None,
-                 signals: Optional[Signals] = None, spawn=start_child, kill=os.killpg,
+                 signals: Optional[Signals] = None, spawn=start_child, kill=signal_group,
                  probe=accepts, hostlist=expand_hostlist, oom=None, signal_step=None):
         self.environ: Mapping[str, str] = os.environ if env is None else env
         self.clock, self.spawn, self.kill, self.probe = clock, spawn, kill, probe
@@ -348,10 +348,7 @@ class Task:
             return
         if sig == signal.SIGTERM and self.shielded:
             sig = rules.SHIELDED_STOP_SIGNAL     # a ps ignores SIGTERM (Slurm's, to the step)
-        try:
-            self.kill(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):   # the group is gone
-            pass
+        self.kill(self.proc.pid, sig)
 
     def _start(self, attempt: int) -> None:
         try:
@@ -379,9 +376,11 @@ class Task:
         if self.folder is None:
             return
         row = self.machine.end_row(self.name, final)
-        self.folder.write_exit(self.name, {
+        err = self.folder.write_exit(self.name, {
             "task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
             **row, "time": self.clock(), "segment": self.segment})
+        if err:     # the other nodes will not hear of this end: a ps waits its bound out
+            self.say(f"cannot record this task's end in the run folder: {err}")
         if final:
             if self.events is not None:
                 self.events.close()
@@ -392,7 +391,9 @@ class Task:
     def end_run(self) -> None:
         """Tell every task of the step that the run is over (SIGURG through Slurm)."""
         if self.folder is not None:
-            self.folder.mark_over()
+            err = self.folder.mark_over()
+            if err:
+                self.say(f"cannot mark the run over in the run folder ({err}); Slurm's signal tells the others")
         if self.step:
             self.signal_step(self.step)
 

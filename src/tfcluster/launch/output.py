@@ -68,14 +68,14 @@ class OutputPump(threading.Thread):
     def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
-        except OSError:
+        except OSError:   # the pump has ended and closed its pipe: there is nothing to wake
             pass
 
     def _close_fds(self) -> None:
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
-            except OSError:
+            except OSError:   # closed already (a second close): nothing held
                 pass
 
     def run(self) -> None:
@@ -93,7 +93,8 @@ class OutputPump(threading.Thread):
                 for r in new:
                     try:
                         r.begin()
-                    except Exception:           # a bug in one reader must not stop the others
+                    except Exception as e:      # a bug in one reader must not stop the others
+                        _broken(r, e)
                         broken.add(id(r))
                     open_fds[id(r)] = len(r._fds)
                     for i, fd in enumerate(r._fds):
@@ -113,7 +114,7 @@ class OutputPump(threading.Thread):
                         try:
                             while os.read(self._wake_r, 4096):
                                 pass
-                        except OSError:
+                        except BlockingIOError:   # every wake-up read
                             pass
                         continue
                     if fd not in owners:
@@ -121,14 +122,17 @@ class OutputPump(threading.Thread):
                     reader, side = owners[fd]
                     try:
                         data = os.read(fd, READ_SIZE)
-                    except OSError:
+                    except OSError as e:         # said at the end of the run; read as the end
+                        if reader.seen.read_error is None:
+                            reader.seen.read_error = f"reading its output failed ({e}); the rest was lost"
                         data = b""
                     if data:
                         if id(reader) in broken:
                             continue            # drained and dropped: the task never blocks
                         try:
                             (reader._feed_side if side else reader._feed)(data)
-                        except Exception:       # a bug in one reader must not stop the others
+                        except Exception as e:  # a bug in one reader must not stop the others
+                            _broken(reader, e)
                             broken.add(id(reader))
                         continue
                     poller.unregister(fd)
@@ -139,12 +143,21 @@ class OutputPump(threading.Thread):
                         broken.discard(id(reader))
                         try:
                             reader.finish()
-                        except Exception:
+                        except Exception as e:  # its last lines and log: said, joiners freed
+                            _broken(reader, e)
                             reader._done.set()
         finally:
             for fd, (reader, _) in list(owners.items()):   # only on a bug: free the joiners
                 reader._done.set()
             self._close_fds()
+
+
+def _broken(reader: OutputReader, e: BaseException) -> None:
+    """A reader that raised (a bug): its output is drained and dropped from here on so that the
+    task never blocks on a full pipe; the launcher says so at the end of the run."""
+    if reader.seen.read_error is None:
+        reader.seen.read_error = (f"its output reader failed ({type(e).__name__}: {e}); the rest of "
+                                  f"its output and log were dropped")
 
 
 def join_readers(readers: List[threading.Thread], timeout: Optional[float] = None) -> List[str]:

@@ -259,6 +259,8 @@ class Supervisor:
         for tr in self.runs.values():
             if tr.seen.log_error:
                 self.display.error(f"{tr.name}: its log could not be written: {tr.seen.log_error}")
+            if tr.seen.read_error:
+                self.display.error(f"{tr.name}: {tr.seen.read_error}")
         self.events.close()
         line = summaries_line(final)     # the record in hand, not read back
         if line:
@@ -753,7 +755,7 @@ def _discard(handle: Handle) -> None:
         try:
             if stream is not None:
                 stream.close()
-        except OSError:
+        except OSError:   # a pipe of a killed task: closing it frees it, an error loses nothing
             pass
 
 

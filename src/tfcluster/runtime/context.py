@@ -248,7 +248,7 @@ def task_context(*, ps_hosts=None, worker_hosts=None, chief_hosts=None, evaluato
         cfg_probe = None
         try:
             cfg_probe = json.loads(text)
-        except ValueError:
+        except ValueError:   # bad JSON: read below, where the error names TF_CONFIG
             pass
         if isinstance(cfg_probe, dict) and "task" not in cfg_probe and job_name:
             # cluster only; the task comes from flags

@@ -331,7 +331,7 @@ def exit_now(code: int = 0) -> "NoReturn":  # type: ignore[name-defined]  # noqa
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:  # noqa: BLE001
+        except (OSError, ValueError):   # a closed or broken stream: the process ends anyway
             pass
     os._exit(code)
 
