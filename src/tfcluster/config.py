@@ -24,10 +24,10 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
 from typing_extensions import Annotated
 
-from . import contract, k8s_options, rules
+from . import contract, k8s_options, vocabulary
 from .errors import ConfigError, UserError
 from .k8s_options import KubernetesSpec, PodSettings
-from .rules import KNOWN_JOBS, SINGLE_TASK_JOBS
+from .vocabulary import KNOWN_JOBS, SINGLE_TASK_JOBS
 from .slurm_options import SlurmSpec
 
 VERSION = 1
@@ -39,8 +39,8 @@ JOB_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]*\Z")
 MAX_JOB_NAME = 40
 # A GPU entry of CUDA_VISIBLE_DEVICES: an index, a list of them, a UUID (GPU-..., MIG-...).
 GPU_ENTRY = re.compile(r"\A[A-Za-z0-9_.:/-]+(,[A-Za-z0-9_.:/-]+)*\Z")
-# Job names with a meaning in TensorFlow's TF_CONFIG (rules.KNOWN_JOBS); other names are
-# allowed (the seed's "local"). The vocabulary (jobs, policies, success rules) is rules.py's.
+# Job names with a meaning in TensorFlow's TF_CONFIG (vocabulary.KNOWN_JOBS); other names are
+# allowed (the seed's "local"). The vocabulary (jobs, policies, success rules) is vocabulary.py's.
 DEFAULT_GRACE = 5.0
 DEFAULT_BASE_PORT = 2222
 # A YAML file's aliases may not expand to more values than this ("billion laughs").
@@ -284,7 +284,7 @@ class Cluster:
     @property
     def tasks(self) -> List[Task]:
         """All tasks, chief first, then ps, worker, evaluator, other jobs."""
-        order = rules.sort_jobs(self.jobs)
+        order = vocabulary.sort_jobs(self.jobs)
         return [t for j in order for t in self.jobs[j]]
 
     def task(self, task_id: Union[str, TaskId]) -> Task:

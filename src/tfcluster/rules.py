@@ -14,20 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 
 # ---------------------------------------------------------------------------- vocabulary
-
-#: restart policies (``restart.policy``, ``--restart``)
-RESTART_POLICIES = ("never", "on-failure", "exit-code")
-#: success rules (``success:``, ``--success``)
-SUCCESS_RULES = ("chief", "all-workers")
-#: jobs with a meaning in TensorFlow's TF_CONFIG, in the order tfcluster lists them;
-#: other job names (the guide's "local") come after them, in file order
-KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
-#: jobs whose tasks run a replica of the model (between-graph replication)
-REPLICA_JOBS = ("chief", "worker")
-#: jobs with at most one task (TensorFlow's rule)
-SINGLE_TASK_JOBS = ("chief", "evaluator")
-#: the backends ``launch --backend`` knows
-BACKENDS = ("local", "ssh", "slurm")
+# The words a cluster file and a run share (jobs, policies, success rules, backends) live in
+# tfcluster.vocabulary, below both the file model and the rules; re-exported here.
+from .vocabulary import (BACKENDS, KNOWN_JOBS, REPLICA_JOBS, RESTART_POLICIES,  # noqa: E402,F401
+                         SINGLE_TASK_JOBS, SUCCESS_RULES, job_rank, sort_jobs)
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
@@ -42,17 +32,6 @@ STILL_WAITING = re.compile(r"CreateSession still waiting for response from worke
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-
-
-def job_rank(job: str) -> int:
-    """Sort key of a job in listings (chief, ps, worker, evaluator, then the rest)."""
-    return KNOWN_JOBS.index(job) if job in KNOWN_JOBS else len(KNOWN_JOBS)
-
-
-def sort_jobs(jobs: Iterable[str]) -> list:
-    """Jobs in listing order; unknown jobs keep their given order after the known ones."""
-    jobs = list(jobs)
-    return sorted(jobs, key=lambda j: (job_rank(j), jobs.index(j)))
 
 
 def start_order(jobs: Iterable[str]) -> list:

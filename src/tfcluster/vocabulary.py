@@ -1,0 +1,34 @@
+"""The words of a cluster and its run: jobs, restart policies, success rules, backends.
+
+Plain data with no rule in it, below both the cluster file's model (:mod:`tfcluster.config`)
+and the rulebook (:mod:`tfcluster.rules`, which re-exports it), so that the file model reads
+the words without importing the rules.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+#: restart policies (``restart.policy``, ``--restart``)
+RESTART_POLICIES = ("never", "on-failure", "exit-code")
+#: success rules (``success:``, ``--success``)
+SUCCESS_RULES = ("chief", "all-workers")
+#: jobs with a meaning in TensorFlow's TF_CONFIG, in the order tfcluster lists them;
+#: other job names (the guide's "local") come after them, in file order
+KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
+#: jobs whose tasks run a replica of the model (between-graph replication)
+REPLICA_JOBS = ("chief", "worker")
+#: jobs with at most one task (TensorFlow's rule)
+SINGLE_TASK_JOBS = ("chief", "evaluator")
+#: the backends ``launch --backend`` knows
+BACKENDS = ("local", "ssh", "slurm")
+
+
+def job_rank(job: str) -> int:
+    """Sort key of a job in listings (chief, ps, worker, evaluator, then the rest)."""
+    return KNOWN_JOBS.index(job) if job in KNOWN_JOBS else len(KNOWN_JOBS)
+
+
+def sort_jobs(jobs: Iterable[str]) -> list:
+    """Jobs in listing order; unknown jobs keep their given order after the known ones."""
+    jobs = list(jobs)
+    return sorted(jobs, key=lambda j: (job_rank(j), jobs.index(j)))
