@@ -137,8 +137,8 @@ def job_verdict(rc: int, failed_tasks: int) -> Tuple[str, int]:
 
 
 # ---------------------------------------------------------------------------- stops on Slurm
-#: the signal a Slurm node's wrapper stops its ps with (the ps ignores SIGTERM: see
-#: :func:`shielded_from_step_signals`)
+#: the signal a Slurm node's wrapper stops its ps with while the ps ignores SIGTERM (see
+#: :func:`shielded_from_step_signals`; a ps program that handles SIGTERM itself gets SIGTERM)
 SHIELDED_STOP_SIGNAL = signal.SIGHUP
 
 
@@ -147,8 +147,9 @@ def shielded_from_step_signals(job: str) -> bool:
     (plain ``scancel``, preemption, a time limit) by sending SIGTERM to every process of the
     step at once; a ps that obeyed it would die before its chief saved its last checkpoint. A
     ps ignores it (the disposition survives exec); its wrapper, which hears the SIGTERM too,
-    stops it with :data:`SHIELDED_STOP_SIGNAL` once the chief and workers have ended (Slurm's
-    SIGKILL after KillWait or GraceTime bounds it all)."""
+    stops it once the chief and workers have ended (Slurm's SIGKILL after KillWait or GraceTime
+    bounds it all): with :data:`SHIELDED_STOP_SIGNAL` while it still ignores SIGTERM, with
+    SIGTERM where the program installed a handler of its own (which Slurm's SIGTERM reaches)."""
     return job == "ps"
 
 

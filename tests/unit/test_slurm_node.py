@@ -44,7 +44,7 @@ class Node:
     """One Slurm task's wrapper with its fakes."""
 
     def __init__(self, tmp_path, rank, cluster="{ps: 1, worker: 1}", restart="", segment=0,
-                 output=b"", extra=""):
+                 output=b"", extra="", ignores_term=True):
         text = textwrap.dedent(f"""\
             cluster: {cluster}
             program: {{command: [python, t.py]}}
@@ -69,7 +69,8 @@ class Node:
                          signals=self.signals, spawn=self._spawn, kill=self._kill,
                          probe=lambda host, port: False, hostlist=slurm._expand_hostlist_py,
                          oom=type("NoOom", (), {"words": staticmethod(lambda rc: "")})(),
-                         signal_step=self.step_signalled.append)
+                         signal_step=self.step_signalled.append,
+                         ignored=lambda pid, sig: ignores_term and sig == TERM)
         self.actions = []
         handle = self.task.machine.handle
 
@@ -173,6 +174,18 @@ def test_slurm_sigterm_stops_the_ps_after_the_chief_has_ended_and_with_sighup(tm
     ps.exits(-HUP)
     assert m.finished and m.exit_code_of("ps:0") == 128 + TERM
     assert ps.record()["state"] == "stopped"
+
+
+def test_a_ps_that_handles_sigterm_itself_is_stopped_with_sigterm(tmp_path):
+    """A ps program that installed a SIGTERM handler of its own (to end gracefully) no longer
+    ignores it: its wrapper's ordered stop is the SIGTERM it expects."""
+    ps = Node(tmp_path, rank=0, ignores_term=False)
+    ps.start()
+    ps.signals.over.set()                         # the run is over: the chief exited 0
+    RunFolder(ps.task.run_dir).write_exit("worker:0", {"task": "worker:0", "ok": True,
+                                                       "state": "succeeded", "segment": 0})
+    ps.turn()
+    assert ps.killed == [(ps.proc.pid, TERM)]
 
 
 def test_the_ps_wait_for_its_peers_is_bounded(tmp_path):

@@ -4,6 +4,7 @@
 (The real processes: tests/integration/test_task_start_processes.py.)"""
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -94,3 +95,16 @@ def test_a_missing_program_raises_as_popen_does(tmp_path):
     base._check_program(str(tool), {"PATH": ""}, "/")
     with pytest.raises(FileNotFoundError):
         base._check_program("tool", {"PATH": "/nonexistent"}, str(tmp_path))
+
+
+def test_ignores_reads_what_a_process_ignores_now():
+    """How a Slurm node's wrapper tells a ps that still ignores SIGTERM (stopped with SIGHUP)
+    from one that installed a handler of its own (stopped with SIGTERM)."""
+    old = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        assert base.ignores(os.getpid(), signal.SIGUSR2)
+        signal.signal(signal.SIGUSR2, lambda *a: None)
+        assert not base.ignores(os.getpid(), signal.SIGUSR2)
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert not base.ignores(2 ** 22 + 7, signal.SIGTERM)      # no such process

@@ -259,6 +259,19 @@ def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 
     signal_group(proc.pid, signal.SIGKILL)
 
 
+def ignores(pid: int, sig: int) -> bool:
+    """Does process ``pid`` ignore ``sig`` now (``SigIgn`` of /proc/PID/status)? False when it
+    cannot be told (no such process, no /proc)."""
+    try:
+        with open(f"/proc/{int(pid)}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigIgn:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError, IndexError):   # gone, or no /proc here: not known to ignore it
+        pass
+    return False
+
+
 def signal_group(pgid: int, sig: int) -> bool:
     """Send ``sig`` to the process group ``pgid`` (a task started in a session of its own); False
     when there is no such group any more -- it has ended -- or it is not ours to signal."""

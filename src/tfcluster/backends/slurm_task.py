@@ -32,7 +32,7 @@ from ..hosts import accepts
 from ..oom import OomWatch
 from ..plan import RunPlan
 from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen
-from .base import signal_group, start_child
+from .base import ignores, signal_group, start_child
 from .runfolder import EVENTS_SUFFIX, RunFolder, stem
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,
                     expand_tasks_per_node, fill_secrets, layout)
@@ -77,14 +77,16 @@ class Task:
     step's output, bytes), ``signals``, ``spawn`` (starts the program: :func:`start_child`),
     ``kill`` (:func:`signal_group`), ``probe`` (does a port accept connections), ``hostlist`` (Slurm's
     node list expanded), ``oom``, ``signal_step`` (tells every task of the step the run is
-    over: ``scancel --signal=URG``)."""
+    over: ``scancel --signal=URG``), ``ignored`` (does a process ignore a signal now)."""
 
     def __init__(self, data: Dict[str, Any], env: Optional[Mapping[str, str]] = None, *,
                  clock: Callable[[], float] = time.time, out=None,
                  signals: Optional[Signals] = None, spawn=start_child, kill=signal_group,
-                 probe=accepts, hostlist=expand_hostlist, oom=None, signal_step=None):
+                 probe=accepts, hostlist=expand_hostlist, oom=None, signal_step=None,
+                 ignored=ignores):
         self.environ: Mapping[str, str] = os.environ if env is None else env
         self.clock, self.spawn, self.kill, self.probe = clock, spawn, kill, probe
+        self.ignored = ignored
         self.out = out if out is not None else sys.stdout.buffer
         self.signals = signals if signals is not None else Signals()
         self.signal_step = signal_step if signal_step is not None else self._scancel_step
@@ -346,8 +348,8 @@ class Task:
     def _kill(self, sig: int) -> None:
         if self.proc is None:
             return
-        if sig == signal.SIGTERM and self.shielded:
-            sig = rules.SHIELDED_STOP_SIGNAL     # a ps ignores SIGTERM (Slurm's, to the step)
+        if sig == signal.SIGTERM and self.shielded and self.ignored(self.proc.pid, sig):
+            sig = rules.SHIELDED_STOP_SIGNAL     # the ps still ignores SIGTERM (Slurm's, to the step)
         self.kill(self.proc.pid, sig)
 
     def _start(self, attempt: int) -> None:
