@@ -32,12 +32,12 @@ import select
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, IO, Optional, Tuple
+from typing import Callable, Deque, IO, Optional, Tuple
 
 from . import runfs
 from .outputs import ProgressParser, clean_segment, is_noise
 from .progress import Progress, format_progress, split_progress
-from .rules import PORT_CONFLICT, STILL_WAITING, longest_gap
+from .rules import STILL_WAITING, longest_gap
 
 
 TAIL_LINES = 200            # lines kept for the failure summary and hints
@@ -60,8 +60,6 @@ class Seen:
     """What a task's output has told the supervisor (shared with the reader thread)."""
 
     tail: Deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
-    port_conflict: bool = False
-    waiting_on: Dict[str, float] = field(default_factory=dict)   # task -> first "still waiting"
     progress: Optional[Progress] = None
     progress_at: Optional[float] = None
     life_at: Optional[float] = None       # the last sign of progress (a step that moved, ...)
@@ -73,8 +71,6 @@ class Seen:
     noise_hidden: int = 0                 # noise lines not shown on the console
 
     def reset(self) -> None:
-        self.port_conflict = False
-        self.waiting_on.clear()
         self.life_at = None
         self.longest_gap = 0.0
         self.started_at = None
@@ -375,13 +371,8 @@ class OutputReader(threading.Thread):
         self._write((logged + "\n").encode("utf-8", "replace"))
         if raw is not None and not line.strip() and raw.strip():
             return                        # only a protocol report: nothing more to show
-        with self.lock:
+        with self.lock:   # what a line means to the run: the machine's (machine.line_events)
             self.seen.tail.append(line[:TAIL_LINE_CHARS])
-            if PORT_CONFLICT.search(line):
-                self.seen.port_conflict = True
-            waiting = still_waiting_on(line)
-            if waiting:
-                self.seen.waiting_on.setdefault(waiting, self.clock())
         hide, note = self.noise.fold(line)
         if hide:
             with self.lock:
