@@ -302,3 +302,25 @@ def test_a_slurm_run_replays_from_its_events_to_the_same_decisions(tmp_path):
     fresh.tasks["worker:0"].port = n.task.port
     assert mc.replay(fresh, began, inputs) == n.actions
     assert fresh.result == mc.RunState.INTERRUPTED and fresh.exit_code == 143
+
+
+def test_the_slurm_record_rows_say_what_the_local_record_says(tmp_path):
+    """run.json of a Slurm run is built from the nodes' end rows (the machine's end_row): the
+    exit in the one wording, the task's note, and the verdict's words from the node that
+    reached it -- as the local launcher writes them."""
+    ps, chief = Node(tmp_path, rank=0), Node(tmp_path, rank=1)
+    ps.start()
+    chief.start()
+    chief.exits(3)
+    ps.turn()
+    ps.turn()
+    ps.exits(-HUP)
+    record = slurm._Record(chief.task.plan)
+    record.close(3, "77")
+    rec = json.loads(open(os.path.join(chief.task.run_dir, "run.json")).read())
+    rows = {t["task"]: t for t in rec["tasks"]}
+    assert rec["result"] == "failed" and rec["exit_code"] == 3
+    assert rec["decision"] == "worker:0 failed (exit 3)"
+    assert rows["worker:0"]["exit"] == "exit 3" and rows["worker:0"]["state"] == "failed"
+    assert rows["ps:0"]["exit"] == "SIGHUP" and rows["ps:0"]["state"] == "stopped"
+    assert rows["ps:0"]["note"] == ""
