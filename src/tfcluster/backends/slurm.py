@@ -464,6 +464,7 @@ class _Record:
 
     def write(self, result: str, code: Optional[int], job_id: Optional[str],
               ended: Optional[float] = None) -> None:
+        from ..contract import profiler_port
         from ..record import run_record, task_row, write_record
         ends = self.folder.exits()
         tasks = []
@@ -479,7 +480,8 @@ class _Record:
                 restarts=rec.get("restarts") if isinstance(rec.get("restarts"), int) else 0,
                 started=rec.get("started"), first_started=rec.get("first_started"),
                 ended=rec.get("ended"),
-                log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log")))
+                log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log"),
+                profiler_port=profiler_port(rec.get("port"), t.job)))
         failures = self.folder.failures()
         root = None
         if failures:
