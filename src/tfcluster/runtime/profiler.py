@@ -10,7 +10,7 @@ program does the same with one line::
 
 The server captures the whole process: TF1 graph-mode sessions (host traces of every op and
 RPC) and TF2 eager and ``tf.function`` programs alike. It costs nothing until a trace is asked
-for. ``TFCLUSTER_PROFILER_PORT=0`` (or empty) turns it off.
+for. Without ``TFCLUSTER_PROFILER_PORT`` (a task not started by tfcluster) nothing starts.
 """
 from __future__ import annotations
 
