@@ -17,7 +17,7 @@ task flags (opt-in)
 ``TFCLUSTER_RESTART_COUNT``   0 on the first start, N on the N-th restart
 ``TFCLUSTER_MAX_RESTARTS``    the task's restart budget (0 when its policy is never)
 ``TFCLUSTER_PROFILER_PORT``   the port of the task's TensorFlow profiler server
-                              (:func:`profiler_port`: the task's port + 10000); the runtime
+                              (:func:`profiler_port`: the task's port -/+ 30000); the runtime
                               starts the server there (``tfcluster.runtime.start_profiler``),
                               and ``tfcluster profile RUN`` traces every task through it
 ``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
@@ -54,8 +54,10 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 PROGRESS_FD = "TFCLUSTER_PROGRESS_FD"
 LAUNCHER_PID = "TFCLUSTER_LAUNCHER_PID"
 PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
-#: a task's profiler port is its own port plus this (minus it where the sum is past 65535)
-PROFILER_PORT_OFFSET = 10000
+#: a task's profiler port is its own port minus this when that is in Linux's ephemeral range
+#: (>= 32768, as free ports picked by binding port 0 are), else its port plus this
+PROFILER_PORT_OFFSET = 30000
+EPHEMERAL_LOW = 32768
 
 #: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
 PYTHON = "{python}"
@@ -117,12 +119,14 @@ def profiler_port(port: Optional[int], job: str = "") -> Optional[int]:
     yet, or an ``evaluator``, which is not in the cluster and may have no port of its own).
 
     Derived from the task's port, so every backend (and a task whose endpoint is learnt only
-    where it runs, as on Slurm) agrees without asking the host for a free port."""
+    where it runs, as on Slurm) agrees without asking the host for a free port. A port in the
+    ephemeral range (where ports picked by binding port 0 come from) maps below it, so the
+    profiler servers of such clusters never take a port another run is about to pick; a low
+    port (2222) maps to just under the range (32222)."""
     if not port or job == "evaluator":
         return None
     port = int(port)
-    return port + PROFILER_PORT_OFFSET if port + PROFILER_PORT_OFFSET <= 65535 \
-        else port - PROFILER_PORT_OFFSET
+    return port - PROFILER_PORT_OFFSET if port >= EPHEMERAL_LOW else port + PROFILER_PORT_OFFSET
 
 
 def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]], *,

@@ -75,15 +75,17 @@ def test_task_env_without_a_cluster_leaves_tf_config_to_where_the_task_runs():
 
 
 @pytest.mark.parametrize("port, job, expect", [
-    (2222, "worker", 12222), (55535, "ps", 65535), (55536, "ps", 45536), (60000, "chief", 50000),
+    (2222, "worker", 32222), (32767, "ps", 62767), (32768, "ps", 2768), (60999, "chief", 30999),
+    (65535, "worker", 35535),
     (None, "worker", None), (0, "worker", None), (2225, "evaluator", None),
 ])
-def test_the_profiler_port_is_the_tasks_port_plus_10000(port, job, expect):
+def test_the_profiler_port_is_the_tasks_port_minus_or_plus_30000(port, job, expect):
     assert contract.profiler_port(port, job) == expect
 
 
 @pytest.mark.parametrize("cluster, job, index, expect", [
-    (SEED, "worker", 1, "12222"), ({"ps": ["[::1]:3000"]}, "ps", 0, "13000"),
+    (SEED, "worker", 1, "32222"), ({"ps": ["[::1]:3000"]}, "ps", 0, "33000"),
+    ({"ps": ["h:40000"]}, "ps", 0, "10000"),
     (FULL, "evaluator", 0, None),                    # not in the cluster: no server, no port
     (SEED, "worker", 5, None),
 ])
