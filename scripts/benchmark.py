@@ -56,6 +56,16 @@ And of issue 24:
    open files; ``scale.ssh`` (scripts/scale_ssh.py): 3 ssh hosts in network namespaces.
    ``--only scalefix`` (an experiment): the task start as it is and with proposed changes.
 
+And of issue 35:
+
+13. ``embeddings`` (``--only embeddings``): a DLRM-style model with 256 MB of embedding tables
+   (bench_programs/embeddings.py) on 2 ps + 2 workers, async: tfcluster's runtime (partitioned
+   variables, greedy placement) vs TF2 ParameterServerStrategy with a variable_partitioner
+   (ShardedVariable, custom loop): ``embeddings.runtime_over_pss`` (examples/s),
+   ``embeddings.bytes_over_sparse_floor`` (bytes the cluster's TCP connections carried a step,
+   from ``ss``, over the step's unique rows down and their gradients up), ``table_mb``; and the
+   same on simulated hosts with 1 Gbit/s ps links (``embeddings.links.1gbit``; root, ip, tc).
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.
@@ -94,7 +104,8 @@ BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
-    "tiny": dict(peers_steps=150, peers_epoch=50, peers_mwms_steps=60, peers_mwms_epoch=20, peers_reps=1,
+    "tiny": dict(emb_link_rates=[1e9], emb_rows=250000, emb_dim=64, emb_batch=1024, emb_warmup=2.0, emb_secs=3.0, emb_reps=1,
+                 peers_steps=150, peers_epoch=50, peers_mwms_steps=60, peers_mwms_epoch=20, peers_reps=1,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
@@ -104,7 +115,8 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  link_mb=4.0, link_placements=["greedy_partitioned", "greedy_partitioned_prefetch"],
                  link_workers=2, link_args=[],
                  scale_tasks=[16, 64], scale_reps=1, scale_hold=1.0, scale_sample=0.1, scale_ssh_tasks=4, scalefix_base=""),
-    "quick": dict(peers_steps=600, peers_epoch=100, peers_mwms_steps=480, peers_mwms_epoch=80, peers_reps=2,
+    "quick": dict(emb_link_rates=[1e9], emb_rows=250000, emb_dim=64, emb_batch=1024, emb_warmup=3.0, emb_secs=6.0, emb_reps=2,
+                 peers_steps=600, peers_epoch=100, peers_mwms_steps=480, peers_mwms_epoch=80, peers_reps=2,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=2, launch_reps=2, async_steps=2000, sync_steps=700, single_steps=6000,
                   transfer_mb=16.0, transfer_secs=2.0, transfer_reps=2, loopback_secs=1.0,
@@ -117,7 +129,8 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                   link_workers=2, link_args=[],
                   scale_tasks=[64, 256, 512], scale_reps=1, scale_hold=2.0, scale_sample=0.1,
                   scale_ssh_tasks=32, scalefix_base=""),
-    "full": dict(peers_steps=1500, peers_epoch=150, peers_mwms_steps=800, peers_mwms_epoch=100, peers_reps=3,
+    "full": dict(emb_link_rates=[1e9], emb_rows=250000, emb_dim=64, emb_batch=1024, emb_warmup=5.0, emb_secs=12.0, emb_reps=3,
+                 peers_steps=1500, peers_epoch=150, peers_mwms_steps=800, peers_mwms_epoch=100, peers_reps=3,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
                  reps=5, launch_reps=5, async_steps=4000, sync_steps=1500, single_steps=12000,
                  transfer_mb=32.0, transfer_secs=4.0, transfer_reps=4, loopback_secs=2.0,
@@ -145,6 +158,11 @@ GOALS = {
     "peers.runtime_over_pss_loop": (">=", 1.0),
     "peers.runtime_over_pss_fit": (">=", 1.0),
     "peers.mwms_launch_over_hand": (">=", 0.98),
+    "embeddings.runtime_over_pss": (">=", 1.2),
+    "embeddings.bytes_over_sparse_floor": ("<=", 1.3),
+    "embeddings.table_mb": (">=", 100.0),
+    "embeddings.links.1gbit.runtime_over_pss": (">=", 1.2),
+    "embeddings.links.1gbit.bytes_over_sparse_floor": ("<=", 1.3),
 }
 SCALE_GOALS = {"launch_overhead_ratio": ("<=", 1.2), "rss_kb_per_task": ("<=", 512.0),
                "stop_seconds": ("<=", 2.0)}
@@ -1093,6 +1111,134 @@ def bench_peers(cfg, tmp, out, notes) -> None:
     out["peers"] = peers
 
 
+def bench_embeddings(cfg, tmp, out, notes) -> None:
+    """Issue 35: a DLRM-style model with >= 100 MB of embedding tables (bench_programs/
+    embeddings.py) on 2 ps + 2 workers, async: tfcluster's runtime (partitioned variables,
+    greedy placement) vs TF2 ParameterServerStrategy with a variable_partitioner (custom loop),
+    alternating, under ``tfcluster launch`` on loopback. Each run measures its examples/s and
+    the bytes its TCP connections carried (``ss``) over a window after a warm-up."""
+    log("embeddings: runtime (partitioned tables) vs TF2 PSS (ShardedVariable), 2 ps + 2 workers")
+    prog = os.path.join(PROGRAMS, "embeddings.py")
+    args = [f"--rows={cfg['emb_rows']}", f"--dim={cfg['emb_dim']}", f"--batch={cfg['emb_batch']}",
+            f"--warmup={cfg['emb_warmup']}", f"--seconds={cfg['emb_secs']}"]
+    serve = {"command": ["python", "-m", "tfcluster.runtime.serve"], "args": [],
+             "env": {"GRPC_FAIL_FAST": "use_caller"}}
+    variants = {
+        "runtime": ({"ps": 2, "worker": 2}, {"grace": 1}),
+        "pss": ({"chief": 1, "ps": 2, "worker": 2},
+                {"jobs": {"ps": serve, "worker": serve}, "success": "chief", "grace": 1}),
+    }
+    runs: Dict[str, List[Optional[Dict[str, Any]]]] = {n: [] for n in variants}
+    for i in range(cfg["emb_reps"]):
+        for n in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
+            log(f"  rep {i + 1}/{cfg['emb_reps']}: {n}")
+            jobs, extra = variants[n]
+            r = None
+            for attempt in range(2):
+                path, _ = peers_cluster(tmp, f"emb-{n}-{i}-{attempt}", jobs,
+                                        [PY, prog, f"--variant={n}", *args], extra)
+                r = run(f"emb-{n}", tfcluster_argv() + ["launch", path, "--no-live"],
+                        cfg["run_timeout"])
+                if r.rc != 2 or "in use" not in r.tail(40):
+                    break
+            b = r.bench() if r is not None and r.ok else None
+            runs[n].append(b)
+            if b is None:
+                notes.append(f"embeddings.{n}: a run failed (exit {r.rc if r else '?'}): "
+                             f"{r.tail(3)[-300:] if r else ''}")
+
+    out["embeddings"] = emb_figures(runs, cfg)
+    out["embeddings"]["clusters"] = {"runtime": "2 ps + 2 workers",
+                                     "pss": "chief (coordinator) + 2 ps + 2 workers"}
+    links: Dict[str, Any] = {}
+    for rate in cfg["emb_link_rates"]:
+        links[f"{rate / 1e9:g}gbit"] = emb_links(cfg, tmp, notes, prog, args, rate)
+    if links:
+        out["embeddings"]["links"] = links
+
+
+def emb_links(cfg, tmp, notes, prog, args, rate) -> Dict[str, Any]:
+    """The embeddings runs on simulated hosts (scripts/netns_links.py): the workers (and PSS's
+    coordinator) on one host, each ps on its own, every ps link shaped to ``rate`` each way."""
+    import netns_links
+
+    why = netns_links.unavailable()
+    if why:
+        notes.append(f"embeddings.links: skipped ({why})")
+        return {"skipped": why}
+    log(f"embeddings: the same on simulated hosts, ps links at {rate / 1e9:g} Gbit/s (tbf)")
+    port = netns_links.PORT
+    runs: Dict[str, List[Optional[Dict[str, Any]]]] = {"runtime": [], "pss": []}
+    with netns_links.Hosts(2, rate) as hosts:
+        for i in range(cfg["emb_reps"]):
+            for n in (["runtime", "pss"] if i % 2 == 0 else ["pss", "runtime"]):
+                log(f"  rep {i + 1}/{cfg['emb_reps']}: {n} at {rate / 1e9:g} Gbit/s")
+                cluster: Dict[str, List[str]] = {
+                    "ps": [f"{hosts.ps_addr(j)}:{port}" for j in range(2)],
+                    "worker": [f"{hosts.worker_addr}:{port + j}" for j in range(2)]}
+                if n == "pss":
+                    cluster = {"chief": [f"{hosts.worker_addr}:{port + 2}"], **cluster}
+                ntasks = sum(len(v) for v in cluster.values())
+                reporter = None
+                for job, eps in cluster.items():
+                    for j, _ in enumerate(eps):
+                        ns = hosts.ps_ns[j] if job == "ps" else hosts.worker_ns
+                        serve = n == "pss" and job != "chief"
+                        argv = [PY, "-m", "tfcluster.runtime.serve"] if serve else [
+                            PY, prog, f"--variant={n}", *args]
+                        env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
+                                   GRPC_FAIL_FAST="use_caller", TFCLUSTER_TASK=f"{job}:{j}",
+                                   TFCLUSTER_LOCAL_TASKS=str(ntasks),
+                                   TF_CONFIG=json.dumps({"cluster": cluster,
+                                                         "task": {"type": job, "index": j}}))
+                        path = os.path.join(tmp, f"emb-links-{n}-{i}-{job}{j}.log")
+                        p = hosts.start(ns, argv, env, path)
+                        if (job, j) == (("chief", 0) if n == "pss" else ("worker", 0)):
+                            reporter = (p, path)
+                b = None
+                try:
+                    reporter[0].wait(cfg["run_timeout"])
+                except subprocess.TimeoutExpired:
+                    pass
+                finally:
+                    hosts.kill_tasks()
+                with open(reporter[1], errors="replace") as f:
+                    lines = f.read().splitlines()
+                b = next((json.loads(m.group("json")) for m in map(BENCH.search, lines) if m), None)
+                runs[n].append(b)
+                if b is None:
+                    notes.append(f"embeddings.links.{n}: a run failed: {' | '.join(lines[-3:])[-300:]}")
+    figures = emb_figures(runs, cfg)
+    figures["rate_gbit"] = rate / 1e9
+    figures["hosts"] = "workers (and PSS's coordinator) on one host, each ps on its own"
+    return figures
+
+
+def emb_figures(runs: Dict[str, List[Optional[Dict[str, Any]]]], cfg) -> Dict[str, Any]:
+    """The embeddings keys from the runs' ``@bench`` dicts (medians; pairwise ratios)."""
+
+    def col(n, key):
+        return [None if b is None else b.get(key) for b in runs[n]]
+
+    over = ratios(col("runtime", "examples_per_s"), col("pss", "examples_per_s"))
+    first = next((b for b in runs["runtime"] + runs["pss"] if b), {}) or {}
+    return {
+        "runtime_over_pss": rnd(median(over)),
+        "bytes_over_sparse_floor": rnd(median(col("runtime", "bytes_over_floor"))),
+        "pss_bytes_over_sparse_floor": rnd(median(col("pss", "bytes_over_floor"))),
+        "table_mb": rnd(first.get("table_mb"), 1),
+        "model": f"4 tables x {cfg['emb_rows']} rows x {cfg['emb_dim']} (Zipf 1.05 ids, unique per "
+                 f"step) + 13 -> {cfg['emb_dim']} bottom, -> 64 -> 1 top; SGD; batch "
+                 f"{cfg['emb_batch']} per worker step",
+        "pairwise_ratios": [rnd(x) for x in over],
+        "examples_per_s": {n: rnd(median(col(n, "examples_per_s")), 1) for n in runs},
+        "bytes_per_step": {n: rnd(median(col(n, "bytes_per_step")), 0) for n in runs},
+        "floor_bytes_per_step": rnd(first.get("floor_bytes_per_step"), 0),
+        "unique_rows_per_step": rnd(first.get("unique_rows_per_step"), 1),
+        "runs": runs,
+    }
+
+
 def bench_scalefix(cfg, tmp, out, notes) -> None:
     """Experiment (only with --only scalefix): the launcher's start of many trivial tasks as it
     is and with proposed changes to the local backend's task start (monkeypatched)."""
@@ -1105,7 +1251,8 @@ def bench_scalefix(cfg, tmp, out, notes) -> None:
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
            ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
-           ("peers", bench_peers), ("fastclose", bench_fastclose), ("scalefix", bench_scalefix))
+           ("peers", bench_peers), ("embeddings", bench_embeddings),
+           ("fastclose", bench_fastclose), ("scalefix", bench_scalefix))
 EXPERIMENTS = {"fastclose", "scalefix"}  # run only when named in --only
 
 

@@ -181,7 +181,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bind", metavar="HOST", help="TensorBoard's --host")
     s.add_argument("--print", dest="print_only", action="store_true",
                    help="print the command instead of running it")
+    s.add_argument("--profile", action="store_true",
+                   help="open the run's profiles (tfcluster profile) instead of its summaries")
     s.set_defaults(func=cmd_tensorboard)
+
+    s = sub.add_parser("profile", help="trace every live task of a run with TensorFlow's profiler",
+                       usage="tfcluster profile [RUN] [--seconds N] [--tasks TASK,...]",
+                       description="Ask every running task of the run (your own) for a TensorFlow "
+                       "profile of the same N seconds, through the profiler server the runtime "
+                       "starts in each task (TFCLUSTER_PROFILER_PORT), and write them into "
+                       "<run folder>/profile/<time>/, as TensorBoard's profile plugin reads them. "
+                       "Open them with: tfcluster tensorboard RUN --profile.")
+    s.add_argument("run", nargs="?", help="run id or run folder")
+    s.add_argument("--seconds", type=_seconds, default=3.0, metavar="N",
+                   help="how long to trace (default 3)")
+    s.add_argument("--tasks", metavar="TASK,...", help="only these tasks (ps:0,worker:1)")
+    s.set_defaults(func=cmd_profile)
 
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh)",
                        description="Print a completion script. Install: "
@@ -767,7 +782,15 @@ def cmd_stop(args) -> int:
 def cmd_tensorboard(args) -> int:
     from .control import tensorboard
     run_dir, record = _run_record(args.run)
-    return tensorboard(run_dir, record, port=args.port, host=args.bind, print_only=args.print_only)
+    return tensorboard(run_dir, record, port=args.port, host=args.bind, print_only=args.print_only,
+                       profile=args.profile)
+
+
+def cmd_profile(args) -> int:
+    from .profile import profile_run
+    run_dir, record = _run_record(args.run)
+    tasks = [t.strip() for t in (args.tasks or "").split(",") if t.strip()]
+    return profile_run(run_dir, record, seconds=args.seconds, tasks=tasks, run_arg=args.run)
 
 
 def cmd_completion(args) -> int:

@@ -16,6 +16,10 @@ task flags (opt-in)
 ``TFCLUSTER_LOCAL_TASKS``     how many tasks share this task's host (thread pools are sized by it)
 ``TFCLUSTER_RESTART_COUNT``   0 on the first start, N on the N-th restart
 ``TFCLUSTER_MAX_RESTARTS``    the task's restart budget (0 when its policy is never)
+``TFCLUSTER_PROFILER_PORT``   the port of the task's TensorFlow profiler server
+                              (:func:`profiler_port`: the task's port -/+ 30000); the runtime
+                              starts the server there (``tfcluster.runtime.start_profiler``),
+                              and ``tfcluster profile RUN`` traces every task through it
 ``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
 
 Set only by a launcher that supervises the task (never by ``commands``, ``render`` or pod
@@ -49,6 +53,11 @@ MAX_RESTARTS = "TFCLUSTER_MAX_RESTARTS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 PROGRESS_FD = "TFCLUSTER_PROGRESS_FD"
 LAUNCHER_PID = "TFCLUSTER_LAUNCHER_PID"
+PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
+#: a task's profiler port is its own port minus this when that is in Linux's ephemeral range
+#: (>= 32768, as free ports picked by binding port 0 are), else its port plus this
+PROFILER_PORT_OFFSET = 30000
+EPHEMERAL_LOW = 32768
 
 #: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
 PYTHON = "{python}"
@@ -105,10 +114,26 @@ def task_argv(argv: Sequence[str], cluster: Mapping[str, Sequence[str]], job: st
     return list(argv) + (task_flags(cluster, job, index) if with_flags else [])
 
 
+def profiler_port(port: Optional[int], job: str = "") -> Optional[int]:
+    """The port of the profiler server of task ``job`` listening on ``port`` (None: no port
+    yet, or an ``evaluator``, which is not in the cluster and may have no port of its own).
+
+    Derived from the task's port, so every backend (and a task whose endpoint is learnt only
+    where it runs, as on Slurm) agrees without asking the host for a free port. A port in the
+    ephemeral range (where ports picked by binding port 0 come from) maps below it, so the
+    profiler servers of such clusters never take a port another run is about to pick; a low
+    port (2222) maps to just under the range (32222)."""
+    if not port or job == "evaluator":
+        return None
+    port = int(port)
+    return port - PROFILER_PORT_OFFSET if port >= EPHEMERAL_LOW else port + PROFILER_PORT_OFFSET
+
+
 def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]], *,
              file_env: Mapping[str, str] = (), gpus: Optional[str] = None,
              run_dir: Optional[str] = None, local_tasks: Optional[int] = None,
-             restart_count: int = 0, max_restarts: int = 0) -> Dict[str, str]:
+             restart_count: int = 0, max_restarts: int = 0,
+             profiler: Optional[int] = None) -> Dict[str, str]:
     """The environment additions of one task (over the environment it is started in).
 
     ``cluster`` None leaves TF_CONFIG out (a backend that learns the endpoints only where
@@ -126,7 +151,19 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
         env[RUN_DIR] = run_dir
     env[RESTART_COUNT] = str(int(restart_count))
     env[MAX_RESTARTS] = str(int(max_restarts))
+    if profiler is None and cluster is not None:
+        eps = cluster.get(job) or ()
+        if 0 <= index < len(eps):
+            profiler = profiler_port(endpoint_port(eps[index]), job)
+    if profiler:
+        env[PROFILER_PORT] = str(int(profiler))
     return env
+
+
+def endpoint_port(endpoint: str) -> Optional[int]:
+    """The port of ``host:port`` (``[v6]:port``), or None."""
+    _, _, port = str(endpoint).rpartition(":")
+    return int(port) if port.isdigit() else None
 
 
 def chief_task(jobs) -> str:

@@ -240,10 +240,17 @@ def tensorboard_installed() -> bool:
 
 
 def tensorboard(run_dir: str, record: Dict, port: Optional[int] = None, host: Optional[str] = None,
-                print_only: bool = False) -> int:
+                print_only: bool = False, profile: bool = False) -> int:
     """Run TensorBoard on the run's summaries (the process replaces this one), or print the
-    command when TensorBoard is not installed or ``print_only``."""
-    logdir = summaries_dir(record)
+    command when TensorBoard is not installed or ``print_only``. ``profile``: on the run's
+    profiles instead (``<run_dir>/profile``, written by ``tfcluster profile``)."""
+    if profile:
+        logdir: Optional[str] = os.path.join(run_dir, "profile")
+        if not os.path.isdir(logdir):
+            raise UserError(f"run {record.get('run_id')}: no profile yet; take one with "
+                            f"tfcluster profile {record.get('run_id')}")
+    else:
+        logdir = summaries_dir(record)
     if logdir is None:
         logdir = run_dir
         _say(f"no summaries folder found in the chief's flags ({', '.join(SUMMARY_FLAGS)}); "

@@ -193,7 +193,7 @@ def is_progress_line(text: str) -> bool:
 
 # TensorFlow's start-up lines that say nothing about the program: a CPU machine has no GPU,
 # oneDNN and CPU-feature notes, absl's "before InitializeLog" warning, duplicate plugin
-# registrations, TensorRT absent. Matched on the message (after the glog/absl prefix).
+# registrations, TensorRT absent, the profiler server's start. Matched on the message (after the glog/absl prefix).
 _NOISE = re.compile("|".join([
     r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
     r"oneDNN custom operations are on\.",
@@ -212,6 +212,8 @@ _NOISE = re.compile("|".join([
     r"TF-TRT Warning: Could not find TensorRT",
     r"Could not find TensorRT$",
     r"^WARNING: All log messages before absl::InitializeLog",
+    # the runtime's profiler server (TFCLUSTER_PROFILER_PORT), started in every task
+    r"profiler_server\.cc:\d+\] Profiler server listening on ",
 ]))
 
 

@@ -1,4 +1,4 @@
-"""scripts/benchmark.py --quick on the tiny setting: every figure of issues 7, 15 and 24 is in
+"""scripts/benchmark.py --quick on the tiny setting: every figure of issues 7, 15, 24 and 35 is in
 the JSON with a sane value. No timing assertions (timings belong in the benchmark's own table).
 The launcher-at-scale part (issue 24, no TensorFlow) is also run in-process on a few tasks.
 The simulated-link figures need root, ``ip`` and ``tc``; without them the benchmark says why in
@@ -180,6 +180,29 @@ def test_peers(results):
     figures = {row["figure"] for row in results["goals"]}
     assert {"peers.runtime_over_pss_loop", "peers.runtime_over_pss_fit",
             "peers.mwms_launch_over_hand"} <= figures
+
+
+@pytest.mark.tf
+def test_embeddings(results):
+    """Issue 35: DLRM-style tables (>= 100 MB), the runtime vs TF2 PSS with ShardedVariables,
+    the bytes the cluster's connections carried over the sparse floor (measured with ss)."""
+    em = results["embeddings"]
+    for key in ("runtime_over_pss", "bytes_over_sparse_floor", "pss_bytes_over_sparse_floor"):
+        assert positive(em[key]), (key, em, results["notes"])
+    assert em["table_mb"] >= 100
+    # real bytes: at least the rows a step must move, and not a dense table's worth
+    assert 1.0 <= em["bytes_over_sparse_floor"] < 3.0, em
+    assert em["bytes_per_step"]["runtime"] < 0.05 * em["table_mb"] * 1e6, em
+    run = next(b for b in em["runs"]["runtime"] if b)
+    assert run["partitions_per_table"] == [2, 2, 2, 2], run
+    pss = next(b for b in em["runs"]["pss"] if b)
+    assert pss["sharded"] == "ShardedVariable" and pss["shards_per_table"] == [2, 2, 2, 2], pss
+    links = em.get("links", {}).get("1gbit")
+    if links is not None and "skipped" not in links:
+        assert positive(links["runtime_over_pss"]) and positive(links["bytes_over_sparse_floor"]), links
+    figures = {row["figure"] for row in results["goals"]}
+    assert {"embeddings.runtime_over_pss", "embeddings.bytes_over_sparse_floor",
+            "embeddings.table_mb"} <= figures
 
 
 @pytest.mark.tf

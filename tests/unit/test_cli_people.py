@@ -297,6 +297,26 @@ def test_tensorboard_prints_the_command_when_asked(tmp_path, state, capsys):
     assert f"--logdir {d}" in out and "--port 6007" in out
 
 
+def test_tensorboard_profile_opens_the_runs_profiles(tmp_path, state, capsys):
+    """tfcluster tensorboard RUN --profile: TensorBoard on <run>/profile (tfcluster profile's
+    captures); before any capture, one line saying how to take one, exit 2."""
+    d = make_run(tmp_path, "tb3")
+    runindex.register(str(d))
+    assert cli.main(["tensorboard", "tb3", "--profile", "--print"]) == 2
+    assert "tfcluster profile tb3" in capsys.readouterr().err
+    (d / "profile").mkdir()
+    assert cli.main(["tensorboard", "tb3", "--profile", "--print"]) == 0
+    assert f"--logdir {d / 'profile'}" in capsys.readouterr().out
+
+
+def test_profile_of_a_run_that_is_not_running_is_one_line_and_exit_2(tmp_path, state, capsys):
+    d = make_run(tmp_path, "pr1")
+    runindex.register(str(d))
+    assert cli.main(["profile", "pr1", "--seconds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "pr1 is not running" in err and "Traceback" not in err
+
+
 def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monkeypatch):
     """Issue 20: launch_request is the one reader of launch's argparse; main does not add to
     the namespace."""

@@ -152,6 +152,13 @@ def test_noise_is_exactly_tensorflows_known_start_up_lines():
         assert not is_noise(line), line
 
 
+def test_the_runtimes_profiler_server_start_is_noise_and_its_failure_is_not():
+    assert is_noise("I0000 00:00:1796189621.757604   10123 profiler_server.cc:46] Profiler server "
+                    "listening on [::]:12222 selected port:12222")
+    assert not is_noise("E0000 00:00:1796189621.756795   10123 profiler_server.cc:43] Unable to "
+                        "bind to [::]:12222 selected port:0")
+
+
 # ---------------------------------------------------------------------------- failure tail
 
 TRACEBACK = [

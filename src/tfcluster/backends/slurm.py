@@ -465,6 +465,7 @@ class _Record:
 
     def write(self, result: str, code: Optional[int], job_id: Optional[str],
               ended: Optional[float] = None) -> None:
+        from ..contract import profiler_port
         from ..record import run_record, task_row, write_record
         ends = self.folder.exits()
         tasks = []
@@ -481,7 +482,8 @@ class _Record:
                 started=rec.get("started"), first_started=rec.get("first_started"),
                 ended=rec.get("ended"),
                 log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log"),
-                note=str(rec.get("note") or "")))
+                note=str(rec.get("note") or ""),
+                profiler_port=profiler_port(rec.get("port"), t.job)))
         failures = self.folder.failures()
         # the verdict's words, from the node that reached it (the machine's end_row)
         decided = sorted((r for r in ends.values() if isinstance(r.get("decision"), str)),

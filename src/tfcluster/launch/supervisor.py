@@ -633,7 +633,7 @@ class Supervisor:
                 chief=tr.name == self.plan.chief, pid=tr.pid, state=tr.state.value,
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
-                log=tr.log_path,
+                log=tr.log_path, profiler_port=contract.profiler_port(tr.plan.port, tr.plan.job),
                 argv=argv, env=env, note=tr.note,
                 progress=None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))

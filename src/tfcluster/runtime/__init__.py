@@ -28,6 +28,8 @@ _LAZY = {
     "byte_size_load_fn": "placement", "GreedyLoadBalancingStrategy": "placement",
     "RoundRobinStrategy": "placement", "make_strategy": "placement",
     "worker_device_for": "placement", "visible_gpus": "placement",
+    # profiler
+    "start_profiler": "profiler",
     # prefetch
     "PrefetchCache": "prefetch",
     # training

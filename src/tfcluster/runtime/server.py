@@ -177,7 +177,8 @@ def _port_taken(port: Optional[int]) -> bool:
 
 def start_server(ctx: TaskContext, config=None, *, protocol: Optional[str] = None,
                  exit_on_error: bool = True, **config_kwargs):
-    """Start this task's ``tf.compat.v1.train.Server`` and return it.
+    """Start this task's ``tf.compat.v1.train.Server`` and return it; start TensorFlow's
+    profiler server too when the task was given a port for it (``TFCLUSTER_PROFILER_PORT``).
 
     ``config`` defaults to :func:`session_config` (``config_kwargs`` go to it). A taken port
     raises :class:`PortInUseError` (``exit_on_error=False``) or prints
@@ -191,9 +192,9 @@ def start_server(ctx: TaskContext, config=None, *, protocol: Optional[str] = Non
     if config is None:
         config = session_config(ctx, **config_kwargs)
     try:
-        return tf.compat.v1.train.Server(ctx.cluster_spec(), job_name=ctx.job_name,
-                                         task_index=ctx.task_index, config=config,
-                                         protocol=protocol or ctx.rpc_layer, start=True)
+        server = tf.compat.v1.train.Server(ctx.cluster_spec(), job_name=ctx.job_name,
+                                           task_index=ctx.task_index, config=config,
+                                           protocol=protocol or ctx.rpc_layer, start=True)
     except tf.errors.OpError as e:
         text = (e.message or str(e) or type(e).__name__).strip()
         detail = text.splitlines()[0]
@@ -205,6 +206,10 @@ def start_server(ctx: TaskContext, config=None, *, protocol: Optional[str] = Non
         if exit_on_error:
             fail(err)
         raise err from None
+    from tfcluster.runtime.profiler import start_profiler
+
+    start_profiler()   # TFCLUSTER_PROFILER_PORT: `tfcluster profile RUN` traces this task
+    return server
 
 
 # --- ps: serve until done --------------------------------------------------------------
