@@ -651,8 +651,13 @@ def _slurm(plan, cluster):
     return SlurmLauncher(plan)
 
 
+def _ray(plan, cluster):
+    from .launch.ray_launcher import RayLauncher
+    return RayLauncher(plan, cluster)
+
+
 #: the composition root's one choice: which launcher runs a plan of each backend
-LAUNCHERS = {"local": _supervised, "ssh": _supervised, "slurm": _slurm}
+LAUNCHERS = {"local": _supervised, "ssh": _supervised, "slurm": _slurm, "ray": _ray}
 
 
 def make_launcher(plan, cluster):

@@ -27,7 +27,7 @@ REPLICA_JOBS = ("chief", "worker")
 #: jobs with at most one task (TensorFlow's rule)
 SINGLE_TASK_JOBS = ("chief", "evaluator")
 #: the backends ``launch --backend`` knows
-BACKENDS = ("local", "ssh", "slurm")
+BACKENDS = ("local", "ssh", "slurm", "ray")
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
