@@ -113,8 +113,8 @@ def ask(cluster: RayNodes, expression: str):
     raise RuntimeError(f"cannot ask Ray: {r.stdout[-2000:]}{r.stderr[-2000:]}")
 
 
-LEFT = ("{'actors': [a['ActorID'] for a in ray._private.state.actors().values() "
-        "if a['State'] != 'DEAD'], 'groups': [g for g, v in ray.util.placement_group_table().items() "
+LEFT = ("{'actors': [a['ActorID'] + ' ' + str(a.get('ClassName') or a.get('ActorClassName')) "
+        "for a in ray._private.state.actors().values() if a['State'] != 'DEAD'], 'groups': [g for g, v in ray.util.placement_group_table().items() "
         "if v['state'] != 'REMOVED']}")
 
 

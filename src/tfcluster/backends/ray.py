@@ -390,7 +390,8 @@ class RayPlacement:
             custom = {k: v for k, v in b.items() if k not in ("CPU", "GPU", "memory")}
             opts: Dict[str, Any] = dict(
                 num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0), resources=custom or None,
-                name=None, lifetime=None,      # owned by this job: they die with the launcher
+                # named for the dashboard; owned by this job (not detached): they die with it
+                name=f"tfcluster {t.name}", lifetime=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=False))
             if b.get("memory"):
