@@ -32,21 +32,33 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 class RayNodes:
     address: str                        # host:port of the head (RAY_ADDRESS)
     temp_dir: str
+    dashboard_url: str = ""             # the dashboard and job server, when started
     sessions: List[int] = field(default_factory=list)
 
     def env(self, **more) -> Dict[str, str]:
         env = dict(os.environ, RAY_ADDRESS=self.address, **more)
         return env
 
-    def processes(self) -> List[psutil.Process]:
+    def processes(self, session: Optional[int] = None) -> List[psutil.Process]:
+        sessions = self.sessions if session is None else [session]
         out = []
         for p in psutil.process_iter():
             try:
-                if os.getsid(p.pid) in self.sessions:
+                if os.getsid(p.pid) in sessions:
                     out.append(p)
             except (OSError, psutil.Error):
                 pass
         return out
+
+    def kill_node(self, i: int) -> None:
+        """Node ``i`` is lost: SIGKILL to every process of its session (raylet, workers)."""
+        procs = self.processes(self.sessions[i])
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
 
     def stop(self) -> None:
         """End every daemon of every node by its session id; remove Ray's folder."""
@@ -63,18 +75,22 @@ class RayNodes:
         assert not left, f"Ray daemons left: {left}"
 
 
-def start(nodes=(("127.0.0.2", 4, None),)) -> RayNodes:
-    """Start a head on the first (ip, num_cpus, custom resources) and join the others to it."""
+def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
+    """Start a head on the first (ip, num_cpus, custom resources) and join the others to it;
+    ``dashboard``: with Ray's dashboard and job server (``ray job submit``; ``dashboard_url``)."""
     temp = tempfile.mkdtemp(prefix="tfr-", dir="/tmp")   # short: Ray's socket paths must fit
-    port, client, agent, metrics = free_ports(4)
+    port, client, dash, metrics = free_ports(4)
     head_ip = nodes[0][0]
     cluster = RayNodes(address=f"{head_ip}:{port}", temp_dir=temp)
+    cluster.dashboard_url = f"http://{head_ip}:{dash}" if dashboard else ""
     try:
         for i, (ip, cpus, resources) in enumerate(nodes):
             argv = [RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
                     "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
             if i == 0:
-                argv += ["--head", f"--port={port}", "--include-dashboard=false",
+                argv += ["--head", f"--port={port}",
+                         *([f"--include-dashboard=true", f"--dashboard-host={head_ip}",
+                            f"--dashboard-port={dash}"] if dashboard else ["--include-dashboard=false"]),
                          f"--temp-dir={temp}", f"--ray-client-server-port={client}",
                          f"--metrics-export-port={metrics}"]
             else:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -78,4 +80,67 @@ def test_pss_keras_fit_of_the_tutorial_program_on_ray(two_nodes, tmp_path):
     assert len(h["loss"]) == 2
     # SPREAD over two nodes: the four tasks use both
     assert len({row["endpoint"].rsplit(":", 1)[0] for row in rows.values()}) == 2, rows
+    assert ray_nodes.leftovers(two_nodes) is None
+
+
+def test_ray_job_submit_runs_the_launch_as_kuberay_users_do(tmp_path):
+    """docs/BACKENDS.md's KubeRay line on a head with its dashboard and job server: the launcher
+    runs as a Ray job with the project folder shipped (--working-dir .); tasks run in Ray's copy."""
+    cluster = ray_nodes.start((("127.0.0.2", 4, None),), dashboard=True)
+    try:
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "train.py").write_text((open(os.path.join(ROOT, "trainer.py")).read()))
+        (project / "cluster.yaml").write_text(
+            f"cluster: {{ps: 1, worker: 1}}\nprogram: {{command: [python, train.py], "
+            f"args: [--train_steps=50]}}\nlogdir: {tmp_path / 'runs'}\n")
+        env = dict(os.environ, RAY_ADDRESS=cluster.dashboard_url)
+        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit",
+                            "--working-dir", ".", "--", "python", "-m", "tfcluster", "launch",
+                            "cluster.yaml", "--backend", "ray", "--no-live"],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=400)
+        assert r.returncode == 0 and "succeeded" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+        rec, rows = record(tmp_path)
+        assert rec["backend"] == "ray" and rows["worker:0"]["progress"]["step"] >= 50
+        assert "_ray_pkg_" in rows["worker:0"]["log"] or "_ray_pkg_" in json.dumps(rows["worker:0"]["argv"])
+        assert ray_nodes.leftovers(cluster) is None
+    finally:
+        cluster.stop()
+
+
+def test_a_lost_node_is_named_and_its_task_cannot_come_back(two_nodes, tmp_path):
+    """Last in this module: it kills the second node. STRICT_SPREAD puts one task on each node;
+    the task on the lost node is reported lost and its restart fails (the node is gone), so the
+    run fails within its restart budget; nothing of the run is left on the head."""
+    f = tmp_path / "c.yaml"
+    f.write_text(f"backend: ray\nray: {{strategy: STRICT_SPREAD}}\n"
+                 f"cluster: {{ps: 1, worker: 1}}\n"
+                 f"restart: {{policy: on-failure, max_restarts: 1, backoff: 0.5, min_uptime: 0}}\n"
+                 f"program: {{command: [python, {os.path.join(PROGRAMS, 'listener.py')}]}}\n"
+                 f"logdir: {tmp_path / 'runs'}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=two_nodes.env(), start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        rows = {}
+        while time.time() < deadline:
+            runs = list((tmp_path / "runs").glob("*/run.json"))
+            if runs:
+                try:
+                    rows = {t["task"]: t for t in json.loads(runs[0].read_text())["tasks"]}
+                except ValueError:
+                    rows = {}
+                if rows and all(t["state"] == "running" for t in rows.values()):
+                    break
+            time.sleep(0.3)
+        lost = next(n for n, t in rows.items() if t["endpoint"].startswith("127.0.0.3:"))
+        two_nodes.kill_node(1)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1, out[-4000:]
+    assert f"first failure: {lost}" in out and "was lost" in out, out[-4000:]
     assert ray_nodes.leftovers(two_nodes) is None
