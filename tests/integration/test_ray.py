@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from helpers import ROOT, ray_nodes
+from helpers import PROGRAMS, ROOT, ray_nodes
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(900)
@@ -115,6 +115,7 @@ def test_a_flaky_worker_is_restarted_and_sync_training_ends(ray_head, tmp_path):
     flaky = tmp_path / "flaky.py"
     flaky.write_text(
         "import os, sys\n"
+        "print('cuda=%r' % os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True)\n"
         "if os.environ['TFCLUSTER_TASK'] == 'worker:1' and os.environ['TFCLUSTER_RESTART_COUNT'] == '0':\n"
         "    print('worker:1: failing on purpose', flush=True)\n"
         "    sys.exit(3)\n"
@@ -135,6 +136,9 @@ def test_a_flaky_worker_is_restarted_and_sync_training_ends(ray_head, tmp_path):
     assert rows["worker:1"]["restarts"] == 1 and rows["worker:0"]["restarts"] == 0
     assert "failing on purpose" in out and "restarted worker:1" in out
     assert rows["worker:0"]["progress"]["step"] >= 200
+    for name in rows:          # Ray gave no task a GPU: none sees one
+        with open(rows[name]["log"]) as log:
+            assert "cuda=''" in log.read(), name
     nothing_left(ray_head, rec)
 
 
@@ -167,6 +171,11 @@ def test_a_killed_task_is_restarted_then_ctrl_c_stops_in_order_with_the_final_ch
     assert "restarted worker:1" in out and "first failure" not in out
     # chief before ps: the ps was stopped only after the chief had ended (and saved)
     assert rows["worker:0"]["ended"] <= rows["ps:0"]["ended"], rows
+    run_dir = os.path.dirname(rows["worker:0"]["log"])
+    with open(os.path.join(run_dir, "events.jsonl")) as f:
+        events = [json.loads(line) for line in f]
+    sent = [e["task"] for e in events if e["event"] == "stop_sent"]
+    assert sent and sent[-1] == "ps:0" and set(sent[:-1]) <= {"worker:0", "worker:1"}, sent
     saved = int(re.search(r'model_checkpoint_path: ".*-(\d+)"', (ckpt / "checkpoint").read_text()).group(1))
     assert saved >= at, (saved, at)
     nothing_left(ray_head, rec)
@@ -178,7 +187,12 @@ def test_a_launcher_killed_with_sigkill_leaves_no_actor_group_or_task(ray_head, 
     proc = launch(ray_head, path)
     try:
         rec = wait_for(tmp_path, lambda r: step(r) >= 20, what="training")
-        assert ray_nodes.ask(ray_head, ray_nodes.LEFT)["actors"], "no actor while the run runs"
+        # what the dashboard lists: one actor per task, named, and the run's placement group
+        shown = ray_nodes.ask(ray_head, "{'actors': sorted(a.get('Name') for a in state.actors().values() "
+                              "if a['State'] == 'ALIVE'), 'groups': [(v['name'], len(v['bundles'])) for v "
+                              "in ray.util.placement_group_table().values() if v['state'] == 'CREATED']}")
+        assert shown["actors"] == ["tfcluster ps:0", "tfcluster worker:0"], shown
+        assert shown["groups"] == [[f"tfcluster-{rec['run_id']}", 2]], shown
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
@@ -200,3 +214,28 @@ def test_a_run_ray_cannot_place_fails_in_time_naming_the_task_and_resources(ray_
     assert "Traceback" not in out
     assert time.time() - start < 60
     assert ray_nodes.leftovers(ray_head) is None
+
+
+def test_detach_then_status_logs_and_stop_by_run_id(ray_head, tmp_path):
+    path = write(tmp_path, f"backend: ray\ncluster: {{ps: 1, worker: 1}}\n"
+                           f"program: {{command: [python, {os.path.join(PROGRAMS, 'listener.py')}]}}")
+
+    def tfcluster(*args):
+        return subprocess.run([sys.executable, "-m", "tfcluster", *args], capture_output=True,
+                              text=True, timeout=120, env=ray_head.env())
+
+    r = tfcluster("launch", path, "--detach", "--run-id", "rb1", "--stop-timeout", "3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = wait_for(tmp_path, lambda r: all(t["state"] == "running" for t in r["tasks"]),
+                   what="both tasks running")
+    status = tfcluster("status", "rb1")
+    assert status.returncode == 3, status.stderr      # 3: running
+    for row in rec["tasks"]:
+        assert row["endpoint"].startswith("127.0.0.2:") and row["endpoint"] in status.stdout
+    logs = wait_for(tmp_path, lambda r: "listening" in tfcluster("logs", "rb1", "worker:0").stdout,
+                    what="worker:0's log")
+    stop = tfcluster("stop", "rb1")
+    assert stop.returncode == 0 and "ended: interrupted" in stop.stderr, stop.stderr
+    rec = record(tmp_path)
+    assert rec["result"] == "interrupted" and rec["backend"] == "ray"
+    nothing_left(ray_head, logs)
