@@ -66,6 +66,13 @@ And of issue 35:
    from ``ss``, over the step's unique rows down and their gradients up), ``table_mb``; and the
    same on simulated hosts with 1 Gbit/s ps links (``embeddings.links.1gbit``; root, ip, tc).
 
+And of issue 33:
+
+14. ``ray`` (``--only ray``; scripts/bench_ray.py): MWMS Keras fit launched by ``tfcluster
+   launch --backend ray`` vs Ray Train's ``TensorflowTrainer`` (same model, data, batch) on one
+   Ray head started for it: ``ray.tfcluster_over_ray_train`` (examples/s), ``ray.first_step_seconds``
+   for both; trainer.py on Ray vs a local launch: ``ray.over_local``.
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.
@@ -163,6 +170,7 @@ GOALS = {
     "embeddings.table_mb": (">=", 100.0),
     "embeddings.links.1gbit.runtime_over_pss": (">=", 1.2),
     "embeddings.links.1gbit.bytes_over_sparse_floor": ("<=", 1.3),
+    "ray.tfcluster_over_ray_train": (">=", 1.0),
 }
 SCALE_GOALS = {"launch_overhead_ratio": ("<=", 1.2), "rss_kb_per_task": ("<=", 512.0),
                "stop_seconds": ("<=", 2.0)}
@@ -889,6 +897,10 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
     for n in ("runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"):
         add(f"peers.examples_per_s.{n}", get(out, f"peers.examples_per_s.{n}"))
         add(f"peers.first_step_seconds.{n}", get(out, f"peers.first_step_seconds.{n}"), unit="s")
+    for n in ("tfcluster", "ray_train"):
+        add(f"ray.examples_per_s.{n}", get(out, f"ray.examples_per_s.{n}"))
+        add(f"ray.first_step_seconds.{n}", get(out, f"ray.first_step_seconds.{n}"), unit="s")
+    add("ray.over_local (trainer.py steps/s, Ray / local)", get(out, "ray.over_local"))
     sc = out.get("scale") or {}
     loc = sc.get("local") or {}
     for n in sorted((k for k in loc if k.isdigit()), key=int):
@@ -1248,10 +1260,17 @@ def bench_scalefix(cfg, tmp, out, notes) -> None:
         cfg, tmp, PROCS.popen, PROCS.done, PY, log)
 
 
+def bench_ray(cfg, tmp, out, notes) -> None:
+    """tfcluster on Ray against Ray Train, and on Ray against a local launch (scripts/bench_ray.py)."""
+    sys.path.insert(0, HERE)
+    import bench_ray as figures
+    figures.bench(cfg, tmp, out, notes, sys.modules[__name__])
+
+
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
            ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
-           ("peers", bench_peers), ("embeddings", bench_embeddings),
+           ("peers", bench_peers), ("embeddings", bench_embeddings), ("ray", bench_ray),
            ("fastclose", bench_fastclose), ("scalefix", bench_scalefix))
 EXPERIMENTS = {"fastclose", "scalefix"}  # run only when named in --only
 

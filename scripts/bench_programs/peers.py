@@ -222,9 +222,9 @@ def pss_fit(total, epoch_steps):
               callbacks=[progress_callback(tf, total, epoch_steps)])
 
 
-def mwms(total, epoch_steps):
-    import tensorflow as tf
-
+def mwms_setup(tf):
+    """MWMS from TF_CONFIG: (the model compiled in the strategy's scope, the dataset with BATCH
+    per worker, this worker's index, the number of workers); also bench_programs/ray_mwms.py's."""
     tf_config = json.loads(os.environ["TF_CONFIG"])
     index = tf_config["task"]["index"]
     workers = len(tf_config["cluster"]["worker"])
@@ -236,6 +236,13 @@ def mwms(total, epoch_steps):
     x, y = data()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(ROWS, seed=SEED)
     ds = ds.repeat().batch(BATCH * workers, drop_remainder=True)  # global batch: BATCH per worker
+    return model, ds, index, workers
+
+
+def mwms(total, epoch_steps):
+    import tensorflow as tf
+
+    model, ds, index, _ = mwms_setup(tf)
     model.fit(ds, epochs=max(1, total // epoch_steps), steps_per_epoch=epoch_steps, verbose=0,
               callbacks=[progress_callback(tf, total, epoch_steps, index, first=True)])
 

@@ -81,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
                    help="how long a task gets between SIGTERM and SIGKILL when stopped (default 5)")
     s.add_argument("--backend", choices=list(rules.BACKENDS),
-                   help="how tasks are started (default: local when every host is this machine, "
-                   "else ssh)")
+                   help="how tasks are started (default: the file's backend:, else local when "
+                   "every host is this machine, else ssh; ray: RAY_ADDRESS or the file's ray:)")
     s.add_argument("--host", action="append", metavar="NAME",
                    help="start only the tasks on host NAME, here (per-host mode; repeatable)")
     o = s.add_argument_group("output")
@@ -666,8 +666,13 @@ def _slurm(plan, cluster):
     return SlurmLauncher(plan)
 
 
+def _ray(plan, cluster):
+    from .launch.ray_launcher import RayLauncher
+    return RayLauncher(plan, cluster)
+
+
 #: the composition root's one choice: which launcher runs a plan of each backend
-LAUNCHERS = {"local": _supervised, "ssh": _supervised, "slurm": _slurm}
+LAUNCHERS = {"local": _supervised, "ssh": _supervised, "slurm": _slurm, "ray": _ray}
 
 
 def make_launcher(plan, cluster):

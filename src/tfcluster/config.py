@@ -28,6 +28,7 @@ from . import contract, k8s_options, vocabulary
 from .errors import ConfigError, UserError
 from .k8s_options import KubernetesSpec, PodSettings
 from .vocabulary import KNOWN_JOBS, SINGLE_TASK_JOBS
+from .ray_options import RaySpec
 from .slurm_options import SlurmSpec
 
 VERSION = 1
@@ -177,6 +178,12 @@ class ClusterFile(_Strict):
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec,
                              description="Slurm scheduler options (render slurm, --backend slurm)")
+    backend: Optional[Literal["local", "ssh", "slurm", "ray"]] = Field(
+        None, description="the engine that runs the tasks (--backend wins; default: local, or ssh "
+        "for remote hosts)")
+    ray: RaySpec = Field(default_factory=RaySpec,
+                         description="Ray options (--backend ray): address, placement strategy, "
+                         "resources per job, runtime_env")
     kubernetes: KubernetesSpec = Field(
         default_factory=KubernetesSpec,
         description="pod settings for every job (render k8s/jobset/trainjob): resources, "
@@ -1080,6 +1087,8 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
             model = WatchdogSpec
         elif model is ClusterFile and part == "slurm":
             model = SlurmSpec
+        elif model is ClusterFile and part == "ray":
+            model = RaySpec
         elif part == "kubernetes":   # its own nested models: tfcluster.k8s_options
             return k8s_options.keys_for(KubernetesSpec if model is ClusterFile else PodSettings,
                                         parent[i + 1:])

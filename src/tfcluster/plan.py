@@ -40,7 +40,7 @@ class LaunchOptions:
     logdir: Optional[str] = None
     run_id: Optional[str] = None
     stop_timeout: float = 5.0                # SIGTERM -> SIGKILL
-    backend: Optional[str] = None            # local | ssh | slurm (None: local, or ssh for remote hosts)
+    backend: Optional[str] = None            # local | ssh | slurm | ray (None: the file's, else local/ssh)
     hosts: Tuple[str, ...] = ()              # per-host mode: start only the tasks on these hosts
     slurm: Any = None                        # SlurmSpec: the file's slurm: with the flags over it
 
@@ -175,6 +175,21 @@ class RunPlan:
     def with_run_dir(self, run_dir: str) -> "RunPlan":
         return replace(self, run_dir=run_dir, run_id=os.path.basename(run_dir))
 
+    def with_endpoints(self, endpoints: Dict[str, Tuple[str, int]]) -> "RunPlan":
+        """The plan with every task's host and port replaced (``task name -> (host, port)``):
+        the endpoints a backend learnt when it placed the tasks (Ray); the ClusterSpec, hence
+        TF_CONFIG and task flags, follow."""
+        keys: Dict[str, int] = {}
+        for host, _ in endpoints.values():
+            keys[host_key(host)] = keys.get(host_key(host), 0) + 1
+        tasks = tuple(replace(t, host=endpoints[t.name][0], port=endpoints[t.name][1],
+                              local_tasks=keys[host_key(endpoints[t.name][0])])
+                      for t in self.tasks)
+        jobs: Dict[str, List[str]] = {}
+        for t in tasks:
+            jobs.setdefault(t.job, []).append(t.endpoint)
+        return replace(self, tasks=tasks, cluster=contract.cluster_dict(jobs))
+
     # ---- as data (the Slurm node wrapper reads this; compact: one entry per job)
     def to_dict(self) -> Dict[str, Any]:
         jobs: Dict[str, Any] = {}
@@ -276,16 +291,19 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     for what cannot run: no program, a count job on ssh, no task for this machine, a bad
     run id."""
     opts = opts or LaunchOptions()
-    backend = opts.backend or default_backend(cluster, opts.hosts)
+    backend = opts.backend or getattr(cluster.spec, "backend", None) or default_backend(cluster, opts.hosts)
     if backend not in rules.BACKENDS:
         raise UserError(f"--backend: '{backend}' is not one of {', '.join(rules.BACKENDS)}")
-    if backend == "slurm":
+    if backend in ("slurm", "ray"):
         if opts.hosts:
-            raise UserError("--host: per-host mode does not apply to --backend slurm (Slurm "
-                            "chooses the nodes)")
+            raise UserError(f"--host: per-host mode does not apply to --backend {backend} "
+                            f"({backend.capitalize()} chooses the nodes)")
+    if backend == "slurm":
+        pass
     elif not cluster.resolved:
-        if backend != "local":
-            raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local or slurm "
+        # ray: placeholders, replaced by each task's node and port once Ray has placed it
+        if backend not in ("local", "ray"):
+            raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local, slurm or ray "
                             f"backend; list host:port entries for --backend {backend}")
         cluster = assign_local_ports(cluster)
 
@@ -321,7 +339,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
             raise UserError("program.command: no program to run; set it in the file or give one "
                             "after '--' (tfcluster launch FILE -- python my_trainer.py)")
 
-    if backend == "slurm":
+    if backend in ("slurm", "ray"):
         selected = tuple(t.name for t in tasks)
     elif opts.hosts:
         selected = tuple(t.name for t in tasks if t.host in opts.hosts)

@@ -20,7 +20,7 @@ REPLICA_JOBS = ("chief", "worker")
 #: jobs with at most one task (TensorFlow's rule)
 SINGLE_TASK_JOBS = ("chief", "evaluator")
 #: the backends ``launch --backend`` knows
-BACKENDS = ("local", "ssh", "slurm")
+BACKENDS = ("local", "ssh", "slurm", "ray")
 
 
 def job_rank(job: str) -> int:

@@ -1,0 +1,404 @@
+"""The Ray backend: Ray places the tasks and starts, signals and streams their processes; the run
+core decides everything else.
+
+A thin driver under tfcluster's own supervisor (:class:`tfcluster.launch.SupervisedLauncher`),
+as the local and ssh backends are: restarts, watchdogs, the ordered stop, success, run.json and
+the events are the run machine's (:mod:`tfcluster.machine`), not this module's.
+
+What Ray does here:
+
+* **placement**: one placement group for the run, one bundle per task (``ray:`` in the file:
+  resources per job, the strategy; :mod:`tfcluster.ray_options`). A run Ray cannot place within
+  ``ray.placement_timeout`` seconds ends with exit 2 naming the resources and the tasks.
+* **one actor per task**, in the task's bundle, owned by the launcher's job (not detached: when
+  the launcher ends, however it ends, Ray ends its actors and its placement group). The actor
+  (:class:`TaskRunner`) reserves a free port on its node, and starts the task's process with
+  the local backend there: own process group, parent-death signal, a reaper that kills the
+  task's group when the actor dies, the same contract (TF_CONFIG, task flags, restart count,
+  the progress pipe, ``TFCLUSTER_LAUNCHER_PID`` naming the actor, the task's supervisor).
+* **endpoints after placement**: the plan's endpoints are replaced by each task's node address
+  and reserved port (:meth:`tfcluster.plan.RunPlan.with_endpoints`) before anything starts, so
+  TF_CONFIG, task flags, ``status`` and run.json show the endpoints actually used.
+* **output**: a thread per task pulls the task's output and progress reports from its actor and
+  writes them to two local pipes, which the supervisor reads as it reads a local task's (live
+  view, per-task logs, progress and liveness); its exit arrives last, on a third pipe that
+  wakes the supervisor's loop.
+* **a lost node**: the actor's death is the task's exit (SIGKILL) with the cause named; the
+  machine's restart rule applies. The task cannot start again while its node is gone (a task
+  that moved would need a new TF_CONFIG for every task; see docs/BACKENDS.md).
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import contract
+from ..errors import UserError
+from .base import Backend, Handle, ProcessSpec
+
+READ_WAIT = 0.5          # seconds an actor's read waits for output before it answers empty
+READ_MAX = 1 << 20       # bytes of one pipe an actor's read returns at most
+ACTOR_CONCURRENCY = 4    # a read may wait while a signal or a start comes in
+
+
+# ---------------------------------------------------------------------- on the task's node
+
+class TaskRunner:
+    """The actor on a task's node (wrapped by ``ray.remote`` in :func:`_runner_class`): it holds
+    one port, starts the task's process with the local backend, answers reads of its output,
+    delivers signals to its process group."""
+
+    def __init__(self, gpus: bool):
+        from .local import LocalBackend
+        self.backend = LocalBackend()
+        self.gpus = gpus
+        self.handle = None
+        self.fds: Dict[str, int] = {}
+        self.rc: Optional[int] = None
+        self.exited_at: Optional[float] = None
+        self.lock = threading.Lock()
+        self.hold: Optional[socket.socket] = None
+
+    def where(self) -> Dict[str, Any]:
+        """This node's address, a port reserved on it (held until the task starts), the
+        interpreter, the node and the devices Ray gave this task."""
+        import ray
+        ctx = ray.get_runtime_context()
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("", 0))
+        self.hold = s
+        return {"ip": ray.util.get_node_ip_address(), "port": s.getsockname()[1],
+                "python": sys.executable, "node_id": ctx.get_node_id(), "pid": os.getpid(),
+                "cwd": os.getcwd(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+    def start(self, argv: List[str], env: Dict[str, str], cwd: str):
+        """Start the task (its port is let go first); ``("ok", pid)`` or ``("error", kind,
+        errno, text)`` for a program that cannot be started (the launcher raises it again)."""
+        env = dict(env)
+        if not self.gpus and contract.CUDA_VISIBLE_DEVICES not in env:
+            env[contract.CUDA_VISIBLE_DEVICES] = ""     # Ray gave this task no GPU
+        if self.hold is not None:
+            self.hold.close()
+            self.hold = None
+        try:
+            handle = self.backend.start(ProcessSpec(name="", argv=argv, env=env, cwd=cwd))
+        except OSError as e:
+            return ("error", type(e).__name__, e.errno, e.strerror or str(e))
+        with self.lock:
+            self.handle, self.rc, self.exited_at = handle, None, None
+            self.fds = {"out": handle.stdout.fileno(), "progress": handle.progress.fileno()}
+            for fd in self.fds.values():
+                os.set_blocking(fd, False)
+        return ("ok", handle.pid)
+
+    def read(self, wait: float = READ_WAIT) -> Tuple[bytes, bytes, Optional[int]]:
+        """What the task wrote since the last read (stdout and stderr; progress reports), and its
+        exit status once it has exited and its pipes are read to the end."""
+        fds = dict(self.fds)
+        got = {"out": b"", "progress": b""}
+        if fds:
+            ready, _, _ = select.select(list(fds.values()), [], [], wait)
+            for name, fd in fds.items():
+                if fd not in ready:
+                    continue
+                try:
+                    data = os.read(fd, READ_MAX)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    got[name] = data
+                else:
+                    self.fds.pop(name, None)
+        with self.lock:
+            handle = self.handle
+        if handle is None:
+            return got["out"], got["progress"], None
+        rc = handle.poll()
+        if rc is not None and self.exited_at is None:
+            self.exited_at = time.monotonic()
+        # its group was killed when the leader exited (LocalHandle.poll): the pipes end soon
+        done = rc is not None and (not self.fds or time.monotonic() - self.exited_at > 5.0)
+        if not fds and rc is None:
+            time.sleep(min(wait, 0.05))
+        return got["out"], got["progress"], rc if done else None
+
+    def signal(self, sig: int) -> None:
+        with self.lock:
+            handle = self.handle
+        if handle is not None:
+            handle.signal(sig)
+
+    def close(self) -> None:
+        """Kill what is left of the task and let the reaper go (the launcher's clean end)."""
+        with self.lock:
+            handle = self.handle
+        if handle is not None and handle.poll() is None:
+            handle.signal(signal.SIGKILL)
+            handle.wait(10)
+        self.backend.close()
+
+
+def _runner_class():
+    import ray
+    return ray.remote(max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(TaskRunner)
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--backend ray needs Ray on this machine: pip install 'tfcluster[ray]'")
+    return ray
+
+
+# ---------------------------------------------------------------------- in the launcher
+
+class RayHandle(Handle):
+    """A task started by its actor: output and progress arrive on local pipes (a thread pulls
+    them from the actor), the exit on a third pipe (:meth:`exit_fd`)."""
+
+    def __init__(self, actor, pid: int, name: str, node: str):
+        self.actor, self.pid, self.name, self.node = actor, pid, name, node
+        self.returncode: Optional[int] = None
+        self.cause = ""             # what became of the task beyond its exit status (a lost node)
+        r, self._out_w = os.pipe()
+        pr, self._prog_w = os.pipe()
+        self._exit_r, self._exit_w = os.pipe()
+        self.stdout = os.fdopen(r, "rb", buffering=0)
+        self.progress = os.fdopen(pr, "rb", buffering=0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._pull, name=f"ray-{name}", daemon=True)
+        self._thread.start()
+
+    def _pull(self) -> None:
+        import ray
+        rc = None
+        try:
+            while rc is None:
+                try:
+                    out, prog, rc = ray.get(self.actor.read.remote(READ_WAIT))
+                except ray.exceptions.RayActorError as e:
+                    rc = -signal.SIGKILL
+                    self.cause = f"its Ray actor or node {self.node[:12]} was lost ({_first_line(e)})"
+                    break
+                _write_all(self._out_w, out)
+                _write_all(self._prog_w, prog)
+        finally:
+            for fd in (self._out_w, self._prog_w):
+                os.close(fd)
+            self.returncode = rc if rc is not None else -signal.SIGKILL
+            self._done.set()
+            os.write(self._exit_w, b"x")
+
+    def exit_fd(self) -> Optional[int]:
+        return self._exit_r
+
+    def poll(self) -> Optional[int]:
+        return self.returncode if self._done.is_set() else None
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        self._done.wait(timeout)
+        return self.poll()
+
+    def signal(self, sig: int) -> None:
+        if not self._done.is_set():
+            self.actor.signal.remote(int(sig))
+
+    def close(self) -> None:
+        for fd in (self._exit_r, self._exit_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BrokenPipeError:
+            return          # the supervisor stopped reading (it is ending): drop the rest
+        view = view[n:]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+class RayBackend(Backend):
+    """Tasks started by their actors (see the module's docstring). ``runners``: task name ->
+    (actor, what its :meth:`TaskRunner.where` said)."""
+
+    name = "ray"
+
+    def __init__(self, runners: Dict[str, Tuple[Any, Dict[str, Any]]], working_dir: str = ""):
+        self.runners = runners
+        self.handles: List[RayHandle] = []
+        self._python = {info["ip"]: info["python"] for _, info in runners.values()}
+        self.working_dir = working_dir   # runtime_env's folder here; each actor runs in its copy
+
+    def python(self, host: str) -> List[str]:
+        return [self._python.get(host, sys.executable)]
+
+    def _map(self, word: str, name: str) -> str:
+        """A path under the launcher's working_dir, as the task's node has it (runtime_env)."""
+        base = self.working_dir
+        if not base or name not in self.runners:
+            return word
+        there = self.runners[name][1]["cwd"]
+        if word == base:
+            return there
+        if word.startswith(base + "/"):
+            return there + word[len(base):]
+        return word
+
+    def describe(self, spec: ProcessSpec) -> Dict[str, object]:
+        info = self.runners[spec.name][1] if spec.name in self.runners else {}
+        return {"where": f"Ray node {info.get('ip', '(placed at launch)')}",
+                "argv": [self._map(w, spec.name) for w in spec.argv], "cwd": self._map(spec.cwd, spec.name)}
+
+    def start(self, spec: ProcessSpec) -> Handle:
+        import ray
+        actor, info = self.runners[spec.name]
+        try:
+            got = ray.get(actor.start.remote([self._map(w, spec.name) for w in spec.argv],
+                                             dict(spec.env), self._map(spec.cwd, spec.name)))
+        except ray.exceptions.RayActorError as e:
+            return _Lost(spec.name, info, e)
+        if got[0] == "error":
+            _, kind, err, text = got
+            cls = {"FileNotFoundError": FileNotFoundError, "PermissionError": PermissionError,
+                   "NotADirectoryError": NotADirectoryError}.get(kind, OSError)
+            raise cls(err, text, spec.argv[0])
+        handle = RayHandle(actor, got[1], spec.name, info.get("node_id", ""))
+        self.handles.append(handle)
+        return handle
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.wait(10)
+            h.close()
+
+
+class _Lost(Handle):
+    """A task whose actor is gone (its node was lost): it "exits" at once, SIGKILLed, with the
+    cause named; the run machine's restart rule decides what follows."""
+
+    def __init__(self, name: str, info: Dict[str, Any], e: BaseException):
+        self.pid = 0
+        self.returncode = -signal.SIGKILL
+        self.cause = (f"its Ray node {info.get('ip', '?')} ({str(info.get('node_id', ''))[:12]}) "
+                      f"was lost; the task cannot start there again ({_first_line(e)})")
+        r, w = os.pipe()
+        os.close(w)
+        self.stdout = os.fdopen(r, "rb", buffering=0)
+
+    def poll(self) -> Optional[int]:
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        return self.returncode
+
+    def signal(self, sig: int) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------- placement
+
+class RayPlacement:
+    """A run's hold on a Ray cluster, as a context manager: connect (``ray.address``), place one
+    bundle per task (one placement group), start one actor per task in its bundle; on leaving,
+    end every actor (each ends its task) and remove the placement group, then disconnect.
+    ``plan`` is then the plan with the endpoints actually used; ``backend`` starts its tasks."""
+
+    def __init__(self, plan, spec, base_dir: str):
+        self.plan, self.spec, self.base_dir = plan, spec, base_dir
+        self.pg = None
+        self.actors: List[Any] = []
+        self.backend: Optional[RayBackend] = None
+
+    def bundles(self) -> List[Dict[str, float]]:
+        from ..ray_options import bundles
+        return bundles(self.spec, [t.job for t in self.plan.selected_tasks])
+
+    def __enter__(self) -> "RayPlacement":
+        from ..ray_options import address, runtime_env
+        ray = _ray()
+        where = address(self.spec)
+        env = runtime_env(self.spec, self.base_dir)
+        try:
+            ray.init(address=where, runtime_env=env or None, log_to_driver=False,
+                     logging_level="ERROR", configure_logging=True)
+        except ConnectionError as e:
+            raise UserError(f"ray.address: cannot connect to the Ray cluster at {where or 'auto'} "
+                            f"({_first_line(e)}); start one (ray start --head) or set RAY_ADDRESS")
+        try:
+            self._place(ray, env)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+        try:
+            if self.actors:   # each actor ends its task and its reaper; a dead one answers at once
+                ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors),
+                         timeout=15)
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            if self.pg is not None:
+                from ray.util.placement_group import remove_placement_group
+                remove_placement_group(self.pg)
+        finally:
+            ray.shutdown()
+
+    def _place(self, ray, env) -> None:
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from ..ray_options import describe_bundle
+        tasks = self.plan.selected_tasks
+        bundles = self.bundles()
+        pg = placement_group(bundles, strategy=self.spec.strategy,
+                             name=f"tfcluster-{self.plan.run_id}")
+        ready, _ = ray.wait([pg.ready()], timeout=self.spec.placement_timeout)
+        if not ready:
+            remove_placement_group(pg)
+            have = {k: v for k, v in ray.cluster_resources().items()
+                    if k in ("CPU", "GPU", "memory") or any(k in b for b in bundles)}
+            nodes = len([n for n in ray.nodes() if n.get("Alive")])
+            need = "; ".join(f"{t.name}: {describe_bundle(b)}" for t, b in zip(tasks, bundles))
+            raise UserError(
+                f"ray: the run's {len(tasks)} tasks could not be placed within "
+                f"{self.spec.placement_timeout:g}s (ray.placement_timeout, strategy "
+                f"{self.spec.strategy}): they need {need}; the cluster has {nodes} node(s) with "
+                f"{describe_bundle(have)} in all (ray.jobs.<job>: num_cpus, num_gpus, memory, "
+                f"resources)")
+        self.pg = pg
+        runner = _runner_class()
+        for i, (t, b) in enumerate(zip(tasks, bundles)):
+            custom = {k: v for k, v in b.items() if k not in ("CPU", "GPU", "memory")}
+            opts: Dict[str, Any] = dict(
+                num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0), resources=custom or None,
+                # named for the dashboard; owned by this job (not detached): they die with it
+                name=f"tfcluster {t.name}", lifetime=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=False))
+            if b.get("memory"):
+                opts["memory"] = b["memory"]
+            self.actors.append(runner.options(**opts).remote(bool(b.get("GPU"))))
+        infos = ray.get([a.where.remote() for a in self.actors])
+        self.plan = self.plan.with_endpoints({t.name: (info["ip"], info["port"])
+                                              for t, info in zip(tasks, infos)})
+        self.backend = RayBackend({t.name: (a, info) for t, a, info in zip(tasks, self.actors, infos)},
+                                  (env.get("working_dir") or "").rstrip("/"))

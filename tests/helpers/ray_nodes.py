@@ -1,0 +1,147 @@
+"""A real Ray cluster on this machine for the Ray backend's tests: a head and, when asked, more
+raylets as further nodes, all on loopback (127.0.0.2, 127.0.0.3, ...; Ray turns 127.0.0.1 into
+the machine's own address).
+
+Each node is started by ``ray start`` in a session of its own (``start_new_session``: the
+daemons it leaves behind keep that session id whatever process titles Ray gives them) and ended
+by that session id: SIGTERM to every process of the session, then SIGKILL. Nothing of Ray is
+imported into the test process (it would become a driver): questions to the cluster go through
+an isolated Python (:func:`ask`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import psutil
+
+from tfcluster.hosts import free_ports
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+@dataclass
+class RayNodes:
+    address: str                        # host:port of the head (RAY_ADDRESS)
+    temp_dir: str
+    dashboard_url: str = ""             # the dashboard and job server, when started
+    sessions: List[int] = field(default_factory=list)
+
+    def env(self, **more) -> Dict[str, str]:
+        env = dict(os.environ, RAY_ADDRESS=self.address, **more)
+        return env
+
+    def processes(self, session: Optional[int] = None) -> List[psutil.Process]:
+        sessions = self.sessions if session is None else [session]
+        out = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) in sessions:
+                    out.append(p)
+            except (OSError, psutil.Error):
+                pass
+        return out
+
+    def kill_node(self, i: int) -> None:
+        """Node ``i`` is lost: SIGKILL to every process of its session (raylet, workers)."""
+        procs = self.processes(self.sessions[i])
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+
+    def stop(self) -> None:
+        """End every daemon of every node by its session id; remove Ray's folder."""
+        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            procs = self.processes()
+            for p in procs:
+                try:
+                    p.send_signal(sig)
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(procs, timeout=wait)
+        left = self.processes()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        assert not left, f"Ray daemons left: {left}"
+
+
+def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
+    """Start a head on the first (ip, num_cpus, custom resources) and join the others to it;
+    ``dashboard``: with Ray's dashboard and job server (``ray job submit``; ``dashboard_url``)."""
+    temp = tempfile.mkdtemp(prefix="tfr-", dir="/tmp")   # short: Ray's socket paths must fit
+    port, client, dash, metrics = free_ports(4)
+    head_ip = nodes[0][0]
+    cluster = RayNodes(address=f"{head_ip}:{port}", temp_dir=temp)
+    cluster.dashboard_url = f"http://{head_ip}:{dash}" if dashboard else ""
+    try:
+        for i, (ip, cpus, resources) in enumerate(nodes):
+            argv = [RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
+                    "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
+            if i == 0:
+                argv += ["--head", f"--port={port}",
+                         *([f"--include-dashboard=true", f"--dashboard-host={head_ip}",
+                            f"--dashboard-port={dash}"] if dashboard else ["--include-dashboard=false"]),
+                         f"--temp-dir={temp}", f"--ray-client-server-port={client}",
+                         f"--metrics-export-port={metrics}"]
+            else:
+                argv += [f"--address={cluster.address}"]
+            if resources:
+                argv.append(f"--resources={json.dumps(resources)}")
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                                    env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+            cluster.sessions.append(proc.pid)
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise RuntimeError(f"ray start ({ip}) failed:\n{out[-3000:]}")
+        if len(nodes) > 1:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if ask(cluster, "len([n for n in ray.nodes() if n['Alive']])") == len(nodes):
+                    break
+                time.sleep(1)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def ask(cluster: RayNodes, expression: str):
+    """The value of ``expression`` (JSON) in a driver connected to ``cluster`` (``ray`` and
+    ``state`` -- ray._private.state -- in scope)."""
+    code = ("import json, ray\nfrom ray._private import state\n"
+            f"ray.init(address={cluster.address!r}, logging_level='ERROR', log_to_driver=False)\n"
+            f"print('RESULT=' + json.dumps({expression}))\nray.shutdown()\n")
+    r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT="):
+            return json.loads(line[len("RESULT="):])
+    raise RuntimeError(f"cannot ask Ray: {r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+
+LEFT = ("{'actors': [a['ActorID'] + ' ' + str(a.get('ClassName') or a.get('ActorClassName')) "
+        "for a in ray._private.state.actors().values() if a['State'] != 'DEAD'], 'groups': [g for g, v in ray.util.placement_group_table().items() "
+        "if v['state'] != 'REMOVED']}")
+
+
+def leftovers(cluster: RayNodes) -> Optional[dict]:
+    """The actors still alive and the placement groups not removed (None when there are none);
+    waits a little: Ray ends a finished job's actors asynchronously."""
+    deadline = time.time() + 30
+    while True:
+        got = ask(cluster, LEFT)
+        if not got["actors"] and not got["groups"]:
+            return None
+        if time.time() > deadline:
+            return got
+        time.sleep(1)
