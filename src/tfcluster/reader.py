@@ -70,6 +70,7 @@ class Seen:
     rate: Optional[float] = None          # steps/s as the program says it (TF1, Keras' ms/step)
     log_error: Optional[str] = None       # the first failed write to the log (then dropped)
     noise_hidden: int = 0                 # noise lines not shown on the console
+    output_at: Optional[float] = None     # the last line or redraw it printed (any output)
 
     def reset(self) -> None:
         self.port_conflict = False
@@ -317,6 +318,8 @@ class OutputReader(threading.Thread):
         if not text.strip():
             return
         self._redrawn = True
+        with self.lock:
+            self.seen.output_at = self.clock()
         visible = self._progress(self.mask(text))
         self._shown = visible.encode("utf-8", "replace") if visible.strip() else b""
 
@@ -377,6 +380,7 @@ class OutputReader(threading.Thread):
         if raw is not None and not line.strip() and raw.strip():
             return                        # only a protocol report: nothing more to show
         with self.lock:
+            self.seen.output_at = self.clock()
             self.seen.tail.append(line[:TAIL_LINE_CHARS])
             if PORT_CONFLICT.search(line):
                 self.seen.port_conflict = True

@@ -376,21 +376,36 @@ def format_duration(seconds: Optional[float]) -> str:
     return f"{h}h{m:02d}m"
 
 
-def task_rows(record: Dict[str, Any], now: Optional[float] = None) -> List[List[str]]:
-    """The task table (raw text: callers escape for their medium)."""
+def task_rows(record: Dict[str, Any], now: Optional[float] = None,
+              live: bool = False) -> List[List[str]]:
+    """The task table (raw text: callers escape for their medium). ``live``: a running run,
+    with each running task's last sign of progress and last output (LIVE_HEADER)."""
     now = now or time.time()
     rows = []
     for t in record.get("tasks", []):
         start, end = t.get("started"), t.get("ended")
         dur = (end or now) - start if start else None
         step = t.get("progress", {}).get("step") if t.get("progress") else None
-        rows.append([t["task"], t.get("endpoint") or "", str(t.get("pid") or ""), t["state"],
-                     t.get("exit") or "", str(t.get("restarts") or 0), format_duration(dur),
-                     "" if step is None else str(step)])
+        row = [t["task"], t.get("endpoint") or "", str(t.get("pid") or ""), t["state"],
+               t.get("exit") or "", str(t.get("restarts") or 0), format_duration(dur),
+               "" if step is None else str(step)]
+        if live:
+            row += [ago(t.get(k), now) if t.get("state") == "running" else ""
+                    for k in ("life_at", "output_at")]
+        rows.append(row)
     return rows
 
 
+def ago(at: Any, now: float) -> str:
+    """'12s ago' for a recorded time, '' when there is none (or it is not a time)."""
+    if not _is_num(at) or at != at:
+        return ""
+    return f"{format_duration(now - at)} ago"
+
+
 HEADER = ["task", "endpoint", "pid", "state", "exit", "restarts", "time", "step"]
+#: the table of a running run: each task's last progress and last output too
+LIVE_HEADER = HEADER + ["progress", "output"]
 
 
 def format_table(header: List[str], rows: List[List[str]]) -> str:
@@ -493,7 +508,12 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     now = record.get("ended")
     if now is None and result in ("lost", "unknown"):
         now = last_update(run)
-    print(format_table(HEADER, task_rows(record, now)))
+    live = result == "running"
+    print(format_table(LIVE_HEADER if live else HEADER, task_rows(record, now, live=live)))
+    stalled = record.get("stalled")
+    for line in stalled if isinstance(stalled, list) else ():
+        if isinstance(line, str):
+            print(p(line))
     return STATUS_EXIT[result]
 
 

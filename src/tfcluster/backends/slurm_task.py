@@ -218,7 +218,7 @@ class Task:
         lines the local launcher hands its machine (Supervisor._on_line)."""
         now = time.time()
         if p is not None:
-            self.inbox.append(mc.Progressed(self.name, p.step, now))
+            self.inbox.append(mc.Progressed(self.name, p.step, now, p.total))
             return
         waiting = still_waiting_on(line)
         if waiting:
