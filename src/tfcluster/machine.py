@@ -827,9 +827,12 @@ class RunMachine:
         for t in self.tasks.values():
             if t.stalled_at is None:
                 continue
-            end = t.ended if t.ended is not None else self._now
             at = f" at step {t.stalled_step}" if t.stalled_step is not None else ""
-            lines.append(f"{t.name} stopped making progress{at} {_duration(end - t.stalled_at)} "
+            if t.ended is None:
+                lines.append(f"{t.name} stopped making progress{at} "
+                             f"{_duration(self._now - t.stalled_at)} ago (still {t.state.value})")
+                continue
+            lines.append(f"{t.name} stopped making progress{at} {_duration(t.ended - t.stalled_at)} "
                          f"before it ended ({t.state.value})")
         return lines
 

@@ -363,6 +363,17 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     return runs[0]
 
 
+def running_record(run_dir: str, command: str, why: str) -> Tuple[Dict[str, Any], str]:
+    """(record, run id) of a run that is running; else UserError: ``command``: run R is not
+    running (result: ...); ``why``."""
+    record = read_run(run_dir)
+    run_id = record.get("run_id") or os.path.basename(run_dir)
+    result = derive_result(record)
+    if result != "running":
+        raise UserError(printable(f"{command}: run {run_id} is not running (result: {result}); {why}"))
+    return record, run_id
+
+
 def format_duration(seconds: Optional[float]) -> str:
     if seconds is None:
         return ""

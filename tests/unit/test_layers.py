@@ -18,7 +18,7 @@ FLOORS = [
     ["errors", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options", "runfs", "k8s_options", "trainer_status", "oom", "reader"],
     # 1: the file model and run records
-    ["config", "runrecord", "record", "runindex", "logs", "control", "notes"],
+    ["config", "runrecord", "record", "runindex", "logs", "control", "notes", "stack", "attach"],
     # 2: the run plan
     ["plan", "machine"],
     # 3: backends (below their consumers) and the in-task runtime
