@@ -743,7 +743,9 @@ class RunMachine:
         self._warn_stuck(watched, now, out)
         ending = any(t.ending_at is not None and t.state == TaskState.RUNNING
                      for t in self.tasks.values())
-        if watched or not ending:     # tasks at their final step: the end deadline, not this
+        others = any(t.state == TaskState.RUNNING and not t.forced and t.ending_at is None
+                     and t.job != "ps" for t in self.tasks.values())
+        if others or not ending:      # tasks at their final step: the end deadline, not this
             gone = [f"{t.name} ({t.state.value}{', ' + describe_exit(t.returncode) if t.returncode is not None else ''})"
                     for t in self.tasks.values() if t.state != TaskState.RUNNING]
             lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]

@@ -659,6 +659,14 @@ def test_one_task_at_its_end_and_another_stuck_still_stalls_the_run():
     assert "suspects: worker:1 (no progress for 6s, at step 7)" in m.root_note
 
 
+def test_one_task_at_its_end_and_another_that_never_reported_still_stalls_the_run():
+    m = make(stall_timeout=5.0, stall_warning=0.0)
+    started(m)
+    m.handle(Progressed("worker:0", 10, 1.0, 10))
+    m.handle(Tick(7.0))
+    assert m.result == RunState.FAILED and "stood at 10" in m.root_note
+
+
 def test_a_worker_at_its_final_step_may_exit_by_itself_after_its_leader():
     """MWMS: the chief exits 0, the other worker logs coordination errors and exits 0 by itself
     7-8 s later: with its final step reported it is a success, not stopped after the grace."""
