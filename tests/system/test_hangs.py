@@ -12,61 +12,18 @@ import time
 
 import pytest
 
-from helpers import ROOT
+from helpers.hang_runs import _cluster, _events, _launch, _run_dir, _wait_for
 
 pytestmark = pytest.mark.tf
-
-PROGRAMS = os.path.join(ROOT, "tests", "programs")
-
-
-def _events(run_dir):
-    with open(os.path.join(run_dir, "events.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _cluster(tmp_path, ports, program, args, watchdog, workers=2):
-    p = ports(1 + workers)
-    text = (f"cluster:\n  ps: [localhost:{p[0]}]\n"
-            f"  worker: [{', '.join(f'localhost:{x}' for x in p[1:])}]\n"
-            f"program:\n  command: [python, {os.path.join(PROGRAMS, program)}]\n"
-            f"  args: {json.dumps(args)}\n  task_flags: true\n"
-            f"logdir: {tmp_path / 'runs'}\nwatchdog: {json.dumps(watchdog)}\n")
-    path = tmp_path / "cluster.yaml"
-    path.write_text(text)
-    return str(path)
-
-
-def _run_dir(tmp_path, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        runs = list((tmp_path / "runs").glob("*/run.json")) if (tmp_path / "runs").exists() else []
-        if runs:
-            return str(runs[0].parent)
-        time.sleep(0.2)
-    raise AssertionError("no run folder appeared")
-
-
-def _wait_for(path, text, proc, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if text in path.read_text():
-            return True
-        if proc.poll() is not None:
-            return text in path.read_text()
-        time.sleep(0.2)
-    return False
 
 
 def test_a_stuck_worker_is_named_early_shown_where_it_hangs_and_kept_in_the_summary(tmp_path, ports):
     """Two workers, worker:1 stuck after 2 s, stall_timeout 24: a console line names worker:1
     within about half the deadline; tfcluster stack shows the function it hangs in; the run
     succeeds (the chief ends) and the summary says worker:1 stopped making progress."""
-    path = _cluster(tmp_path, ports, "stuck_worker.py", ["--train_seconds=30", "--stuck_after=2"],
+    path = _cluster(tmp_path, ports, "tf1_hangs.py", ["--train_seconds=30", "--stuck_after=2"],
                     {"stall_timeout": 24})
-    out_path = tmp_path / "launch.out"
-    with open(out_path, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--no-live"],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, out_path = _launch(path, tmp_path)
     try:
         run_dir = _run_dir(tmp_path)
         assert _wait_for(out_path, "worker:1 (no progress for", proc, 90), out_path.read_text()[-3000:]
@@ -81,7 +38,7 @@ def test_a_stuck_worker_is_named_early_shown_where_it_hangs_and_kept_in_the_summ
                                capture_output=True, text=True, timeout=60)
         assert stack.returncode == 0, stack.stdout + stack.stderr
         assert "=== worker:1 (pid" in stack.stdout
-        assert "wait_for_a_peer_that_never_answers (stuck_worker.py" in stack.stdout, stack.stdout
+        assert "wait_for_a_peer_that_never_answers (tf1_hangs.py" in stack.stdout, stack.stdout
         assert "=== worker:0" not in stack.stdout          # only the task asked for
 
         for _ in range(20):        # run.json is rewritten about every second
@@ -114,3 +71,29 @@ def test_a_stuck_worker_is_named_early_shown_where_it_hangs_and_kept_in_the_summ
     again = subprocess.run([sys.executable, "-m", "tfcluster", "stack", run_dir],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "is not running" in again.stderr
+
+
+def test_a_late_ps_keeps_running_and_tasks_that_end_slowly_pass_a_tight_stall(tmp_path, ports):
+    """Issue 31, with real TensorFlow: the ps starts 12 s late, so each worker prints
+    "CreateSession still waiting for response from worker: /job:ps/..." once and then trains;
+    waiting_timeout 8 no longer kills the ps. Then each worker takes 12 s to exit after its
+    final step: under stall_timeout 5 the run still succeeds, with no stall."""
+    path = _cluster(tmp_path, ports, "tf1_hangs.py",
+                    ["--ps_delay=12", "--steps=200", "--end_seconds=12"],
+                    {"waiting_timeout": 8, "stall_timeout": 5})
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", path, "--no-live"],
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    run_dir = _run_dir(tmp_path, timeout=5)
+    with open(os.path.join(run_dir, "worker-0.log")) as f:
+        assert "CreateSession still waiting for response from worker: /job:ps" in f.read()
+    assert r.returncode == 0, out[-4000:]
+    events = _events(run_dir)
+    assert not [e for e in events if e.get("event") == "watchdog"], out[-3000:]
+    assert {e["task"] for e in events if e.get("event") == "task_ending"} == {"worker:0", "worker:1"}
+    with open(os.path.join(run_dir, "run.json")) as f:
+        tasks = {t["task"]: t for t in json.load(f)["tasks"]}
+    assert tasks["worker:0"]["state"] == tasks["worker:1"]["state"] == "succeeded"
+    assert tasks["ps:0"]["state"] == "stopped" and tasks["ps:0"]["restarts"] == 0
+    assert "stood at" not in out and "killing it" not in out
+
