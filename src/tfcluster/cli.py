@@ -172,6 +172,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to wait for the launcher to end (default 120)")
     s.set_defaults(func=cmd_stop)
 
+    s = sub.add_parser("stack", help="print the Python stacks of a live run's tasks (py-spy)",
+                       usage="tfcluster stack [RUN] [TASK ...] [--native]",
+                       description="Where each task of a running run is: its Python stacks, "
+                       "read with py-spy (pip install 'tfcluster[debug]'), for any Python "
+                       "program. RUN: a run id or run folder (default: the latest run of "
+                       "./cluster.yaml, else your latest run); TASK (worker:1, or a job) picks "
+                       "tasks, default every running task. Only your own run's tasks, started "
+                       "by its live launcher on this machine. Exit 1 when a stack could not be "
+                       "read.")
+    s.add_argument("run", nargs="?", help="run id or run folder")
+    s.add_argument("tasks", nargs="*", metavar="task", help="a task (worker:1) or a job")
+    s.add_argument("--native", action="store_true",
+                   help="also the C/C++ frames (TensorFlow's kernels, gRPC waits), where py-spy "
+                   "can unwind them")
+    s.set_defaults(func=cmd_stack)
+
+    s = sub.add_parser("attach", help="watch a running run from another terminal",
+                       description="The live table of a running run (a --detach run, or one "
+                       "in another terminal) and its launcher's lines, until it ends. Ctrl-C "
+                       "detaches and the run goes on; tfcluster stop RUN stops it. Exit code "
+                       "as status's once the run has ended. RUN: a run id or run folder "
+                       "(default: the latest run of ./cluster.yaml, else your latest run).")
+    s.add_argument("run", nargs="?", help="run id or run folder")
+    s.set_defaults(func=cmd_attach)
+
     s = sub.add_parser("tensorboard", help="start TensorBoard on a run's summaries",
                        description="Run TensorBoard on the run's summaries folder (the chief's "
                        "--checkpoint_dir, --model_dir or --logdir), or print the command when "
@@ -782,6 +807,22 @@ def cmd_stop(args) -> int:
     from .control import stop_run
     from .runindex import resolve_run
     return stop_run(resolve_run(args.run), timeout=args.timeout)
+
+
+def cmd_stack(args) -> int:
+    from . import logs
+    from .runindex import is_run_dir, lookup, resolve_run
+    from .stack import show_stacks
+    run, tasks = args.run, list(args.tasks)
+    if run is not None and logs.looks_like_task(run) and not is_run_dir(run) and lookup(run) is None:
+        run, tasks = None, [run] + tasks        # tfcluster stack worker:1 (the latest run)
+    return show_stacks(resolve_run(run), tasks, native=args.native)
+
+
+def cmd_attach(args) -> int:
+    from .attach import attach
+    from .runindex import resolve_run
+    return attach(resolve_run(args.run))
 
 
 def cmd_tensorboard(args) -> int:

@@ -100,7 +100,16 @@ class WatchdogSpec(_Strict):
     stall_timeout: float = Field(
         300.0, ge=0, allow_inf_nan=False,
         description="seconds the reported global step may stand still before the run "
-        "is treated as hung (0: off; only once a task has reported progress)")
+        "is treated as hung (0: off; only once a task has reported progress; a task at its "
+        "final step is under end_timeout instead)")
+    stall_warning: float = Field(
+        0.4, ge=0, le=1, allow_inf_nan=False,
+        description="fraction of stall_timeout after which a task whose own progress stopped "
+        "while others go on (or the whole run, standing still) is named on the console (0: off)")
+    end_timeout: float = Field(
+        60.0, ge=0, allow_inf_nan=False,
+        description="seconds a task that reported its final step (step = total) gets to exit by "
+        "itself, also after the run has succeeded, before it is killed (0: off)")
 
 
 class ProgramSpec(_Strict):

@@ -140,10 +140,12 @@ class Exited:
 @dataclass(frozen=True)
 class Progressed:
     """The task reported its step (``step``; life when it moved), or showed another sign of
-    life (``step`` None: a Keras bar or a TF1 hook line that moved, a protocol report)."""
+    life (``step`` None: a Keras bar or a TF1 hook line that moved, a protocol report).
+    ``total``: the step it trains to, when it says; a task at its final step is ending."""
     task: str
     step: Optional[int]
     now: float
+    total: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -316,9 +318,17 @@ class TaskStatus:
     step: Optional[int] = None             # the last step it reported
     alive_at: Optional[float] = None       # the last sign of progress
     longest_gap: float = 0.0               # the longest wait for a sign of life (its cadence)
+    cadence: float = 0.0                   # the longest gap between two signs of life (not
+                                           # counting the wait for the first: start-up)
+    ending_at: Optional[float] = None      # when it reported its final step (step = total)
+    stalled_at: Optional[float] = None     # its last life, once the watchdog saw it stop
+                                           # while the run went on (None: not stalled)
+    stalled_step: Optional[int] = None     # ... and the step it stood at
 
     def mark_life(self, now: float) -> None:
         self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)
+        if self.alive_at is not None:
+            self.cadence = max(self.cadence, now - self.alive_at)
         self.alive_at = now
 
     @property
@@ -338,6 +348,9 @@ class Settings:
     startup_timeout: float = 120.0
     waiting_timeout: float = 120.0
     stall_timeout: float = 300.0
+    stall_warning: float = 0.4       # a task silent this fraction of stall_timeout while the
+                                     # run goes on is named (0: off)
+    end_timeout: float = 60.0        # a task at its final step gets this long to exit (0: off)
     max_total_restarts: Optional[int] = None
     shared_budget: bool = False      # the run's restart budget is claimed through the driver
     peers_report: bool = False       # the driver reports the end of tasks run elsewhere
@@ -402,6 +415,8 @@ class RunMachine:
         #: :func:`replay` of it on a new machine gives the same actions
         self.log_inputs = False
         self.inputs: List[Event] = []
+        self._run_warned = False             # the run-wide "no progress" warning was given
+        self.run_ref = ""                    # how a person names this run (tfcluster stack)
 
     @classmethod
     def from_plan(cls, plan, names: Optional[Iterable[str]] = None, *, shared: bool = False,
@@ -418,6 +433,7 @@ class RunMachine:
             chief=plan.chief, success=plan.success, grace=plan.grace,
             stop_timeout=plan.stop_timeout, startup_timeout=wd.startup_timeout,
             waiting_timeout=wd.waiting_timeout, stall_timeout=wd.stall_timeout,
+            stall_warning=wd.stall_warning, end_timeout=wd.end_timeout,
             max_total_restarts=rule.max_total_restarts, shared_budget=shared,
             peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait)
         by_name = {t.name: t for t in plan.tasks}       # (plan.task(n) is a scan: 512^2 at 512)
@@ -550,7 +566,8 @@ class RunMachine:
             t.first_started = ev.now
         t.up, t.forced, t.port_conflict = False, "", False
         t.waiting_on.clear()
-        t.alive_at, t.longest_gap = None, 0.0
+        t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
+        t.ending_at = t.stalled_at = t.stalled_step = None
         if self.phase == "stop":                 # started while the run was being stopped
             self._wave.append(t.name)
             self._wave_all.append(t.name)
@@ -639,10 +656,19 @@ class RunMachine:
             return
         if ev.step is None or ev.step != t.step:     # a step that stands still is no life
             t.mark_life(ev.now)
+            if t.waiting_on:       # it went on: what it waited for answered (issue 31)
+                t.waiting_on.clear()
+            if t.stalled_at is not None:
+                out.append(Say(f"{t.name} makes progress again"))
+                out.append(note("task_resumed", t.name, step=ev.step if ev.step is not None else t.step))
+                t.stalled_at = t.stalled_step = None
         if ev.step is not None:
             t.step = ev.step
             if self.best_step is None or ev.step > self.best_step:
                 self.best_step, self.best_step_at = ev.step, ev.now
+            if rules.at_final_step(ev.step, ev.total) and t.ending_at is None:
+                t.ending_at = ev.now
+                out.append(note("task_ending", t.name, step=ev.step, total=ev.total))
 
     def _on_PortOpen(self, ev: PortOpen, out: List[Action]) -> None:
         t = self.tasks.get(ev.task)
@@ -762,14 +788,26 @@ class RunMachine:
                                          here, self.where, life):
                 t.waiting_on.pop(a.task, None)
                 actions.append(a)
-        gone = [f"{t.name} ({t.state.value}{', ' + describe_exit(t.returncode) if t.returncode is not None else ''})"
-                for t in self.tasks.values() if t.state != TaskState.RUNNING]
-        lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]
-        stall = rules.check_stall(self.best_step, self.best_step_at, now, s.stall_timeout, gone,
-                                  last_life_at=max(lives) if lives else None,
-                                  cadence=max((t.longest_gap for t in self.tasks.values()), default=0.0))
-        if stall is not None:
-            actions.append(stall)
+            if t.ending_at is not None:
+                a = rules.check_ending(t.name, t.ending_at, now, s.end_timeout, t.step)
+                if a is not None:
+                    actions.append(a)
+        watched = self._watched_tasks()
+        self._warn_stuck(watched, now, out)
+        ending = any(t.ending_at is not None and t.state == TaskState.RUNNING
+                     for t in self.tasks.values())
+        others = any(t.state == TaskState.RUNNING and not t.forced and t.ending_at is None
+                     and t.job != "ps" for t in self.tasks.values())
+        if others or not ending:      # tasks at their final step: the end deadline, not this
+            gone = [f"{t.name} ({t.state.value}{', ' + describe_exit(t.returncode) if t.returncode is not None else ''})"
+                    for t in self.tasks.values() if t.state != TaskState.RUNNING]
+            lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]
+            stall = rules.check_stall(self.best_step, self.best_step_at, now, s.stall_timeout, gone,
+                                      last_life_at=max(lives) if lives else None,
+                                      cadence=max((t.longest_gap for t in self.tasks.values()), default=0.0),
+                                      suspects=self._suspects(watched, now))
+            if stall is not None:
+                actions.append(stall)
         for a in actions:
             out.append(note("watchdog", a.task, reason=a.reason, action=a.action))
             if a.action == "kill" and a.task in self.others:
@@ -783,6 +821,75 @@ class RunMachine:
             t = self.tasks[a.task]
             if t.state == TaskState.RUNNING and not t.forced:
                 self._force(t, a.reason, out)
+
+    def _watched_tasks(self) -> List[TaskStatus]:
+        """The running tasks whose progress the stall checks read: they have shown life, are
+        not at their final step, are not being killed."""
+        return [t for t in self.tasks.values()
+                if t.state == TaskState.RUNNING and not t.forced and t.ending_at is None
+                and t.alive_at is not None]
+
+    def _suspects(self, watched: List[TaskStatus], now: float) -> List[str]:
+        """The tasks a stall message names, the longest silent first: those already seen to
+        stop while others went on, else every watched task."""
+        pick = [t for t in watched if t.stalled_at is not None] or watched
+        pick = sorted(pick, key=lambda t: t.alive_at)
+        return [rules.describe_silence(t.name, now - t.alive_at, t.step) for t in pick]
+
+    def _stack_hint(self, names: Sequence[str] = ()) -> str:
+        run = self.run_ref or "RUN"
+        where = "where it is" if names else "where each task is"
+        return f"{where}: tfcluster stack {run}" + "".join(f" {n}" for n in names)
+
+    def _warn_stuck(self, watched: List[TaskStatus], now: float, out: List[Action]) -> None:
+        """Name a task whose own progress stopped while others go on, at a fraction of the
+        stall deadline (watchdog.stall_warning); and once, the whole run standing still."""
+        s = self.s
+        if self.best_step is None or not s.stall_timeout or not s.stall_warning:
+            return
+        # a task with one sign of life has no rhythm yet (Keras verbose=2: one per epoch)
+        lives = {t.name: (t.alive_at, t.cadence) for t in watched if t.cadence > 0}
+        stuck, going = rules.stuck_tasks(lives, now, s.stall_timeout, s.stall_warning)
+        for name in stuck:
+            t = self.tasks[name]
+            if t.stalled_at is not None:
+                continue
+            t.stalled_at, t.stalled_step = t.alive_at, t.step
+            silent = now - t.alive_at
+            out.append(Say(f"{rules.describe_silence(name, silent, t.step)} while "
+                           f"{', '.join(going)} go on: it may be stuck; {self._stack_hint([name])}",
+                           error=True))
+            out.append(note("task_stalled", name, step=t.step, silent=round(silent, 1)))
+        if not watched:
+            return
+        last = max(max(t.alive_at for t in watched), self.best_step_at)
+        after = rules.stall_warning_after(s.stall_timeout, s.stall_warning)
+        if now - last < after:
+            self._run_warned = False
+        elif not self._run_warned:
+            self._run_warned = True
+            out.append(Say(f"no task has made progress for {now - last:.0f}s (global step "
+                           f"{self.best_step}; the run fails at watchdog.stall_timeout: "
+                           f"{s.stall_timeout:g}); suspects: "
+                           f"{', '.join(self._suspects(watched, now))}; {self._stack_hint()}",
+                           error=True))
+            out.append(note("run_stalling", step=self.best_step, silent=round(now - last, 1)))
+
+    def stalled(self) -> List[str]:
+        """Lines for the end summary: every task seen to stop making progress while the run
+        went on, and did not resume (the run may well have succeeded)."""
+        lines = []
+        for t in self.tasks.values():
+            if t.stalled_at is None:
+                continue
+            at = f" at step {t.stalled_step}" if t.stalled_step is not None else ""
+            if t.ended is None:
+                lines.append(f"{t.name} stopped making progress{at} "
+                             f"{_duration(self._now - t.stalled_at)} ago (still {t.state.value})")
+                continue
+            lines.append(f"{t.name} stopped making progress{at} {_duration(t.ended - t.stalled_at)} "
+                         f"before it ended ({t.state.value})")
+        return lines
 
     def _decide(self, result: RunState, code: int, words: str, out: List[Action],
                 announce: bool = True, origin_here: bool = True) -> None:
@@ -817,6 +924,17 @@ class RunMachine:
         self._grace_tasks = waiting
         self._grace_until = now + self.s.grace
         out.append(Say(f"giving {', '.join(waiting)} {self.s.grace:g}s to finish"))
+        ending = [n for n in waiting if self._ending_until(self.tasks[n]) > self._grace_until]
+        if ending:
+            out.append(Say(f"{', '.join(ending)} reached the final step: up to "
+                           f"{self.s.end_timeout:g}s from there to exit by itself "
+                           f"(watchdog.end_timeout)"))
+
+    def _ending_until(self, t: TaskStatus) -> float:
+        """A task at its final step may take until then to exit by itself (0: no such task)."""
+        if t.ending_at is None or not self.s.end_timeout:
+            return 0.0
+        return t.ending_at + self.s.end_timeout
 
     def _begin_stop(self, now: float, out: List[Action]) -> None:
         """Stop what still runs, in the rulebook's waves: chief, workers and evaluators (a chief
@@ -876,6 +994,9 @@ class RunMachine:
                        f"process group"))
         if t.state == TaskState.RUNNING:
             t.state = check_transition(t.state, TaskState.STOPPING, t.name)
+        if t.stalled_at is not None and not t.note:
+            at = f" at step {t.stalled_step}" if t.stalled_step is not None else ""
+            t.note = f"stopped making progress{at} {_duration(self._now - t.stalled_at)} before it was stopped"
         out.append(Kill(t.name, sig))
         out.append(note("stop_sent", t.name, signal=signal.Signals(sig).name))
 
@@ -893,7 +1014,8 @@ class RunMachine:
             self._check_success(out)
         if self.phase == "grace":
             running = [n for n in self._grace_tasks if self.tasks[n].state == TaskState.RUNNING]
-            if not running or now >= self._grace_until:
+            if not running or now >= max([self._grace_until] + [
+                    self._ending_until(self.tasks[n]) for n in running]):
                 self._begin_stop(now, out)
         if self.phase == "stop":
             self._wave = [n for n in self._wave if self.tasks[n].state.alive]
@@ -940,7 +1062,7 @@ def line_events(task: str, line: str, progress, now: float) -> List[Event]:
     if waiting:
         out.append(Waiting(task, waiting, now))
     if progress is not None:
-        out.append(Progressed(task, progress.step, now))
+        out.append(Progressed(task, progress.step, now, progress.total))
     return out
 
 

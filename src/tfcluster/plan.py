@@ -52,6 +52,8 @@ class Watchdog:
     startup_timeout: float = 120.0
     waiting_timeout: float = 120.0
     stall_timeout: float = 300.0
+    stall_warning: float = 0.4
+    end_timeout: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -368,7 +370,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         selected=selected, chief=str(cluster.chief), success=success,
         grace=cluster.grace if opts.grace is None else opts.grace,
         stop_timeout=opts.stop_timeout,
-        watchdog=Watchdog(wd.startup_timeout, wd.waiting_timeout, wd.stall_timeout),
+        watchdog=Watchdog(wd.startup_timeout, wd.waiting_timeout, wd.stall_timeout,
+                          wd.stall_warning, wd.end_timeout),
         logdir=logdir, run_id=run_id, run_dir=run_dir, base_port=cluster.base_port,
         cluster=cluster.cluster_spec_dict() if endpoints else None,
         count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),

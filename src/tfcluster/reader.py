@@ -69,6 +69,7 @@ class Seen:
     log_error: Optional[str] = None       # the first failed write to the log (then dropped)
     read_error: Optional[str] = None      # why reading the task's output stopped early
     noise_hidden: int = 0                 # noise lines not shown on the console
+    output_at: Optional[float] = None     # the last line or redraw it printed (any output)
 
     def reset(self) -> None:
         self.life_at = None
@@ -312,6 +313,8 @@ class OutputReader(threading.Thread):
         if not text.strip():
             return
         self._redrawn = True
+        with self.lock:
+            self.seen.output_at = self.clock()
         visible = self._progress(self.mask(text))
         self._shown = visible.encode("utf-8", "replace") if visible.strip() else b""
 
@@ -372,6 +375,7 @@ class OutputReader(threading.Thread):
         if raw is not None and not line.strip() and raw.strip():
             return                        # only a protocol report: nothing more to show
         with self.lock:   # what a line means to the run: the machine's (machine.line_events)
+            self.seen.output_at = self.clock()
             self.seen.tail.append(line[:TAIL_LINE_CHARS])
         hide, note = self.noise.fold(line)
         if hide:

@@ -377,7 +377,7 @@ def stall_deadline(timeout: float, cadence: float = 0.0) -> float:
 
 def check_stall(best_step: Optional[int], best_step_at: float, now: float, timeout: float,
                 not_running: Iterable[str] = (), last_life_at: Optional[float] = None,
-                cadence: float = 0.0) -> Optional[WatchdogAction]:
+                cadence: float = 0.0, suspects: Iterable[str] = ()) -> Optional[WatchdogAction]:
     """No sign of progress for the stall deadline (:func:`stall_deadline`), once a step has been
     reported at all. Signs of progress: the best global step moving (``best_step_at``), and
     ``last_life_at``, the last time any task showed life (a report whose step, batch or epoch
@@ -389,11 +389,68 @@ def check_stall(best_step: Optional[int], best_step_at: float, now: float, timeo
     if now - last <= deadline:
         return None
     gone = list(not_running)
+    suspects = list(suspects)
     longer = " (twice its slowest report so far)" if deadline > timeout else ""
     return WatchdogAction("fail_run", None,
                           f"watchdog: the global step has stood at {best_step} for {deadline:g}s"
                           f"{longer}"
+                          + (f"; suspects: {', '.join(suspects)}" if suspects else "")
                           + (f"; not running: {', '.join(gone)}" if gone else
                              "; every task is still running")
                           + f" (no other sign of progress either; watchdog.stall_timeout: "
                             f"{timeout:g}; raise it, or set 0 to turn the check off)")
+
+
+# ---------------------------------------------------------------------------- stuck and ending tasks
+
+def at_final_step(step: Optional[int], total: Optional[int]) -> bool:
+    """A task that reports ``step`` of ``total`` and has reached it is *ending*: it saves, says
+    goodbye to its peers and exits, which takes a while (MWMS: 7-8 s after its leader)."""
+    return step is not None and total is not None and total > 0 and step >= total
+
+
+def check_ending(task: str, ending_at: float, now: float, timeout: float,
+                 step: Optional[int] = None) -> Optional[WatchdogAction]:
+    """A task that reached its final step ``timeout`` seconds ago and has not exited is killed
+    (the stall deadline no longer applies to it; this one does). ``timeout`` 0: off."""
+    if not timeout or now - ending_at <= timeout:
+        return None
+    at = f" ({step})" if step is not None else ""
+    return WatchdogAction("kill", task, f"watchdog: it reached its final step{at} {timeout:g}s ago "
+                                        f"and has not exited (watchdog.end_timeout: {timeout:g}; "
+                                        f"raise it, or set 0 to turn the check off)")
+
+
+def stall_warning_after(timeout: float, fraction: float, cadence: float = 0.0) -> float:
+    """How long a task may go without a sign of progress before it is named as stuck while the
+    run goes on: ``fraction`` of the stall deadline, or twice its own slowest gap between two
+    signs of life, whichever is longer (0: the warning is off)."""
+    if not timeout or not fraction:
+        return 0.0
+    return max(timeout * fraction, 2.0 * cadence)
+
+
+def stuck_tasks(lives: Mapping[str, Tuple[float, float]], now: float, timeout: float,
+                fraction: float) -> Tuple[list, list]:
+    """(stuck, going): of the tasks in ``lives`` (name -> (last sign of life, its cadence)),
+    those silent for :func:`stall_warning_after` while at least one other showed life within
+    half that time, and those others. No task is stuck when none goes on: then the whole run
+    stands, which :func:`check_stall` judges."""
+    stuck, going = [], []
+    for name, (last, cadence) in lives.items():
+        after = stall_warning_after(timeout, fraction, cadence)
+        if not after:
+            return [], []
+        if now - last >= after:
+            stuck.append(name)
+        elif now - last < after / 2:
+            going.append(name)
+    if not going:
+        return [], []
+    return stuck, going
+
+
+def describe_silence(task: str, silent: float, step: Optional[int]) -> str:
+    """'worker:1 (no progress for 14s, at step 40)': a suspect, for messages."""
+    at = f", at step {step}" if step is not None else ""
+    return f"{task} (no progress for {silent:.0f}s{at})"

@@ -364,21 +364,47 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     return runs[0]
 
 
-def task_rows(record: Dict[str, Any], now: Optional[float] = None) -> List[List[str]]:
-    """The task table (raw text: callers escape for their medium)."""
+def running_record(run_dir: str, command: str, why: str) -> Tuple[Dict[str, Any], str]:
+    """(record, run id) of a run that is running; else UserError: ``command``: run R is not
+    running (result: ...); ``why``."""
+    record = read_run(run_dir)
+    run_id = record.get("run_id") or os.path.basename(run_dir)
+    result = derive_result(record)
+    if result != "running":
+        raise UserError(printable(f"{command}: run {run_id} is not running (result: {result}); {why}"))
+    return record, run_id
+
+
+def task_rows(record: Dict[str, Any], now: Optional[float] = None,
+              live: bool = False) -> List[List[str]]:
+    """The task table (raw text: callers escape for their medium). ``live``: a running run,
+    with each running task's last sign of progress and last output (LIVE_HEADER)."""
     now = now or time.time()
     rows = []
     for t in record.get("tasks", []):
         start, end = t.get("started"), t.get("ended")
         dur = (end or now) - start if start else None
         step = t.get("progress", {}).get("step") if t.get("progress") else None
-        rows.append([t["task"], t.get("endpoint") or "", str(t.get("pid") or ""), t["state"],
-                     t.get("exit") or "", str(t.get("restarts") or 0), format_duration(dur),
-                     "" if step is None else str(step)])
+        row = [t["task"], t.get("endpoint") or "", str(t.get("pid") or ""), t["state"],
+               t.get("exit") or "", str(t.get("restarts") or 0), format_duration(dur),
+               "" if step is None else str(step)]
+        if live:
+            row += [ago(t.get(k), now) if t.get("state") == "running" else ""
+                    for k in ("life_at", "output_at")]
+        rows.append(row)
     return rows
 
 
+def ago(at: Any, now: float) -> str:
+    """'12s ago' for a recorded time, '' when there is none (or it is not a time)."""
+    if not _is_num(at) or at != at:
+        return ""
+    return f"{format_duration(now - at)} ago"
+
+
 HEADER = ["task", "endpoint", "pid", "state", "exit", "restarts", "time", "step"]
+#: the table of a running run: each task's last progress and last output too
+LIVE_HEADER = HEADER + ["progress", "output"]
 
 
 def format_table(header: List[str], rows: List[List[str]]) -> str:
@@ -481,7 +507,12 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     now = record.get("ended")
     if now is None and result in ("lost", "unknown"):
         now = last_update(run)
-    print(format_table(HEADER, task_rows(record, now)))
+    live = result == "running"
+    print(format_table(LIVE_HEADER if live else HEADER, task_rows(record, now, live=live)))
+    stalled = record.get("stalled")
+    for line in stalled if isinstance(stalled, list) else ():
+        if isinstance(line, str):
+            print(p(line))
     return STATUS_EXIT[result]
 
 

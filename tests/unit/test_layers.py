@@ -18,7 +18,8 @@ FLOORS = [
     ["errors", "vocabulary", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options", "ray_options", "runfs", "k8s_options", "trainer_status", "oom", "reader"],
     # 1: the file model and run records
-    ["config", "runrecord", "record", "runindex", "logs", "control", "notes", "profile"],
+    ["config", "runrecord", "record", "runindex", "logs", "control", "notes", "profile", "stack",
+     "attach"],
     # 2: the run plan
     ["plan", "machine"],
     # 3: backends (below their consumers) and the in-task runtime

@@ -593,3 +593,180 @@ def test_a_cause_the_driver_learnt_becomes_the_failed_tasks_note():
     out = m.handle(Exited("worker:1", -9, 1.0, "out of memory: the memory limit was hit"))
     assert "worker:1 failed (SIGKILL): out of memory: the memory limit was hit" in says(out)
     assert m.tasks["worker:1"].note == "out of memory: the memory limit was hit"
+
+
+# ---------------------------------------------------------------------------- stuck and ending tasks
+# issue 32 (a stuck task is named early, the stall names suspects, the summary keeps it) and
+# issue 31 (watchdogs that read the run as it is: "still waiting" then progress, final steps)
+
+
+def test_a_still_waiting_line_followed_by_progress_is_cleared():
+    """TensorFlow prints "CreateSession still waiting" once when a ps starts late, then trains:
+    the waiter's progress clears the wait, and the ps keeps running."""
+    m = make(waiting_timeout=2.0)
+    started(m)
+    m.handle(Waiting("worker:0", "ps:0", 1.0))
+    m.handle(Progressed("worker:0", 1, 1.5))
+    out = m.handle(Tick(10.0))
+    assert kills(out) == [] and not m.tasks["ps:0"].forced
+    m.handle(Waiting("worker:0", "ps:0", 11.0))         # a new wait counts from its own line
+    assert kills(m.handle(Tick(12.5))) == []
+    assert kills(m.handle(Tick(13.1))) == [("ps:0", KILL)]
+
+
+def test_a_step_that_stands_still_does_not_clear_a_wait():
+    m = make(waiting_timeout=2.0)
+    started(m)
+    m.handle(Progressed("worker:0", 5, 0.5))
+    m.handle(Waiting("worker:0", "ps:0", 1.0))
+    m.handle(Progressed("worker:0", 5, 1.5))
+    assert kills(m.handle(Tick(3.1))) == [("ps:0", KILL)]
+
+
+def test_tasks_at_their_final_step_are_under_the_end_deadline_not_the_stall():
+    """Tasks that take 12 s to exit after their final step pass under stall_timeout 5."""
+    m = make(names=("ps:0", "worker:0", "worker:1"), stall_timeout=5.0, end_timeout=60.0)
+    started(m)
+    for t in range(1, 11):
+        m.handle(Progressed("worker:0", t, float(t), 10), Progressed("worker:1", t, float(t), 10),
+                 Tick(float(t)))
+    out = []
+    for t in range(11, 23):
+        out += m.handle(Tick(float(t)))
+    assert not m.decided and kills(out) == [] and "stood at" not in says(out)
+    out = m.handle(Exited("worker:0", 0, 22.0), Exited("worker:1", 0, 22.1))
+    out += stop_everything(m, 22.2)
+    assert m.result == RunState.SUCCEEDED
+    assert m.tasks["worker:1"].state == TaskState.SUCCEEDED
+
+
+def test_a_task_past_the_end_deadline_is_killed_naming_the_setting():
+    m = make(names=("ps:0", "worker:0"), stall_timeout=5.0, end_timeout=8.0)
+    started(m)
+    out = m.handle(Progressed("worker:0", 10, 1.0, 10))
+    assert notes(out, "task_ending")
+    assert kills(m.handle(Tick(8.9))) == []
+    out = m.handle(Tick(9.5))
+    assert kills(out) == [("worker:0", KILL)]
+    assert "watchdog.end_timeout: 8" in says(out)
+
+
+def test_one_task_at_its_end_and_another_stuck_still_stalls_the_run():
+    m = make(stall_timeout=5.0, stall_warning=0.0)
+    started(m)
+    m.handle(Progressed("worker:0", 10, 1.0, 10), Progressed("worker:1", 7, 1.0, 10))
+    m.handle(Tick(7.0))
+    assert m.result == RunState.FAILED
+    assert "suspects: worker:1 (no progress for 6s, at step 7)" in m.root_note
+
+
+def test_one_task_at_its_end_and_another_that_never_reported_still_stalls_the_run():
+    m = make(stall_timeout=5.0, stall_warning=0.0)
+    started(m)
+    m.handle(Progressed("worker:0", 10, 1.0, 10))
+    m.handle(Tick(7.0))
+    assert m.result == RunState.FAILED and "stood at 10" in m.root_note
+
+
+def test_a_worker_at_its_final_step_may_exit_by_itself_after_its_leader():
+    """MWMS: the chief exits 0, the other worker logs coordination errors and exits 0 by itself
+    7-8 s later: with its final step reported it is a success, not stopped after the grace."""
+    m = make(names=("ps:0", "worker:0", "worker:1"), grace=2.0, end_timeout=60.0)
+    started(m)
+    m.handle(Progressed("worker:0", 40, 1.0, 40), Progressed("worker:1", 40, 1.0, 40))
+    out = m.handle(Exited("worker:0", 0, 2.0))
+    assert m.result == RunState.SUCCEEDED and "reached the final step" in says(out)
+    assert kills(m.handle(Tick(6.0))) == []            # past the 2 s grace: still its own
+    out = m.handle(Exited("worker:1", 0, 9.5), Tick(9.6))
+    assert m.tasks["worker:1"].state == TaskState.SUCCEEDED
+    assert kills(out) == [("ps:0", TERM)]
+
+
+def test_a_worker_without_a_final_step_still_gets_only_the_grace():
+    m = make(grace=2.0, end_timeout=60.0)
+    started(m)
+    m.handle(Progressed("worker:1", 30, 1.0, 40))
+    m.handle(Exited("worker:0", 0, 2.0))
+    assert kills(m.handle(Tick(4.1))) == [("worker:1", TERM)]
+
+
+def test_a_task_whose_progress_stops_while_others_go_on_is_named_early():
+    """worker:1 stuck after 2 s, stall_timeout 24: named within half the deadline; the stall's
+    suspects and the end summary name it too, even though the run succeeds."""
+    m = make(stall_timeout=24.0, stall_warning=0.4, grace=1.0)
+    started(m)
+    m.run_ref = "runs/r1"
+    out = []
+    for i in range(1, 30):
+        t = float(i)
+        evs = [Progressed("worker:0", 10 * i, t)]
+        if t <= 2.0:
+            evs.append(Progressed("worker:1", 10 * i + 1, t))
+        out += m.handle(*evs, Tick(t + 0.1))
+        if "worker:1 (no progress" in says(out):
+            break
+    assert t <= 2.0 + 24.0 / 2, t                 # within about half the deadline
+    line = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text][0]
+    assert "while worker:0 go on" in line and "tfcluster stack runs/r1 worker:1" in line
+    assert [n.task for n in notes(out, "task_stalled")] == ["worker:1"]
+    assert "worker:0 (no" not in says(out)          # the one going on is not named
+    m.handle(Exited("worker:0", 0, 30.0))
+    assert m.result == RunState.SUCCEEDED
+    stop_everything(m, 31.5)
+    assert m.tasks["worker:1"].state == TaskState.STOPPED
+    assert m.tasks["worker:1"].note.startswith("stopped making progress at step 21")
+    [line] = m.stalled()
+    assert line.startswith("worker:1 stopped making progress at step 21")
+
+
+def test_a_stuck_task_that_resumes_is_cleared():
+    m = make(stall_timeout=10.0, stall_warning=0.5)
+    started(m)
+    out = []
+    for i in range(1, 9):
+        evs = [Progressed("worker:0", i, float(i))]
+        if i == 1:
+            evs += [Progressed("worker:1", 0, 0.5), Progressed("worker:1", 1, 1.0)]
+        out += m.handle(*evs, Tick(i + 0.1))
+    assert notes(out, "task_stalled")
+    out = m.handle(Progressed("worker:1", 2, 9.0))
+    assert "worker:1 makes progress again" in says(out) and m.stalled() == []
+
+
+def test_a_task_with_a_slow_cadence_is_not_named_within_its_own_rhythm():
+    """A task that reports once every 6 s (Keras verbose=2, an epoch) is not stuck at 5 s."""
+    m = make(stall_timeout=10.0, stall_warning=0.5)
+    started(m)
+    out = []
+    for i in range(1, 30):
+        t = float(i)
+        evs = [Progressed("worker:0", i, t)]
+        if i % 6 == 0:
+            evs.append(Progressed("worker:1", i, t))
+        out += m.handle(*evs, Tick(t + 0.1))
+    assert not notes(out, "task_stalled")
+
+
+def test_the_whole_run_standing_still_is_warned_once_naming_suspects():
+    m = make(stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    m.handle(Progressed("worker:0", 40, 1.0), Progressed("worker:1", 39, 2.0))
+    out = []
+    for t in (5.0, 8.0, 9.5, 10.0, 12.0):
+        out += m.handle(Tick(t))
+    warned = [a.text for a in of(out, Say) if a.text.startswith("no task has made progress")]
+    assert len(warned) == 1
+    assert "suspects: worker:0 (no progress for 9s, at step 40), worker:1 (no progress for 8s" \
+        in warned[0] and "where each task is: tfcluster stack RUN" in warned[0]
+    assert not m.decided
+    m.handle(Tick(22.5))
+    assert m.result == RunState.FAILED and "suspects: worker:0" in m.root_note
+
+
+def test_ps_tasks_and_tasks_without_progress_are_never_named_stuck():
+    m = make(stall_timeout=10.0, stall_warning=0.3)
+    started(m)
+    out = []
+    for i in range(1, 12):
+        out += m.handle(Progressed("worker:0", i, float(i)), Tick(i + 0.1))
+    assert not notes(out, "task_stalled") and m.stalled() == []

@@ -35,7 +35,7 @@ from ..plan import RunPlan, TaskPlan
 from ..progress import Progress
 from .. import runfs
 from ..record import run_record, task_row, write_record
-from ..runrecord import HEADER, format_duration, format_table, task_rows
+from ..runrecord import HEADER, ago, format_duration, format_table, shlex_quote, task_rows
 from .display import Display
 from ..outputs import failure_tail
 from ..reader import NoiseFold, OutputReader, Seen
@@ -276,6 +276,7 @@ class Supervisor:
             self.plan = self.plan.with_run_dir(folder.path)
         self.run_folder = folder
         run_dir = self.plan.run_dir
+        self.machine.run_ref = shlex_quote(run_dir)   # the stall warnings' `tfcluster stack` hint
         for tr in self.runs.values():
             tr.log_path = os.path.join(run_dir, f"{tr.plan.file_stem}.log")
         self.events = EventLog(run_dir, clock=self.clock, buffered=True)   # flushed every turn
@@ -636,6 +637,7 @@ class Supervisor:
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
                 log=tr.log_path, profiler_port=contract.profiler_port(tr.plan.port, tr.plan.job),
                 argv=argv, env=env, note=tr.note,
+                life_at=tr.status.alive_at, output_at=tr.seen.output_at,
                 progress=None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))
         for t in self.skipped:
@@ -647,7 +649,7 @@ class Supervisor:
             result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
             root_cause=self.root_note if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
             + (f" ({rc.note})" if rc.note else ""),
-            total_restarts=self.total_restarts, tasks=tasks)
+            total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled())
 
     def _write_record(self, force: bool = False, data: Optional[dict] = None) -> None:
         if not os.path.isdir(self.plan.run_dir):
@@ -690,7 +692,8 @@ class Supervisor:
             for k in (tr.progress.metrics if tr.progress else {}):
                 if k not in metric_names and len(metric_names) < 4:
                     metric_names.append(k)
-        for h in ["task", "state", "pid", "uptime", "restarts", "step", "steps/s"] + metric_names:
+        for h in ["task", "state", "pid", "uptime", "restarts", "step", "steps/s", "progress",
+                  "output"] + metric_names:
             table.add_column(h)
         now = self.clock()
         best = None
@@ -701,8 +704,11 @@ class Supervisor:
             if p is not None and (best is None or p.step > best.step):
                 best = p
             name = tr.name + (" (chief)" if tr.name == self.plan.chief else "")
+            running = tr.state == TaskState.RUNNING
             table.add_row(name, self.machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
                           f"{tr.rate:.1f}" if tr.rate else "",
+                          ago(tr.status.alive_at, now) if running else "",
+                          ago(tr.seen.output_at, now) if running else "",
                           *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
                             for k in metric_names])
         if best is not None:
@@ -729,6 +735,7 @@ class Supervisor:
         text = [head]
         if self.root_cause is None and self.root_note:
             text.append(f"cause: {self.root_note}")
+        text.extend(f"warning: {line}" for line in self.machine.stalled())
         if self.root_cause is not None:
             rc = self.root_cause
             text.append(f"first failure: {rc.name} ({describe_exit(rc.returncode)})"

@@ -1,0 +1,71 @@
+"""tfcluster stack and attach, their pure parts: which tasks' stacks may be read, the table."""
+import os
+
+import pytest
+
+from tfcluster import stack
+from tfcluster.attach import LineFollower, table_text
+from tfcluster.errors import UserError
+
+
+def record(**kw):
+    r = {"run_id": "r1", "backend": "local", "launcher_pid": os.getppid(), "tasks": [
+        {"task": "ps:0", "host": "localhost", "state": "running", "pid": os.getpid()},
+        {"task": "worker:0", "host": "localhost", "state": "succeeded", "pid": 12},
+        {"task": "worker:1", "host": "far.example", "state": "running", "pid": 13},
+    ]}
+    r.update(kw)
+    return r
+
+
+def test_a_task_the_run_does_not_have_is_bad_input_naming_the_tasks():
+    with pytest.raises(UserError, match="worker:7: no such task in run r1 .*worker:1"):
+        stack.targets(record(), ["worker:7"])
+
+
+def test_only_live_local_children_of_the_launcher_are_read():
+    got = {t: why for t, _, why in stack.targets(record(), ["ps", "worker"])}
+    assert got["ps:0"] == ""                        # this process: a child of its parent
+    assert "not running (succeeded)" in got["worker:0"]
+    assert "runs on far.example" in got["worker:1"]
+
+
+def test_a_pid_that_is_not_the_launchers_child_is_refused():
+    [(_, _, why)] = stack.targets(record(launcher_pid=1), ["ps:0"])
+    assert "no longer a task of the run's launcher" in why
+
+
+def test_without_tasks_every_running_task_is_read():
+    assert [t for t, _, _ in stack.targets(record(), [])] == ["ps:0", "worker:1"]
+
+
+def test_dump_argv_reads_subprocesses_and_native_frames_on_request():
+    assert stack.dump_argv("py-spy", 7) == ["py-spy", "dump", "--pid", "7", "--subprocesses"]
+    assert stack.dump_argv("py-spy", 7, native=True)[-1] == "--native"
+
+
+def test_the_attach_table_shows_last_progress_and_output_and_the_global_step():
+    r = {"tasks": [{"task": "worker:0", "state": "running", "started": 100.0, "life_at": 188.0,
+                    "output_at": 150.0, "progress": {"step": 40, "total": 80}},
+                   {"task": "ps:0", "state": "running", "started": 100.0, "life_at": "x"}]}
+    text = table_text(r, 200.0)
+    head, w0, ps = text.splitlines()[:3]
+    assert head.split()[-2:] == ["progress", "output"]
+    assert "12.0s ago" in w0 and "50.0s ago" in w0
+    assert "ago" not in ps                          # no time, or not a time: nothing shown
+    assert text.endswith("global step 40/80")
+
+
+def test_the_line_follower_reads_whole_new_lines_of_the_callers_file(tmp_path):
+    p = tmp_path / "launcher.log"
+    p.write_text("old\n")
+    f = LineFollower(str(p))
+    f.skip_to_end()
+    with open(p, "a") as out:
+        out.write("one\ntw")
+    assert f.read() == ["one"]
+    with open(p, "a") as out:
+        out.write("o\n")
+    assert f.read() == ["two"]
+    os.symlink(p, tmp_path / "link")
+    assert LineFollower(str(tmp_path / "link")).read() == []     # no link followed
