@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder's console.log); print the run id and how to follow, stop and inspect it")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="append --job_name, --task_index and --<job>_hosts to every task's argv")
+    add_arg_flag(s)
     s.add_argument("--success", choices=list(rules.SUCCESS_RULES),
                    help="when the run has succeeded (default: the file's success:, else chief)")
     s.add_argument("--grace", type=_seconds, metavar="SECONDS",
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="add --job_name/--task_index/--<job>_hosts even if the file does not ask")
+    add_arg_flag(s)
     s.set_defaults(func=cmd_commands)
 
     s = sub.add_parser("status", help="the result and task table of a run (default: the latest "
@@ -210,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--runtime-name", help="trainjob: name of the runtime (default: tensorflow-NAME)")
     s.add_argument("--namespaced", action="store_true",
                    help="trainjob: a namespaced TrainingRuntime instead of a ClusterTrainingRuntime")
+    add_arg_flag(s, "render slurm: ")
     add_slurm_flags(s)
     s.set_defaults(func=cmd_render)
 
@@ -256,6 +259,29 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
                    help="with --requeue: at most N job runs in all (default 10)")
 
 
+def add_arg_flag(parser, which: str = "") -> None:
+    parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                        help=which + "change one argument of the program: replaces the flag --NAME (its "
+                        "--NAME=V or --NAME V form), else appends --NAME=VALUE; repeatable; "
+                        "--arg --NAME=VALUE works too")
+
+
+def _glue_arg_values(argv: List[str]) -> List[str]:
+    """``--arg --f=v`` as ``--arg=--f=v``: argparse would read a value that starts with '-' as
+    a flag of its own."""
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--arg" and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and argv[i + 1] != "--":
+            out.append("--arg=" + argv[i + 1])
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def slurm_options_from_args(cluster, args):
     """The run's :class:`~tfcluster.slurm_options.SlurmSpec`: the file's ``slurm:`` with the flags
     of :func:`add_slurm_flags` over it. Raises UserError naming the flag (exit 2)."""
@@ -299,6 +325,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "launch" and "--" in argv:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
+    argv = _glue_arg_values(argv)
     parser = build_parser()
     try:
         if argv and argv[0] == "serve":
@@ -476,7 +503,8 @@ def cmd_commands(args) -> int:
     from .plan import LaunchOptions, build_plan
     cluster = _load(args.file, assign_counts=True)
     declared = cluster.secret_names
-    plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags), need_program=False)
+    plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags, args=tuple(args.arg)),
+                      need_program=False)
     for t in plan.tasks:
         task = t if t.argv else replace(t, argv=(contract.PYTHON, "my_trainer.py"))
         argv = contract.display_argv(plan.argv(task))
@@ -519,6 +547,9 @@ def cmd_render(args) -> int:
     from . import config, render
     cluster = config.load(cluster_file(args.file))
     if args.kind != "slurm":
+        if args.arg:
+            raise UserError(f"render {args.kind}: --arg is for render slurm and launch only; edit "
+                            f"program.args in the file (the pods run the file's program)")
         if not args.image:
             raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "
                             f"the program)")
@@ -537,7 +568,7 @@ def cmd_render(args) -> int:
         print(text, end="")
     else:
         options = slurm_options_from_args(cluster, args)
-        print(render.render_slurm(cluster, name=args.name, slurm=options), end="")
+        print(render.render_slurm(cluster, name=args.name, slurm=options, args=args.arg), end="")
     return 0
 
 
@@ -592,6 +623,7 @@ def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) 
     from .plan import LaunchOptions
     options = LaunchOptions(
         command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
+        args=tuple(args.arg or ()),
         success=args.success, grace=args.grace, restart=args.restart,
         max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
         stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
