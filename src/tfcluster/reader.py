@@ -45,8 +45,9 @@ TAIL_LINE_CHARS = 4096      # of each
 MAX_LINE = 64 * 1024        # bytes: a longer line is split
 READ_SIZE = 64 * 1024
 
-NOISE_NOTE = ("tfcluster: TensorFlow's start-up messages (no GPU found, oneDNN, absl) are hidden "
-              "on the console and kept in the task logs; --show-tf-noise shows them")
+NOISE_NOTE = ("tfcluster: TensorFlow's known-harmless messages (no GPU found, oneDNN, absl, the "
+              "coordination service's INFO lines, ...) are hidden on the console and kept in the "
+              "task logs; --show-tf-noise shows them")
 
 
 def still_waiting_on(line: str) -> Optional[str]:
@@ -90,10 +91,11 @@ class NoiseFold:
     """The run's console decision for TensorFlow's start-up noise: hidden (the default; one
     note per run says so) or shown (``--show-tf-noise``). Shared by every reader of a run."""
 
-    def __init__(self, show: bool = False):
+    def __init__(self, show: bool = False, say: Optional[Callable[[str], None]] = None):
         self.show = show
         self.hidden = 0
-        self._noted = False
+        self.say = say            # where the note goes (the launcher's own lines); None: the
+        self._noted = False       # reader hands it over as a line of the task
         self._lock = threading.Lock()
 
     def fold(self, line: str) -> Tuple[bool, Optional[str]]:
@@ -387,7 +389,9 @@ class OutputReader(threading.Thread):
         if hide:
             with self.lock:
                 self.seen.noise_hidden += 1
-            if note:
+            if note and self.noise.say is not None:
+                self.noise.say(note)
+            elif note:
                 self.on_line(note, None)
             return
         self.on_line(line, None)

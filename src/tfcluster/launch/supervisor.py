@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from .. import contract, rules, runindex, secrets
 from ..control import prepared_run_dir
@@ -37,7 +37,7 @@ from .. import runfs
 from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
 from .display import Display
-from ..outputs import failure_tail
+from ..outputs import failure_hint as tf_failure_hint, failure_tail
 from ..reader import NoiseFold, OutputReader, Seen, still_waiting_on
 from ..rules import PORT_CONFLICT
 from .output import OutputPump, join_readers
@@ -174,7 +174,9 @@ class Supervisor:
         self.secret_values = plan.secret_values()
         self._masked_specs: Dict[str, tuple] = {}
         self.mask = secrets.Masker(self.secret_values)
-        self.noise = NoiseFold(show=self.view.show_tf_noise)
+        # the note that noise is hidden is the launcher's line, not a task's
+        self.noise = NoiseFold(show=self.view.show_tf_noise,
+                               say=lambda note: self.display.info(note.replace("tfcluster: ", "", 1)))
         self.pump = OutputPump()      # one thread reads every task's pipes (started on first use)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
@@ -736,10 +738,26 @@ class Supervisor:
             if tail:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)
-            hint = failure_hint(list(self.root_cause.seen.tail))
+            lines = list(self.root_cause.seen.tail)
+            hint = failure_hint(lines) or tf_failure_hint(lines, *_checkpoint_dir(record, self.root_cause.name))
             if hint:
                 text.append(hint)     # "hint: ..." naming the fix (tfcluster.keras_support)
         self.display.block("\n".join(text))
+
+
+def _checkpoint_dir(record: dict, task: str) -> Tuple[Optional[str], str]:
+    """The checkpoint folder a failed task restores from, as its argv names it
+    (``--checkpoint_dir``, ``--model_dir``, ...; control.summaries_dir's reading, that task
+    first) when it holds a checkpoint (else None), and the flag."""
+    from ..control import SUMMARY_FLAGS, summaries_dir
+    rows = [t for t in record.get("tasks") or [] if t.get("task") == task]
+    folder = summaries_dir(dict(record, tasks=rows)) or summaries_dir(record)
+    if folder is not None and not os.path.isfile(os.path.join(folder, "checkpoint")):
+        folder = None
+    argv = [w for t in rows for w in t.get("argv") or [] if isinstance(w, str)]
+    flag = next((f for f in SUMMARY_FLAGS for w in argv if w == f or w.startswith(f + "=")),
+                "--checkpoint_dir")
+    return folder, flag
 
 
 def _discard(handle: Handle) -> None:
