@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from . import __version__, notes, rules
 from .errors import UserError, print_error
+from .progress import PIPED_PROGRESS_EVERY
 
 DESCRIPTION = """\
 Run distributed TensorFlow (ps / worker / chief / evaluator tasks) from one YAML file.
@@ -77,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--show-tf-noise", action="store_true",
                    help="show TensorFlow's known-harmless start-up messages on the console (no "
                    "GPU found, oneDNN, absl; they are always in the task logs)")
-    s.add_argument("--progress-interval", type=_seconds, default=15.0, metavar="SECONDS",
-                   help="without a live display: seconds between progress lines (default 15)")
+    s.add_argument("--progress-interval", type=_seconds, default=PIPED_PROGRESS_EVERY,
+                   metavar="SECONDS", help="without a live display (piped output, CI): seconds "
+                   f"between progress lines (default {PIPED_PROGRESS_EVERY:g})")
     s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
                    help="how long a task gets between SIGTERM and SIGKILL when stopped (default 5)")
     s.add_argument("--backend", choices=list(rules.BACKENDS),
@@ -160,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run", nargs="?", help="run id or run folder")
     s.add_argument("task", nargs="?", help="a task (worker:1), or 'launcher'")
     s.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    s.add_argument("--raw", action="store_true",
+                   help="every line as the task wrote it: TensorFlow's start-up noise and the "
+                   "raw '@tfcluster progress' reports too (default: as the console shows them)")
     s.add_argument("--attempt", type=_count, metavar="N",
                    help="only attempt N of a restarted task (0: the first start)")
     s.set_defaults(func=cmd_logs)
@@ -778,7 +783,14 @@ def cmd_logs(args) -> int:
         from .runindex import is_run_dir, lookup
         if not is_run_dir(run) and lookup(run) is None:
             run, task = None, run          # tfcluster logs worker:1 (the latest run)
-    run_dir, record = _run_record(run)
+    from .runindex import choose_run
+    from .runrecord import read_run
+    run_dir, how = choose_run(run)
+    record = read_run(run_dir)
+    if how:       # without RUN: say which run this is (the index holds every folder's runs)
+        from .config import printable
+        print(printable(f"tfcluster: logs of run {record.get('run_id') or os.path.basename(run_dir)} "
+                        f"({how}): {run_dir}"), file=sys.stderr)
     if args.follow:
         if args.attempt is not None:
             raise UserError("--attempt: -f follows the current attempt; give one or the other")
@@ -786,8 +798,8 @@ def cmd_logs(args) -> int:
 
         def running() -> bool:
             return derive_result(read_run(run_dir)) == "running"
-        return logs.follow(run_dir, record, task, running)
-    return logs.show(run_dir, record, task, args.attempt)
+        return logs.follow(run_dir, record, task, running, raw=args.raw)
+    return logs.show(run_dir, record, task, args.attempt, raw=args.raw)
 
 
 def cmd_stop(args) -> int:
@@ -846,10 +858,15 @@ def cmd_status(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from .runindex import runs
+    from .runindex import here_first, index_path, runs
     from .runrecord import print_runs
-    return print_runs(args.logdir, args.file, as_json=args.json,
-                      indexed=lambda: [d for d, _ in runs()])
+
+    def indexed():
+        found, here = here_first(runs())
+        return [d for d, _ in found], (f"runs of this folder in your run index, {index_path()}"
+                                       if here else f"runs of every folder in your run index, "
+                                       f"{index_path()} (none of this folder)")
+    return print_runs(args.logdir, args.file, as_json=args.json, indexed=indexed)
 
 
 def cmd_report(args) -> int:

@@ -32,7 +32,7 @@ from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortConflict, P
                        Progressed, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
                        Waiting)
 from ..plan import RunPlan, TaskPlan
-from ..progress import Progress
+from ..progress import PIPED_PROGRESS_EVERY, Progress
 from .. import runfs
 from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, format_duration, format_table, task_rows
@@ -47,7 +47,7 @@ PARALLEL_FROM = 16             # a start wave of this many tasks of one job star
 PARALLEL_STARTS = 4            # ... from this many threads (Supervisor._start_many)
 LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
 PROBES_PER_ROUND = 64          # port probes every half second (Supervisor._probes)
-PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
+PROGRESS_EVERY = PIPED_PROGRESS_EVERY   # seconds between progress lines without a live table
 
 
 @dataclass
@@ -161,6 +161,7 @@ class Supervisor:
         self._starters = None       # the threads of _start_many (a ThreadPoolExecutor), till the end
         self._probe_at = 0          # where the next round of port probes starts (see _probes)
         self.last_progress_line = 0.0
+        self._first_step: Optional[tuple] = None    # (the first step reported, when)
         self._start_error: Optional[UserError] = None
         self._chief_checked = 0.0
         self._chief_seen = False
@@ -551,9 +552,21 @@ class Supervisor:
         self.events.flush()
         if self.display.shows_table:
             self.display.refresh()
-        elif self.machine.best_step is not None and now - self.last_progress_line >= self.view.progress_every:
+        elif self.machine.best_step is not None and self._progress_line_due(now):
             self.last_progress_line = now
             self._progress_lines()
+
+    def _progress_line_due(self, now: float) -> bool:
+        """Without a live table: a progress line every ``progress_every`` seconds, the first as
+        soon as the step has moved past the first one reported (a line at step 0 alone says
+        nothing), or ``progress_every`` after that first report."""
+        step = self.machine.best_step
+        if self._first_step is None:
+            self._first_step = (step, now)
+        if self.last_progress_line == 0.0:
+            first, at = self._first_step
+            return step != first or now - at >= self.view.progress_every
+        return now - self.last_progress_line >= self.view.progress_every
 
     def _remote_chief_ended(self, now: float) -> str:
         """Per-host mode: the chief runs on another host. Its end is visible through the
