@@ -587,13 +587,17 @@ class QuickCluster:
     evaluator: bool = False
     save: Optional[str] = None
 
-    def text(self, program: Sequence[str], ports: Sequence[int]) -> str:
-        """The cluster file this stands for (free ports on localhost)."""
+    def text(self, program: Sequence[str], ports: Sequence[int] = ()) -> str:
+        """The cluster file this stands for: free ports on localhost, or without ``ports`` task
+        counts (the file ``--save`` writes: each launch of it takes free ports then, not the
+        ones this run happened to get)."""
         it = iter(ports)
         lines = ["# written by tfcluster launch --ps/--workers", "version: 1", "cluster:"]
         for job, n in (("chief", int(self.chief)), ("ps", self.ps), ("worker", self.workers),
                        ("evaluator", int(self.evaluator))):
-            if n:
+            if n and not ports:
+                lines.append(f"  {job}: {n}")
+            elif n:
                 lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
         lines.append("program:")
         lines.append(f"  command: {json.dumps(list(program))}")
@@ -659,8 +663,8 @@ def _quick_cluster(request: LaunchRequest):
     if not program:
         raise UserError("--ps/--workers: give the program after '--': tfcluster launch --ps 1 "
                         "--workers 2 -- python train.py")
-    text = q.text(program, free_ports(q.tasks))
     if q.save:
+        text = q.text(program)
         if os.path.exists(q.save):
             raise UserError(f"--save: {q.save} exists already; choose another file name")
         try:
@@ -671,7 +675,7 @@ def _quick_cluster(request: LaunchRequest):
         print(f"tfcluster: wrote {q.save}; run it again with: tfcluster launch {shlex.quote(q.save)}",
               file=sys.stderr)
         return config.load(q.save)
-    return config.loads(text, source="", base_dir=os.getcwd())
+    return config.loads(q.text(program, free_ports(q.tasks)), source="", base_dir=os.getcwd())
 
 
 def _supervised(plan, cluster):

@@ -263,6 +263,9 @@ def test_quick_cluster_dry_run_and_save(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["validate", "c.yaml"]) == 0
     assert "3 tasks in 2 jobs" in capsys.readouterr().out
+    # counts, not the ports this run happened to get (issue 32): each launch takes free ones
+    saved = (tmp_path / "c.yaml").read_text()
+    assert "  ps: 1\n" in saved and "  worker: 2\n" in saved and "localhost:" not in saved
     assert cli.main(["launch", "--workers", "1", "--save", "c.yaml", "--", "python", "train.py"]) == 2
     assert "--save: c.yaml exists already" in capsys.readouterr().err
     assert cli.main(["launch", "--ps", "1", "--workers", "2"]) == 2
