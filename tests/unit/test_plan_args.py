@@ -80,3 +80,13 @@ def test_render_slurm_carries_the_edit_and_k8s_refuses_it():
     assert r.returncode == 0 and "--train_steps=9" in r.stdout and "--train_steps=2000" not in r.stdout
     r = run_cli("render", "k8s", "cluster.yaml", "--image", "x", "--arg", "a=1", cwd=ROOT)
     assert r.returncode == 2 and "--arg" in r.stderr
+
+
+def test_a_port_holders_command_is_cut_at_a_word():
+    from tfcluster.hosts import short_command
+    cmd = ("/opt/py/bin/python3 /work/trainer.py --train_steps=2000 --checkpoint_dir=runs/checkpoints "
+           "--job_name=ps --task_index=0 --ps_hosts=localhost:2222,localhost:2223")
+    got = short_command(cmd)
+    assert got == ("python3 /work/trainer.py --train_steps=2000 --checkpoint_dir=runs/checkpoints "
+                   "--job_name=ps ... (2 more arguments)")
+    assert short_command("nc -l 2222") == "nc -l 2222"

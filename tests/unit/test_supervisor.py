@@ -386,3 +386,16 @@ def test_piped_progress_lines_come_every_few_seconds_the_first_after_the_first_s
     s = SimpleNamespace(machine=SimpleNamespace(best_step=0), _first_step=None,
                         last_progress_line=0.0, view=SimpleNamespace(progress_every=5.0))
     assert not due(200.0) and due(205.0)
+
+
+def test_launcher_log_records_each_start_once(tmp_path):
+    """Issue 32: the console's "started worker:0 (pid N)" and the task_started event's line
+    were both written to launcher.log."""
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {
+        "worker:0": [(0, 3.0, ['@tfcluster progress {"step": 5, "total": 10}'])],
+        "worker:1": [(0, 4.0, [])]})
+    assert sup.run() == 0
+    log = (tmp_path / "runs" / "t" / "launcher.log").read_text().splitlines()
+    starts = [x for x in log if "worker:0" in x and "started" in x and "pid" in x]
+    assert len(starts) == 1, log
+    assert "started worker:0 (pid" in err.getvalue()          # the console still says it

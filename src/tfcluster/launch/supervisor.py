@@ -412,7 +412,8 @@ class Supervisor:
         self._feed(Started(tr.name, handle.pid, at))
         verb = "restarted" if tr.restarts else "started"
         self.display.info(f"{verb} {tr.name} (pid {tr.pid})"
-                          + (f", restart {tr.restarts}" if tr.restarts else ""))
+                          + (f", restart {tr.restarts}" if tr.restarts else ""),
+                          log=False)     # the task_started event's line says it in launcher.log
         self.events.emit("task_started", task=tr.name, pid=tr.pid, attempt=tr.restarts, host=tr.plan.host,
                          time=at)
         banner = f"----- tfcluster: restart {tr.restarts} -----" if tr.restarts else ""
@@ -692,7 +693,7 @@ class Supervisor:
             age = now - (tr.seen.progress_at or now)
             if age > 2 * self.view.progress_every:
                 line += f" (last report {format_duration(age)} ago)"
-            self.display.info(line)
+            self.display.info(line, log=False)    # progress events are in launcher.log
 
     def _live_table(self):
         from rich.table import Table
