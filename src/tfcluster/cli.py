@@ -429,6 +429,11 @@ def cmd_validate(args) -> int:
     declared = cluster.secret_names
     for w in cluster.warnings:
         print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
+    refused = _launch_checks(cluster)
+    if refused:   # the file is valid; launching it here is not (yet): say so, not "ok" alone
+        for line in refused.splitlines():
+            print(printable(f"tfcluster: warning: launch would refuse this file here: {line}"),
+                  file=sys.stderr)
     if args.json:
         out = {"source": cluster.source, "success": cluster.success, "chief": str(cluster.chief),
                "logdir": cluster.logdir, "secrets": sorted(declared),
@@ -447,7 +452,8 @@ def cmd_validate(args) -> int:
         print(json.dumps(out, indent=2))
         return 0
     n = len(cluster.tasks)
-    print(printable(f"{cluster.source}: ok — {n} task{'s' if n != 1 else ''} in "
+    verdict = "valid, but launch would refuse it here (see the warning)" if refused else "ok"
+    print(printable(f"{cluster.source}: {verdict} — {n} task{'s' if n != 1 else ''} in "
                     f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
                     f"chief: {cluster.chief}; success: {cluster.success}; "
                     f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
@@ -471,6 +477,26 @@ def cmd_validate(args) -> int:
     if "evaluator" in cluster.jobs:
         print("  (evaluator gets TF_CONFIG but is left out of the ClusterSpec, TensorFlow's rule)")
     return 0
+
+
+def _launch_checks(cluster) -> Optional[str]:
+    """What ``launch FILE`` would refuse here before starting anything (None: nothing), so that
+    validate does not say a bare ok for it: the plan's checks (a count job on ssh, no task on
+    this machine, the file's slurm: options) and, when the file has a program, the program
+    checks on this machine's tasks (a missing program, script or folder; legacy Keras without
+    tf_keras)."""
+    from .plan import LaunchOptions, build_plan
+    try:
+        slurm = slurm_options_from_args(cluster, argparse.Namespace(
+            **{k: [] if k == "sbatch" else None for k in SLURM_FLAGS}))
+        plan = build_plan(cluster, LaunchOptions(run_id="validate", slurm=slurm), need_program=False)
+    except UserError as e:
+        return e.message
+    if plan.backend != "local" or any(not t.argv for t in plan.tasks):
+        return None
+    from .backends.local import LocalBackend
+    from .launch.preflight import program_problems
+    return "\n".join(program_problems(plan, LocalBackend())) or None
 
 
 def cmd_tf_config(args) -> int:

@@ -90,3 +90,14 @@ def test_a_port_holders_command_is_cut_at_a_word():
     assert got == ("python3 /work/trainer.py --train_steps=2000 --checkpoint_dir=runs/checkpoints "
                    "--job_name=ps ... (2 more arguments)")
     assert short_command("nc -l 2222") == "nc -l 2222"
+
+
+def test_validate_does_not_say_a_bare_ok_for_a_file_launch_refuses(tmp_path):
+    (tmp_path / "c.yaml").write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223]}\n"
+                                     "program: {command: [python, nothere.py]}\n")
+    r = run_cli("validate", "c.yaml", cwd=tmp_path)
+    assert r.returncode == 0 and "ok —" not in r.stdout and "launch would refuse it here" in r.stdout
+    assert "launch would refuse this file here: ps:0: program script not found" in r.stderr
+    # (launch's preflight says the same words: launch/preflight.program_problems, one check)
+    r = run_cli("validate", "cluster.yaml", cwd=ROOT)
+    assert r.returncode == 0 and ": ok —" in r.stdout and "refuse" not in r.stderr
