@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also print the tasks' '@tfcluster progress' lines (for tools that parse "
                    "them; they are consumed by default)")
     s.add_argument("--show-tf-noise", action="store_true",
-                   help="show TensorFlow's known-harmless start-up messages on the console (no "
-                   "GPU found, oneDNN, absl; they are always in the task logs)")
+                   help="show TensorFlow's known-harmless messages on the console (no GPU found, "
+                   "oneDNN, absl, the coordination service's INFO lines, ...; they are always in "
+                   "the task logs)")
     s.add_argument("--progress-interval", type=_seconds, default=PIPED_PROGRESS_EVERY,
                    metavar="SECONDS", help="without a live display (piped output, CI): seconds "
                    f"between progress lines (default {PIPED_PROGRESS_EVERY:g})")
