@@ -541,16 +541,16 @@ def timeline_svg(m: Dict[str, Any]) -> str:
         for k, a in enumerate(v.attempts):
             x0, x1 = x(a.start), x(a.end if a.end is not None else a.start)
             state = a.state or "running"
+            said = STATE_WORDS.get(state, "")
+            if state == "stopped" and _watchdog_in(v.watchdog, a):
+                said = "stopped by the watchdog"       # not a planned stop
             tip = (f"{_text(v.name)} attempt {'?' if a.attempt is None else a.attempt}: pid {a.pid}, "
                    f"+{_rel(a.start - m['t0'])} to +{_rel((a.end or a.start) - m['t0'])}"
-                   + (f", {a.exit}" if a.exit else "") + f", {STATE_WORDS.get(state, state)}")
+                   + (f", {a.exit}" if a.exit else "") + f", {said or state}")
             parts.append(f'<rect class="attempt att-{_e(state)}" id="attempt-{slug}-{k}" '
                          f'data-state="{_e(state)}" x="{x0}" y="{mid - BAR_H / 2}" '
                          f'width="{max(x1 - x0, 1.5)}" height="{BAR_H}" rx="2">'
                          f'<title>{_e(tip)}</title></rect>')
-            said = STATE_WORDS.get(state, "")
-            if state == "stopped" and _watchdog_in(v.watchdog, a):
-                said = "stopped by the watchdog"       # not a planned stop
             words = " ".join(w for w in (a.exit, said) if w and
                              not (state == "running" and not a.exit))
             nxt = v.attempts[k + 1].start if k + 1 < len(v.attempts) else None
