@@ -91,12 +91,15 @@ def main(argv):
     def log(msg):
         print(f"keras_mwms: {me} {msg}", flush=True)
 
-    done_file = FLAGS.backup_dir.rstrip("/") + ".done" if FLAGS.backup_dir else None
+    # absolute: a relative --backup_dir is relative to the task's folder (the cluster file's,
+    # examples/), not to where tfcluster was started; say where it really is
+    done_file = os.path.abspath(FLAGS.backup_dir.rstrip("/") + ".done") if FLAGS.backup_dir else None
     if done_file and os.path.exists(done_file):
         with open(done_file) as f:
             done = json.load(f)
         if done.get("epochs", 0) >= FLAGS.epochs:
-            log(f"nothing to train: {done_file} says {done['epochs']} epochs are done")
+            log(f"nothing to train: {done_file} says {done['epochs']} epochs are done (delete "
+                f"it and {os.path.abspath(FLAGS.backup_dir)} to train again)")
             return 0
 
     num_workers = len(tf_config["cluster"]["worker"]) + len(tf_config["cluster"].get("chief", []))

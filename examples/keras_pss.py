@@ -63,7 +63,7 @@ def main(argv):
         return 2
     if not hasattr(tf.keras.utils, "experimental"):
         print("keras_pss: error: tf.keras is Keras 3, which has no Model.fit under "
-              "ParameterServerStrategy: `pip install -e '.[keras2]'` and set "
+              "ParameterServerStrategy: `pip install 'tf_keras~=2.X.0'` (your TensorFlow's 2.X) and set "
               "TF_USE_LEGACY_KERAS=1 (examples/keras_pss.yaml does)", file=sys.stderr)
         return 2
 

@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from . import __version__, notes, rules
 from .errors import UserError, print_error
+from .progress import PIPED_PROGRESS_EVERY
 
 DESCRIPTION = """\
 Run distributed TensorFlow (ps / worker / chief / evaluator tasks) from one YAML file.
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder's console.log); print the run id and how to follow, stop and inspect it")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="append --job_name, --task_index and --<job>_hosts to every task's argv")
+    add_arg_flag(s)
     s.add_argument("--success", choices=list(rules.SUCCESS_RULES),
                    help="when the run has succeeded (default: the file's success:, else chief)")
     s.add_argument("--grace", type=_seconds, metavar="SECONDS",
@@ -74,10 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also print the tasks' '@tfcluster progress' lines (for tools that parse "
                    "them; they are consumed by default)")
     s.add_argument("--show-tf-noise", action="store_true",
-                   help="show TensorFlow's known-harmless start-up messages on the console (no "
-                   "GPU found, oneDNN, absl; they are always in the task logs)")
-    s.add_argument("--progress-interval", type=_seconds, default=15.0, metavar="SECONDS",
-                   help="without a live display: seconds between progress lines (default 15)")
+                   help="show TensorFlow's known-harmless messages on the console (no GPU found, "
+                   "oneDNN, absl, the coordination service's INFO lines, ...; they are always in "
+                   "the task logs)")
+    s.add_argument("--progress-interval", type=_seconds, default=PIPED_PROGRESS_EVERY,
+                   metavar="SECONDS", help="without a live display (piped output, CI): seconds "
+                   f"between progress lines (default {PIPED_PROGRESS_EVERY:g})")
     s.add_argument("--stop-timeout", type=_seconds, default=5.0, metavar="SECONDS",
                    help="how long a task gets between SIGTERM and SIGKILL when stopped (default 5)")
     s.add_argument("--backend", choices=list(rules.BACKENDS),
@@ -111,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
     s.add_argument("--task-flags", action="store_true", default=None,
                    help="add --job_name/--task_index/--<job>_hosts even if the file does not ask")
+    add_arg_flag(s)
     s.set_defaults(func=cmd_commands)
 
     s = sub.add_parser("status", help="the result and task table of a run (default: the latest "
@@ -158,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run", nargs="?", help="run id or run folder")
     s.add_argument("task", nargs="?", help="a task (worker:1), or 'launcher'")
     s.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    s.add_argument("--raw", action="store_true",
+                   help="every line as the task wrote it: TensorFlow's start-up noise and the "
+                   "raw '@tfcluster progress' reports too (default: as the console shows them)")
     s.add_argument("--attempt", type=_count, metavar="N",
                    help="only attempt N of a restarted task (0: the first start)")
     s.set_defaults(func=cmd_logs)
@@ -250,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--runtime-name", help="trainjob: name of the runtime (default: tensorflow-NAME)")
     s.add_argument("--namespaced", action="store_true",
                    help="trainjob: a namespaced TrainingRuntime instead of a ClusterTrainingRuntime")
+    add_arg_flag(s, "render slurm: ")
     add_slurm_flags(s)
     s.set_defaults(func=cmd_render)
 
@@ -296,6 +305,29 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
                    help="with --requeue: at most N job runs in all (default 10)")
 
 
+def add_arg_flag(parser, which: str = "") -> None:
+    parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                        help=which + "change one argument of the program: replaces the flag --NAME (its "
+                        "--NAME=V or --NAME V form), else appends --NAME=VALUE; repeatable; "
+                        "--arg --NAME=VALUE works too")
+
+
+def _glue_arg_values(argv: List[str]) -> List[str]:
+    """``--arg --f=v`` as ``--arg=--f=v``: argparse would read a value that starts with '-' as
+    a flag of its own."""
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--arg" and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and argv[i + 1] != "--":
+            out.append("--arg=" + argv[i + 1])
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def slurm_options_from_args(cluster, args):
     """The run's :class:`~tfcluster.slurm_options.SlurmSpec`: the file's ``slurm:`` with the flags
     of :func:`add_slurm_flags` over it. Raises UserError naming the flag (exit 2)."""
@@ -339,6 +371,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "launch" and "--" in argv:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
+    argv = _glue_arg_values(argv)
     parser = build_parser()
     try:
         if argv and argv[0] == "serve":
@@ -437,6 +470,11 @@ def cmd_validate(args) -> int:
     declared = cluster.secret_names
     for w in cluster.warnings:
         print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
+    refused = _launch_checks(cluster)
+    if refused:   # the file is valid; launching it here is not (yet): say so, not "ok" alone
+        for line in refused.splitlines():
+            print(printable(f"tfcluster: warning: launch would refuse this file here: {line}"),
+                  file=sys.stderr)
     if args.json:
         out = {"source": cluster.source, "success": cluster.success, "chief": str(cluster.chief),
                "logdir": cluster.logdir, "secrets": sorted(declared),
@@ -455,7 +493,8 @@ def cmd_validate(args) -> int:
         print(json.dumps(out, indent=2))
         return 0
     n = len(cluster.tasks)
-    print(printable(f"{cluster.source}: ok — {n} task{'s' if n != 1 else ''} in "
+    verdict = "valid, but launch would refuse it here (see the warning)" if refused else "ok"
+    print(printable(f"{cluster.source}: {verdict} — {n} task{'s' if n != 1 else ''} in "
                     f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
                     f"chief: {cluster.chief}; success: {cluster.success}; "
                     f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
@@ -479,6 +518,26 @@ def cmd_validate(args) -> int:
     if "evaluator" in cluster.jobs:
         print("  (evaluator gets TF_CONFIG but is left out of the ClusterSpec, TensorFlow's rule)")
     return 0
+
+
+def _launch_checks(cluster) -> Optional[str]:
+    """What ``launch FILE`` would refuse here before starting anything (None: nothing), so that
+    validate does not say a bare ok for it: the plan's checks (a count job on ssh, no task on
+    this machine, the file's slurm: options) and, when the file has a program, the program
+    checks on this machine's tasks (a missing program, script or folder; legacy Keras without
+    tf_keras)."""
+    from .plan import LaunchOptions, build_plan
+    try:
+        slurm = slurm_options_from_args(cluster, argparse.Namespace(
+            **{k: [] if k == "sbatch" else None for k in SLURM_FLAGS}))
+        plan = build_plan(cluster, LaunchOptions(run_id="validate", slurm=slurm), need_program=False)
+    except UserError as e:
+        return e.message
+    if plan.backend != "local" or any(not t.argv for t in plan.tasks):
+        return None
+    from .backends.local import LocalBackend
+    from .launch.preflight import program_problems
+    return "\n".join(program_problems(plan, LocalBackend())) or None
 
 
 def cmd_tf_config(args) -> int:
@@ -516,7 +575,8 @@ def cmd_commands(args) -> int:
     from .plan import LaunchOptions, build_plan
     cluster = _load(args.file, assign_counts=True)
     declared = cluster.secret_names
-    plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags), need_program=False)
+    plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags, args=tuple(args.arg)),
+                      need_program=False)
     for t in plan.tasks:
         task = t if t.argv else replace(t, argv=(contract.PYTHON, "my_trainer.py"))
         argv = contract.display_argv(plan.argv(task))
@@ -559,6 +619,9 @@ def cmd_render(args) -> int:
     from . import config, render
     cluster = config.load(cluster_file(args.file))
     if args.kind != "slurm":
+        if args.arg:
+            raise UserError(f"render {args.kind}: --arg is for render slurm and launch only; edit "
+                            f"program.args in the file (the pods run the file's program)")
         if not args.image:
             raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "
                             f"the program)")
@@ -577,7 +640,7 @@ def cmd_render(args) -> int:
         print(text, end="")
     else:
         options = slurm_options_from_args(cluster, args)
-        print(render.render_slurm(cluster, name=args.name, slurm=options), end="")
+        print(render.render_slurm(cluster, name=args.name, slurm=options, args=args.arg), end="")
     return 0
 
 
@@ -591,13 +654,17 @@ class QuickCluster:
     evaluator: bool = False
     save: Optional[str] = None
 
-    def text(self, program: Sequence[str], ports: Sequence[int]) -> str:
-        """The cluster file this stands for (free ports on localhost)."""
+    def text(self, program: Sequence[str], ports: Sequence[int] = ()) -> str:
+        """The cluster file this stands for: free ports on localhost, or without ``ports`` task
+        counts (the file ``--save`` writes: each launch of it takes free ports then, not the
+        ones this run happened to get)."""
         it = iter(ports)
         lines = ["# written by tfcluster launch --ps/--workers", "version: 1", "cluster:"]
         for job, n in (("chief", int(self.chief)), ("ps", self.ps), ("worker", self.workers),
                        ("evaluator", int(self.evaluator))):
-            if n:
+            if n and not ports:
+                lines.append(f"  {job}: {n}")
+            elif n:
                 lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
         lines.append("program:")
         lines.append(f"  command: {json.dumps(list(program))}")
@@ -632,6 +699,7 @@ def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) 
     from .plan import LaunchOptions
     options = LaunchOptions(
         command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
+        args=tuple(args.arg or ()),
         success=args.success, grace=args.grace, restart=args.restart,
         max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
         stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
@@ -662,8 +730,8 @@ def _quick_cluster(request: LaunchRequest):
     if not program:
         raise UserError("--ps/--workers: give the program after '--': tfcluster launch --ps 1 "
                         "--workers 2 -- python train.py")
-    text = q.text(program, free_ports(q.tasks))
     if q.save:
+        text = q.text(program)
         if os.path.exists(q.save):
             raise UserError(f"--save: {q.save} exists already; choose another file name")
         try:
@@ -674,7 +742,7 @@ def _quick_cluster(request: LaunchRequest):
         print(f"tfcluster: wrote {q.save}; run it again with: tfcluster launch {shlex.quote(q.save)}",
               file=sys.stderr)
         return config.load(q.save)
-    return config.loads(text, source="", base_dir=os.getcwd())
+    return config.loads(q.text(program, free_ports(q.tasks)), source="", base_dir=os.getcwd())
 
 
 def _supervised(plan, cluster):
@@ -791,7 +859,14 @@ def cmd_logs(args) -> int:
         from .runindex import is_run_dir, lookup
         if not is_run_dir(run) and lookup(run) is None:
             run, task = None, run          # tfcluster logs worker:1 (the latest run)
-    run_dir, record = _run_record(run)
+    from .runindex import choose_run
+    from .runrecord import read_run
+    run_dir, how = choose_run(run)
+    record = read_run(run_dir)
+    if how:       # without RUN: say which run this is (the index holds every folder's runs)
+        from .config import printable
+        print(printable(f"tfcluster: logs of run {record.get('run_id') or os.path.basename(run_dir)} "
+                        f"({how}): {run_dir}"), file=sys.stderr)
     if args.follow:
         if args.attempt is not None:
             raise UserError("--attempt: -f follows the current attempt; give one or the other")
@@ -799,8 +874,8 @@ def cmd_logs(args) -> int:
 
         def running() -> bool:
             return derive_result(read_run(run_dir)) == "running"
-        return logs.follow(run_dir, record, task, running)
-    return logs.show(run_dir, record, task, args.attempt)
+        return logs.follow(run_dir, record, task, running, raw=args.raw)
+    return logs.show(run_dir, record, task, args.attempt, raw=args.raw)
 
 
 def cmd_stop(args) -> int:
@@ -883,10 +958,15 @@ def cmd_status(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from .runindex import runs
+    from .runindex import here_first, index_path, runs
     from .runrecord import print_runs
-    return print_runs(args.logdir, args.file, as_json=args.json,
-                      indexed=lambda: [d for d, _ in runs()])
+
+    def indexed():
+        found, here = here_first(runs())
+        return [d for d, _ in found], (f"runs of this folder in your run index, {index_path()}"
+                                       if here else f"runs of every folder in your run index, "
+                                       f"{index_path()} (none of this folder)")
+    return print_runs(args.logdir, args.file, as_json=args.json, indexed=indexed)
 
 
 def cmd_report(args) -> int:

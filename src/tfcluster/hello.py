@@ -1,8 +1,10 @@
 """The guide's "Hello distributed TensorFlow!", with real servers."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 from typing import Optional
 
 from .errors import UserError
@@ -12,6 +14,36 @@ MESSAGE = "Hello, distributed TensorFlow!"
 
 def _quiet_tf() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@contextlib.contextmanager
+def folded_stderr():
+    """TensorFlow's known-harmless lines (absl's pre-init warning, oneDNN, no GPU found, cuInit:
+    written by its C++ code straight to descriptor 2) folded out of this process's stderr by the
+    launcher's NoiseFold; every other line goes through. The greeting then comes first."""
+    from .reader import NoiseFold
+    fold = NoiseFold()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    r, w = os.pipe()
+    os.dup2(w, 2)
+    os.close(w)
+
+    def pump() -> None:
+        with os.fdopen(r, "rb") as pipe:
+            for raw in pipe:
+                if not fold.fold(raw.decode("utf-8", "replace").rstrip("\n"))[0]:
+                    os.write(saved, raw)
+
+    t = threading.Thread(target=pump, name="hello-stderr", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)        # the pipe's last writer closes: the pump reads to its end
+        t.join(timeout=5.0)
+        os.close(saved)
 
 
 def hello(path: Optional[str] = None) -> int:
@@ -39,6 +71,11 @@ def hello(path: Optional[str] = None) -> int:
                 raise UserError(f"{path}: cluster.{t.job}[{t.index}]: port {t.endpoint.port} is "
                                 f"already in use{describe_port_holder(t.endpoint.port)}")
     _quiet_tf()
+    with folded_stderr():
+        return _hello(cluster, tasks if cluster is not None else [])
+
+
+def _hello(cluster, tasks) -> int:
     import tensorflow as tf
     v1 = tf.compat.v1
     v1.disable_eager_execution()

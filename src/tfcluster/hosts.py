@@ -4,6 +4,7 @@ pools sized by the tasks that share a host) and the tests all use these. No Tens
 from __future__ import annotations
 
 import functools
+import os
 import ipaddress
 import re
 import socket
@@ -119,7 +120,21 @@ def describe_port_holder(port: int) -> str:
     if holder is None:
         return ""
     pid, cmd = holder
-    return f" by pid {pid} ({cmd[:80]})"
+    return f" by pid {pid} ({short_command(cmd)})"
+
+
+def short_command(cmd: str, width: int = 100) -> str:
+    """A command line cut at a word, never inside an argument: the program's name without its
+    folder, then whole words while they fit in ``width``, then how many were left out."""
+    words = cmd.split()
+    if not words:
+        return "?"
+    out = [os.path.basename(words[0]) or words[0]]
+    for i, w in enumerate(words[1:], 1):
+        if len(" ".join(out + [w])) > width:
+            return " ".join(out) + f" ... ({len(words) - i} more argument{'s' if len(words) - i > 1 else ''})"
+        out.append(w)
+    return " ".join(out)
 
 
 def free_port_run(count: int, start: int, host: str = "localhost") -> int:

@@ -18,7 +18,23 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 # TensorFlow's own test (tensorflow/python/util/lazy_loader.py and tensorflow/__init__.py)
 LEGACY_KERAS_VALUES = ("true", "True", "1")
 
-FIX = ("install Keras 2 with `pip install -e '.[keras2]'` (or `pip install tf_keras`) and set "
+def tf_keras_install() -> str:
+    """The pip line that installs the tf_keras of the installed TensorFlow (its version from the
+    package metadata: nothing is imported); ``pip install tf_keras`` when that is unknown. It
+    works from any folder (``pip install -e '.[keras2]'`` works only in tfcluster's checkout)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("tensorflow")
+        except PackageNotFoundError:
+            v = version("tensorflow-cpu")
+        major, minor = v.split(".")[:2]
+        return f"pip install 'tf_keras~={int(major)}.{int(minor)}.0'"
+    except Exception:  # noqa: BLE001 - no TensorFlow here, an odd version: the plain line
+        return "pip install tf_keras"
+
+
+FIX = (f"install Keras 2 with `{tf_keras_install()}` (the tf_keras of your TensorFlow) and set "
        "TF_USE_LEGACY_KERAS: \"1\" in the cluster file's env (docs/TF2_STRATEGIES.md)")
 
 _FIND_SPEC = ("import importlib.util, sys; "
@@ -71,8 +87,8 @@ def legacy_keras_problem(env: Mapping[str, str], python: str) -> Optional[str]:
     if has_tf_keras(python, env) is not False:
         return None
     return (f"TF_USE_LEGACY_KERAS={env.get('TF_USE_LEGACY_KERAS')} asks for Keras 2 but "
-            f"{python} cannot import tf_keras: run `pip install -e '.[keras2]'` "
-            "(or `pip install tf_keras` matching your TensorFlow) for that interpreter")
+            f"{python} cannot import tf_keras: run `{tf_keras_install()}` (the tf_keras of "
+            "your TensorFlow) for that interpreter")
 
 
 # Keras 3 in a traceback: its sources live in keras/src/ (tf_keras's in tf_keras/src/)
@@ -114,7 +130,7 @@ def failure_hint(lines: Iterable[str]) -> Optional[str]:
     text = "\n".join(lines)
     if _NO_TF_KERAS.search(text):
         return ("hint: TF_USE_LEGACY_KERAS is set but tf_keras is not installed: "
-                "run `pip install -e '.[keras2]'` (or `pip install tf_keras`)")
+                f"run `{tf_keras_install()}` (the tf_keras of your TensorFlow)")
     keras3 = None
     for pattern, needs_keras3, what in _SIGNATURES:
         if not pattern.search(text):

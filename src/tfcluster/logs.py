@@ -3,7 +3,9 @@
 A task's log (``<run_dir>/<job>-<index>.log``) holds every attempt; the launcher writes
 ``----- tfcluster: restart N -----`` before attempt N. ``launcher`` names the launcher's own
 log (``launcher.log``) and, for a detached run, ``console.log`` (what its terminal would
-have shown). No TensorFlow.
+have shown). Task logs are shown as the console shows them: TensorFlow's known-harmless lines
+folded and progress reports as ``progress: step N/M`` lines (:class:`tfcluster.reader.ConsoleView`,
+the console's NoiseFold); ``--raw`` shows every line as written. No TensorFlow.
 """
 from __future__ import annotations
 
@@ -82,12 +84,31 @@ def _read(path: str) -> List[str]:
         return []
 
 
+def _views(chosen, raw: bool, clock=None):
+    """task -> its :class:`~tfcluster.reader.ConsoleView` (None: shown raw), sharing one
+    NoiseFold; the launcher's own log is always shown as it is."""
+    from .reader import ConsoleView, NoiseFold
+    noise = NoiseFold(show=raw)
+    return noise, {name: None if raw or name == LAUNCHER else ConsoleView(noise, clock=clock)
+                   for name, _ in chosen}
+
+
+def _folded_note(noise, err) -> None:
+    if noise.hidden:
+        err.write(f"tfcluster: {noise.hidden} line(s) of TensorFlow's known-harmless messages "
+                  f"(no GPU found, oneDNN, ...) and the raw progress reports are not shown; "
+                  f"tfcluster logs --raw shows everything\n")
+        err.flush()
+
+
 def show(run_dir: str, record: Dict, task: Optional[str], attempt: Optional[int] = None,
-         out=None) -> int:
-    """Print the log(s); one task's log plain, several with a ``[task] `` prefix."""
+         out=None, raw: bool = False, err=None) -> int:
+    """Print the log(s); one task's log plain, several with a ``[task] `` prefix. Unless
+    ``raw``, as the console shows them (:class:`~tfcluster.reader.ConsoleView`)."""
     out = out or sys.stdout
     chosen = pick_task(log_files(run_dir, record), task)
     prefix = len(chosen) > 1
+    noise, views = _views(chosen, raw)
     for name, path in chosen:
         lines = _read(path)
         if attempt is not None:
@@ -96,20 +117,29 @@ def show(run_dir: str, record: Dict, task: Optional[str], attempt: Optional[int]
                 raise UserError(f"--attempt {attempt}: {name} has {have} attempt(s) "
                                 f"(0 is the first start)")
             lines = attempt_lines(lines, attempt)
+        view = views[name]
+        head = f"[{name}] " if prefix else ""
         for line in lines:
-            out.write((f"[{name}] " if prefix else "") + line if line.endswith("\n")
-                      else (f"[{name}] " if prefix else "") + line + "\n")
+            line = line[:-1] if line.endswith("\n") else line
+            for shown in ([line] if view is None else view.feed(line)):
+                out.write(head + shown + "\n")
+        for shown in (view.flush() if view is not None else []):
+            out.write(head + shown + "\n")
     out.flush()
+    _folded_note(noise, err or sys.stderr)
     return 0
 
 
 def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[], bool],
-           out=None, interval: float = 0.2, sleep: Callable[[float], None] = time.sleep) -> int:
+           out=None, interval: float = 0.2, sleep: Callable[[float], None] = time.sleep,
+           raw: bool = False, clock: Callable[[], float] = time.monotonic, err=None) -> int:
     """Print the log(s) from the start and then what is added, until ``running()`` says the
-    run is over (then what is left is printed and 0 returned). Ctrl-C ends it (the run goes on)."""
+    run is over (then what is left is printed and 0 returned). Ctrl-C ends it (the run goes on).
+    Unless ``raw``, as the console shows them (:class:`~tfcluster.reader.ConsoleView`)."""
     out = out or sys.stdout
     chosen = pick_task(log_files(run_dir, record), task)
     prefix = len(chosen) > 1
+    noise, views = _views(chosen, raw, clock)
     offsets = {name: 0 for name, _ in chosen}
     partial = {name: b"" for name, _ in chosen}
 
@@ -128,14 +158,20 @@ def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[]
             if final and partial[name]:
                 lines.append(partial[name])
                 partial[name] = b""
-            for raw in lines:
-                line = raw.decode("utf-8", "replace")
-                out.write((f"[{name}] " if prefix else "") + line + "\n")
+            view = views[name]
+            head = f"[{name}] " if prefix else ""
+            for data in lines:
+                line = data.decode("utf-8", "replace")
+                for shown in ([line] if view is None else view.feed(line)):
+                    out.write(head + shown + "\n")
+            for shown in ((view.flush() if final else view.tick()) if view is not None else []):
+                out.write(head + shown + "\n")
         out.flush()
 
     while True:
         alive = running()
         drain(final=not alive)
         if not alive:
+            _folded_note(noise, err or sys.stderr)
             return 0
         sleep(interval)

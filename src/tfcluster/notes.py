@@ -91,10 +91,14 @@ def script_hint(program: Sequence[str], cluster_dir: Optional[str], cwd: str) ->
 # ------------------------------------------------------------------ training
 def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
                     flag: str = "--train_steps") -> str:
-    """What a trainer says when it starts at or after its target step."""
+    """What a trainer says when it starts at or after its target step. The way to train on is
+    ``--arg``, which changes that one flag and keeps the others (``--checkpoint_dir``); a
+    program after ``--`` would replace every argument of the file's program."""
     where = f" restored from {checkpoint_dir}" if checkpoint_dir else ""
+    more = f"tfcluster launch FILE --arg {flag}={max(step, target) * 2}"
     fix = (f"to train again from scratch, clear {checkpoint_dir} (or give another "
-           f"--checkpoint_dir); to train on, raise {flag} above {step}") if checkpoint_dir \
-        else f"raise {flag} above {step}"
+           f"--checkpoint_dir: --arg --checkpoint_dir=DIR); to train on, raise {flag} above "
+           f"{step}: {more}") if checkpoint_dir \
+        else f"raise {flag} above {step}: {more}"
     return (f"already at the target step, nothing trained: global_step={step}{where} and "
             f"{flag}={target}; {fix}")

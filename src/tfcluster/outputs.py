@@ -14,18 +14,24 @@ programs write it:
   (LoggingTensorHook), ``Saving checkpoints for 1200 into ...``. A bar's step is counted across
   epochs (the batches of the epochs before it plus this batch); its total is epochs x steps
   when Keras knows both, else none (no invented ETA).
-- :func:`is_noise`: TensorFlow's known-harmless start-up lines (no GPU on a CPU machine, the
-  oneDNN note, absl's pre-init warning, ...), folded on the console, kept in the logs.
+- :func:`is_noise`: TensorFlow's known-harmless lines (no GPU on a CPU machine, the oneDNN
+  note, absl's pre-init warning, the coordination service's INFO lines, TF1's aborted
+  rendezvous at the end, ...), folded on the console, by ``logs`` and ``hello`` and in failure
+  tails (:class:`tfcluster.reader.NoiseFold`), kept in the logs.
 - :func:`failure_tail`: the lines worth showing from the end of a failed task's output:
-  progress and noise left out, a Python traceback's last frame and exception line first.
+  progress and noise left out; a Python traceback's exception line first, then its frames
+  that matter, in order.
+- :func:`failure_hint`: one line naming the fix for a known cause (a checkpoint that no longer
+  matches the model, a module TensorFlow 2 removed).
 - :func:`clean_segment`: one carriage-return segment as a terminal shows it (ANSI sequences
   removed, backspaces applied).
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .progress import Progress, split_progress
 
@@ -214,6 +220,17 @@ _NOISE = re.compile("|".join([
     r"^WARNING: All log messages before absl::InitializeLog",
     # the runtime's profiler server (TFCLUSTER_PROFILER_PORT), started in every task
     r"profiler_server\.cc:\d+\] Profiler server listening on ",
+    # MultiWorkerMirroredStrategy's coordination service: its routine INFO lines (connects,
+    # shutdown barriers, error polling; about ten per worker); its warnings and errors stay
+    r"^I\d{4} [\d:.]+\s+\d+ (?:coordination_service(?:_agent|_rpc_handler)?|preemption_notifier)"
+    r"\.cc:\d+\] ",
+    # TensorFlow 1 at the end of a session or of an input: cancelled receives, end of sequence
+    r"local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: ",
+    # LoggingTensorHook/StepCounterHook on a worker whose optimizer steps the global step
+    # elsewhere (SyncReplicasOptimizer, a stopped chief): said five times, harmless
+    r"It seems that global step \(tf\.train\.get_global_step\) has not been increased\.",
+    # a cached dataset whose iterator was stopped before the end (training ended mid-epoch)
+    r"dataset\.cc:\d+\] The calling iterator did not fully read the dataset being cached\.",
 ]))
 
 
@@ -224,54 +241,167 @@ def is_noise(line: str) -> bool:
 
 # ---------------------------------------------------------------------------- failure tail
 
-_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+')
 _EXC = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning|"
                   r"Failure|NotFound|Abort)\w*(?::|$)")
 _TRACEBACK = "Traceback (most recent call last):"
+# lines of a TensorFlow error message that repeat where it happened, not what happened
+_MESSAGE_NOISE = re.compile(
+    r"^\s*(?:$|File \"|Detected at node|Node: |=+$|Original stack trace for|\.\.\.which was originally"
+    r"|\[elided |During handling of|Traceback \(|Additional GRPC error information|:?UNKNOWN:"
+    r"|\[\[|[A-Z_]+: From /job:|Errors may have originated from|Graph execution error:?$"
+    r"|\d+ (?:root|derived) error|\(\d+\) [A-Z_]+:|0 successful operations|\[Op:)")
+_GENERIC = re.compile(r":\s*(?:Graph execution error:?|)\s*$")
+
+
+def _tfcluster_dir() -> str:
+    return os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _library_frame(line: str) -> bool:
+    """A frame in an installed package, the standard library or tfcluster itself: not where
+    the program's own code went wrong."""
+    m = _FRAME.match(line)
+    path = m.group(1) if m else ""
+    return (not path or "site-packages" in path or "dist-packages" in path or path.startswith("<")
+            or path.startswith(_tfcluster_dir())
+            or re.search(r"[/\\]lib[/\\]python\d[\d.]*[/\\]", path) is not None)
+
+
+def _traceback(kept: List[str]) -> Optional[Tuple[int, List[Tuple[int, int]]]]:
+    """The last Python traceback in ``kept``: (the exception line's index, its frames as
+    (start, end) line ranges, outermost first); None when there is none."""
+    exc = None
+    for i in range(len(kept) - 1, -1, -1):
+        line = kept[i]
+        if line[:1] in (" ", "\t") or not _EXC.match(line):
+            continue
+        j = i - 1        # a traceback's exception line follows its frames (code, carets)
+        while j >= 0 and (kept[j][:1] in (" ", "\t")) and not _FRAME.match(kept[j]):
+            j -= 1
+        if j >= 0 and _FRAME.match(kept[j]):
+            exc = i
+            break
+        if exc is None:
+            exc = i      # an exception line without its frames (a tensor dump before it)
+    if exc is None:
+        return None
+    frames: List[Tuple[int, int]] = []
+    j, end = exc - 1, exc
+    while j >= 0 and (kept[j][:1] in (" ", "\t") or _FRAME.match(kept[j])):
+        if _FRAME.match(kept[j]):
+            frames.append((j, end))
+            end = j
+        j -= 1
+    frames.reverse()
+    return exc, frames
 
 
 def failure_tail(lines: Sequence[str], n: int = 10) -> List[str]:
-    """The lines to show for a failed task from the end of its output (at most ``n``):
-    progress lines and TensorFlow's start-up noise left out; when a Python traceback is there,
-    its last frame (the ``File ...`` line and its code line) and the exception line come
-    first, then ``...`` and the last lines before the end."""
+    """The lines to show for a failed task from the end of its output (at most ``n``), with
+    progress and TensorFlow's noise (:func:`is_noise`) left out. When a Python traceback is
+    there: its exception line first (with the line that says what happened when TensorFlow's
+    first line says only "Graph execution error"), then the frames that matter, in order: the
+    program's own (not in installed packages, the standard library or tfcluster), else the
+    last one. TensorFlow's "Original stack trace" (inside the message) is never taken for the
+    traceback. Without one: the last lines."""
     kept = [ln for ln in lines if ln.strip() and not is_progress_line(ln) and not is_noise(ln)]
     if not kept:
         return []
-    head: List[str] = []
-    skip = set()
-    last_frame = None
-    for i in range(len(kept) - 1, -1, -1):
-        if _FRAME.match(kept[i]):
-            last_frame = i
-            break
-    exc = None
-    if last_frame is not None:
-        head.append(kept[last_frame])
-        skip.add(last_frame)
-        j = last_frame + 1
-        if j < len(kept) and kept[j].startswith("    ") and not _FRAME.match(kept[j]):
-            head.append(kept[j])
-            skip.add(j)
-            j += 1
-        # carets and the rest of an indented code line, then the exception line
-        while j < len(kept) and (kept[j][:1] in (" ", "\t") or set(kept[j].strip()) <= set("^~")):
-            j += 1
-        if j < len(kept):
-            exc = j
-    else:
-        for i in range(len(kept) - 1, -1, -1):
-            if _EXC.match(kept[i]):
-                exc = i
-                break
-    if exc is not None:
-        head.append(kept[exc])
-        skip.add(exc)
-    if not head:
+    found = _traceback(kept)
+    if found is None:
         return kept[-n:]
-    if len(head) >= n:
-        return head[:n]
-    rest = [ln for k, ln in enumerate(kept) if k not in skip and ln.strip() != _TRACEBACK]
-    room = n - len(head) - 1
-    tail = rest[-room:] if room > 0 else []
-    return head + (["..."] + tail if tail else [])
+    exc, frames = found
+    head = [kept[exc]]
+    details: List[str] = []
+    for line in kept[exc + 1:] if kept[exc].rstrip().endswith(":") else ():
+        if len(details) >= 2 or (line[:1] not in (" ", "\t") and _EXC.match(line)):
+            break
+        if not _MESSAGE_NOISE.match(line) and line.strip() not in details \
+                and line.strip() not in kept[exc]:
+            details.append(line.strip())
+    if details and not _GENERIC.search(kept[exc]):
+        details = details[:1]
+    head += details
+    mine = [(a, b) for a, b in frames if not _library_frame(kept[a])] or frames[-1:]
+    shown: List[str] = []
+    for a, b in mine:
+        block = [kept[a]] + [ln for ln in kept[a + 1:b]
+                             if ln.strip() and not set(ln.strip()) <= set("^~")][:1]
+        shown.append("\n".join(block))
+    room = n - len(head)
+    if len(shown) * 2 > room:          # the innermost frames, where it went wrong
+        keep: List[str] = []
+        used = 1
+        for block in reversed(shown):
+            size = block.count("\n") + 1
+            if used + size > room:
+                break
+            keep.insert(0, block)
+            used += size
+        shown = ["..."] + keep if len(keep) < len(shown) else keep
+    out = head + [ln for block in shown for ln in block.split("\n")]
+    return out[:n]
+
+
+# ---------------------------------------------------------------------------- failure hints
+
+# A checkpoint written by another model: a variable missing from it, or of another shape
+_RESTORE_FAILED = re.compile(
+    r"Restoring from checkpoint failed|Key \S+ not found in checkpoint"
+    r"|when attempting to restore variable with shape|Received incompatible tensor with shape")
+_SHAPE_MISMATCH = re.compile(
+    r"Input to reshape is a tensor with \d+ values, but the requested shape has \d+"
+    r"|Assign requires shapes of both tensors to match|Incompatible shapes: \[|"
+    r"Matrix size-incompatible|shapes must be equal rank|Dimensions must be equal")
+_RESTORED = re.compile(r"(?:\brestored |Restoring parameters from |Restoring from )(\S+)")
+# modules TensorFlow 2 removed, and what replaces them
+_REMOVED_MODULES = (
+    (re.compile(r"No module named '(tensorflow\.examples[\w.]*)'"),
+     "{0} left TensorFlow in 2.0 (the old MNIST tutorials' input_data): load MNIST with "
+     "tf.keras.datasets.mnist.load_data(), or tensorflow_datasets (tfds.load('mnist'))"),
+    (re.compile(r"No module named '(tensorflow\.contrib[\w.]*)'|module 'tensorflow(?:\.compat\.v1)?' "
+                r"has no attribute '(contrib)'"),
+     "tf.contrib left TensorFlow in 2.0: most of it is in tf.compat.v1, tf_slim (pip install "
+     "tf_slim) or TensorFlow Addons"),
+)
+
+
+def checkpoint_in_log(lines: Sequence[str]) -> Optional[str]:
+    """The folder of the checkpoint the program said it restored (``restored DIR/model.ckpt-N``,
+    TensorFlow's ``Restoring parameters from DIR/model.ckpt-N``), or None."""
+    for line in reversed(lines):
+        m = _RESTORED.search(line)
+        if m:
+            return os.path.dirname(m.group(1).rstrip(".,;")) or None
+    return None
+
+
+def failure_hint(lines: Sequence[str], checkpoint_dir: Optional[str] = None,
+                 flag: str = "--checkpoint_dir") -> Optional[str]:
+    """One ``hint: ...`` line naming the fix when a failed task's output shows a known cause,
+    else None: a checkpoint that does not match the model (TensorFlow's "Restoring from
+    checkpoint failed", or a shape mismatch after a restore) names the folder (``checkpoint_dir``:
+    the task's checkpoint folder when it holds a checkpoint; else the one the log says it
+    restored) and how to clear it or train into another (``--arg``);
+    a module TensorFlow 2 removed names its replacement."""
+    lines = list(lines)
+    text = "\n".join(lines)
+    restored = checkpoint_in_log(lines)
+    if _RESTORE_FAILED.search(text) or ((restored or checkpoint_dir) and _SHAPE_MISMATCH.search(text)):
+        folder = checkpoint_dir or restored
+        if folder:
+            other = folder.rstrip("/") + "-2"
+            return (f"hint: the checkpoint in {folder} no longer matches the model (a variable "
+                    f"is missing from it or has another shape: the model was changed after it "
+                    f"was saved); clear it (rm -r {folder}) to train from scratch, or train into "
+                    f"another folder: tfcluster launch FILE --arg {flag}={other}")
+        return ("hint: the checkpoint the program restores no longer matches the model (a variable "
+                "is missing from it or has another shape: the model was changed after it was "
+                "saved); clear the checkpoint folder, or give another one (--arg "
+                f"{flag}=NEW_FOLDER)")
+    for pattern, words in _REMOVED_MODULES:
+        m = pattern.search(text)
+        if m:
+            return "hint: " + words.format(next(g for g in m.groups() if g))
+    return None

@@ -32,6 +32,7 @@ class LaunchOptions:
 
     command: Tuple[str, ...] = ()            # replaces the file's program (after '--')
     command_cwd: Optional[str] = None        # the folder a '--' command runs in
+    args: Tuple[str, ...] = ()               # --arg edits of the program's flags (apply_args)
     task_flags: Optional[bool] = None
     success: Optional[str] = None
     grace: Optional[float] = None
@@ -316,6 +317,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
     if opts.command_cwd:
         check_text("the working folder", opts.command_cwd)
+    edits = parse_args(opts.args)
     for i, word in enumerate(opts.command):
         check_text(f"the command after '--' (word {i + 1})", word)
     run_dir = os.path.join(logdir, run_id)
@@ -334,7 +336,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         for t in cluster.tasks:
             k = host_key(t.endpoint.host)
             keys[k] = keys.get(k, 0) + 1
-    tasks = tuple(_task_plan(cluster, t, opts, keys) for t in cluster.tasks)
+    tasks = tuple(_task_plan(cluster, t, opts, keys, edits) for t in cluster.tasks)
     if need_program:
         empty = next((t for t in tasks if not t.argv), None)
         if empty is not None:
@@ -379,7 +381,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         extra=extra)
 
 
-def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int]) -> TaskPlan:
+def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int],
+               edits: Sequence[Tuple[str, Optional[str]]] = ()) -> TaskPlan:
     r = t.restart
     rule = rules.RestartRule(
         policy=opts.restart or r.policy,
@@ -390,6 +393,7 @@ def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, i
         argv, cwd = list(opts.command), opts.command_cwd or os.getcwd()
     else:
         argv, cwd = list(t.command) + list(t.args), t.cwd
+    argv = apply_args(argv, edits)
     host = t.endpoint.host if t.endpoint is not None else None
     return TaskPlan(
         job=t.job, index=t.index, host=host,
@@ -412,6 +416,58 @@ def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[T
                    "lead_signal": slurm_options.LEAD_SIGNAL if any(
                        l.startswith("#SBATCH --signal=B:") for l in slurm_options.sbatch_lines(cluster, spec))
                    else None}
+
+
+# ------------------------------------------------------------------ --arg
+def parse_args(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """``--arg`` words as (flag, value): ``train_steps=4000`` and ``--train_steps=4000`` are both
+    ``("--train_steps", "4000")``; ``-v`` or ``--verbose`` alone is a flag without a value.
+    Raises UserError naming the word (exit 2)."""
+    out: List[Tuple[str, Optional[str]]] = []
+    for word in words:
+        check_text("--arg", word)
+        name, eq, value = word.partition("=")
+        flag = name if name.startswith("-") else "--" + name
+        if not re.fullmatch(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*", flag):
+            raise UserError(f"--arg: '{_printable(word)}' is not NAME=VALUE (for example --arg "
+                            f"train_steps=4000 or --arg --train_steps=4000)")
+        out.append((flag, value if eq else None))
+    return out
+
+
+def apply_args(argv: Sequence[str], edits: Sequence[Tuple[str, Optional[str]]]) -> List[str]:
+    """The program ``argv`` with each ``--arg`` edit (:func:`parse_args`) made: a flag already
+    there gets the new value, in the form it has (``--f=v``, or ``--f v`` where the next word
+    is not a flag); a flag not there is appended (``--f=v``, or ``--f`` without a value). The
+    program's own words (the first, and a script after ``python``) are never taken for flags,
+    nor is anything after a ``--`` of the program's own."""
+    argv = list(argv)
+    for flag, value in edits:
+        found = False
+        i = 1
+        while i < len(argv):
+            w = argv[i]
+            if w == "--":
+                break
+            if w.startswith(flag + "="):
+                found = True
+                if value is not None:
+                    argv[i] = f"{flag}={value}"
+            elif w == flag:
+                found = True
+                nxt = argv[i + 1] if i + 1 < len(argv) else None
+                if value is not None:
+                    if nxt is not None and nxt != "--" and not nxt.startswith("-"):
+                        argv[i + 1] = value
+                        i += 1
+                    else:
+                        argv[i] = f"{flag}={value}"
+            i += 1
+        if not found:
+            add = flag if value is None else f"{flag}={value}"
+            cut = argv.index("--", 1) if "--" in argv[1:] else len(argv)
+            argv.insert(cut, add)
+    return argv
 
 
 def _printable(text: str) -> str:

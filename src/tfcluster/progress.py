@@ -31,6 +31,10 @@ from typing import Dict, List, Optional, TextIO, Tuple
 from .contract import PROGRESS_FD
 
 PREFIX = "@tfcluster progress "
+#: seconds between the launcher's progress lines when there is no live table (piped output, CI,
+#: ``--no-live``): ``launch --progress-interval`` changes it. The first line comes as soon as a
+#: task's step has moved past its first report, so a run of a few seconds shows progress too.
+PIPED_PROGRESS_EVERY = 5.0
 _MARK = PREFIX.strip()
 _decoder = json.JSONDecoder()
 

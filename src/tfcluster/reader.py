@@ -32,11 +32,11 @@ import select
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, IO, Optional, Tuple
+from typing import Callable, Deque, IO, List, Optional, Tuple
 
 from . import runfs
 from .outputs import ProgressParser, clean_segment, is_noise
-from .progress import Progress, format_progress, split_progress
+from .progress import PIPED_PROGRESS_EVERY, Progress, format_progress, split_progress
 from .rules import STILL_WAITING, longest_gap
 
 
@@ -45,8 +45,9 @@ TAIL_LINE_CHARS = 4096      # of each
 MAX_LINE = 64 * 1024        # bytes: a longer line is split
 READ_SIZE = 64 * 1024
 
-NOISE_NOTE = ("tfcluster: TensorFlow's start-up messages (no GPU found, oneDNN, absl) are hidden "
-              "on the console and kept in the task logs; --show-tf-noise shows them")
+NOISE_NOTE = ("tfcluster: TensorFlow's known-harmless messages (no GPU found, oneDNN, absl, the "
+              "coordination service's INFO lines, ...) are hidden on the console and kept in the "
+              "task logs; --show-tf-noise shows them")
 
 
 def still_waiting_on(line: str) -> Optional[str]:
@@ -86,10 +87,11 @@ class NoiseFold:
     """The run's console decision for TensorFlow's start-up noise: hidden (the default; one
     note per run says so) or shown (``--show-tf-noise``). Shared by every reader of a run."""
 
-    def __init__(self, show: bool = False):
+    def __init__(self, show: bool = False, say: Optional[Callable[[str], None]] = None):
         self.show = show
         self.hidden = 0
-        self._noted = False
+        self.say = say            # where the note goes (the launcher's own lines); None: the
+        self._noted = False       # reader hands it over as a line of the task
         self._lock = threading.Lock()
 
     def fold(self, line: str) -> Tuple[bool, Optional[str]]:
@@ -102,6 +104,73 @@ class NoiseFold:
                 return True, None
             self._noted = True
         return True, NOISE_NOTE
+
+
+def describe_progress(p: Progress) -> str:
+    """``step 317/2000, loss 0.0195``: a progress report as the launcher's lines say it."""
+    words = f"step {p.step}" + (f"/{p.total}" if p.total else "")
+    for k, v in p.metrics.items():
+        words += f", {k} " + (str(int(v)) if float(v).is_integer() and abs(v) < 1e9 else f"{v:.4g}")
+    return words
+
+
+class ConsoleView:
+    """A task's logged lines as the console shows them (``tfcluster logs``, ``logs -f``): the
+    run's :class:`NoiseFold` hides TensorFlow's known-harmless lines; progress reports (the raw
+    ``@tfcluster progress {...}`` lines) become ``progress: step N/M, loss ...`` lines, one for
+    the first report after other output, then one each ``every`` seconds (with a ``clock``:
+    following a live log) or each tenth of the total (without: a whole log at once), and the
+    last before other output and at the end."""
+
+    def __init__(self, noise: Optional[NoiseFold] = None, clock: Optional[Callable[[], float]] = None,
+                 every: float = PIPED_PROGRESS_EVERY):
+        self.noise = noise if noise is not None else NoiseFold()
+        self.clock, self.every = clock, every
+        self._pending: Optional[Progress] = None     # a report not shown yet
+        self._shown: Optional[Progress] = None       # the last report shown since other output
+        self._shown_at = 0.0
+
+    def _show(self, p: Progress) -> List[str]:
+        self._pending, self._shown = None, p
+        self._shown_at = self.clock() if self.clock is not None else 0.0
+        return ["progress: " + describe_progress(p)]
+
+    def _due(self, p: Progress) -> bool:
+        last = self._shown
+        if last is None:
+            return True
+        if self.clock is not None:
+            return self.clock() - self._shown_at >= self.every
+        if p.total:
+            return p.step * 10 // p.total > last.step * 10 // p.total
+        return False
+
+    def feed(self, line: str) -> List[str]:
+        """The lines to show for one logged line (without its newline)."""
+        visible, found = split_progress(line)
+        out: List[str] = []
+        if visible.strip():
+            hide, _ = self.noise.fold(clean_segment(visible))
+            if not hide:
+                out += self.flush()
+                out.append(visible)
+                self._shown = None
+        for p in found:
+            if self._due(p):
+                out += self._show(p)
+            else:
+                self._pending = p
+        return out
+
+    def tick(self) -> List[str]:
+        """Following a live log: a held report whose time has come."""
+        if self._pending is not None and self._due(self._pending):
+            return self._show(self._pending)
+        return []
+
+    def flush(self) -> List[str]:
+        """The held report (before other output, at the end)."""
+        return self._show(self._pending) if self._pending is not None else []
 
 
 class OutputReader(threading.Thread):
@@ -381,7 +450,9 @@ class OutputReader(threading.Thread):
         if hide:
             with self.lock:
                 self.seen.noise_hidden += 1
-            if note:
+            if note and self.noise.say is not None:
+                self.noise.say(note)
+            elif note:
                 self.on_line(note, None)
             return
         self.on_line(line, None)

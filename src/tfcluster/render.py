@@ -271,9 +271,11 @@ def _header(cluster: Cluster, how: str) -> str:
 def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Optional[str] = None,
                  name: Optional[str] = None, command: Optional[Sequence[str]] = None,
                  task_flags: Optional[bool] = None, run_dir: Optional[str] = None,
-                 overcommit: bool = True, slurm: Optional["SlurmSpec"] = None) -> str:
+                 overcommit: bool = True, slurm: Optional["SlurmSpec"] = None,
+                 args: Sequence[str] = ()) -> str:
     """The cluster as an sbatch script: one Slurm task per TensorFlow task (counts or list
-    lengths; hosts and ports come from the allocation). ``command`` replaces the file's program.
+    lengths; hosts and ports come from the allocation). ``command`` replaces the file's program;
+    ``args`` (``--arg`` words) change its flags.
     The script carries the same run plan that ``launch --backend slurm`` submits; scheduler
     options: ``slurm`` (default: the file's ``slurm:``), with ``partition``/``time`` over it, all
     validated (:mod:`tfcluster.slurm_options`)."""
@@ -282,7 +284,8 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
     from .slurm_options import from_flags
     options = from_flags(slurm if slurm is not None else cluster.spec.slurm, partition=partition, time=time)
     plan = build_plan(cluster, LaunchOptions(backend="slurm", command=tuple(command or ()),
-                                             task_flags=task_flags, run_id="slurm", slurm=options))
+                                             args=tuple(args), task_flags=task_flags,
+                                             run_id="slurm", slurm=options))
     plan = plan.with_run_dir(run_dir or os.path.join(plan.logdir, "slurm-{job_id}"))
     data = backend.plan_data(plan)
     backend.hold_back_secrets(data)       # secret values stay out of the script

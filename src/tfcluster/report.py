@@ -501,6 +501,25 @@ STATE_WORDS = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped
                "restarting": "restarting", "pending": "pending", "unknown": "state unknown"}
 
 
+def _text_width(words: str) -> float:
+    """About how wide an 11px exit label is (the chart's font; digits and letters alike)."""
+    return 6.2 * len(words)
+
+
+def _watchdog_in(marks, a) -> bool:
+    """Whether a watchdog acted on the task during attempt ``a`` (its kill ended it)."""
+    end = a.end if a.end is not None else float("inf")
+    return any(isinstance(w.get("time"), (int, float)) and a.start <= w["time"] <= end + 1.0
+               for w in marks)
+
+
+#: What a decision's rule means, for people (events name the rule only).
+RULE_WORDS = {"chief": "the chief's exit decides (success: chief)",
+              "all-workers": "every worker's exit decides (success: all-workers)",
+              "restart": "a task failed and its restart rule or the run's budget allowed no restart",
+              "signal": "the launcher got a signal"}
+
+
 def timeline_svg(m: Dict[str, Any]) -> str:
     x = _X(m["t0"], m["t1"])
     tasks = m["tasks"]
@@ -519,17 +538,27 @@ def timeline_svg(m: Dict[str, Any]) -> str:
         for k, a in enumerate(v.attempts):
             x0, x1 = x(a.start), x(a.end if a.end is not None else a.start)
             state = a.state or "running"
+            said = STATE_WORDS.get(state, "")
+            if state == "stopped" and _watchdog_in(v.watchdog, a):
+                said = "stopped by the watchdog"       # not a planned stop
             tip = (f"{_text(v.name)} attempt {'?' if a.attempt is None else a.attempt}: pid {a.pid}, "
                    f"+{_rel(a.start - m['t0'])} to +{_rel((a.end or a.start) - m['t0'])}"
-                   + (f", {a.exit}" if a.exit else "") + f", {STATE_WORDS.get(state, state)}")
+                   + (f", {a.exit}" if a.exit else "") + f", {said or state}")
             parts.append(f'<rect class="attempt att-{_e(state)}" id="attempt-{slug}-{k}" '
                          f'data-state="{_e(state)}" x="{x0}" y="{mid - BAR_H / 2}" '
                          f'width="{max(x1 - x0, 1.5)}" height="{BAR_H}" rx="2">'
                          f'<title>{_e(tip)}</title></rect>')
-            words = " ".join(w for w in (a.exit, STATE_WORDS.get(state, "")) if w and
+            words = " ".join(w for w in (a.exit, said) if w and
                              not (state == "running" and not a.exit))
-            if words and not a.open:
-                parts.append(f'<text class="exit-label exit-{_e(state)}" x="{min(x1 + 3, WIDTH - RIGHT + 2)}" '
+            nxt = v.attempts[k + 1].start if k + 1 < len(v.attempts) else None
+            room = (x(nxt) - x1 - 6) if nxt is not None else None
+            if words and not a.open and (room is None or room >= _text_width(words)):
+                # (a label that would run into the next attempt is left to the bar's tooltip;
+                # one that would run off the chart ends at its edge)
+                lx, anchor = x1 + 3, ""
+                if lx + _text_width(words) > WIDTH - 2:
+                    lx, anchor = WIDTH - 2, ' text-anchor="end"'
+                parts.append(f'<text class="exit-label exit-{_e(state)}" x="{lx}"{anchor} '
                              f'y="{mid - BAR_H / 2 - 2}">{_e(words)}</text>')
             elif state == "lost":
                 parts.append(f'<text class="exit-label exit-lost" x="{min(x1 + 3, WIDTH - RIGHT + 2)}" '
@@ -781,8 +810,10 @@ def render_html(m: Dict[str, Any]) -> str:
     why = []
     d = m["decision"]
     if d is not None:
-        why.append(f"<p><b>decision</b>: {_e(d.get('result'))} by rule {_e(d.get('rule'))}"
-                   + (f": {_e(d.get('reason'))}" if d.get("reason") else "") + "</p>")
+        rule = _text(d.get("rule"))
+        why.append(f"<p><b>decision</b>: {_e(d.get('result'))}"
+                   + (f": {_e(d.get('reason'))}" if d.get("reason") else "")
+                   + f" ({_e(RULE_WORDS.get(rule, 'rule ' + rule))})</p>")
     if r.get("root_cause"):
         why.append(f"<p><b>root cause</b>: {_e(r['root_cause'])}</p>")
     if result == "lost":

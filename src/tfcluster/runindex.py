@@ -114,8 +114,46 @@ def lookup(run_id: str) -> Optional[str]:
 
 def resolve_run(arg: Optional[str] = None, file: Optional[str] = None) -> str:
     """The run folder ``arg`` names: a run folder (a path holding run.json), or a run id from
-    the index. Without ``arg``: the latest run of ``file`` (default ./cluster.yaml when it
-    exists), else the latest indexed run. Raises UserError (exit 2) naming where it looked."""
+    the index. Without ``arg``: see :func:`default_run`. Raises UserError (exit 2) naming where
+    it looked."""
+    return choose_run(arg, file)[0]
+
+
+def here_first(found: List[Tuple[str, Dict[str, Any]]], cwd: Optional[str] = None):
+    """The indexed runs of this folder (their run folder or cluster file under it), else all:
+    the index holds every run of the user, from every folder. (runs, True when only this
+    folder's)."""
+    cwd = os.path.join(os.path.abspath(cwd or os.getcwd()), "")
+    mine = [(d, e) for d, e in found
+            if d.startswith(cwd) or str(e.get("file") or "").startswith(cwd)]
+    return (mine, True) if mine else (found, False)
+
+
+def choose_run(arg: Optional[str] = None, file: Optional[str] = None) -> Tuple[str, str]:
+    """(run folder, how it was chosen: "" when ``arg`` names it). Without ``arg``: the latest
+    run of ``file`` (default ./cluster.yaml when it exists), else the latest run in ./runs, else
+    the latest indexed run of this folder, else the latest indexed run of any folder."""
+    if arg:
+        return _named_run(arg, file), ""
+    if file or os.path.isfile("cluster.yaml"):
+        from .runrecord import find_run
+        return (os.path.abspath(find_run(None, file)[0]),
+                f"the latest run of {file or './cluster.yaml'}")
+    if os.path.isdir("runs"):
+        from .runrecord import find_run
+        try:
+            return os.path.abspath(find_run("runs", None)[0]), "the latest run in ./runs"
+        except UserError:
+            pass
+    found, here = here_first(runs())
+    if not found:
+        raise UserError(f"no run given, no ./cluster.yaml here, and no runs in {index_path()}")
+    return found[0][0], ("the latest run of this folder in your run index" if here else
+                         f"your latest run in any folder (your run index, {index_path()}; "
+                         f"none of this folder)")
+
+
+def _named_run(arg: str, file: Optional[str]) -> str:
     if arg:
         if is_run_dir(arg):
             return os.path.abspath(arg)
@@ -127,13 +165,7 @@ def resolve_run(arg: Optional[str] = None, file: Optional[str] = None) -> str:
             from .runrecord import find_run
             return os.path.abspath(find_run(arg, file)[0])
         raise UserError(f"{arg}: no such run folder, and no run with this id in {index_path()}")
-    if file or os.path.isfile("cluster.yaml"):
-        from .runrecord import find_run
-        return os.path.abspath(find_run(None, file)[0])
-    found = runs(limit=1)
-    if not found:
-        raise UserError(f"no run given, no ./cluster.yaml here, and no runs in {index_path()}")
-    return found[0][0]
+    raise UserError("no run given")
 
 
 def run_ids() -> List[str]:

@@ -339,6 +339,12 @@ def _default_place(file: Optional[str]) -> Tuple[str, Optional[str]]:
     return "runs", None
 
 
+def _here(path: str) -> str:
+    """``./runs`` for a path under this folder, else the absolute path."""
+    rel = os.path.relpath(os.path.abspath(path))
+    return os.path.abspath(path) if rel.startswith("..") else os.path.join(".", rel)
+
+
 def _warn(messages: List[str]) -> None:
     for m in messages:
         print(f"tfcluster: warning: {printable(m)} (skipped)", file=sys.stderr)
@@ -576,8 +582,10 @@ def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False
                probe=None, indexed=None) -> int:
     """``tfcluster runs``: past runs, newest first. A run whose run.json cannot be read is named
     in a warning on stderr and left out; the others are listed. ``indexed``: a callable giving
-    the run folders of the user's run index (tfcluster.runindex), listed when there is neither
-    a ./cluster.yaml nor a ./runs folder here (runs from any folder)."""
+    the run folders of the user's run index (tfcluster.runindex), or (those, words saying which
+    runs they are), listed when there is neither a ./cluster.yaml nor a ./runs folder here.
+    Without ``logdir`` a line on stderr says which runs are listed."""
+    said = None      # without LOGDIR: which runs these are, on stderr
     if logdir:
         if not os.path.isdir(logdir):
             raise UserError(f"{printable(logdir)}: no such folder")
@@ -585,12 +593,19 @@ def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False
     else:
         try:
             logdir, want = _default_place(file)
+            said = (f"runs of {_here(want)} in {_here(logdir)}" if want
+                    else f"runs in {_here(logdir)}")
         except UserError as e:
             folders = [] if file or indexed is None else indexed()
+            said = "runs in your run index"
+            if isinstance(folders, tuple):       # (run folders, which runs these are)
+                folders, said = folders
             if not folders:
                 raise UserError(e.message + ("" if file or indexed is None else
                                              "; your run index lists no runs either"))
             logdir, want = None, None
+    if said and not as_json:
+        print(printable(f"tfcluster: {said}"), file=sys.stderr)
     if logdir is None:
         runs, problems = [], []
         for d in folders:

@@ -204,7 +204,7 @@ def test_keras3_failure_summary_names_the_fix(tmp_path, ports):
     if not hints:
         pytest.skip("needs launcher hook: failure summary line from "
                     "tfcluster.keras_support.failure_hint")
-    assert "pip install -e '.[keras2]'" in hints[0] and "TF_USE_LEGACY_KERAS" in hints[0]
+    assert "pip install 'tf_keras~=" in hints[0] and "TF_USE_LEGACY_KERAS" in hints[0]
 
 
 # ------------------------------------------------------------------ PSS
@@ -289,7 +289,7 @@ def test_legacy_keras_without_tf_keras_is_refused_before_anything_starts(tmp_pat
         pytest.skip("needs launcher hook: tfcluster.keras_support.legacy_keras_problem before "
                     f"any task starts (got exit {out.returncode})")
     text = out.stderr + out.stdout
-    assert "pip install -e '.[keras2]'" in text and "Traceback" not in text, text
+    assert "pip install 'tf_keras~=" in text and "Traceback" not in text, text
 
 
 BAR_PROGRAM = r'''

@@ -64,6 +64,33 @@ def test_register_and_resolve_by_id_from_anywhere(state, tmp_path, monkeypatch):
     assert (state / "tfcluster" / "runs.jsonl").stat().st_mode & 0o077 == 0
 
 
+def test_without_a_run_this_folders_runs_come_first_and_the_choice_is_said(state, tmp_path,
+                                                                           monkeypatch, capsys):
+    """Issue 32: the index holds every folder's runs; logs and runs without arguments prefer
+    this folder's and say which run or which index they read."""
+    mine = make_run(tmp_path / "a" / "out", "mine")
+    other = make_run(tmp_path / "b" / "out", "other")
+    runindex.register(str(mine))
+    runindex.register(str(other))                       # newer, of another folder
+    (tmp_path / "c").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert runindex.choose_run() == (str(mine), "the latest run of this folder in your run index")
+    assert cli.main(["logs"]) == 0
+    assert "tfcluster: logs of run mine (the latest run of this folder in your run index)" in \
+        capsys.readouterr().err
+    assert cli.main(["runs"]) == 0
+    got = capsys.readouterr()
+    assert "mine" in got.out and "other" not in got.out
+    assert "tfcluster: runs of this folder in your run index" in got.err
+    monkeypatch.chdir(tmp_path / "c")
+    d, how = runindex.choose_run()
+    assert d == str(other) and "any folder" in how
+    assert cli.main(["runs"]) == 0
+    got = capsys.readouterr()
+    assert "mine" in got.out and "other" in got.out and "every folder" in got.err
+    assert runindex.choose_run("mine") == (str(mine), "")     # a named run: nothing to say
+
+
 def test_ambiguous_prefix_names_the_candidates(state, tmp_path):
     for rid in ("exp-1", "exp-2"):
         runindex.register(str(make_run(tmp_path, rid)))
@@ -128,6 +155,55 @@ def test_follow_prints_what_is_added_until_the_run_ends(tmp_path):
     assert "".join(out) == "a\nb\npartb\npart\n"
 
 
+ONEDNN = ("I0000 00:00:1796189771.961067   17078 port.cc:153] oneDNN custom operations are on. "
+          "You may see slightly different numerical results.")
+
+
+def test_logs_show_what_the_console_shows_and_raw_shows_everything(tmp_path, capsys):
+    """Issue 32: no raw protocol lines, no start-up noise (one note on stderr says so);
+    --raw prints the log as written."""
+    from tfcluster.progress import format_progress
+    d = tmp_path
+    lines = (["WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+              ONEDNN, "worker:0: training"]
+             + [format_progress(i, 100, loss=1.0 / (i + 1)) for i in range(0, 101, 5)]
+             + ["worker:0: done", format_progress(100, 100)])
+    (d / "worker-0.log").write_text("\n".join(lines) + "\n")
+    rec = record("r", tasks=("worker:0",))
+    assert logs.show(str(d), rec, "worker:0") == 0
+    got = capsys.readouterr()
+    shown = got.out.splitlines()
+    assert shown[0] == "worker:0: training" and "worker:0: done" in shown
+    assert not any("@tfcluster" in x or "oneDNN" in x or "absl" in x for x in shown)
+    steps = [x for x in shown if x.startswith("progress: ")]
+    # the first report, one each tenth of the total, the last before other output
+    assert steps[0] == "progress: step 0/100, loss 1" and "progress: step 100/100, loss 0.009901" in steps
+    assert 10 <= len(steps) <= 13
+    assert "2 line(s) of TensorFlow's known-harmless messages" in got.err and "--raw" in got.err
+    assert logs.show(str(d), rec, "worker:0", raw=True) == 0
+    got = capsys.readouterr()
+    assert got.out.splitlines() == lines and got.err == ""
+
+
+def test_logs_follow_shows_progress_every_few_seconds():
+    from tfcluster.progress import format_progress
+    from tfcluster.reader import ConsoleView
+    now = [0.0]
+    view = ConsoleView(clock=lambda: now[0], every=5.0)
+    assert view.feed(format_progress(1, 50)) == ["progress: step 1/50"]
+    now[0] = 2.0
+    assert view.feed(format_progress(2, 50)) == [] and view.tick() == []
+    now[0] = 5.5
+    assert view.tick() == ["progress: step 2/50"] and view.tick() == []
+    assert view.feed(ONEDNN) == []
+    now[0] = 6.0
+    # a report glued to text: the text, then the report (the first after other output)
+    assert view.feed("tail text" + format_progress(3, 50)) == ["tail text", "progress: step 3/50"]
+    now[0] = 7.0
+    assert view.feed(format_progress(4, 50)) == [] and view.flush() == ["progress: step 4/50"]
+    assert view.flush() == []
+
+
 # ------------------------------------------------------------------ stop
 def test_stop_refuses_a_pid_that_is_no_longer_the_launcher(tmp_path, capsys):
     d = tmp_path / "r"
@@ -187,6 +263,9 @@ def test_quick_cluster_dry_run_and_save(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["validate", "c.yaml"]) == 0
     assert "3 tasks in 2 jobs" in capsys.readouterr().out
+    # counts, not the ports this run happened to get (issue 32): each launch takes free ones
+    saved = (tmp_path / "c.yaml").read_text()
+    assert "  ps: 1\n" in saved and "  worker: 2\n" in saved and "localhost:" not in saved
     assert cli.main(["launch", "--workers", "1", "--save", "c.yaml", "--", "python", "train.py"]) == 2
     assert "--save: c.yaml exists already" in capsys.readouterr().err
     assert cli.main(["launch", "--ps", "1", "--workers", "2"]) == 2

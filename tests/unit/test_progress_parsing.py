@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tfcluster import contract, rules
+from tfcluster import contract, outputs, rules
 from tfcluster.outputs import (ProgressParser, clean_segment, failure_tail, is_noise,
                                is_progress_line)
 from tfcluster.progress import (channel_fd, format_progress, parse_progress, report_progress,
@@ -178,16 +178,65 @@ def test_the_exception_line_is_shown_even_after_50_progress_lines():
              + [format_progress(i, 100, loss=0.1) for i in range(50)]
              + ["8/8 [======] - 1s 5ms/step - loss: 0.3", "Epoch 2/3"])
     tail = failure_tail(lines[-60:], 10)
-    assert tail[:3] == [TRACEBACK[3], TRACEBACK[4], TRACEBACK[6]]
+    assert tail == [TRACEBACK[6]] + TRACEBACK[1:5]
     assert not any("@tfcluster" in x or "cudart" in x or "/step" in x for x in tail)
-    assert len(tail) <= 10
 
 
-def test_the_last_frame_and_exception_come_first_then_the_end():
-    lines = TRACEBACK + ["some cleanup line", "another"]
+def test_the_exception_first_then_the_frames_in_order_without_noise_between():
+    lines = (TRACEBACK[:1]
+             + ['  File "/usr/lib/python3.11/runpy.py", line 1, in _run', "    exec(code)"]
+             + TRACEBACK[1:6]
+             + ["W0000 00:00:1.0 1 dataset.cc:997] The calling iterator did not fully read the "
+                "dataset being cached.", TRACEBACK[6], "some cleanup line", "another"])
     tail = failure_tail(lines, 6)
-    assert tail[:3] == [TRACEBACK[3], TRACEBACK[4], TRACEBACK[6]]
-    assert tail[3] == "..." and tail[-1] == "another" and len(tail) == 6
+    assert tail == [TRACEBACK[6]] + TRACEBACK[1:5]
+
+
+def test_tensorflows_error_line_wins_over_its_original_stack_trace():
+    """The frames of TensorFlow's "Original stack trace" (inside its message) are not the
+    traceback; the line that says what happened follows a generic first line."""
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "tf_failures",
+                        "reshape-after-restore.log")
+    with open(path, encoding="utf-8") as f:
+        lines = [x.rstrip("\n") for x in f][-200:]
+    tail = failure_tail(lines, 10)
+    assert tail[0] == ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph "
+                       "execution error:")
+    assert tail[1] == "Input to reshape is a tensor with 64 values, but the requested shape has 32"
+    assert [x for x in tail if x.lstrip().startswith("File ")] == [
+        '  File "/work/trainer.py", line 253, in <module>',
+        '  File "/work/trainer.py", line 245, in main',
+        '  File "/work/trainer.py", line 174, in train']
+    assert not any("site-packages" in x or "Original stack" in x for x in tail)
+    hint = outputs.failure_hint(lines)
+    assert "/work/runs/checkpoints no longer matches the model" in hint
+    assert "rm -r /work/runs/checkpoints" in hint and "--arg --checkpoint_dir=" in hint
+
+
+def test_a_missing_variable_names_the_checkpoint_folder_given():
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "tf_failures",
+                        "notfound-on-restore.log")
+    with open(path, encoding="utf-8") as f:
+        lines = [x.rstrip("\n") for x in f][-200:]
+    tail = failure_tail(lines, 10)
+    assert tail[0].startswith("tensorflow.python.framework.errors_impl.NotFoundError: Restoring "
+                              "from checkpoint failed")
+    assert tail[1] == "Key model/hidden3/bias not found in checkpoint"
+    assert tail[-2:] == ['  File "/work/trainer.py", line 162, in train', "    with session as sess:"]
+    hint = outputs.failure_hint(lines, "/data/ckpt", "--model_dir")
+    assert "checkpoint in /data/ckpt no longer matches the model" in hint
+    assert "--arg --model_dir=/data/ckpt-2" in hint
+
+
+def test_hints_for_removed_modules_and_none_for_other_failures():
+    hint = outputs.failure_hint(["ModuleNotFoundError: No module named 'tensorflow.examples'"])
+    assert "tensorflow.examples" in hint and "tf.keras.datasets.mnist" in hint
+    assert "tf_slim" in outputs.failure_hint(["AttributeError: module 'tensorflow' has no "
+                                              "attribute 'contrib'"])
+    assert outputs.failure_hint(TRACEBACK) is None
+    # a shape error without a restore is the program's own bug, not the checkpoint's
+    assert outputs.failure_hint(["InvalidArgumentError: Input to reshape is a tensor with 64 "
+                                 "values, but the requested shape has 32"]) is None
 
 
 def test_an_exception_line_after_a_tensor_dump_without_its_traceback():
@@ -258,3 +307,27 @@ def test_the_pss_datasetcreator_hint_is_unchanged_and_others_get_none():
     assert "DatasetCreator" in failure_hint(
         ["AttributeError: module 'keras.utils' has no attribute 'experimental'"])
     assert failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None
+
+
+@pytest.mark.parametrize("line", [
+    "I0000 00:00:1796190047.769222   18034 coordination_service_agent.cc:301] Coordination agent "
+    "has successfully connected.",
+    "I0000 00:00:1796190047.769222   18034 coordination_service.cc:599] /job:worker/replica:0/task:1 "
+    "has connected to coordination service. Incarnation: 6624",
+    "I0000 00:00:1796190047.769222   18034 preemption_notifier.cc:89] Preemption notifier is being "
+    "deleted.",
+    "W0000 00:00:1796190047.769222   18034 local_rendezvous.cc:405] Local rendezvous is aborting "
+    "with status: CANCELLED: RecvAsync is cancelled.",
+    "WARNING:tensorflow:It seems that global step (tf.train.get_global_step) has not been "
+    "increased. Current value (could be stable): 5 vs previous value: 5.",
+    "W0000 00:00:1.0 1 dataset.cc:997] The calling iterator did not fully read the dataset being "
+    "cached. In order to avoid unexpected truncation of the dataset, ...",
+])
+def test_the_noise_of_mwms_and_tf1_endings_is_folded(line):
+    assert is_noise(line)
+
+
+def test_coordination_service_errors_are_not_noise():
+    assert not is_noise("E0000 00:00:1.0 1 coordination_service_agent.cc:720] Polled an error "
+                        "from coordination service")
+    assert not is_noise("W0000 00:00:1.0 1 coordination_service.cc:1] heartbeat timeout")

@@ -298,3 +298,34 @@ def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, ca
     assert rc == 0 and "far-run-1" in out, out + err
     rc, out, err = cli(capsys, "report", "far-run-1")
     assert rc == 0 and out.strip().endswith("report.html"), out + err
+
+
+def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
+    """Issue 32: a watchdog kill is not drawn as a planned stop; the decision's rule is said in
+    words; an exit label never runs past the chart's right edge."""
+    import json as _json
+    from tfcluster.report import WIDTH, build_model, render_html, timeline_svg
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "run.json").write_text(_json.dumps({
+        "run_id": "r", "result": "failed", "exit_code": 1, "started": 100.0, "ended": 130.0,
+        "tasks": [{"task": "worker:0", "state": "failed"}, {"task": "worker:1", "state": "stopped"}]}))
+    ev = [{"time": 100.0, "event": "run_started", "task": None, "tasks": ["worker:0", "worker:1"],
+           "chief": "worker:0"},
+          {"time": 100.5, "event": "task_started", "task": "worker:0", "pid": 10, "attempt": 0},
+          {"time": 100.5, "event": "task_started", "task": "worker:1", "pid": 11, "attempt": 0},
+          {"time": 120.0, "event": "watchdog", "task": "worker:1", "reason": "stalled", "action": "kill"},
+          {"time": 120.5, "event": "task_exited", "task": "worker:1", "exit": "SIGKILL",
+           "state": "stopped"},
+          {"time": 129.0, "event": "task_exited", "task": "worker:0", "exit": "exit 1", "state": "failed"},
+          {"time": 129.5, "event": "decision", "task": None, "result": "failed", "rule": "restart",
+           "exit_code": 1, "reason": "worker:0 failed (exit 1)"}]
+    (d / "events.jsonl").write_text("".join(_json.dumps(e) + "\n" for e in ev))
+    m = build_model(str(d), now=131.0)
+    svg = timeline_svg(m)
+    assert ">SIGKILL stopped by the watchdog</text>" in svg and "stopped (planned)" not in svg
+    import re
+    for x, anchor in re.findall(r'class="exit-label[^"]*" x="([\d.]+)"( text-anchor="end")?', svg):
+        assert float(x) <= WIDTH - 2
+    page = render_html(m)
+    assert "by rule restart" not in page and "allowed no restart" in page

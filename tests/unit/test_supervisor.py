@@ -162,12 +162,13 @@ def test_watchdog_waiting_kills_the_task_others_wait_for(tmp_path):
 
 
 def test_watchdog_stall_fails_the_run(tmp_path):
-    body = CLUSTER + "    watchdog: {stall_timeout: 4, startup_timeout: 0}\n"
+    # (stall 6 s > progress_every 5 s: a step that never moves gets its line after 5 s)
+    body = CLUSTER + "    watchdog: {stall_timeout: 6, startup_timeout: 0}\n"
     sup, be, clock, out, err = make(tmp_path, body, {
         "worker:0": [(None, None, ['@tfcluster progress {"step": 5, "total": 10, "loss": 0.5}'])]})
     assert sup.run() == 1
     e = err.getvalue()
-    assert "cause: watchdog: the global step has stood at 5 for 4s" in e
+    assert "cause: watchdog: the global step has stood at 5 for 6s" in e
     assert "@tfcluster progress" not in out.getvalue()    # consumed, not echoed
     assert "worker:0: step 5/10" in e and "loss 0.5" in e  # the periodic human line
 
@@ -381,3 +382,38 @@ def test_a_task_that_cannot_start_in_a_big_wave_fails_the_run_and_stops_the_othe
     assert not [name for name, s in states.items() if s == "running"], states
     for name, hs in be.handles.items():       # every task that started was stopped
         assert hs[-1].signals, name
+
+
+def test_piped_progress_lines_come_every_few_seconds_the_first_after_the_first_step():
+    """Issue 32: without a live table the first progress line comes once the step has moved
+    past the first report (not a lone line at step 0), then every progress_every seconds."""
+    from types import SimpleNamespace
+
+    from tfcluster.launch.supervisor import Supervisor
+    from tfcluster.progress import PIPED_PROGRESS_EVERY
+    assert PIPED_PROGRESS_EVERY <= 5.0
+    s = SimpleNamespace(machine=SimpleNamespace(best_step=0), _first_step=None,
+                        last_progress_line=0.0, view=SimpleNamespace(progress_every=5.0))
+    due = lambda now: Supervisor._progress_line_due(s, now)   # noqa: E731
+    assert not due(100.0) and not due(101.0)          # step 0 only
+    s.machine.best_step = 3
+    assert due(101.5)                                  # the step moved: the first line now
+    s.last_progress_line = 101.5
+    assert not due(104.0) and due(106.5)
+    # a step that never moves still gets its line after progress_every
+    s = SimpleNamespace(machine=SimpleNamespace(best_step=0), _first_step=None,
+                        last_progress_line=0.0, view=SimpleNamespace(progress_every=5.0))
+    assert not due(200.0) and due(205.0)
+
+
+def test_launcher_log_records_each_start_once(tmp_path):
+    """Issue 32: the console's "started worker:0 (pid N)" and the task_started event's line
+    were both written to launcher.log."""
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {
+        "worker:0": [(0, 3.0, ['@tfcluster progress {"step": 5, "total": 10}'])],
+        "worker:1": [(0, 4.0, [])]})
+    assert sup.run() == 0
+    log = (tmp_path / "runs" / "t" / "launcher.log").read_text().splitlines()
+    starts = [x for x in log if "worker:0" in x and "started" in x and "pid" in x]
+    assert len(starts) == 1, log
+    assert "started worker:0 (pid" in err.getvalue()          # the console still says it

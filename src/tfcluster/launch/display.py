@@ -137,14 +137,16 @@ class Display:
             return
         self._emit(self.out, self.options.prefix(name), line, self.colour(name))
 
-    def info(self, line: str) -> None:
-        self._launcher(line, "bold")
+    def info(self, line: str, log: bool = True) -> None:
+        """One of the launcher's lines; ``log=False``: the event log records it already (a
+        start, a progress line), so launcher.log does not get it twice."""
+        self._launcher(line, "bold", log)
 
     def error(self, line: str) -> None:
         self._launcher(line, "bold red")
 
-    def _launcher(self, line: str, style: str) -> None:
-        if self.echo is not None:
+    def _launcher(self, line: str, style: str, log: bool = True) -> None:
+        if self.echo is not None and log:
             self.echo(line)
         self._emit(self.err, "tfcluster: ", line, style)
 

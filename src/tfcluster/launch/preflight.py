@@ -23,6 +23,16 @@ def preflight(plan: RunPlan, backend: Backend) -> List[str]:
     live = live_run_problem(plan)
     if live:
         raise UserError(live)
+    problems = program_problems(plan, backend)
+    if problems:
+        raise UserError("\n".join(problems) + "\nnothing was started")
+    return gpu_warnings([(t.name, t.gpus if t.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
+                         for t in plan.selected_tasks if is_local(t.host) or backend.name == "local"])
+
+
+def program_problems(plan: RunPlan, backend: Backend) -> List[str]:
+    """What would fail every task at once, one line per problem naming the task (a missing
+    program, script or folder; legacy Keras without tf_keras): launch's check, and validate's."""
     problems: List[str] = []
     seen = set()
     for t in plan.selected_tasks:
@@ -38,10 +48,7 @@ def preflight(plan: RunPlan, backend: Backend) -> List[str]:
             keras = legacy_keras_problem({**os.environ, **dict(t.env)}, python)
             if keras:
                 problems.append(f"{t.name}: {keras}")
-    if problems:
-        raise UserError("\n".join(problems) + "\nnothing was started")
-    return gpu_warnings([(t.name, t.gpus if t.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
-                         for t in plan.selected_tasks if is_local(t.host) or backend.name == "local"])
+    return problems
 
 
 def _program_problems(t, backend: Backend) -> List[str]:

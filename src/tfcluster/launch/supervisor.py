@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from .. import contract, rules, runindex, secrets
 from ..control import prepared_run_dir
@@ -32,12 +32,12 @@ from ..machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortOpen, Progr
                        Say, Start, Started, StartFailed, TaskStatus, Tick, input_fields,
                        line_events)
 from ..plan import RunPlan, TaskPlan
-from ..progress import Progress
+from ..progress import PIPED_PROGRESS_EVERY, Progress
 from .. import runfs
 from ..record import run_record, task_row, write_record
 from ..runrecord import HEADER, ago, format_duration, format_table, shlex_quote, task_rows
 from .display import Display
-from ..outputs import failure_tail
+from ..outputs import failure_hint as tf_failure_hint, failure_tail
 from ..reader import NoiseFold, OutputReader, Seen
 from .output import OutputPump, join_readers
 from ..machine import TaskState
@@ -47,7 +47,7 @@ PARALLEL_FROM = 16             # a start wave of this many tasks of one job star
 PARALLEL_STARTS = 4            # ... from this many threads (Supervisor._start_many)
 LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
 PROBES_PER_ROUND = 64          # port probes every half second (Supervisor._probes)
-PROGRESS_EVERY = 15.0          # seconds between progress lines when there is no live table
+PROGRESS_EVERY = PIPED_PROGRESS_EVERY   # seconds between progress lines without a live table
 
 
 @dataclass
@@ -161,6 +161,7 @@ class Supervisor:
         self._starters = None       # the threads of _start_many (a ThreadPoolExecutor), till the end
         self._probe_at = 0          # where the next round of port probes starts (see _probes)
         self.last_progress_line = 0.0
+        self._first_step: Optional[tuple] = None    # (the first step reported, when)
         self._start_error: Optional[UserError] = None
         self._chief_checked = 0.0
         self._chief_seen = False
@@ -174,7 +175,9 @@ class Supervisor:
         self.secret_values = plan.secret_values()
         self._masked_specs: Dict[str, tuple] = {}
         self.mask = secrets.Masker(self.secret_values)
-        self.noise = NoiseFold(show=self.view.show_tf_noise)
+        # the note that noise is hidden is the launcher's line, not a task's
+        self.noise = NoiseFold(show=self.view.show_tf_noise,
+                               say=lambda note: self.display.info(note.replace("tfcluster: ", "", 1)))
         self.pump = OutputPump()      # one thread reads every task's pipes (started on first use)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
@@ -417,7 +420,8 @@ class Supervisor:
         self._feed(Started(tr.name, handle.pid, at))
         verb = "restarted" if tr.restarts else "started"
         self.display.info(f"{verb} {tr.name} (pid {tr.pid})"
-                          + (f", restart {tr.restarts}" if tr.restarts else ""))
+                          + (f", restart {tr.restarts}" if tr.restarts else ""),
+                          log=False)     # the task_started event's line says it in launcher.log
         self.events.emit("task_started", task=tr.name, pid=tr.pid, attempt=tr.restarts, host=tr.plan.host,
                          time=at)
         banner = f"----- tfcluster: restart {tr.restarts} -----" if tr.restarts else ""
@@ -553,9 +557,21 @@ class Supervisor:
         self.events.flush()
         if self.display.shows_table:
             self.display.refresh()
-        elif self.machine.best_step is not None and now - self.last_progress_line >= self.view.progress_every:
+        elif self.machine.best_step is not None and self._progress_line_due(now):
             self.last_progress_line = now
             self._progress_lines()
+
+    def _progress_line_due(self, now: float) -> bool:
+        """Without a live table: a progress line every ``progress_every`` seconds, the first as
+        soon as the step has moved past the first one reported (a line at step 0 alone says
+        nothing), or ``progress_every`` after that first report."""
+        step = self.machine.best_step
+        if self._first_step is None:
+            self._first_step = (step, now)
+        if self.last_progress_line == 0.0:
+            first, at = self._first_step
+            return step != first or now - at >= self.view.progress_every
+        return now - self.last_progress_line >= self.view.progress_every
 
     def _remote_chief_ended(self, now: float) -> str:
         """Per-host mode: the chief runs on another host. Its end is visible through the
@@ -682,7 +698,7 @@ class Supervisor:
             age = now - (tr.seen.progress_at or now)
             if age > 2 * self.view.progress_every:
                 line += f" (last report {format_duration(age)} ago)"
-            self.display.info(line)
+            self.display.info(line, log=False)    # progress events are in launcher.log
 
     def _live_table(self):
         from rich.table import Table
@@ -746,10 +762,26 @@ class Supervisor:
             if tail:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)
-            hint = failure_hint(list(self.root_cause.seen.tail))
+            lines = list(self.root_cause.seen.tail)
+            hint = failure_hint(lines) or tf_failure_hint(lines, *_checkpoint_dir(record, self.root_cause.name))
             if hint:
                 text.append(hint)     # "hint: ..." naming the fix (tfcluster.keras_support)
         self.display.block("\n".join(text))
+
+
+def _checkpoint_dir(record: dict, task: str) -> Tuple[Optional[str], str]:
+    """The checkpoint folder a failed task restores from, as its argv names it
+    (``--checkpoint_dir``, ``--model_dir``, ...; control.summaries_dir's reading, that task
+    first) when it holds a checkpoint (else None), and the flag."""
+    from ..control import SUMMARY_FLAGS, summaries_dir
+    rows = [t for t in record.get("tasks") or [] if t.get("task") == task]
+    folder = summaries_dir(dict(record, tasks=rows)) or summaries_dir(record)
+    if folder is not None and not os.path.isfile(os.path.join(folder, "checkpoint")):
+        folder = None
+    argv = [w for t in rows for w in t.get("argv") or [] if isinstance(w, str)]
+    flag = next((f for f in SUMMARY_FLAGS for w in argv if w == f or w.startswith(f + "=")),
+                "--checkpoint_dir")
+    return folder, flag
 
 
 def _discard(handle: Handle) -> None:

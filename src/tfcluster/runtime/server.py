@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from typing import List, Optional, Sequence
+from typing import List, NoReturn, Optional, Sequence
 
 from tfcluster.errors import UserError, print_error
 from tfcluster.rules import EXIT_BAD_INPUT

@@ -246,10 +246,27 @@ class TrainingSession:
         import tensorflow as tf
 
         self._old_sigterm = None
+        self._opening = True
         if threading.current_thread() is threading.main_thread():
             def on_sigterm(signum, frame):
                 self.stop_signal = signum
+                if self._opening:
+                    # still waiting for the session (a non-chief polls until the chief has
+                    # initialised or restored the model, up to max_wait_secs): nothing to save,
+                    # so end now instead of being killed after the launcher's stop timeout
+                    raise SystemExit(128 + signum)
             self._old_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            self._open(tf)
+        except BaseException:
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+            raise
+        finally:
+            self._opening = False
+        return self
+
+    def _open(self, tf) -> None:
         if self.is_chief and self.checkpoint_dir:
             # what ChiefSessionCreator is about to restore. start_step (read after the
             # session is up) can already be past it: other workers step as soon as the
@@ -265,7 +282,6 @@ class TrainingSession:
         self.started_at = time.time()
         if self.last_step is not None and self.start_step >= self.last_step:
             self._stopped = True  # resumed at or past the last step: nothing to train
-        return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         import tensorflow as tf
