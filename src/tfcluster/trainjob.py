@@ -40,7 +40,7 @@ from . import contract
 from .config import Cluster
 from .errors import UserError
 from .jobset import jobset_spec
-from .render import _header, k8s_metadata, k8s_name
+from .render import _header, check_image, job_image, k8s_metadata, k8s_name
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"
@@ -63,8 +63,7 @@ def runtime_and_trainjob(cluster: Cluster, image: str, name: Optional[str] = Non
     """(the runtime, the TrainJob) as dicts. ``namespaced``: a ``TrainingRuntime`` in the
     TrainJob's namespace instead of a ``ClusterTrainingRuntime``. Raises UserError for what
     cannot be expressed (names too long, different GPU counts within a job)."""
-    if not image or not str(image).strip():
-        raise UserError("render trainjob: --image IMAGE is required (the container image that runs the program)")
+    check_image(cluster, image, "trainjob")
     metadata = k8s_metadata(cluster, name, namespace)
     job_name = metadata["name"]
     rt_name = runtime_name or k8s_name(f"{FRAMEWORK}-{job_name}")
@@ -84,7 +83,7 @@ def runtime_and_trainjob(cluster: Cluster, image: str, name: Optional[str] = Non
                "spec": {"mlPolicy": {"numNodes": nodes}, "template": {"spec": spec}}}
     trainjob = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata,
                 "spec": {"runtimeRef": {"apiGroup": API_GROUP, "kind": kind, "name": rt_name},
-                         "trainer": {"image": image, "numNodes": nodes}}}
+                         "trainer": {"image": job_image(cluster, trainer, image), "numNodes": nodes}}}
     return runtime, trainjob
 
 
