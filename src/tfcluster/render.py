@@ -119,7 +119,13 @@ def tfjob(cluster: Cluster, image: Optional[str], name: Optional[str] = None,
         if len({v for t in cluster.tasks for k, v in t.env if k == key}) > 1:
             problems.append(f"env.{printable(key)}: a secret variable with different values in different "
                             f"jobs; the Secret '{secret_name(job_name)}' holds one value per name")
+    if cluster.spec.data_service is not None:
+        problems.append("data_service: a TFJob has no replica type for the tf.data service; render "
+                        "the file as a JobSet or a Trainer v2 TrainJob (render jobset|trainjob), "
+                        "which start it with the cluster")
     for job, tasks in cluster.jobs.items():
+        if job in (contract.DATA_DISPATCHER, contract.DATA_WORKER):
+            continue
         rtype = TFJOB_REPLICA_TYPES.get(job)
         if rtype is None:
             problems.append(f"cluster.{job}: a TFJob has only the jobs {', '.join(TFJOB_REPLICA_TYPES)}; "

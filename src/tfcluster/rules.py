@@ -26,6 +26,13 @@ KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
 REPLICA_JOBS = ("chief", "worker")
 #: jobs with at most one task (TensorFlow's rule)
 SINGLE_TASK_JOBS = ("chief", "evaluator")
+#: the tf.data service's jobs (the file's ``data_service:``): its dispatcher and its workers
+DATA_DISPATCHER = "tfdata_dispatcher"
+DATA_WORKER = "tfdata_worker"
+DATA_SERVICE_JOBS = (DATA_DISPATCHER, DATA_WORKER)
+#: jobs that serve the others and never end by themselves: started first, stopped by tfcluster
+#: after the rest, never part of the success rule (ps, and the tf.data service)
+SERVICE_JOBS = ("ps",) + DATA_SERVICE_JOBS
 #: the backends ``launch --backend`` knows
 BACKENDS = ("local", "ssh", "slurm")
 
@@ -56,16 +63,19 @@ def sort_jobs(jobs: Iterable[str]) -> list:
 
 
 def start_order(jobs: Iterable[str]) -> list:
-    """Jobs in the order their tasks are started: ps first (workers dial them), then the rest."""
+    """Jobs in the order their tasks are started: the tf.data service and ps first (workers
+    dial them; the dispatcher before its workers), then the rest."""
     jobs = sort_jobs(jobs)
-    return [j for j in jobs if j == "ps"] + [j for j in jobs if j != "ps"]
+    first = [j for j in DATA_SERVICE_JOBS + ("ps",) if j in jobs]
+    return first + [j for j in jobs if j not in SERVICE_JOBS]
 
 
 def stop_waves(jobs: Iterable[str]) -> Tuple[list, list]:
     """(first, then): the jobs stopped first -- chief, workers, evaluators, which may save a
-    last checkpoint on SIGTERM and need their ps for it -- and the ps tasks after them."""
+    last checkpoint on SIGTERM and need their ps for it -- and the ps tasks (and the tf.data
+    service's) after them."""
     jobs = sort_jobs(jobs)
-    return [j for j in jobs if j != "ps"], [j for j in jobs if j == "ps"]
+    return [j for j in jobs if j not in SERVICE_JOBS], [j for j in jobs if j in SERVICE_JOBS]
 
 
 # ---------------------------------------------------------------------------- exit codes
@@ -202,14 +212,14 @@ def success_needs(rule: str, chief: str, tasks: Iterable[str], chief_here: bool 
     # every task, or every worker: the workers are among the tasks, so the second is the rule
     workers = {t for t in tasks if t.split(":")[0] in REPLICA_JOBS}
     if not workers:
-        workers = {t for t in tasks if t.split(":")[0] not in ("ps", "evaluator")}
+        workers = {t for t in tasks if t.split(":")[0] not in SERVICE_JOBS + ("evaluator",)}
     return workers or set(tasks)
 
 
 def waits_for_grace(job: str) -> bool:
     """After success, tasks of this job get the grace period to end by themselves (ps and
-    evaluator tasks are stopped at once)."""
-    return job not in ("ps", "evaluator")
+    evaluator tasks, and the tf.data service's, are stopped at once)."""
+    return job not in SERVICE_JOBS + ("evaluator",)
 
 
 # ---------------------------------------------------------------------------- values
