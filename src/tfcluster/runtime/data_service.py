@@ -23,8 +23,8 @@ import sys
 import threading
 from typing import Any, List, Optional
 
-DATA_SERVICE_ENV = "TFCLUSTER_DATA_SERVICE"     # contract.DATA_SERVICE
-DISPATCHER_JOB, WORKER_JOB = "tfdata_dispatcher", "tfdata_worker"
+from tfcluster.contract import DATA_SERVICE as DATA_SERVICE_ENV
+
 DEFAULT_JOB_NAME = "tfcluster"
 
 
