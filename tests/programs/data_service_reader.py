@@ -2,7 +2,7 @@
 it: build the dataset, hand it to tfcluster.runtime.distribute (one distributed_epoch job shared
 by every worker), iterate. Writes the elements it saw to OUT_DIR/<task>.json.
 
-    python data_service_reader.py OUT_DIR [NUM_ELEMENTS]
+    python data_service_reader.py OUT_DIR [NUM_ELEMENTS [GO_FILE]]
 """
 import json
 import os
@@ -15,6 +15,10 @@ import tfcluster.runtime as rt  # noqa: E402
 
 out_dir = sys.argv[1]
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+if len(sys.argv) > 3:          # a test's cue: read only once this file exists
+    import time
+    while not os.path.exists(sys.argv[3]):
+        time.sleep(0.1)
 assert os.environ.get("TFCLUSTER_DATA_SERVICE", "").startswith("grpc://"), os.environ.get("TFCLUSTER_DATA_SERVICE")
 config = json.loads(os.environ["TF_CONFIG"])
 assert set(config["cluster"]) == {"worker"}, config      # the data service is not a TF job
