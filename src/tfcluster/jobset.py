@@ -84,7 +84,7 @@ def render_jobset(cluster: Cluster, image: str, name: Optional[str] = None,
     if secret:
         keys = " ".join(f"--from-literal={k}=..." for k in secret[1])
         how = f"kubectl create secret generic {secret[0]} {keys}; then {how}"
-    return _header(cluster, how) + yaml.safe_dump(manifest, sort_keys=False,
+    return _header(cluster, how, wrapped=True) + yaml.safe_dump(manifest, sort_keys=False,
                                                   default_flow_style=False, width=100)
 
 

@@ -102,7 +102,7 @@ def render_trainjob(cluster: Cluster, image: str, name: Optional[str] = None,
         ns = f" -n {namespace}" if namespace else ""
         keys = " ".join(f"--from-literal={k}=..." for k in secret[1])
         how = f"kubectl create secret generic {secret[0]}{ns} {keys}; then {how}"
-    header = _header(cluster, how) + (
+    header = _header(cluster, how, wrapped=True) + (
         f"# The {runtime['kind']} '{runtime['metadata']['name']}' holds this file's layout "
         f"({trainjob['spec']['trainer']['numNodes']} {trainer_job(cluster)} pods): render again to change it.\n")
     dump = lambda m: yaml.safe_dump(m, sort_keys=False, default_flow_style=False, width=100)  # noqa: E731

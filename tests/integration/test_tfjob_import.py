@@ -223,3 +223,14 @@ def test_name_picks_one_of_several(tmp_path, capsys):
     p.write_text(one.replace("NAME", "a").replace("N", "1") + "---\n" + one.replace("NAME", "b").replace("N,", "3,"))
     assert main(["import", str(p), "--name", "b"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["cluster"] == {"worker": 3}
+
+
+def test_jobset_and_trainjob_of_an_imported_file_say_the_image_needs_tfcluster(tmp_path, capsys):
+    out = tmp_path / "mnist.yaml"
+    assert main(["import", os.path.join(DATA, "mnist_with_summaries.yaml"), "-o", str(out)]) == 0
+    for kind in ("jobset", "trainjob"):
+        capsys.readouterr()
+        assert main(["render", kind, str(out)]) == 0
+        assert "their image needs tfcluster installed" in capsys.readouterr().out.splitlines()[1]
+    assert main(["render", "k8s", str(out)]) == 0       # a TFJob runs the program itself
+    assert "tfcluster installed" not in capsys.readouterr().out
