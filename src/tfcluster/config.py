@@ -661,8 +661,10 @@ def _with_data_service(data: Dict[str, Any], problems: List[str]) -> Dict[str, A
             argv = DATA_SERVICE_PROGRAM + [role]
             if role == "dispatcher" and isinstance(ds.get("work_dir"), str):
                 argv += ["--work_dir", ds["work_dir"]]
-            jobs[job] = {"command": argv, "args": [], "task_flags": False,
-                         "restart": {"policy": "on-failure"}, **spec}
+            restart = spec.get("restart")
+            jobs[job] = {"command": argv, "args": [], "task_flags": False, **spec,
+                         "restart": {"policy": "on-failure", **restart} if isinstance(restart, dict)
+                         else restart if "restart" in spec else {"policy": "on-failure"}}
     return {**data, "cluster": cluster, "jobs": jobs}
 
 

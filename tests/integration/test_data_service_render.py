@@ -94,3 +94,14 @@ def test_bad_data_service_names_the_field(text, message, tmp_path):
     with pytest.raises(UserError) as e:
         load(text, tmp_path, "bad.yaml")
     assert message in str(e.value)
+
+
+def test_the_data_jobs_restart_on_failure_unless_the_file_says_otherwise(tmp_path):
+    c = load("cluster: {worker: 1}\ndata_service: {workers: 2}\n"
+             "jobs: {tfdata_worker: {restart: {max_restarts: 7}}}\n", tmp_path, "r.yaml")
+    assert (c.jobs["tfdata_worker"][0].restart.policy, c.jobs["tfdata_worker"][0].restart.max_restarts) == \
+        ("on-failure", 7)
+    assert c.jobs["tfdata_dispatcher"][0].restart.policy == "on-failure"
+    c = load("cluster: {worker: 1}\ndata_service: {}\njobs: {tfdata_dispatcher: {restart: {policy: never}}}\n",
+             tmp_path, "n.yaml")
+    assert c.jobs["tfdata_dispatcher"][0].restart.policy == "never"
