@@ -42,6 +42,14 @@ And of issue 15:
    machine's ``machine_cpu_busy``. ``--set link_workers=N`` (workers on the worker host, 2)
    and ``--set 'link_args=[...]'`` (more links.py flags) try other levers.
 
+And of issue 34:
+
+13. ``data_service`` (``--only data_service``): an input-bound model (bench_programs/data_input.py:
+   every example through an expensive ``map``, one dense layer) on one training worker, its
+   input made in the worker (0 data workers) or by the cluster's tf.data service with 1 and 2
+   data workers (``data_service:``); ``data_service.<n>``: examples/s after the warm-up, the CPU
+   seconds of the whole run (launcher and every task) and per 1,000 examples.
+
 And of issue 24:
 
 11. ``peers`` (``--only peers``): one model, data and batch (bench_programs/peers.py) trained by
@@ -854,6 +862,9 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         add(f"throughput.{n}.examples_per_s", get(out, f"throughput.{n}.examples_per_s"))
     add("throughput.scaling_efficiency.async", get(out, "throughput.scaling_efficiency.async"))
     add("throughput.scaling_efficiency.sync", get(out, "throughput.scaling_efficiency.sync"))
+    for n, cell in (out.get("data_service") or {}).items():
+        add(f"data_service.{n}.examples_per_s ({n} data workers)", cell.get("examples_per_s"))
+        add(f"data_service.{n}.cpu_seconds (whole run)", cell.get("cpu_seconds"))
     for n in ("single", "async", "sync"):
         add(f"compute_bound.{n}_examples_per_s", get(out, f"compute_bound.{n}_examples_per_s"))
     add("compute_bound.single_step_seconds", get(out, "compute_bound.single_step_seconds"), unit="s")
@@ -1267,12 +1278,52 @@ def bench_ray(cfg, tmp, out, notes) -> None:
     figures.bench(cfg, tmp, out, notes, sys.modules[__name__])
 
 
+def bench_data_service(cfg, tmp, out, notes) -> None:
+    """Issue 34: an input-bound model (bench_programs/data_input.py, an expensive ``map``) on one
+    training worker, its input made in-process (0 data workers) or by the cluster's tf.data
+    service with 1 and 2 data workers. ``data_service.<n>``: examples/s after the warm-up, and
+    the CPU seconds of the whole run (launcher, worker, dispatcher, data workers: the
+    launcher's reaped children) per 1,000 examples."""
+    import resource
+
+    steps, warmup = cfg.get("ds_steps", 300), cfg.get("ds_warmup", 20)
+    result: Dict[str, Any] = {}
+    for n in cfg.get("ds_workers", [0, 1, 2]):
+        ports = free_ports(1 + (1 + n if n else 0))
+        doc: Dict[str, Any] = {"cluster": {"worker": [f"localhost:{ports[0]}"]},
+                               "program": {"command": ["python", os.path.join(PROGRAMS, "data_input.py"),
+                                                       f"--steps={steps}", f"--warmup={warmup}"]},
+                               "logdir": os.path.join(tmp, "runs")}
+        if n:
+            doc["data_service"] = {"dispatcher": f"localhost:{ports[1]}",
+                                   "workers": [f"localhost:{p}" for p in ports[2:]]}
+        path = os.path.join(tmp, f"data-service-{n}.yaml")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        r = run(f"data_service.{n}", tfcluster_argv() + ["launch", path, "--no-live"], 600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        b = r.bench() if r.ok else None
+        if b is None:
+            notes.append(f"data_service.{n}: no result (exit {r.rc})")
+            continue
+        examples = (steps + warmup) * 32
+        result[str(n)] = {"examples_per_s": rnd(b["examples_per_s"], 1), "cpu_seconds": rnd(cpu, 1),
+                          "wall_seconds": rnd(r.end - r.start, 1),
+                          "cpu_seconds_per_1000_examples": rnd(cpu / examples * 1000, 2)}
+        log(f"data_service.{n}: {result[str(n)]}")
+    out["data_service"] = result
+
+
 FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
            ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
            ("peers", bench_peers), ("embeddings", bench_embeddings), ("ray", bench_ray),
+           ("data_service", bench_data_service),
            ("fastclose", bench_fastclose), ("scalefix", bench_scalefix))
 EXPERIMENTS = {"fastclose", "scalefix"}  # run only when named in --only
+ON_REQUEST = {"data_service"}            # figures run only when named in --only (issue 34's)
 
 
 def compile_checkout() -> bool:
@@ -1294,7 +1345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--only", metavar="NAMES",
                     help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES)
-                    + " (fastclose and scalefix are experiments, run only when named)")
+                    + " (fastclose and scalefix are experiments, and data_service, run only when named)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting of the mode, e.g. --set reps=3 (see SETTINGS)")
@@ -1329,7 +1380,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     code = 0
     try:
         for name, fn in FIGURES:
-            if (only and name not in only) or (not only and name in EXPERIMENTS):
+            if (only and name not in only) or (not only and name in EXPERIMENTS | ON_REQUEST):
                 continue
             t = time.time()
             try:

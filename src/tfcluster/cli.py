@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="k8s: Kubeflow TFJob; jobset: JobSet (jobset.x-k8s.io); trainjob: a Trainer v2 "
                    "TensorFlow runtime and a TrainJob; slurm: sbatch script")
     s.add_argument("file", nargs="?", help="the cluster file (default: ./cluster.yaml)")
-    s.add_argument("--image", help="k8s, jobset, trainjob: container image (required)")
+    s.add_argument("--image", help="k8s, jobset, trainjob: container image of every pod (required "
+                   "unless the file gives each job its kubernetes.image)")
     s.add_argument("--name", help="name of the TFJob / JobSet / TrainJob / Slurm job (default: the "
                    "file's name)")
     s.add_argument("--namespace", help="k8s, jobset, trainjob: namespace")
@@ -262,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_slurm_flags(s)
     s.set_defaults(func=cmd_render)
 
+    s = sub.add_parser("import", help="write a cluster file from a Kubeflow TFJob manifest",
+                       description="Read a TFJob (kubeflow.org/v1 or v1beta2; several documents or "
+                       "'kubectl get tfjob -o yaml' output) and print the cluster file that holds it. "
+                       "What a cluster file cannot carry is listed on stderr and in the file.")
+    s.add_argument("tfjob", metavar="TFJOB.yaml", help="the manifest ('-': standard input)")
+    s.add_argument("-o", "--output", metavar="FILE", help="write the cluster file here (default: stdout)")
+    s.add_argument("--name", help="the TFJob to import when the file holds several")
+    s.set_defaults(func=cmd_import)
     s = sub.add_parser("schema", help="print the JSON Schema of cluster.yaml")
     s.set_defaults(func=cmd_schema)
 
@@ -602,6 +611,37 @@ def cmd_schema(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from . import config
+    from .tfjob_import import MAX_BYTES, import_tfjob, render_file
+    source = "<stdin>" if args.tfjob == "-" else args.tfjob
+    try:
+        if args.tfjob == "-":
+            text = sys.stdin.read(MAX_BYTES + 1)
+        else:
+            with open(args.tfjob, "r", encoding="utf-8") as f:
+                text = f.read(MAX_BYTES + 1)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{config.printable(source)}: not a text file ({e.reason} at byte {e.start})")
+    except OSError as e:
+        raise UserError(f"{config.printable(source)}: cannot be read ({e.strerror or e})")
+    data, left_out, meta = import_tfjob(text, source, name=args.name)
+    config.from_dict(data, source=f"{source} (imported)")      # the result must validate
+    out = render_file(data, left_out, meta, source)
+    for item in left_out:
+        print(f"tfcluster import: left out: {config.printable(item)}", file=sys.stderr)
+    if args.output:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            raise UserError(f"{config.printable(args.output)}: cannot be written ({e.strerror or e})")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(out)
+    else:
+        print(out, end="")
+    return 0
+
+
 def cmd_hello(args) -> int:
     from .hello import hello
     return hello(args.file)
@@ -622,9 +662,6 @@ def cmd_render(args) -> int:
         if args.arg:
             raise UserError(f"render {args.kind}: --arg is for render slurm and launch only; edit "
                             f"program.args in the file (the pods run the file's program)")
-        if not args.image:
-            raise UserError(f"render {args.kind}: --image IMAGE is required (the container that runs "
-                            f"the program)")
         if (args.runtime_name or args.namespaced) and args.kind != "trainjob":
             flag = "--runtime-name" if args.runtime_name else "--namespaced"
             raise UserError(f"render {args.kind}: {flag} is for render trainjob only")

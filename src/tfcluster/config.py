@@ -139,6 +139,17 @@ class JobSpec(_Strict):
         None, description="pod settings of this job (render k8s/jobset/trainjob), merged over kubernetes:")
 
 
+class DataServiceSpec(_Strict):
+    """The tf.data service (``data_service:``): a dispatcher and its workers, started with the
+    cluster as the jobs ``tfdata_dispatcher`` and ``tfdata_worker`` (pod settings, restart and
+    env through ``jobs.tfdata_dispatcher`` / ``jobs.tfdata_worker``)."""
+
+    dispatcher: Union[Literal[1], str] = Field(1, description="1 (a port assigned at launch) or host:port")
+    workers: Union[int, List[str]] = Field(1, description="a count, or a list of host:port")
+    work_dir: Optional[str] = Field(None, description="the dispatcher's journal folder (fault tolerance: "
+                                    "a restarted dispatcher recovers its jobs)")
+
+
 class RemoteSpec(_Strict):
     """How to reach a host over ssh and run tasks there (``remote:`` defaults, ``hosts.<name>:``
     per host; used by ``--backend ssh``)."""
@@ -198,6 +209,9 @@ class ClusterFile(_Strict):
         description="pod settings for every job (render k8s/jobset/trainjob): resources, "
         "node_selector, tolerations, volumes, volume_mounts, service_account, image_pull_secrets, "
         "priority_class, labels, annotations, queue")
+    data_service: Optional[DataServiceSpec] = Field(
+        None, description="the tf.data service: a dispatcher and workers started with the cluster; "
+        "every task gets TFCLUSTER_DATA_SERVICE=grpc://host:port")
     secrets: List[str] = Field(
         default_factory=list, description="names of environment variables whose values are secret: "
         "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "
@@ -334,7 +348,7 @@ class Cluster:
     def cluster_spec(self):
         """A real ``tf.train.ClusterSpec`` (imports TensorFlow)."""
         import tensorflow as tf  # noqa: imported here so the CLI stays fast
-        return tf.train.ClusterSpec(self.cluster_spec_dict())
+        return tf.train.ClusterSpec(contract.tf_cluster(self.cluster_spec_dict(), "worker"))
 
     def tf_config(self, task_id: Union[str, TaskId]) -> Dict[str, Any]:
         """The TF_CONFIG dict of a task (:func:`tfcluster.contract.tf_config`)."""
@@ -550,6 +564,7 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     non_str = [k for k in data if not isinstance(k, str)]
     if non_str:
         raise fail([f"key {_short(non_str[0])}: keys must be strings"])
+    data = _with_data_service(data, problems)
     bad_text = _check_strings(data)
     if bad_text:  # NUL or lone surrogates: nothing else is worth checking, and printing may fail
         raise fail(bad_text)
@@ -619,7 +634,7 @@ def _resolve(spec: ClusterFile, raw_cluster: Dict[str, Any], source: str,
             if gpus is not None:
                 task_gpus: Optional[str] = _gpu_str(gpus[i]) if i < len(gpus) else ""
             else:
-                task_gpus = "" if job == "ps" else None
+                task_gpus = "" if job in vocabulary.SERVICE_JOBS else None
             tasks.append(Task(
                 job=job, index=i, endpoint=ep,
                 command=tuple(_resolve_command(command, base_dir)),
@@ -634,6 +649,39 @@ def _resolve(spec: ClusterFile, raw_cluster: Dict[str, Any], source: str,
                       base_port=spec.base_port, spec=spec, count_jobs=tuple(count_jobs))
     problems.extend(_duplicate_endpoints(cluster))
     return cluster, problems
+
+
+DATA_SERVICE_PROGRAM = ["python", "-I", "-m", "tfcluster.runtime.data_service"]
+
+
+def _with_data_service(data: Dict[str, Any], problems: List[str]) -> Dict[str, Any]:
+    """The file with its ``data_service:`` as two jobs, ``tfdata_dispatcher`` (1 task) and
+    ``tfdata_worker``, running tfcluster's built-in program, restarted on failure unless
+    ``jobs.<job>`` says otherwise. Their shape is checked by the model afterwards."""
+    ds, cluster = data.get("data_service"), data.get("cluster")
+    if not isinstance(ds, dict) or not isinstance(cluster, dict):
+        return data
+    taken = [j for j in vocabulary.DATA_SERVICE_JOBS if j in cluster]
+    if taken:
+        problems.append(f"cluster.{taken[0]}: this job name belongs to data_service:; rename the job")
+        return data
+    dispatcher, workers = ds.get("dispatcher", 1), ds.get("workers", 1)
+    cluster = {**cluster, vocabulary.DATA_DISPATCHER: [dispatcher] if isinstance(dispatcher, str) else dispatcher,
+               vocabulary.DATA_WORKER: workers}
+    jobs = dict(data.get("jobs") or {}) if isinstance(data.get("jobs") or {}, dict) else data.get("jobs")
+    if isinstance(jobs, dict):
+        for job, role in ((vocabulary.DATA_DISPATCHER, "dispatcher"), (vocabulary.DATA_WORKER, "worker")):
+            spec = jobs.get(job) or {}
+            if not isinstance(spec, dict):
+                continue
+            argv = DATA_SERVICE_PROGRAM + [role]
+            if role == "dispatcher" and isinstance(ds.get("work_dir"), str):
+                argv += ["--work_dir", ds["work_dir"]]
+            restart = spec.get("restart")
+            jobs[job] = {"command": argv, "args": [], "task_flags": False, **spec,
+                         "restart": {"policy": "on-failure", **restart} if isinstance(restart, dict)
+                         else restart if "restart" in spec else {"policy": "on-failure"}}
+    return {**data, "cluster": cluster, "jobs": jobs}
 
 
 def _duplicate_endpoints(cluster: Cluster) -> List[str]:

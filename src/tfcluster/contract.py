@@ -21,6 +21,9 @@ task flags (opt-in)
                               starts the server there (``tfcluster.runtime.start_profiler``),
                               and ``tfcluster profile RUN`` traces every task through it
 ``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
+``TFCLUSTER_DATA_SERVICE``    ``grpc://host:port`` of the tf.data service's dispatcher, when the
+                              file has a ``data_service:`` (its jobs ``tfdata_dispatcher`` and
+                              ``tfdata_worker`` are left out of the other tasks' TF_CONFIG)
 
 Set only by a launcher that supervises the task (never by ``commands``, ``render`` or pod
 entry points, whose tasks must end by themselves):
@@ -58,6 +61,9 @@ PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
 #: (>= 32768, as free ports picked by binding port 0 are), else its port plus this
 PROFILER_PORT_OFFSET = 30000
 EPHEMERAL_LOW = 32768
+DATA_SERVICE = "TFCLUSTER_DATA_SERVICE"
+# the tf.data service's jobs (rules.DATA_SERVICE_JOBS; written here too: this module imports nothing)
+DATA_DISPATCHER, DATA_WORKER = "tfdata_dispatcher", "tfdata_worker"
 
 #: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
 PYTHON = "{python}"
@@ -90,10 +96,24 @@ def cluster_dict(endpoints: Mapping[str, Sequence[str]]) -> Dict[str, List[str]]
     return {job: list(eps) for job, eps in endpoints.items() if job != "evaluator"}
 
 
+def tf_cluster(cluster: Mapping[str, Sequence[str]], job: str) -> Dict[str, List[str]]:
+    """What task ``job`` sees of ``cluster``: a training task does not see the tf.data
+    service's jobs (they are no TensorFlow servers of its cluster); a data-service task sees
+    everything (it finds its own address there)."""
+    if job in (DATA_DISPATCHER, DATA_WORKER):
+        return {j: list(eps) for j, eps in cluster.items()}
+    return {j: list(eps) for j, eps in cluster.items() if j not in (DATA_DISPATCHER, DATA_WORKER)}
+
+
+def data_service_address(cluster: Optional[Mapping[str, Sequence[str]]]) -> Optional[str]:
+    """``grpc://host:port`` of the tf.data service's dispatcher in ``cluster``, or None."""
+    eps = (cluster or {}).get(DATA_DISPATCHER)
+    return f"grpc://{eps[0]}" if eps else None
+
+
 def tf_config(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> Dict[str, object]:
     """The TF_CONFIG dict of task ``job:index`` in ``cluster`` (a ClusterSpec dict)."""
-    return {"cluster": {j: list(eps) for j, eps in cluster.items()},
-            "task": {"type": job, "index": int(index)}}
+    return {"cluster": tf_cluster(cluster, job), "task": {"type": job, "index": int(index)}}
 
 
 def tf_config_json(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> str:
@@ -103,7 +123,7 @@ def tf_config_json(cluster: Mapping[str, Sequence[str]], job: str, index: int) -
 def task_flags(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> List[str]:
     """The seed's flags: ``--job_name --task_index`` and ``--<job>_hosts`` for every job."""
     flags = [f"--job_name={job}", f"--task_index={int(index)}"]
-    for j, eps in cluster.items():
+    for j, eps in tf_cluster(cluster, job).items():
         flags.append(f"--{j}_hosts={','.join(eps)}")
     return flags
 
@@ -143,6 +163,9 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
         env[CUDA_VISIBLE_DEVICES] = gpus
     if cluster is not None:
         env[TF_CONFIG] = tf_config_json(cluster, job, index)
+        address = data_service_address(cluster)
+        if address:
+            env[DATA_SERVICE] = address
     env["PYTHONUNBUFFERED"] = "1"
     env[TASK] = f"{job}:{index}"
     if local_tasks is not None:
@@ -175,7 +198,7 @@ def chief_task(jobs) -> str:
         return "chief:0"
     if "worker" in jobs:
         return "worker:0"
-    other = [j for j in jobs if j not in ("ps", "evaluator")]
+    other = [j for j in jobs if j not in ("ps", "evaluator", DATA_DISPATCHER, DATA_WORKER)]
     return f"{other[0]}:0" if other else "worker:0"
 
 

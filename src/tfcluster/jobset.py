@@ -54,8 +54,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .config import Cluster, Task
 from .errors import UserError
-from . import contract, pod
-from .render import _header, finish_pod, k8s_metadata, k8s_name, pod_entry, restart_budget
+from . import contract, k8s_options, pod
+from .render import (_header, backoff_limit, check_image, finish_pod, job_image, k8s_metadata, k8s_name,
+                     pod_entry)
 from . import secrets
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -83,7 +84,7 @@ def render_jobset(cluster: Cluster, image: str, name: Optional[str] = None,
     if secret:
         keys = " ".join(f"--from-literal={k}=..." for k in secret[1])
         how = f"kubectl create secret generic {secret[0]} {keys}; then {how}"
-    return _header(cluster, how) + yaml.safe_dump(manifest, sort_keys=False,
+    return _header(cluster, how, wrapped=True) + yaml.safe_dump(manifest, sort_keys=False,
                                                   default_flow_style=False, width=100)
 
 
@@ -91,8 +92,7 @@ def jobset(cluster: Cluster, image: str, name: Optional[str] = None,
            namespace: Optional[str] = None) -> Dict[str, Any]:
     """The JobSet as a dict (what :func:`render_jobset` prints). Raises UserError for what a
     JobSet cannot express (different GPU counts within a job, names too long)."""
-    if not image or not str(image).strip():
-        raise UserError("render jobset: --image IMAGE is required (the container image that runs the program)")
+    check_image(cluster, image, "jobset")
     metadata = k8s_metadata(cluster, name, namespace)
     spec = jobset_spec(cluster, image, metadata["name"], "--name" if name else "the file's name")
     return {"apiVersion": API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": spec}
@@ -109,6 +109,10 @@ def jobset_spec(cluster: Cluster, image: str, js_name: str, source: str, *, subd
     layout: Dict[str, Any] = {"port": PORT,
                               "jobs": {job: {"rjob": rjobs[job], "replicas": 1, "pods": len(tasks)}
                                        for job, tasks in cluster.jobs.items()}}
+    for job in cluster.jobs:      # a job's own port (kubernetes.port), as a TFJob's tfjob-port
+        port = k8s_options.settings_for(cluster.spec, job).port
+        if port and port != PORT:
+            layout["jobs"][job]["port"] = port
     if subdomain:
         layout = {"subdomain": js_name, **layout}
     _check_lengths(js_name, layout, source)
@@ -117,7 +121,8 @@ def jobset_spec(cluster: Cluster, image: str, js_name: str, source: str, *, subd
     replicated = []
     for job, tasks in cluster.jobs.items():
         try:
-            rj = _replicated_job(cluster, job, tasks, rjobs[job], image, layout, secret, container_name)
+            rj = _replicated_job(cluster, job, tasks, rjobs[job], job_image(cluster, job, image), layout,
+                                 secret, container_name)
         except UserError as e:
             problems.append(e.message)
             continue
@@ -131,12 +136,16 @@ def jobset_spec(cluster: Cluster, image: str, js_name: str, source: str, *, subd
     if subdomain:
         network["subdomain"] = js_name
     network["publishNotReadyAddresses"] = True
-    return {
+    spec: Dict[str, Any] = {
         "network": network,
         "successPolicy": {"operator": "All", "targetReplicatedJobs": _success_targets(cluster, rjobs)},
         "failurePolicy": _failure_policy(cluster, rjobs),
         "replicatedJobs": replicated,
     }
+    run_policy = cluster.spec.kubernetes.run_policy
+    if run_policy is not None and run_policy.ttl_seconds_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = run_policy.ttl_seconds_after_finished
+    return spec
 
 
 def _rjob_names(cluster: Cluster) -> Dict[str, str]:
@@ -169,7 +178,7 @@ def _success_targets(cluster: Cluster, rjobs: Dict[str, str]) -> List[str]:
 
 
 def _failure_policy(cluster: Cluster, rjobs: Dict[str, str]) -> Dict[str, Any]:
-    policy: Dict[str, Any] = {"maxRestarts": restart_budget(cluster)}
+    policy: Dict[str, Any] = {"maxRestarts": backoff_limit(cluster)}
     by_policy: Dict[str, List[str]] = {}
     for job, tasks in cluster.jobs.items():
         by_policy.setdefault(tasks[0].restart.policy, []).append(rjobs[job])
@@ -195,7 +204,8 @@ def _replicated_job(cluster: Cluster, job: str, tasks: List[Task], rjob: str, im
                                  "command": entry[:1], "args": entry[1:]}
     container["env"] = pod_env(cluster, job, rjob, layout, secret)
     pod_template: Dict[str, Any] = {"spec": {"restartPolicy": "Never", "containers": [container]}}
-    finish_pod(pod_template, container, cluster, job, tasks, PORT_NAME, PORT)
+    finish_pod(pod_template, container, cluster, job, tasks, PORT_NAME, layout["jobs"][job].get("port", PORT))
+    container["image"] = image          # --image over the file's
     n = len(tasks)
     job_spec: Dict[str, Any] = {"completionMode": "Indexed", "completions": n, "parallelism": n,
                                 "backoffLimit": 0}

@@ -19,8 +19,27 @@ service_account      pod ``serviceAccountName``            a name
 image_pull_secrets   pod ``imagePullSecrets``              Secret names
 priority_class       pod ``priorityClassName``             a name
 labels, annotations  pod template metadata                 key -> value
+affinity             pod ``affinity``                      Kubernetes' Affinity (as written)
+image                container ``image``                   the job's image (``render --image``
+                                                           replaces every job's)
+port                 the ``tfjob-port`` / task port        the port the task's server listens on
+                                                           (default 2222)
+ports                container ``ports`` besides it        Kubernetes' ContainerPort list
+env_from             container ``env`` with ``valueFrom``  name -> Kubernetes' EnvVarSource
+entry                how the container starts              ``tfcluster`` (default): ``python -m
+                                                           tfcluster.pod -- PROGRAM``; ``program``:
+                                                           the program itself (TFJob only; no
+                                                           command: the image's entrypoint)
+restart_policy       TFJob replica ``restartPolicy``       Never, OnFailure, ExitCode, Always
+                                                           (default: from ``restart.policy``)
 queue                workload label                        (file-wide only) Kueue's
                      ``kueue.x-k8s.io/queue-name``         LocalQueue name
+run_policy           TFJob ``runPolicy``; JobSet           (file-wide only) clean_pod_policy,
+                     ``failurePolicy.maxRestarts``,        backoff_limit, active_deadline_seconds,
+                     ``ttlSecondsAfterFinished``           ttl_seconds_after_finished,
+                                                           min_available, priority_class,
+                                                           schedule_timeout_seconds
+enable_dynamic_worker TFJob ``enableDynamicWorker``        (file-wide only) true/false
 ==================== ===================================== ====================================
 
 Merging (:func:`resolve`): ``jobs.<job>.kubernetes`` over ``kubernetes:`` -- mappings key by key
@@ -220,8 +239,46 @@ class VolumeMount(_K8s):
         return v
 
 
+class ContainerPort(_K8s):
+    """Kubernetes' ContainerPort (a port of the container besides the task's own)."""
+
+    name: Optional[str] = None
+    containerPort: int = Field(ge=1, le=65535)
+    protocol: Optional[Literal["TCP", "UDP", "SCTP"]] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and (len(v) > 15 or not _LABEL.fullmatch(v)):
+            raise ValueError(f"{_q(v)} is not a Kubernetes port name (lowercase letters, digits, "
+                             f"'-', at most 15 characters)")
+        return v
+
+
+ENV_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
+TFJOB_RESTART_POLICIES = ("Never", "OnFailure", "ExitCode", "Always")
+ENTRIES = ("tfcluster", "program")
+
+
 class PodSettings(_K8s):
     """Pod settings of one job (``jobs.<job>.kubernetes``), merged over ``kubernetes:``."""
+
+    image: Optional[str] = Field(None, description="container image of the job's pods "
+                                 "(render --image replaces it)")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="the port the task's server "
+                                "listens on in its pod (TFJob's tfjob-port; default 2222)")
+    ports: List[ContainerPort] = Field(default_factory=list, description="container ports besides "
+                                       "the task's own")
+    env_from: Dict[str, Dict[str, Any]] = Field(
+        default_factory=dict, description="container variables from a source (name -> Kubernetes' "
+        "valueFrom: secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)")
+    entry: Optional[Literal["tfcluster", "program"]] = Field(
+        None, description="tfcluster (default): pods run 'python -m tfcluster.pod -- PROGRAM'; "
+        "program: a TFJob's pods run the program itself (no command: the image's entrypoint)")
+    restart_policy: Optional[Literal["Never", "OnFailure", "ExitCode", "Always"]] = Field(
+        None, description="TFJob replica restartPolicy (default: from restart.policy)")
+    affinity: Dict[str, Any] = Field(default_factory=dict, description="pod affinity (Kubernetes' "
+                                     "Affinity, as written)")
 
     resources: Optional[Resources] = Field(None, description="container requests/limits")
     node_selector: Dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
@@ -241,6 +298,32 @@ class PodSettings(_K8s):
             raise ValueError("queue is file-wide (kubernetes.queue): Kueue admits the whole "
                              "TFJob, JobSet or TrainJob, not one job of it")
         return data
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and (not v.strip() or not v.isprintable() or " " in v):
+            raise ValueError(f"{_q(v)} is not a container image reference")
+        return v
+
+    @field_validator("env_from")
+    @classmethod
+    def _env_from(cls, value: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+        for name, source in value.items():
+            if len(source) != 1 or next(iter(source)) not in ENV_SOURCES:
+                raise ValueError(f"env_from.{_q(name)}: give exactly one of {', '.join(ENV_SOURCES)}")
+            if not isinstance(next(iter(source.values())), dict):
+                raise ValueError(f"env_from.{_q(name)}: the source is a mapping")
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: Dict[str, Any]) -> Dict[str, Any]:
+        known = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+        for key in value:
+            if key not in known:
+                raise ValueError(f"affinity: unknown key {_q(key)} (one of {', '.join(known)})")
+        return value
 
     @field_validator("node_selector", "labels")
     @classmethod
@@ -272,6 +355,47 @@ class PodSettings(_K8s):
         return v
 
 
+class RunPolicy(_K8s):
+    """A TFJob's ``runPolicy`` (Kubeflow's RunPolicy; ``schedulingPolicy`` flattened)."""
+
+    clean_pod_policy: Optional[Literal["None", "Running", "All"]] = Field(
+        None, description="cleanPodPolicy (default Running)")
+    backoff_limit: Optional[int] = Field(None, ge=0, description="backoffLimit (default: from restart)")
+    active_deadline_seconds: Optional[int] = Field(None, ge=1, description="activeDeadlineSeconds")
+    ttl_seconds_after_finished: Optional[int] = Field(None, ge=0, description="ttlSecondsAfterFinished")
+    min_available: Optional[int] = Field(None, ge=1, description="schedulingPolicy.minAvailable")
+    priority_class: Optional[str] = Field(None, description="schedulingPolicy.priorityClass")
+    schedule_timeout_seconds: Optional[int] = Field(None, ge=1,
+                                                    description="schedulingPolicy.scheduleTimeoutSeconds")
+    min_resources: Dict[str, Quantity] = Field(default_factory=dict,
+                                               description="schedulingPolicy.minResources")
+
+    @field_validator("min_resources")
+    @classmethod
+    def _quantities(cls, value: Dict[str, Quantity]) -> Dict[str, Quantity]:
+        return Resources._quantities(value)
+
+    def tfjob(self) -> Dict[str, Any]:
+        """The TFJob ``runPolicy`` fields this gives (without cleanPodPolicy/backoffLimit)."""
+        out: Dict[str, Any] = {}
+        if self.active_deadline_seconds is not None:
+            out["activeDeadlineSeconds"] = self.active_deadline_seconds
+        if self.ttl_seconds_after_finished is not None:
+            out["ttlSecondsAfterFinished"] = self.ttl_seconds_after_finished
+        scheduling: Dict[str, Any] = {}
+        if self.min_available is not None:
+            scheduling["minAvailable"] = self.min_available
+        if self.priority_class:
+            scheduling["priorityClass"] = self.priority_class
+        if self.schedule_timeout_seconds is not None:
+            scheduling["scheduleTimeoutSeconds"] = self.schedule_timeout_seconds
+        if self.min_resources:
+            scheduling["minResources"] = {k: check_quantity(v) for k, v in self.min_resources.items()}
+        if scheduling:
+            out["schedulingPolicy"] = scheduling
+        return out
+
+
 class KubernetesSpec(PodSettings):
     """The file's ``kubernetes:`` section: pod settings for every job, and the Kueue queue."""
 
@@ -280,6 +404,9 @@ class KubernetesSpec(PodSettings):
                                                  "trainjob (see docs/CLUSTER_YAML.md)"})
     queue: Optional[str] = Field(None, description="Kueue LocalQueue: the label kueue.x-k8s.io/queue-name "
                                  "on the TFJob / JobSet / TrainJob")
+    run_policy: Optional[RunPolicy] = Field(None, description="TFJob runPolicy (backoff_limit and "
+                                            "ttl_seconds_after_finished also for JobSet)")
+    enable_dynamic_worker: Optional[bool] = Field(None, description="TFJob enableDynamicWorker")
 
     @field_validator("queue")
     @classmethod
@@ -335,6 +462,13 @@ class Resolved:
     priority_class: Optional[str] = None
     labels: Dict[str, str] = field(default_factory=dict)
     annotations: Dict[str, str] = field(default_factory=dict)
+    image: Optional[str] = None
+    port: Optional[int] = None
+    ports: List[Dict[str, Any]] = field(default_factory=list)
+    env_from: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    entry: str = "tfcluster"
+    restart_policy: Optional[str] = None
+    affinity: Dict[str, Any] = field(default_factory=dict)
 
 
 def _dump(model: BaseModel) -> Dict[str, Any]:
@@ -358,6 +492,13 @@ def resolve(file: Optional[PodSettings], job: Optional[PodSettings]) -> Resolved
         out.priority_class = layer.priority_class or out.priority_class
         out.labels.update(layer.labels)
         out.annotations.update(layer.annotations)
+        out.image = layer.image or out.image
+        out.port = layer.port or out.port
+        out.ports = _by(out.ports, [_dump(p) for p in layer.ports], "containerPort")
+        out.env_from.update(layer.env_from)
+        out.entry = layer.entry or out.entry
+        out.restart_policy = layer.restart_policy or out.restart_policy
+        out.affinity = dict(layer.affinity) or out.affinity
     for v in out.volumes:     # quantities as strings (Kubernetes' int-or-string, written one way)
         if "emptyDir" in v and "sizeLimit" in v["emptyDir"]:
             v["emptyDir"]["sizeLimit"] = check_quantity(v["emptyDir"]["sizeLimit"])
@@ -416,6 +557,13 @@ def apply(template: Dict[str, Any], container: Dict[str, Any], settings: Resolve
         container["resources"] = resources
     elif "resources" in container:
         del container["resources"]
+    if settings.image:
+        container["image"] = settings.image
+    if settings.ports:
+        container["ports"] = container.get("ports", []) + [dict(p) for p in settings.ports]
+    if settings.env_from:
+        env = [e for e in container.get("env", []) if e["name"] not in settings.env_from]
+        container["env"] = env + [{"name": k, "valueFrom": dict(v)} for k, v in settings.env_from.items()]
     if settings.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in settings.volume_mounts]
     meta: Dict[str, Any] = {}
@@ -434,6 +582,8 @@ def apply(template: Dict[str, Any], container: Dict[str, Any], settings: Resolve
         spec["nodeSelector"] = dict(settings.node_selector)
     if settings.tolerations:
         spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.affinity:
+        spec["affinity"] = dict(settings.affinity)
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
     if settings.volumes:

@@ -945,7 +945,7 @@ class RunMachine:
                 t.state = check_transition(t.state, TaskState.STOPPED, t.name)
                 self._claims.pop(t.name, None)
         live = [t for t in self.tasks.values() if t.state.alive]
-        first, then = rules.stop_waves({t.job for t in live} | {"ps"})
+        first, then = rules.stop_waves({t.job for t in live} | {"ps"})   # "ps": the second wave always exists
         self._waves = [[t.name for t in live if t.job in first],
                        [t.name for t in live if t.job in then]]
         self._wave = []
@@ -1005,7 +1005,7 @@ class RunMachine:
         if not self.s.peers_report:
             return []
         return [n for n, job in self.others.items()
-                if job != "ps" and n not in self.peer_ok]
+                if job not in rules.SERVICE_JOBS and n not in self.peer_ok]
 
     def _advance(self, now: float, out: List[Action]) -> None:
         """After each event: the success rule, the grace period, the stop waves."""

@@ -88,7 +88,7 @@ def endpoints(layout: Mapping[str, Any], jobset: str) -> Dict[str, List[str]]:
     """job -> the ``host:port`` of each of its tasks in the JobSet (evaluator included)."""
     subdomain = layout.get("subdomain") or jobset
     return {job: [f"{host_name(jobset, spec['rjob'], i // spec['pods'], i % spec['pods'], subdomain)}"
-                  f":{layout['port']}" for i in range(spec["replicas"] * spec["pods"])]
+                  f":{spec.get('port', layout['port'])}" for i in range(spec["replicas"] * spec["pods"])]
             for job, spec in layout["jobs"].items()}
 
 

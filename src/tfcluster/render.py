@@ -43,8 +43,8 @@ POD_ENTRY = ("python", "-m", "tfcluster.pod")
 # --------------------------------------------------------------------------------------
 # Kubernetes (Kubeflow TFJob)
 
-def render_k8s(cluster: Cluster, image: str, name: Optional[str] = None,
-               namespace: Optional[str] = None, clean_pod_policy: str = "Running") -> str:
+def render_k8s(cluster: Cluster, image: Optional[str], name: Optional[str] = None,
+               namespace: Optional[str] = None, clean_pod_policy: Optional[str] = None) -> str:
     """The cluster as a Kubeflow TFJob manifest (YAML text). Raises UserError on what a TFJob
     cannot express (an unknown job name, different GPU counts within one job)."""
     import yaml
@@ -77,11 +77,33 @@ def secret_env_names(cluster: Cluster) -> List[str]:
     return names
 
 
-def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
-          namespace: Optional[str] = None, clean_pod_policy: str = "Running") -> Dict[str, Any]:
-    """The TFJob as a dict (what :func:`render_k8s` prints)."""
-    if not image or not str(image).strip():
-        raise UserError("render k8s: --image IMAGE is required (the container image that runs the program)")
+def check_image(cluster: Cluster, image: Optional[str], kind: str) -> None:
+    """``--image`` is required unless the file gives every job its image (``kubernetes.image``,
+    ``jobs.<job>.kubernetes.image``, as ``tfcluster import`` writes)."""
+    if image is not None and str(image).strip():
+        return
+    missing = [job for job in cluster.jobs if not k8s_options.settings_for(cluster.spec, job).image]
+    if missing:
+        raise UserError(f"render {kind}: --image IMAGE is required (the container image that runs the "
+                        f"program), or kubernetes.image in the file (no image for: {', '.join(missing)})")
+
+
+def job_image(cluster: Cluster, job: str, image: Optional[str]) -> str:
+    """The image of ``job``'s pods: ``--image`` when given, else the file's."""
+    if image is not None and str(image).strip():
+        return image
+    return k8s_options.settings_for(cluster.spec, job).image or ""
+
+
+def tfjob(cluster: Cluster, image: Optional[str], name: Optional[str] = None,
+          namespace: Optional[str] = None, clean_pod_policy: Optional[str] = None) -> Dict[str, Any]:
+    """The TFJob as a dict (what :func:`render_k8s` prints). ``image``: every pod's image
+    (None: each job's from the file)."""
+    check_image(cluster, image, "k8s")
+    file_policy = cluster.spec.kubernetes.run_policy
+    if clean_pod_policy is None:
+        clean_pod_policy = (file_policy.clean_pod_policy if file_policy is not None
+                            and file_policy.clean_pod_policy else "Running")
     if clean_pod_policy not in CLEAN_POD_POLICIES:
         raise UserError(f"clean pod policy '{clean_pod_policy}' is not one of {', '.join(CLEAN_POD_POLICIES)}")
     metadata = k8s_metadata(cluster, name, namespace)
@@ -97,25 +119,35 @@ def tfjob(cluster: Cluster, image: str, name: Optional[str] = None,
         if len({v for t in cluster.tasks for k, v in t.env if k == key}) > 1:
             problems.append(f"env.{printable(key)}: a secret variable with different values in different "
                             f"jobs; the Secret '{secret_name(job_name)}' holds one value per name")
+    if cluster.spec.data_service is not None:
+        problems.append("data_service: a TFJob has no replica type for the tf.data service; render "
+                        "the file as a JobSet or a Trainer v2 TrainJob (render jobset|trainjob), "
+                        "which start it with the cluster")
     for job, tasks in cluster.jobs.items():
+        if job in (contract.DATA_DISPATCHER, contract.DATA_WORKER):
+            continue
         rtype = TFJOB_REPLICA_TYPES.get(job)
         if rtype is None:
             problems.append(f"cluster.{job}: a TFJob has only the jobs {', '.join(TFJOB_REPLICA_TYPES)}; "
                             f"rename '{job}' or use another backend")
             continue
         try:
-            replica_specs[rtype] = _replica_spec(cluster, job, tasks, image, secret_name(job_name),
-                                                 secret_keys)
+            replica_specs[rtype] = _replica_spec(cluster, job, tasks, job_image(cluster, job, image),
+                                                 secret_name(job_name), secret_keys)
         except UserError as e:
             problems.append(e.message)
     if problems:
         raise UserError("\n".join(problems))
 
     run_policy: Dict[str, Any] = {"cleanPodPolicy": clean_pod_policy,
-                                  "backoffLimit": restart_budget(cluster)}
+                                  "backoffLimit": backoff_limit(cluster)}
+    if file_policy is not None:
+        run_policy.update(file_policy.tfjob())
     spec: Dict[str, Any] = {"runPolicy": run_policy}
     if cluster.success == "all-workers":
         spec["successPolicy"] = "AllWorkers"
+    if cluster.spec.kubernetes.enable_dynamic_worker is not None:
+        spec["enableDynamicWorker"] = cluster.spec.kubernetes.enable_dynamic_worker
     spec["tfReplicaSpecs"] = replica_specs
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": metadata, "spec": spec}
 
@@ -130,6 +162,15 @@ def restart_budget(cluster: Cluster) -> int:
     if cluster.restart.max_total_restarts is not None:
         return int(cluster.restart.max_total_restarts)
     return max(r.max_restarts for r in restarting)
+
+
+def backoff_limit(cluster: Cluster) -> int:
+    """A workload's restart budget: ``kubernetes.run_policy.backoff_limit``, else
+    :func:`restart_budget`."""
+    policy = cluster.spec.kubernetes.run_policy
+    if policy is not None and policy.backoff_limit is not None:
+        return policy.backoff_limit
+    return restart_budget(cluster)
 
 
 def pod_entry(cluster: Cluster, job: str, tasks: List[Task], what: str = "pods") -> List[str]:
@@ -173,25 +214,40 @@ def k8s_metadata(cluster: Cluster, name: Optional[str], namespace: Optional[str]
 def _replica_spec(cluster: Cluster, job: str, tasks: List[Task], image: str,
                   secret: str, secret_keys: Sequence[str]) -> Dict[str, Any]:
     first = tasks[0]
-    command = pod_entry(cluster, job, tasks)
-    container: Dict[str, Any] = {
-        "name": TFJOB_CONTAINER,
-        "image": image,
-        "command": command[:1],
-        "args": command[1:],
-    }
+    settings = k8s_options.settings_for(cluster.spec, job)
+    container: Dict[str, Any] = {"name": TFJOB_CONTAINER, "image": image}
+    if settings.entry == "program":     # the operator's TF_CONFIG reaches the program directly
+        command, args = _program_parts(cluster, job)
+        if command:
+            container["command"] = command
+        if args:
+            container["args"] = args
+    else:
+        command = pod_entry(cluster, job, tasks)
+        container.update(command=command[:1], args=command[1:])
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
            if k in secret_keys else {"name": k, "value": v}
            for k, v in first.env if k != contract.TF_CONFIG]
     if env:
         container["env"] = env
     template: Dict[str, Any] = {"spec": {"containers": [container]}}
-    finish_pod(template, container, cluster, job, tasks, TFJOB_PORT_NAME, TFJOB_DEFAULT_PORT)
+    finish_pod(template, container, cluster, job, tasks, TFJOB_PORT_NAME,
+               settings.port or TFJOB_DEFAULT_PORT)
+    container["image"] = image          # --image over the file's
     return {
         "replicas": len(tasks),
-        "restartPolicy": TFJOB_RESTART_POLICIES[first.restart.policy],
+        "restartPolicy": settings.restart_policy or TFJOB_RESTART_POLICIES[first.restart.policy],
         "template": template,
     }
+
+
+def _program_parts(cluster: Cluster, job: str) -> "tuple[List[str], List[str]]":
+    """(command, args) of ``job`` as written in the file (``entry: program``)."""
+    raw = _raw(cluster, job, "command")
+    command = shlex.split(raw) if isinstance(raw, str) else list(raw or [])
+    override = cluster.spec.jobs.get(job, JobSpec())
+    args = override.args if override.args is not None else cluster.spec.program.args
+    return command, list(args or [])
 
 
 def finish_pod(template: Dict[str, Any], container: Dict[str, Any], cluster: Cluster, job: str,
@@ -260,9 +316,15 @@ def _stem(cluster: Cluster) -> str:
     return "tfcluster"
 
 
-def _header(cluster: Cluster, how: str) -> str:
+def _header(cluster: Cluster, how: str, wrapped: bool = False) -> str:
+    """The first comment lines; ``wrapped``: the pods start through tfcluster.pod even where the
+    file says ``entry: program`` (JobSet, TrainJob), which the image must then provide."""
     src = printable(cluster.source) if cluster.source else "a cluster dict"
-    return f"# Generated by tfcluster from {src}; submit with: {how}\n"
+    out = f"# Generated by tfcluster from {src}; submit with: {how}\n"
+    if wrapped and any(k8s_options.settings_for(cluster.spec, j).entry == "program" for j in cluster.jobs):
+        out += ("# The pods start through 'python -m tfcluster.pod', which builds TF_CONFIG: their image "
+                "needs tfcluster installed (pip install tfcluster).\n")
+    return out
 
 
 # --------------------------------------------------------------------------------------

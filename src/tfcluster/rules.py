@@ -17,7 +17,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 # The words a cluster file and a run share (jobs, policies, success rules, backends) live in
 # tfcluster.vocabulary, below both the file model and the rules; re-exported here.
 from .vocabulary import (BACKENDS, KNOWN_JOBS, REPLICA_JOBS, RESTART_POLICIES,  # noqa: E402,F401
-                         SINGLE_TASK_JOBS, SUCCESS_RULES, job_rank, sort_jobs)
+                         SINGLE_TASK_JOBS, SUCCESS_RULES, DATA_DISPATCHER,
+                         DATA_WORKER, DATA_SERVICE_JOBS, SERVICE_JOBS, job_rank, sort_jobs)
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
@@ -35,16 +36,19 @@ EXIT_BAD_INPUT = 2
 
 
 def start_order(jobs: Iterable[str]) -> list:
-    """Jobs in the order their tasks are started: ps first (workers dial them), then the rest."""
+    """Jobs in the order their tasks are started: the tf.data service and ps first (workers
+    dial them; the dispatcher before its workers), then the rest."""
     jobs = sort_jobs(jobs)
-    return [j for j in jobs if j == "ps"] + [j for j in jobs if j != "ps"]
+    first = [j for j in DATA_SERVICE_JOBS + ("ps",) if j in jobs]
+    return first + [j for j in jobs if j not in SERVICE_JOBS]
 
 
 def stop_waves(jobs: Iterable[str]) -> Tuple[list, list]:
     """(first, then): the jobs stopped first -- chief, workers, evaluators, which may save a
-    last checkpoint on SIGTERM and need their ps for it -- and the ps tasks after them."""
+    last checkpoint on SIGTERM and need their ps for it -- and the ps tasks (and the tf.data
+    service's) after them."""
     jobs = sort_jobs(jobs)
-    return [j for j in jobs if j != "ps"], [j for j in jobs if j == "ps"]
+    return [j for j in jobs if j not in SERVICE_JOBS], [j for j in jobs if j in SERVICE_JOBS]
 
 
 # ---------------------------------------------------------------------------- exit codes
@@ -281,14 +285,14 @@ def success_needs(rule: str, chief: str, tasks: Iterable[str], chief_here: bool 
     # every task, or every worker: the workers are among the tasks, so the second is the rule
     workers = {t for t in tasks if t.split(":")[0] in REPLICA_JOBS}
     if not workers:
-        workers = {t for t in tasks if t.split(":")[0] not in ("ps", "evaluator")}
+        workers = {t for t in tasks if t.split(":")[0] not in SERVICE_JOBS + ("evaluator",)}
     return workers or set(tasks)
 
 
 def waits_for_grace(job: str) -> bool:
     """After success, tasks of this job get the grace period to end by themselves (ps and
-    evaluator tasks are stopped at once)."""
-    return job not in ("ps", "evaluator")
+    evaluator tasks, and the tf.data service's, are stopped at once)."""
+    return job not in SERVICE_JOBS + ("evaluator",)
 
 
 # ---------------------------------------------------------------------------- values

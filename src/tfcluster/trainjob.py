@@ -40,7 +40,7 @@ from . import contract
 from .config import Cluster
 from .errors import UserError
 from .jobset import jobset_spec
-from .render import _header, k8s_metadata, k8s_name
+from .render import _header, check_image, job_image, k8s_metadata, k8s_name
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"
@@ -63,8 +63,7 @@ def runtime_and_trainjob(cluster: Cluster, image: str, name: Optional[str] = Non
     """(the runtime, the TrainJob) as dicts. ``namespaced``: a ``TrainingRuntime`` in the
     TrainJob's namespace instead of a ``ClusterTrainingRuntime``. Raises UserError for what
     cannot be expressed (names too long, different GPU counts within a job)."""
-    if not image or not str(image).strip():
-        raise UserError("render trainjob: --image IMAGE is required (the container image that runs the program)")
+    check_image(cluster, image, "trainjob")
     metadata = k8s_metadata(cluster, name, namespace)
     job_name = metadata["name"]
     rt_name = runtime_name or k8s_name(f"{FRAMEWORK}-{job_name}")
@@ -84,7 +83,7 @@ def runtime_and_trainjob(cluster: Cluster, image: str, name: Optional[str] = Non
                "spec": {"mlPolicy": {"numNodes": nodes}, "template": {"spec": spec}}}
     trainjob = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata,
                 "spec": {"runtimeRef": {"apiGroup": API_GROUP, "kind": kind, "name": rt_name},
-                         "trainer": {"image": image, "numNodes": nodes}}}
+                         "trainer": {"image": job_image(cluster, trainer, image), "numNodes": nodes}}}
     return runtime, trainjob
 
 
@@ -103,7 +102,7 @@ def render_trainjob(cluster: Cluster, image: str, name: Optional[str] = None,
         ns = f" -n {namespace}" if namespace else ""
         keys = " ".join(f"--from-literal={k}=..." for k in secret[1])
         how = f"kubectl create secret generic {secret[0]}{ns} {keys}; then {how}"
-    header = _header(cluster, how) + (
+    header = _header(cluster, how, wrapped=True) + (
         f"# The {runtime['kind']} '{runtime['metadata']['name']}' holds this file's layout "
         f"({trainjob['spec']['trainer']['numNodes']} {trainer_job(cluster)} pods): render again to change it.\n")
     dump = lambda m: yaml.safe_dump(m, sort_keys=False, default_flow_style=False, width=100)  # noqa: E731

@@ -19,6 +19,13 @@ KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")
 REPLICA_JOBS = ("chief", "worker")
 #: jobs with at most one task (TensorFlow's rule)
 SINGLE_TASK_JOBS = ("chief", "evaluator")
+#: the tf.data service's jobs (the file's ``data_service:``): its dispatcher and its workers
+DATA_DISPATCHER = "tfdata_dispatcher"
+DATA_WORKER = "tfdata_worker"
+DATA_SERVICE_JOBS = (DATA_DISPATCHER, DATA_WORKER)
+#: jobs that serve the others and never end by themselves: started first, stopped by tfcluster
+#: after the rest, never part of the success rule (ps, and the tf.data service)
+SERVICE_JOBS = ("ps",) + DATA_SERVICE_JOBS
 #: the backends ``launch --backend`` knows
 BACKENDS = ("local", "ssh", "slurm", "ray")
 

@@ -189,8 +189,9 @@ def test_cli_render_jobset(tmp_path, capsys, jobset_schema):
     assert m["metadata"]["name"] == "run-7"
     assert main(["render", "jobset", str(p)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["tfcluster: error: render jobset: --image IMAGE is required (the container that "
-                   "runs the program)"]
+    assert err == ["tfcluster: error: render jobset: --image IMAGE is required (the container image "
+                   "that runs the program), or kubernetes.image in the file (no image for: chief, ps, "
+                   "worker, evaluator)"]
 
 
 # --------------------------------------------------------------------------------------

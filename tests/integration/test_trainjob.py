@@ -392,7 +392,8 @@ def test_cli_render_trainjob(tmp_path, capsys, schemas):
         in out.splitlines()[0]
     assert main(["render", "trainjob", str(p)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "tfcluster: error: render trainjob: --image IMAGE is required (the container that runs the program)"]
+        "tfcluster: error: render trainjob: --image IMAGE is required (the container image that runs the "
+        "program), or kubernetes.image in the file (no image for: chief, ps, worker, evaluator)"]
     assert main(["render", "jobset", str(p), "--image", "i", "--namespaced"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "tfcluster: error: render jobset: --namespaced is for render trainjob only"]

@@ -120,3 +120,19 @@ def test_a_program_reads_its_restart_count(monkeypatch, value, count):
     else:
         monkeypatch.setenv("TFCLUSTER_RESTART_COUNT", value)
     assert contract.restart_count() == count
+
+
+def test_data_service_address_and_tf_config_without_the_data_jobs():
+    cluster = {"worker": ["h:1", "h:2"], "tfdata_dispatcher": ["d:5"], "tfdata_worker": ["d:6", "e:6"]}
+    env = contract.task_env("worker", 1, cluster)
+    assert env[contract.DATA_SERVICE] == "grpc://d:5"
+    assert json.loads(env["TF_CONFIG"])["cluster"] == {"worker": ["h:1", "h:2"]}
+    assert contract.task_flags(cluster, "worker", 0) == ["--job_name=worker", "--task_index=0",
+                                                         "--worker_hosts=h:1,h:2"]
+    # a data worker finds its own address in the whole layout
+    own = json.loads(contract.task_env("tfdata_worker", 1, cluster)["TF_CONFIG"])
+    assert own["cluster"]["tfdata_worker"][1] == "e:6"
+    assert contract.DATA_SERVICE not in contract.task_env("worker", 0, {"worker": ["h:1"]})
+    assert contract.chief_task(["tfdata_dispatcher", "tfdata_worker", "local"]) == "local:0"
+    from tfcluster import rules     # one vocabulary: the contract spells the rulebook's names
+    assert (contract.DATA_DISPATCHER, contract.DATA_WORKER) == rules.DATA_SERVICE_JOBS

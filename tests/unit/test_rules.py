@@ -216,3 +216,17 @@ def test_stalled_global_step(best, at, now, timeout, not_running, reason):
         assert got.action == "fail_run" and got.task is None
         assert got.reason.startswith(head) and tail.strip() in got.reason
         assert "watchdog.stall_timeout" in got.reason
+
+
+def test_the_data_service_jobs_are_served_like_ps():
+    """data_service: its jobs start first (dispatcher before its workers), stop last with the ps,
+    get no grace and never decide success."""
+    from tfcluster.rules import (DATA_DISPATCHER, DATA_WORKER, start_order, stop_waves,
+                                 success_needs, waits_for_grace)
+    jobs = ["worker", DATA_WORKER, "ps", DATA_DISPATCHER, "chief"]
+    assert start_order(jobs)[:3] == [DATA_DISPATCHER, DATA_WORKER, "ps"]
+    first, then = stop_waves(jobs)
+    assert set(first) == {"chief", "worker"} and set(then) == {"ps", DATA_DISPATCHER, DATA_WORKER}
+    assert not waits_for_grace(DATA_WORKER) and not waits_for_grace(DATA_DISPATCHER)
+    tasks = [f"{DATA_DISPATCHER}:0", f"{DATA_WORKER}:0", "local:0", "local:1"]
+    assert success_needs("all-workers", "local:0", tasks) == {"local:0", "local:1"}

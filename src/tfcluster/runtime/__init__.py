@@ -38,6 +38,8 @@ _LAZY = {
     "DEFAULT_OPERATION_TIMEOUT_MS": "training",
     # flags
     "define_task_flags": "flags", "context_from_flags": "flags",
+    # the tf.data service (the file's data_service:)
+    "distribute": "data_service",
 }
 
 __all__ = ["ContextError", "TaskContext", "is_local_host", "parse_cluster", "parse_tf_config",
