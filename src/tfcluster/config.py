@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
 from typing_extensions import Annotated
 
-from . import contract, k8s_options, vocabulary
+from . import clusterspec, k8s_options, vocabulary
 from .errors import ConfigError, UserError
 from .k8s_options import KubernetesSpec, PodSettings
 from .vocabulary import KNOWN_JOBS, SINGLE_TASK_JOBS
@@ -331,8 +331,8 @@ class Cluster:
     @property
     def chief(self) -> TaskId:
         """TensorFlow's rule: the chief task, else worker:0; else task 0 of the first job other
-        than ps and evaluator (:func:`tfcluster.contract.chief_task`)."""
-        return TaskId.parse(contract.chief_task(self.jobs))
+        than ps and evaluator (:func:`tfcluster.clusterspec.chief_task`)."""
+        return TaskId.parse(clusterspec.chief_task(self.jobs))
 
     @property
     def resolved(self) -> bool:
@@ -342,18 +342,18 @@ class Cluster:
     def cluster_spec_dict(self) -> Dict[str, List[str]]:
         """The dict for ``tf.train.ClusterSpec`` (evaluator left out, TensorFlow's rule)."""
         self._need_endpoints()
-        return contract.cluster_dict({job: [str(t.endpoint) for t in tasks]
+        return clusterspec.cluster_dict({job: [str(t.endpoint) for t in tasks]
                                       for job, tasks in self.jobs.items()})
 
     def cluster_spec(self):
         """A real ``tf.train.ClusterSpec`` (imports TensorFlow)."""
         import tensorflow as tf  # noqa: imported here so the CLI stays fast
-        return tf.train.ClusterSpec(contract.tf_cluster(self.cluster_spec_dict(), "worker"))
+        return tf.train.ClusterSpec(clusterspec.tf_cluster(self.cluster_spec_dict(), "worker"))
 
     def tf_config(self, task_id: Union[str, TaskId]) -> Dict[str, Any]:
-        """The TF_CONFIG dict of a task (:func:`tfcluster.contract.tf_config`)."""
+        """The TF_CONFIG dict of a task (:func:`tfcluster.clusterspec.tf_config`)."""
         task = self.task(task_id)
-        return contract.tf_config(self.cluster_spec_dict(), task.job, task.index)
+        return clusterspec.tf_config(self.cluster_spec_dict(), task.job, task.index)
 
     def with_endpoints(self, assign: Callable[[Task], Endpoint]) -> "Cluster":
         """A copy whose unassigned endpoints (count jobs) are given by ``assign``."""

@@ -43,7 +43,6 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -62,8 +61,12 @@ PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
 PROFILER_PORT_OFFSET = 30000
 EPHEMERAL_LOW = 32768
 DATA_SERVICE = "TFCLUSTER_DATA_SERVICE"
-# the tf.data service's jobs (rules.DATA_SERVICE_JOBS; written here too: this module imports nothing)
-DATA_DISPATCHER, DATA_WORKER = "tfdata_dispatcher", "tfdata_worker"
+from .vocabulary import DATA_DISPATCHER, DATA_WORKER  # noqa: E402 (the tf.data service's jobs)
+
+# TensorFlow's own shapes (the ClusterSpec dict, TF_CONFIG, its chief) live with the cluster
+# file (tfcluster.clusterspec); the contract hands them to every task
+from .clusterspec import (chief_task, cluster_dict, tf_cluster, tf_config,  # noqa: E402,F401
+                          tf_config_json)
 
 #: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
 PYTHON = "{python}"
@@ -91,33 +94,10 @@ def display_argv(argv: Sequence[str]) -> List[str]:
     return resolve_argv(argv, ["python"])
 
 
-def cluster_dict(endpoints: Mapping[str, Sequence[str]]) -> Dict[str, List[str]]:
-    """The ClusterSpec dict from job -> endpoints: ``evaluator`` is left out (TensorFlow's rule)."""
-    return {job: list(eps) for job, eps in endpoints.items() if job != "evaluator"}
-
-
-def tf_cluster(cluster: Mapping[str, Sequence[str]], job: str) -> Dict[str, List[str]]:
-    """What task ``job`` sees of ``cluster``: a training task does not see the tf.data
-    service's jobs (they are no TensorFlow servers of its cluster); a data-service task sees
-    everything (it finds its own address there)."""
-    if job in (DATA_DISPATCHER, DATA_WORKER):
-        return {j: list(eps) for j, eps in cluster.items()}
-    return {j: list(eps) for j, eps in cluster.items() if j not in (DATA_DISPATCHER, DATA_WORKER)}
-
-
 def data_service_address(cluster: Optional[Mapping[str, Sequence[str]]]) -> Optional[str]:
     """``grpc://host:port`` of the tf.data service's dispatcher in ``cluster``, or None."""
     eps = (cluster or {}).get(DATA_DISPATCHER)
     return f"grpc://{eps[0]}" if eps else None
-
-
-def tf_config(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> Dict[str, object]:
-    """The TF_CONFIG dict of task ``job:index`` in ``cluster`` (a ClusterSpec dict)."""
-    return {"cluster": tf_cluster(cluster, job), "task": {"type": job, "index": int(index)}}
-
-
-def tf_config_json(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> str:
-    return json.dumps(tf_config(cluster, job, index), separators=(",", ":"))
 
 
 def task_flags(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> List[str]:
@@ -187,19 +167,6 @@ def endpoint_port(endpoint: str) -> Optional[int]:
     """The port of ``host:port`` (``[v6]:port``), or None."""
     _, _, port = str(endpoint).rpartition(":")
     return int(port) if port.isdigit() else None
-
-
-def chief_task(jobs) -> str:
-    """TensorFlow's chief among ``jobs`` (job names, in file order): ``chief:0``, else
-    ``worker:0``; a cluster with neither (the guide's ``{local: [...]}``): task 0 of its first
-    job other than ``ps`` and ``evaluator``."""
-    jobs = list(jobs)
-    if "chief" in jobs:
-        return "chief:0"
-    if "worker" in jobs:
-        return "worker:0"
-    other = [j for j in jobs if j not in ("ps", "evaluator", DATA_DISPATCHER, DATA_WORKER)]
-    return f"{other[0]}:0" if other else "worker:0"
 
 
 def pod_gpus(gpus: Optional[str]) -> Optional[str]:

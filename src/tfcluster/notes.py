@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 SILENCE_ENV = "TFCLUSTER_NO_SECURITY_NOTE"
 
@@ -39,18 +39,18 @@ TOPICS = {"security": SECURITY}
 
 
 def security_note(source: Optional[str], ports: Sequence[int], silenced: bool = False,
-                  environ=None) -> Optional[str]:
+                  environ=None, first_time: Callable[[str, str], bool] = lambda kind, key: True
+                  ) -> Optional[str]:
     """The security note for a launch of ``source`` on ``ports``, or None when it is silenced
-    (the flag, ``TFCLUSTER_NO_SECURITY_NOTE=1``) or was already shown for this file. Showing
-    it is remembered per file in the user's state folder."""
-    from . import runindex
+    (the flag, ``TFCLUSTER_NO_SECURITY_NOTE=1``) or was already shown for this file:
+    ``first_time(kind, key)`` answers that and remembers the showing (the launcher passes
+    :func:`tfcluster.runindex.first_time`, per file in the user's state folder)."""
     environ = os.environ if environ is None else environ
     if silenced or environ.get(SILENCE_ENV, "").strip() not in ("", "0"):
         return None
     key = os.path.abspath(source) if source else "(no file)"
-    if runindex.noted("security", key):
+    if not first_time("security", key):
         return None
-    runindex.note_shown("security", key)
     return (f"note: TensorFlow's gRPC servers have no authentication or encryption and listen on "
             f"every interface, IPv4 and IPv6 (ports {', '.join(str(p) for p in ports)}); fence them "
             f"off: tfcluster help security (said once per file; --no-security-note silences it)")

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import contract, rules
+from . import contract, vocabulary
 from .config import Cluster, Endpoint, Task, check_text
 from .errors import UserError
 from .hosts import free_port_run, is_local
@@ -71,7 +71,7 @@ class TaskPlan:
     cwd: str
     gpus: Optional[str]                      # CUDA_VISIBLE_DEVICES; None: inherit
     task_flags: bool
-    restart: rules.RestartRule
+    restart: vocabulary.RestartRule
     local_tasks: int = 1                     # tasks of the cluster on this task's host
 
     @property
@@ -228,7 +228,7 @@ class RunPlan:
             raise ValueError(f"plan version {d.get('version')!r}, this tfcluster reads {PLAN_VERSION}")
         tasks = []
         for job, j in d["jobs"].items():
-            r = rules.RestartRule(**j["restart"])
+            r = vocabulary.RestartRule(**j["restart"])
             for i in range(j["count"]):
                 host, port = None, None
                 if j.get("endpoints"):
@@ -295,8 +295,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     run id."""
     opts = opts or LaunchOptions()
     backend = opts.backend or getattr(cluster.spec, "backend", None) or default_backend(cluster, opts.hosts)
-    if backend not in rules.BACKENDS:
-        raise UserError(f"--backend: '{backend}' is not one of {', '.join(rules.BACKENDS)}")
+    if backend not in vocabulary.BACKENDS:
+        raise UserError(f"--backend: '{backend}' is not one of {', '.join(vocabulary.BACKENDS)}")
     if backend in ("slurm", "ray"):
         if opts.hosts:
             raise UserError(f"--host: per-host mode does not apply to --backend {backend} "
@@ -365,8 +365,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
 
     wd = cluster.spec.watchdog
     success = opts.success or cluster.success
-    if success not in rules.SUCCESS_RULES:
-        raise UserError(f"--success: '{success}' is not one of {', '.join(rules.SUCCESS_RULES)}")
+    if success not in vocabulary.SUCCESS_RULES:
+        raise UserError(f"--success: '{success}' is not one of {', '.join(vocabulary.SUCCESS_RULES)}")
     return RunPlan(
         source=cluster.source, base_dir=cluster.base_dir, backend=backend, tasks=tasks,
         selected=selected, chief=str(cluster.chief), success=success,
@@ -384,7 +384,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
 def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int],
                edits: Sequence[Tuple[str, Optional[str]]] = ()) -> TaskPlan:
     r = t.restart
-    rule = rules.RestartRule(
+    rule = vocabulary.RestartRule(
         policy=opts.restart or r.policy,
         max_restarts=r.max_restarts if opts.max_restarts is None else opts.max_restarts,
         max_total_restarts=cluster.restart.max_total_restarts, backoff=r.backoff,

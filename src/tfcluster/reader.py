@@ -34,7 +34,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, IO, List, Optional, Tuple
 
-from . import runfs
 from .outputs import ProgressParser, clean_segment, is_noise
 from .progress import PIPED_PROGRESS_EVERY, Progress, format_progress, split_progress
 from .rules import STILL_WAITING, longest_gap
@@ -181,8 +180,12 @@ class OutputReader(threading.Thread):
                  lock: threading.RLock, mask: Callable[[str], str], clock: Callable[[], float],
                  on_line: Callable[[str, Optional[Progress]], None], banner: str = "",
                  side: Optional[IO[bytes]] = None, noise: Optional[NoiseFold] = None,
-                 log_file: Optional[IO[bytes]] = None):
+                 log_file: Optional[IO[bytes]] = None,
+                 open_log: Optional[Callable[[str], int]] = None):
         super().__init__(daemon=True, name=f"out-{name}")
+        # how the driver opens the task's log for appending, as a descriptor (the local launcher:
+        # tfcluster.runfs.open_append_fd, relative to the run folder, no link followed)
+        self.open_log = open_log
         self.stream, self.log_path, self.seen, self.lock = stream, log_path, seen, lock
         self.mask, self.clock, self.on_line, self.banner = mask, clock, on_line, banner
         self.side = side
@@ -200,11 +203,10 @@ class OutputReader(threading.Thread):
 
     # ------------------------------------------------------------------ the log
     def _open_log(self) -> None:
-        if self.log is not None or not self.log_path:
+        if self.log is not None or not self.log_path or self.open_log is None:
             return
         try:
-            # relative to the run folder opened once, no link followed (tfcluster.runfs)
-            self.log = os.fdopen(runfs.open_append_fd(self.log_path), "ab", buffering=0)
+            self.log = os.fdopen(self.open_log(self.log_path), "ab", buffering=0)
         except OSError as e:
             self._log_failed(e)
 

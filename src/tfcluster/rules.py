@@ -18,7 +18,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 # tfcluster.vocabulary, below both the file model and the rules; re-exported here.
 from .vocabulary import (BACKENDS, KNOWN_JOBS, REPLICA_JOBS, RESTART_POLICIES,  # noqa: E402,F401
                          SINGLE_TASK_JOBS, SUCCESS_RULES, DATA_DISPATCHER,
-                         DATA_WORKER, DATA_SERVICE_JOBS, SERVICE_JOBS, job_rank, sort_jobs)
+                         DATA_WORKER, DATA_SERVICE_JOBS, SERVICE_JOBS, RestartRule, job_rank,
+                         sort_jobs)
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
@@ -179,22 +180,6 @@ def ordered_stop_wait(grace: float, stop_timeout: float) -> float:
 
 
 # ---------------------------------------------------------------------------- restarts
-
-@dataclass(frozen=True)
-class RestartRule:
-    """A task's effective restart settings: the file's ``restart:`` (or the job's), with the
-    command line's ``--restart`` and ``--max-restarts`` applied."""
-
-    policy: str = "never"
-    max_restarts: int = 3
-    max_total_restarts: Optional[int] = None
-    backoff: float = 1.0
-    min_uptime: float = 1.0       # a first run that fails sooner is not restarted (0: off)
-
-    def __post_init__(self):
-        if self.policy not in RESTART_POLICIES:
-            raise ValueError(f"unknown restart policy {self.policy!r}")
-
 
 @dataclass(frozen=True)
 class Decision:

@@ -189,6 +189,14 @@ def noted(kind: str, key: str) -> bool:
     return isinstance(data, dict) and key in data
 
 
+def first_time(kind: str, key: str) -> bool:
+    """Whether note ``kind`` is shown for ``key`` for the first time; remembers that it is."""
+    if noted(kind, key):
+        return False
+    note_shown(kind, key)
+    return True
+
+
 def note_shown(kind: str, key: str, now: Optional[float] = None) -> None:
     """Remember that note ``kind`` was shown for ``key``; a state folder that cannot be written
     only means the note is shown again next time."""

@@ -1,4 +1,5 @@
-"""The words of a cluster and its run: jobs, restart policies, success rules, backends.
+"""The words of a cluster and its run: jobs, restart policies (and a task's restart settings),
+success rules, backends.
 
 Plain data with no rule in it, below both the cluster file's model (:mod:`tfcluster.config`)
 and the rulebook (:mod:`tfcluster.rules`, which re-exports it), so that the file model reads
@@ -6,7 +7,8 @@ the words without importing the rules.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Optional
 
 #: restart policies (``restart.policy``, ``--restart``)
 RESTART_POLICIES = ("never", "on-failure", "exit-code")
@@ -39,3 +41,19 @@ def sort_jobs(jobs: Iterable[str]) -> list:
     """Jobs in listing order; unknown jobs keep their given order after the known ones."""
     jobs = list(jobs)
     return sorted(jobs, key=lambda j: (job_rank(j), jobs.index(j)))
+
+
+@dataclass(frozen=True)
+class RestartRule:
+    """A task's effective restart settings: the file's ``restart:`` (or the job's), with the
+    command line's ``--restart`` and ``--max-restarts`` applied."""
+
+    policy: str = "never"
+    max_restarts: int = 3
+    max_total_restarts: Optional[int] = None
+    backoff: float = 1.0
+    min_uptime: float = 1.0       # a first run that fails sooner is not restarted (0: off)
+
+    def __post_init__(self):
+        if self.policy not in RESTART_POLICIES:
+            raise ValueError(f"unknown restart policy {self.policy!r}")

@@ -324,13 +324,13 @@ def test_task_filter_host_prefix_and_timestamps():
 
 def test_security_note_once_per_file_and_silenceable(state, tmp_path):
     f = str(tmp_path / "c.yaml")
-    first = notes.security_note(f, [2222], environ={})
+    first = notes.security_note(f, [2222], environ={}, first_time=runindex.first_time)
     assert "tfcluster help security" in first and "docs/SECURITY.md" not in first
-    assert notes.security_note(f, [2222], environ={}) is None
+    assert notes.security_note(f, [2222], environ={}, first_time=runindex.first_time) is None
     other = str(tmp_path / "d.yaml")
     assert notes.security_note(other, [1], silenced=True) is None
     assert notes.security_note(other, [1], environ={notes.SILENCE_ENV: "1"}) is None
-    assert notes.security_note(other, [1], environ={}) is not None
+    assert notes.security_note(other, [1], environ={}, first_time=runindex.first_time) is not None
 
 
 def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):

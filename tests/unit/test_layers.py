@@ -15,7 +15,7 @@ SRC = os.path.join(helpers.SRC, "tfcluster")
 # import higher ones; the CLI is the composition root on top.
 FLOORS = [
     # 0: vocabulary, rules, contract, small helpers
-    ["errors", "vocabulary", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
+    ["errors", "vocabulary", "clusterspec", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
      "keras_support", "slurm_options", "ray_options", "runfs", "k8s_options", "trainer_status", "oom", "reader"],
     # 1: the file model and run records
     ["config", "runrecord", "record", "runindex", "logs", "control", "notes", "profile", "stack",

@@ -305,7 +305,8 @@ class Supervisor:
         d = self.display
         if self.backend.name == "local" and reachable_beyond_loopback():
             note = security_note(self.plan.source, [tr.plan.port for tr in self.runs.values()],
-                                 silenced=not self.display.options.security_note)
+                                 silenced=not self.display.options.security_note,
+                                 first_time=runindex.first_time)
             if note:
                 d.info(note)
 
@@ -428,7 +429,7 @@ class Supervisor:
         tr.reader = OutputReader(tr.name, handle.stdout, tr.log_path or None, tr.seen, self.lock,
                                  self.mask, self.clock, lambda line, p, tr=tr: self._on_line(tr, line, p),
                                  banner=banner, side=getattr(handle, "progress", None),
-                                 noise=self.noise)
+                                 noise=self.noise, open_log=runfs.open_append_fd)
         if not self.pump.add(tr.reader):
             tr.reader.start()         # a stream without a descriptor: a thread of its own
 
