@@ -67,10 +67,11 @@ def unavailable(prefix: str = "tfc") -> Optional[str]:
 
 class NamespaceHosts:
     """``n`` namespaces with an address and an sshd each. ``prefix`` names the namespaces and
-    links, ``subnet`` is the 10.x of the /24 picked, ``sessions`` sshd's MaxSessions."""
+    links, ``subnet`` is the 10.x of the /24 picked, ``sessions`` sshd's MaxSessions; with
+    ``sshd=False`` only the network is made (the three-node Slurm of helpers.slurm_nodes)."""
 
     def __init__(self, base: str, n: int = 3, prefix: str = "tfc", subnet: str = "10.233",
-                 sessions: int = 64):
+                 sessions: int = 64, sshd: bool = True):
         self.dir = base
         tag = f"{os.getpid() % 10000}{random.randint(0, 9)}"
         self.hub = f"{prefix}{tag}hub"
@@ -82,6 +83,7 @@ class NamespaceHosts:
         self.gateway = f"{self.net}.1"
         self.sshd: List[subprocess.Popen] = []
         self.made_ns: List[str] = []
+        self.with_sshd = sshd
 
     def __enter__(self) -> "NamespaceHosts":
         try:
@@ -121,6 +123,15 @@ class NamespaceHosts:
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             ip("-n", ns, "link", "set", "eth0", "up")
+        if self.with_sshd:
+            self._start_sshd()
+
+    def link(self, i: int, up: bool) -> None:
+        """Take host ``i``'s link to the bridge down (a host lost to the network) or up again."""
+        ip("-n", self.hub, "link", "set", f"p{i}", "up" if up else "down")
+
+    def _start_sshd(self) -> None:
+        d = self.dir
         # keys: one host key for every sshd, one client key
         for key in ("host_key", "id"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test",
