@@ -34,7 +34,7 @@ import subprocess
 import time
 from typing import Callable, Dict, List, Optional
 
-from .netns import NamespaceHosts, ip
+from .netns import NamespaceHosts, detached, ip
 from .slurm import SlurmQueue
 
 NODES = ("n1", "n2", "n3")
@@ -127,13 +127,13 @@ class ThreeNodeSlurm(SlurmQueue):
         self._wait(lambda: self.states() == {n: "idle" for n in self.nodes},
                    "the three nodes did not become idle", timeout=40)
 
-    def start_node(self, node: str, detached: bool = False) -> None:
-        """(Re)start ``node``'s slurmd in its namespace (``detached``: not a child of this
+    def start_node(self, node: str, apart: bool = False) -> None:
+        """(Re)start ``node``'s slurmd in its namespace (``apart``: not a child of this
         process, for a node revived after a test; still ended by its pid and session)."""
         script = 'mount --bind "$1" /etc/hosts && exec nsenter --net=/run/netns/"$2" slurmd -D -N "$3" -f "$4"'
         self._spawn(f"slurmd-{node}", ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                                        script, "sh", self.hosts, self.ns[node], node, self.conf],
-                    detached=detached)
+                    apart=apart)
 
     def stop(self) -> None:
         self.cancel_all()
@@ -164,7 +164,7 @@ class ThreeNodeSlurm(SlurmQueue):
 
     def revive_node(self, node: str) -> None:
         self.net.link(self.nodes.index(node), up=True)
-        self.start_node(node, detached=True)
+        self.start_node(node, apart=True)
 
     def revive_all(self, timeout: float = 40.0) -> None:
         """Every node lost by a test back, idle (a down node returns: ReturnToService=2)."""
@@ -201,12 +201,10 @@ class ThreeNodeSlurm(SlurmQueue):
             return ""
 
     # ---- processes
-    def _spawn(self, name: str, argv: List[str], detached: bool = False) -> None:
+    def _spawn(self, name: str, argv: List[str], apart: bool = False) -> None:
         path = os.path.join(self.dir, "log", f"{name}.out")
-        if detached:     # a session of its own whose parent (sh) has exited
-            r = subprocess.run(["sh", "-c", 'setsid "$@" </dev/null >>"$0" 2>&1 & echo $!', path,
-                                *argv], capture_output=True, text=True, timeout=30, check=True)
-            self.daemons[name] = _Detached(int(r.stdout.split()[0]))
+        if apart:     # a session of its own whose parent (sh) has exited
+            self.daemons[name] = detached(argv, path)
             return
         log = open(path, "ab")
         self.daemons[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
@@ -234,38 +232,6 @@ class ThreeNodeSlurm(SlurmQueue):
                 return
             time.sleep(0.3)
         raise RuntimeError(f"{what}: {self.states()} {self.log('slurmctld')[-600:]}")
-
-
-class _Detached:
-    """A daemon started in a session of its own and no longer our child: poll() and wait() by
-    its pid, as Popen's (the pid is trusted only while its start time is the one seen)."""
-
-    def __init__(self, pid: int):
-        import psutil
-        self.pid, self.returncode = pid, None
-        try:
-            self._proc: Optional["psutil.Process"] = psutil.Process(pid)
-        except psutil.Error:
-            self._proc, self.returncode = None, -1
-
-    def poll(self) -> Optional[int]:
-        import psutil
-        if self.returncode is None:
-            try:
-                if self._proc is None or not self._proc.is_running() or \
-                        self._proc.status() == psutil.STATUS_ZOMBIE:
-                    self.returncode = -1
-            except psutil.Error:
-                self.returncode = -1
-        return self.returncode
-
-    def wait(self, timeout: float) -> int:
-        deadline = time.time() + timeout
-        while self.poll() is None:
-            if time.time() > deadline:
-                raise subprocess.TimeoutExpired("slurmd", timeout)
-            time.sleep(0.1)
-        return -1
 
 
 def unavailable() -> Optional[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import ROOT
+from helpers import PROGRAMS, ROOT
 
 pytestmark = pytest.mark.multinode
 
@@ -132,24 +133,11 @@ def test_slurm_trains_trainer_py_on_three_nodes(slurm3, tmp_path):
     assert slurm3.wait_empty_queue(20) == ""
 
 
-LONG_PROGRAM = """\
-import os, time
-task = os.environ["TFCLUSTER_TASK"]
-print(task, "up", flush=True)
-step = 0
-while True:
-    step += 1
-    if task != "ps:0":
-        print('@tfcluster progress {"step": %d, "total": 100000}' % step, flush=True)
-    time.sleep(0.2)
-"""
-
-
 def test_slurm_node_lost_mid_run_fails_the_run_and_names_the_node(slurm3, tmp_path):
     """A node dies mid-run (its link down, its slurmd and tasks killed): Slurm marks it down and
     ends the job (NODE_FAIL; no requeue asked for); the launcher names the node and the task that
     ran there, fails the run, and run.json and events.jsonl record the lost node."""
-    (tmp_path / "prog.py").write_text(LONG_PROGRAM)
+    shutil.copy(os.path.join(PROGRAMS, "steps_forever.py"), tmp_path / "prog.py")
     (tmp_path / "cluster.yaml").write_text(
         "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n"
         "slurm: {sbatch: [--ntasks-per-node=1]}\n")

@@ -470,7 +470,8 @@ class Supervisor:
                         if tr.reader is not None:   # its output read to the end first
                             tr.reader.join(timeout=2.0)
                         self._exit_fed(tr)
-                        cause = self.oom.words(rc) if is_local(tr.plan.host) else ""
+                        cause = (self.oom.words(rc) if is_local(tr.plan.host)
+                                 else getattr(tr.handle, "cause", lambda rc: "")(rc))   # host lost
                         exits.append(Exited(tr.name, rc, self.clock(), cause))
             events = self._drain_inbox()
             if now - self._life_looked >= LIFE_EVERY:   # dated signs: a late look changes nothing
