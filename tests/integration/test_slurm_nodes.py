@@ -249,3 +249,20 @@ def test_slurm_node_lost_with_requeue_resumes_on_the_other_nodes(slurm3, tmp_pat
     assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
     assert [n["node"] for n in rec["lost_nodes"]] == [victim], rec
     assert slurm3.wait_empty_queue(30) == ""
+
+
+def test_doctor_inside_an_allocation_checks_every_node(slurm3, tmp_path):
+    """``salloc -N 3 tfcluster doctor FILE --backend slurm``: one probe per node (srun), one row
+    per node with its versions, the program file's hash and its ports; every node agrees."""
+    (tmp_path / "prog.py").write_text("print('hi')\n")
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n")
+    r = subprocess.run(["salloc", "-N", "3", sys.executable, "-m", "tfcluster", "doctor", "cluster.yaml",
+                        "--backend", "slurm"], cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {l.split()[0]: l for l in r.stdout.splitlines()[1:]}
+    assert {"n1", "n2", "n3"} <= set(rows), r.stdout
+    assert all("2222:free" in rows[n] for n in ("n1", "n2", "n3")), r.stdout
+    assert "every host agrees" in r.stderr
+    assert slurm3.wait_empty_queue(30) == ""
