@@ -97,8 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--no-security-note", action="store_true",
                    help="do not print the network security note (also TFCLUSTER_NO_SECURITY_NOTE=1; "
                    "it is printed once per cluster file anyway)")
+    s.add_argument("--doctor", action="store_true",
+                   help="run `tfcluster doctor` first: launch only if every host agrees")
     add_slurm_flags(s)
     s.set_defaults(func=cmd_launch)
+
+    s = sub.add_parser("doctor", help="check every host of the file before a launch: versions, "
+                       "program file, GPUs, clock, ports",
+                       description="Run a small probe on every host or node of the file (this "
+                       "machine, ssh hosts, the nodes of a Slurm allocation) and print one table: "
+                       "Python, TensorFlow and tfcluster versions, the program file's hash, "
+                       "visible GPUs, the clock's offset from this machine, and each task's port "
+                       "(free on its host, reachable from the other hosts). Exit 1 naming what "
+                       "differs or fails.")
+    s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
+    s.add_argument("--backend", choices=["local", "ssh", "slurm"],
+                   help="how the hosts are reached (default: as launch would)")
+    s.set_defaults(func=cmd_doctor)
 
     s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster")
     s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
@@ -727,6 +742,7 @@ class LaunchRequest:
     detach: bool = False
     quick: Optional[QuickCluster] = None
     argv: Tuple[str, ...] = ()                 # the launch command line, for --detach
+    doctor: bool = False                       # run tfcluster doctor first
 
 
 def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) -> LaunchRequest:
@@ -751,7 +767,8 @@ def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) 
         quick = QuickCluster(ps=args.ps or 0, workers=args.workers or 0, chief=args.chief,
                              evaluator=args.evaluator, save=args.save)
     return LaunchRequest(file=args.file, options=options, slurm_flags=slurm_flags, view=view,
-                         dry_run=args.dry_run, detach=args.detach, quick=quick, argv=tuple(argv))
+                         dry_run=args.dry_run, detach=args.detach, quick=quick, argv=tuple(argv),
+                         doctor=getattr(args, "doctor", False))
 
 
 def _quick_cluster(request: LaunchRequest):
@@ -851,6 +868,12 @@ def run_launch(request: LaunchRequest) -> int:
                       saved_file=os.path.abspath(saved) if saved else None)
     for w in launcher.warnings():
         print(f"tfcluster: warning: {w}", file=sys.stderr)
+    if request.doctor:
+        from . import doctor
+        if doctor.run(plan, cluster, out=sys.stderr) != 0:
+            print("tfcluster: launch not started: tfcluster doctor found problems (above)",
+                  file=sys.stderr)
+            return 1
     return launcher.run(view)
 
 
@@ -874,6 +897,14 @@ def launch(path_or_cluster=None, options=None, view=None, dry_run: bool = False)
     else:
         request = LaunchRequest(cluster=path_or_cluster, options=options, view=view, dry_run=dry_run)
     return run_launch(request)
+
+
+def cmd_doctor(args) -> int:
+    """``tfcluster doctor [FILE]``: every host of the file checked the way the tasks meet it."""
+    from . import doctor
+    from .plan import LaunchOptions, build_plan
+    cluster = _load(args.file)
+    return doctor.run(build_plan(cluster, LaunchOptions(backend=args.backend)), cluster)
 
 
 def cmd_launch(args) -> int:

@@ -165,6 +165,14 @@ class RemoteSpec(_Strict):
                                   "(default: python3)")
     workdir: Optional[str] = Field(None, description="remote folder that mirrors this file's folder: "
                                    "paths under it are mapped there, and tasks run there")
+    connect_timeout: Optional[int] = Field(None, ge=1, le=3600, description="seconds a host has "
+                                           "to answer at the start (ssh ConnectTimeout; default 10)")
+    alive_interval: Optional[int] = Field(None, ge=1, le=3600, description="seconds between "
+                                          "keep-alives to a host (ssh ServerAliveInterval; default 5)")
+    alive_count_max: Optional[int] = Field(None, ge=1, le=100, description="keep-alives a host may "
+                                           "leave unanswered (ssh ServerAliveCountMax; default 3): a "
+                                           "host lost mid-run is noticed within about "
+                                           "alive_interval x alive_count_max seconds")
 
 
 ClusterDict = Annotated[Dict[str, Union[List[str], Annotated[int, Field(ge=1)]]], SkipValidation]

@@ -129,14 +129,14 @@ def result_of_exit_code(code: Optional[int]) -> str:
     return "failed"
 
 
-def job_verdict(rc: int, failed_tasks: int) -> Tuple[str, int]:
-    """A Slurm job's verdict, from the job's exit code and how many tasks recorded a failure of
-    their own: (``succeeded`` | ``stopped`` | ``failed``, the launcher's exit code). A job
-    stopped in order (128+SIGTERM: a time limit, ``tfcluster stop``, scancel) with no failed
-    task was stopped, not failed."""
+def job_verdict(rc: int, failed_tasks: int, lost_nodes: int = 0) -> Tuple[str, int]:
+    """A Slurm job's verdict, from the job's exit code, how many tasks recorded a failure of
+    their own and how many of its nodes were lost: (``succeeded`` | ``stopped`` | ``failed``,
+    the launcher's exit code). A job stopped in order (128+SIGTERM: a time limit, ``tfcluster
+    stop``, scancel) with no failed task and no lost node was stopped, not failed."""
     if rc == EXIT_OK and not failed_tasks:
         return "succeeded", EXIT_OK
-    if rc == signal_exit_code(signal.SIGTERM) and not failed_tasks:
+    if rc == signal_exit_code(signal.SIGTERM) and not failed_tasks and not lost_nodes:
         return "stopped", rc
     return "failed", EXIT_FAILED
 

@@ -67,10 +67,11 @@ def unavailable(prefix: str = "tfc") -> Optional[str]:
 
 class NamespaceHosts:
     """``n`` namespaces with an address and an sshd each. ``prefix`` names the namespaces and
-    links, ``subnet`` is the 10.x of the /24 picked, ``sessions`` sshd's MaxSessions."""
+    links, ``subnet`` is the 10.x of the /24 picked, ``sessions`` sshd's MaxSessions; with
+    ``sshd=False`` only the network is made (the three-node Slurm of helpers.slurm_nodes)."""
 
     def __init__(self, base: str, n: int = 3, prefix: str = "tfc", subnet: str = "10.233",
-                 sessions: int = 64):
+                 sessions: int = 64, sshd: bool = True):
         self.dir = base
         tag = f"{os.getpid() % 10000}{random.randint(0, 9)}"
         self.hub = f"{prefix}{tag}hub"
@@ -80,8 +81,9 @@ class NamespaceHosts:
         self.net = self._free_subnet()
         self.addrs = [f"{self.net}.{i + 2}" for i in range(n)]
         self.gateway = f"{self.net}.1"
-        self.sshd: List[subprocess.Popen] = []
+        self.sshd: List[Any] = []        # Popen, or Detached for an sshd restarted by a test
         self.made_ns: List[str] = []
+        self.with_sshd = sshd
 
     def __enter__(self) -> "NamespaceHosts":
         try:
@@ -121,6 +123,49 @@ class NamespaceHosts:
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             ip("-n", ns, "link", "set", "eth0", "up")
+        if self.with_sshd:
+            self._start_sshd()
+
+    def link(self, i: int, up: bool) -> None:
+        """Take host ``i``'s link to the bridge down (a host lost to the network) or up again."""
+        ip("-n", self.hub, "link", "set", f"p{i}", "up" if up else "down")
+
+    def kill_host(self, i: int) -> None:
+        """Host ``i`` dies: its sshd and everything else in its namespace are killed."""
+        ns = self.names[i]
+        for pid in ip("netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        self.sshd[i].wait(10)
+
+    def restart_sshd(self, i: int) -> None:
+        """Host ``i``'s sshd again (after :meth:`kill_host`)."""
+        if self.sshd[i].poll() is None:
+            return
+        self.sshd[i] = self._sshd(self.names[i], self.addrs[i], restart=True)
+        deadline = time.time() + 20
+        while not self._accepts(self.addrs[i]):
+            if time.time() > deadline:
+                raise RuntimeError(f"sshd on {self.addrs[i]} does not answer: {self.logs()}")
+            time.sleep(0.2)
+
+    def _sshd(self, ns: str, addr: str, restart: bool = False):
+        cfg = os.path.join(self.dir, f"sshd-{ns}.conf")
+        with open(cfg, "w") as f:
+            f.write(SSHD_CONFIG.format(addr=addr, dir=self.dir, name=ns, sessions=self.sessions))
+        argv = ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", cfg]
+        if restart:      # during a test: no child of the test process
+            return detached(argv, os.path.join(self.dir, f"sshd-{ns}.log"))
+        log = open(os.path.join(self.dir, f"sshd-{ns}.log"), "ab")
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+
+    def _start_sshd(self) -> None:
+        d = self.dir
         # keys: one host key for every sshd, one client key
         for key in ("host_key", "id"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test",
@@ -132,14 +177,7 @@ class NamespaceHosts:
                 f.write(f"{addr} {host_pub[0]} {host_pub[1]}\n")
         os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege separation folder
         for ns, addr in zip(self.names, self.addrs):
-            cfg = os.path.join(d, f"sshd-{ns}.conf")
-            with open(cfg, "w") as f:
-                f.write(SSHD_CONFIG.format(addr=addr, dir=d, name=ns, sessions=self.sessions))
-            log = open(os.path.join(d, f"sshd-{ns}.log"), "wb")
-            self.sshd.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", cfg],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-            log.close()
+            self.sshd.append(self._sshd(ns, addr))
         deadline = time.time() + 20
         for addr in self.addrs:
             while not self._accepts(addr):
@@ -214,6 +252,57 @@ class NamespaceHosts:
         return [ns for ns in self.made_ns if ns in listed]
 
 
+def detached(argv: List[str], log: str) -> "Detached":
+    """Start ``argv`` in a session of its own whose parent (sh) has exited at once, output to
+    ``log``: a daemon restarted during a test is then no child of the test process."""
+    r = subprocess.run(["sh", "-c", 'setsid "$@" </dev/null >>"$0" 2>&1 & echo $!', log, *argv],
+                       capture_output=True, text=True, timeout=30, check=True)
+    return Detached(int(r.stdout.split()[0]))
+
+
+class Detached:
+    """A daemon no longer our child, used as a Popen: poll(), wait(), terminate(), kill() by its
+    pid (trusted only while it is the process seen at the start, by psutil)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+        try:
+            self._proc: Optional["psutil.Process"] = psutil.Process(pid)
+        except psutil.Error:
+            self._proc, self.returncode = None, -1
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                if self._proc is None or not self._proc.is_running() or \
+                        self._proc.status() == psutil.STATUS_ZOMBIE:
+                    self.returncode = -1
+            except psutil.Error:
+                self.returncode = -1
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.time() + timeout
+        while self.poll() is None:
+            if time.time() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.1)
+        return -1
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                self._proc.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 def _status(pid):
     try:
         return psutil.Process(pid).status()
@@ -226,3 +315,23 @@ def _cmd(pid):
         return psutil.Process(pid).cmdline()
     except psutil.Error:
         return ["?"]
+
+
+def namespace_hosts(tmp_path_factory, prefix: str = "tfc", subnet: str = "10.233"):
+    """A generator for a module fixture: yields started :class:`NamespaceHosts`, stops them and
+    checks no namespace is left; skips (pytest) where they cannot be made."""
+    import pytest
+    why = unavailable(prefix)
+    if why:
+        pytest.skip(why)
+    base = str(tmp_path_factory.mktemp(f"ssh{prefix}"))
+    os.chmod(base, 0o755)
+    h = NamespaceHosts(base, prefix=prefix, subnet=subnet)
+    try:
+        h.start()
+    except Exception as e:
+        h.stop()
+        pytest.skip(f"could not set up namespaces with sshd: {e}")
+    yield h
+    h.stop()
+    assert not h.left(), f"namespaces left behind: {h.left()}"

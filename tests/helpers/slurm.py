@@ -56,7 +56,31 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSu
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel")
 
 
-class OneNodeSlurm:
+class SlurmQueue:
+    """The queue of a test Slurm (its daemons and jobs belong to the tests)."""
+
+    def queue(self) -> str:
+        return subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=10).stdout.strip()
+
+    def wait_empty_queue(self, timeout=30.0) -> str:
+        deadline = time.time() + timeout
+        q = self.queue()
+        while q and time.time() < deadline:
+            time.sleep(0.3)
+            q = self.queue()
+        return q
+
+    def cancel_all(self) -> None:
+        """Cancel every job of this test Slurm."""
+        try:
+            if self.queue():
+                subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
+                self.wait_empty_queue(20)
+        except Exception:
+            pass
+
+
+class OneNodeSlurm(SlurmQueue):
     """munged, slurmctld and slurmd in the foreground, as children of the test process."""
 
     def __init__(self, base: str, conf: str = SLURM_CONF):
@@ -112,26 +136,6 @@ class OneNodeSlurm:
                 return f.read()[-2000:]
         except OSError:
             return ""
-
-    def queue(self) -> str:
-        return subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=10).stdout.strip()
-
-    def wait_empty_queue(self, timeout=30.0) -> str:
-        deadline = time.time() + timeout
-        q = self.queue()
-        while q and time.time() < deadline:
-            time.sleep(0.3)
-            q = self.queue()
-        return q
-
-    def cancel_all(self) -> None:
-        """Cancel every job of this test Slurm (its daemons and queue belong to the tests)."""
-        try:
-            if self.queue():
-                subprocess.run(["scancel", "--full", "--user=root"], capture_output=True, timeout=10)
-                self.wait_empty_queue(15)
-        except Exception:
-            pass
 
     def stop(self) -> None:
         self.cancel_all()

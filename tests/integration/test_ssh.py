@@ -34,20 +34,7 @@ with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    why = netns.unavailable("tfc")
-    if why:
-        pytest.skip(why)
-    base = str(tmp_path_factory.mktemp("ssh"))
-    os.chmod(base, 0o755)
-    h = NamespaceHosts(base)
-    try:
-        h.start()
-    except Exception as e:
-        h.stop()
-        pytest.skip(f"could not set up namespaces with sshd: {e}")
-    yield h
-    h.stop()
-    assert not h.left(), f"namespaces left behind: {h.left()}"
+    yield from netns.namespace_hosts(tmp_path_factory)
 
 
 def _yaml_remote(hosts) -> str:

@@ -27,7 +27,7 @@ FLOORS = [
     # 4: the supervisor
     ["launch"],
     # 5: renderers, commands, the composition root
-    ["render", "jobset", "trainjob", "tfjob_import", "pod", "report", "hello", "cli", "completion", "__main__", "__init__"],
+    ["render", "jobset", "trainjob", "tfjob_import", "pod", "report", "hello", "doctor", "cli", "completion", "__main__", "__init__"],
 ]
 
 

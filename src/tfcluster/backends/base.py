@@ -50,6 +50,10 @@ class Handle:
         """Deliver ``sig`` to the whole task (its process group)."""
         raise NotImplementedError
 
+    def cause(self, rc: int) -> str:
+        """What the backend learnt of the task's end (e.g. its host lost), or ""."""
+        return ""
+
     def exit_fd(self) -> Optional[int]:
         """A file descriptor that becomes readable when the task exits (a pidfd), or None;
         lets the launcher wake at once instead of polling."""

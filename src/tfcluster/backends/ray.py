@@ -165,10 +165,13 @@ class RayHandle(Handle):
     """A task started by its actor: output and progress arrive on local pipes (a thread pulls
     them from the actor), the exit on a third pipe (:meth:`exit_fd`)."""
 
+    def cause(self, rc: int) -> str:
+        return self.lost
+
     def __init__(self, actor, pid: int, name: str, node: str):
         self.actor, self.pid, self.name, self.node = actor, pid, name, node
         self.returncode: Optional[int] = None
-        self.cause = ""             # what became of the task beyond its exit status (a lost node)
+        self.lost = ""             # what became of the task beyond its exit status (a lost node)
         r, self._out_w = os.pipe()
         pr, self._prog_w = os.pipe()
         self._exit_r, self._exit_w = os.pipe()
@@ -187,7 +190,7 @@ class RayHandle(Handle):
                     out, prog, rc = ray.get(self.actor.read.remote(READ_WAIT))
                 except ray.exceptions.RayActorError as e:
                     rc = -signal.SIGKILL
-                    self.cause = f"its Ray actor or node {self.node[:12]} was lost ({_first_line(e)})"
+                    self.lost = f"its Ray actor or node {self.node[:12]} was lost ({_first_line(e)})"
                     break
                 _write_all(self._out_w, out)
                 _write_all(self._prog_w, prog)
@@ -294,11 +297,14 @@ class _Lost(Handle):
     """A task whose actor is gone (its node was lost): it "exits" at once, SIGKILLed, with the
     cause named; the run machine's restart rule decides what follows."""
 
+    def cause(self, rc: int) -> str:
+        return self.lost
+
     def __init__(self, name: str, info: Dict[str, Any], e: BaseException):
         self.pid = 0
         self.returncode = -signal.SIGKILL
-        self.cause = (f"its Ray node {info.get('ip', '?')} ({str(info.get('node_id', ''))[:12]}) "
-                      f"was lost; the task cannot start there again ({_first_line(e)})")
+        self.lost = (f"its Ray node {info.get('ip', '?')} ({str(info.get('node_id', ''))[:12]}) "
+                     f"was lost; the task cannot start there again ({_first_line(e)})")
         r, w = os.pipe()
         os.close(w)
         self.stdout = os.fdopen(r, "rb", buffering=0)

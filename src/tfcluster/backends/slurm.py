@@ -410,7 +410,7 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
         code = follower.run_srun(name) if inside else follower.run_sbatch(name)
     finally:   # the record is closed on every path: success, failure, Ctrl-C, a refused job
         try:
-            record.close(code, follower.job_id, segments=follower.segments)
+            record.close(code, follower.job_id, segments=follower.segments, lost=follower.lost)
         finally:
             folder.close()    # the run folder's descriptor, held since make_run_folder
     return code
@@ -457,8 +457,10 @@ class _Record:
         self.folder = RunFolder(plan.run_dir)
         self.write("running", None, None)
 
-    def close(self, code: Optional[int], job_id: Optional[str], segments: int = 0) -> None:
+    def close(self, code: Optional[int], job_id: Optional[str], segments: int = 0,
+              lost: Sequence[Dict[str, Any]] = ()) -> None:
         result = rules.result_of_exit_code(code)
+        self.lost = list(lost)
         self._merge_events()
         self.segments = segments
         self.write(result, EXIT_FAILED if code is None else code, job_id, ended=time.time())
@@ -493,11 +495,18 @@ class _Record:
             name, rec = failures[0]
             reason = str(rec.get("reason") or "")
             root = reason if reason.startswith(name) else f"{name} {reason}".strip()
+        lost = getattr(self, "lost", [])
+        if lost and (root is None or result == "failed"):
+            first = lost[0]
+            root = (f"node {first['node']} lost ({first['reason'] or 'down'})"
+                    + (f" with {', '.join(first['tasks'])}" if first["tasks"] else "")
+                    + (f"; then {root}" if root else ""))
         data = run_record(
             self.plan, backend="slurm", started=self.started, ended=ended, result=result,
             exit_code=code, decision=decided[0]["decision"] if decided else None, root_cause=root,
             total_restarts=self.folder.restarts_claimed() or sum(t["restarts"] for t in tasks),
-            tasks=tasks, slurm_job=job_id, segments=getattr(self, "segments", 0) or None)
+            tasks=tasks, slurm_job=job_id, segments=getattr(self, "segments", 0) or None,
+            lost_nodes=lost or None)
         try:
             write_record(self.plan.run_dir, data)
         except OSError as e:
@@ -506,6 +515,9 @@ class _Record:
     def _merge_events(self) -> None:
         """The tasks' events (written on their nodes) into the run's events.jsonl."""
         events = self.folder.task_events()
+        events += [{"event": "node_lost", "task": t, **{k: v for k, v in n.items() if k != "tasks"}}
+                   for n in getattr(self, "lost", []) for t in (n["tasks"] or [None])]
+        events.sort(key=lambda e: e.get("time") or 0)
         if not events:
             return
         try:
@@ -542,6 +554,8 @@ class _Follower:
         self.job_id: Optional[str] = os.environ.get("SLURM_JOB_ID")
         self.on_submitted = None
         self.segments = 0                 # how many times the job started running (requeues)
+        self.nodes: List[str] = []        # the running segment's nodes (scontrol's NodeList)
+        self.lost: List[Dict[str, Any]] = []   # nodes lost mid-run: node, reason, tasks, segment
 
     # ---- output
     def _line(self, text: str) -> None:
@@ -662,9 +676,12 @@ class _Follower:
                     for line in tail.read():
                         self._line(line)
                     state, exit_code = job_state(job_id)
+                    if last == "RUNNING" and state not in ("RUNNING", "COMPLETING", "UNKNOWN"):
+                        self._note_lost_nodes(job_id, state)   # the segment has ended
                     if state != last and state in ("PENDING", "RUNNING", "REQUEUED"):
                         if state == "RUNNING":
                             self.segments += 1
+                            self.nodes = job_nodes(job_id)
                         if last == "RUNNING" and state != "RUNNING":
                             _info(f"job {job_id} was requeued: its next segment resumes from the "
                                   f"checkpoint")
@@ -701,6 +718,28 @@ class _Follower:
             rc = exit_code if exit_code is not None else (0 if state == "COMPLETED" else 1)
         return self._result(rc, f"Slurm job {job_id} {(state or 'ended').lower()}, exit code {rc}")
 
+    def _note_lost_nodes(self, job_id: str, state: Optional[str]) -> None:
+        """The segment just ended: name its nodes that Slurm now has down (a node lost mid-run:
+        its slurmd stopped answering), the tasks that ran there, and what Slurm did with the
+        job -- requeued it (``--requeue``: ``slurm.requeue``, or the cluster's JobRequeue) or
+        ended it (NODE_FAIL)."""
+        down = lost_nodes(self.nodes)
+        if not down:
+            return
+        where = {}
+        for ev in RunFolder(self.run_dir).task_events():
+            if ev.get("event") == "task_started" and isinstance(ev.get("host"), str):
+                where[ev.get("task")] = ev["host"]
+        action = "failed the job" if state in TERMINAL_STATES else "requeued the job"
+        for node, reason in down:
+            tasks = sorted(str(t) for t, h in where.items() if h == node)
+            self.lost.append({"node": node, "reason": reason, "tasks": tasks,
+                              "segment": max(self.segments - 1, 0), "time": time.time(),
+                              "slurm": action.split()[0], "job_state": state})
+            _info(f"node {node} was lost mid-run ({reason or 'down'})"
+                  + (f"; it ran {', '.join(tasks)}" if tasks else "")
+                  + f": Slurm {action} ({(state or 'gone').lower()})")
+
     def _ordered_stop(self, job_id: str, tail: "_Tail") -> bool:
         """Ctrl-C (or SIGTERM, ``tfcluster stop``) on the launcher: ask the running job to stop in
         order through the run folder (chief and workers first, ps last), as Slurm's time-limit
@@ -733,10 +772,13 @@ class _Follower:
 
     def _result(self, rc: int, what: str) -> int:
         failed = RunFolder(self.run_dir).failures()
-        verdict, code = rules.job_verdict(rc, len(failed))
+        verdict, code = rules.job_verdict(rc, len(failed), lost_nodes=len(self.lost))
         _info(f"run {verdict}: {what}")
         if verdict != "failed":
             return code
+        for lost in self.lost[:1]:
+            _info(f"lost node: {lost['node']} ({lost['reason'] or 'down'})"
+                  + (f", with {', '.join(lost['tasks'])}" if lost["tasks"] else ""))
         for name, rec in failed[:1]:
             _info(f"first failure: {name} on {rec.get('host', '?')}: {rec.get('reason', '?')}")
             log = os.path.join(self.run_dir, f"{name.replace(':', '-')}.log")
@@ -775,6 +817,38 @@ def job_state(job_id: str) -> Tuple[Optional[str], Optional[int]]:
     if code:
         exit_code = int(code.group(1)) or (128 + int(code.group(2)) if int(code.group(2)) else 0)
     return (state.group(1) if state else "UNKNOWN"), exit_code
+
+
+def job_nodes(job_id: str) -> List[str]:
+    """The nodes of a running job (``scontrol show job``'s NodeList, expanded)."""
+    try:
+        r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    m = re.search(r"\bNodeList=(\S+)", r.stdout)
+    if r.returncode != 0 or not m or m.group(1) in ("(null)", ""):
+        return []
+    return expand_hostlist(m.group(1))
+
+
+def lost_nodes(nodes: Sequence[str]) -> List[Tuple[str, str]]:
+    """(node, reason) of those of ``nodes`` that Slurm has down, failing or not responding."""
+    if not nodes:
+        return []
+    try:
+        r = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%t|%E"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    out = []
+    for line in r.stdout.splitlines():
+        node, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if node in nodes and node not in [n for n, _ in out] and (
+                state.startswith(("down", "fail")) or state.endswith("*")):
+            out.append((node, printable(reason.strip()) if reason.strip() != "none" else ""))
+    return out
 
 
 class _Tail:

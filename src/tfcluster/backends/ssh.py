@@ -45,7 +45,9 @@ from .base import Backend, Handle, ProcessSpec, start_child
 from .local import LocalBackend
 
 DEFAULT_PYTHON = "python3"
-CONNECT_TIMEOUT = 10
+CONNECT_TIMEOUT = 10     # remote.connect_timeout: seconds a host has to answer at the start
+ALIVE_INTERVAL = 5       # remote.alive_interval: seconds between keep-alives (ServerAliveInterval)
+ALIVE_COUNT_MAX = 3      # remote.alive_count_max: unanswered keep-alives before a host is lost
 
 # The remote side. Kept small; it runs with the remote python3's standard library only.
 WRAPPER = r'''
@@ -117,8 +119,10 @@ def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:
 
 def ssh_argv(settings: RemoteSpec, host: str) -> List[str]:
     """The ssh client's argv up to (and including) the destination."""
-    argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    argv = ["ssh", "-T", "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={settings.connect_timeout or CONNECT_TIMEOUT}",
+            "-o", f"ServerAliveInterval={settings.alive_interval or ALIVE_INTERVAL}",
+            "-o", f"ServerAliveCountMax={settings.alive_count_max or ALIVE_COUNT_MAX}"]
     if settings.port:
         argv += ["-p", str(settings.port)]
     if settings.user:
@@ -130,6 +134,11 @@ def ssh_argv(settings: RemoteSpec, host: str) -> List[str]:
     return argv + [settings.ssh_host or host]
 
 
+def lost_after(settings: RemoteSpec) -> int:
+    """About how long a silent host takes to count as lost (keep-alive interval x count)."""
+    return (settings.alive_interval or ALIVE_INTERVAL) * (settings.alive_count_max or ALIVE_COUNT_MAX)
+
+
 def remote_command(settings: RemoteSpec) -> str:
     """The command line the remote shell runs: the wrapper, on the remote python."""
     python = shlex.split(settings.python or DEFAULT_PYTHON)
@@ -139,12 +148,18 @@ def remote_command(settings: RemoteSpec) -> str:
 class SshHandle(Handle):
     """A remote task: ``pid`` is the local ssh client's; ``stdout`` the task's output."""
 
-    def __init__(self, proc: subprocess.Popen, name: str):
+    def __init__(self, proc: subprocess.Popen, name: str, lost=None):
         self.proc = proc
         self.pid = proc.pid
         self.stdout = proc.stdout
         self.name = name
         self._lock = threading.Lock()
+        self._lost = lost          # () -> why the task's host is lost, or ""
+
+    def cause(self, rc: int) -> str:
+        """What ended the task, when ssh knows: its host lost (the shared connection to it died:
+        keep-alives unanswered, or the host's sshd gone)."""
+        return self._lost() if rc == 255 and self._lost is not None else ""
 
     def _code(self, rc: Optional[int]) -> Optional[int]:
         if rc is None:
@@ -210,6 +225,7 @@ class SshBackend(Backend):
         self.control_dir: Optional[str] = None                   # made at the first connection
         self._masters: Dict[str, List[str]] = {}                 # host -> ssh argv
         self._procs: List[subprocess.Popen] = []                 # master connections
+        self._by_host: Dict[str, tuple] = {}                     # host -> (master, its stderr)
         self._lock = threading.Lock()
         self._local = LocalBackend()
 
@@ -269,7 +285,7 @@ class SshBackend(Backend):
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # ssh failed at once; its exit code and message tell why
-        return SshHandle(proc, spec.name)
+        return SshHandle(proc, spec.name, lambda host=spec.host: self.host_lost(host))
 
     def _master(self, host: str, s: RemoteSpec, task: str) -> List[str]:
         """ssh argv for ``host``'s tasks, after starting its shared connection (once per host).
@@ -290,7 +306,7 @@ class SshBackend(Backend):
                                                     "-N", base[-1]],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                  start_new_session=True, close_fds=True)
-            deadline = time.time() + CONNECT_TIMEOUT + 20
+            deadline = time.time() + (s.connect_timeout or CONNECT_TIMEOUT) + 20
             why = None
             while True:
                 if master.poll() is not None:
@@ -307,22 +323,52 @@ class SshBackend(Backend):
                     _stop_process(master)
                     break
                 time.sleep(0.1)
-            err.close()
             if why is not None:
+                err.close()
                 target = f"{s.user + '@' if s.user else ''}{s.ssh_host or host}"
-                raise UserError(f"{task}: cannot reach {target} over ssh (batch mode, no password "
-                                f"prompts): {why}; check remote:/hosts: in the file and the key")
+                if s.ssh_host and s.ssh_host != host:
+                    target += f" (host {host})"
+                raise UserError(f"{task}: cannot reach {target} over ssh (batch mode, "
+                                f"no password prompts, remote.connect_timeout "
+                                f"{s.connect_timeout or CONNECT_TIMEOUT}s): {why}; check "
+                                f"remote:/hosts: in the file and the key")
             self._procs.append(master)
+            self._by_host[host] = (master, err)
             argv = base[:-1] + mux + ["-o", "ControlMaster=no", base[-1]]
             self._masters[host] = argv
             return argv
+
+    def host_lost(self, host: str, wait: float = 3.0) -> str:
+        """Why ``host`` counts as lost -- its shared connection ended by itself (ssh's last
+        words: keep-alives unanswered, connection closed or reset) -- or "" while it lives."""
+        with self._lock:
+            master, err = self._by_host.get(host, (None, None))
+        if master is None:
+            return ""
+        try:
+            master.wait(wait)       # a session's end may come a moment before its master's
+        except subprocess.TimeoutExpired:
+            return ""
+        try:
+            err.seek(0)
+            lines = err.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, ValueError):
+            lines = []
+        s = self.settings(host)
+        return (f"host {host} lost" + (f" ({lines[-1].strip()})" if lines else "")
+                + f"; a silent host counts as lost after ~{lost_after(s)}s "
+                f"(remote.alive_interval {s.alive_interval or ALIVE_INTERVAL}s x "
+                f"remote.alive_count_max {s.alive_count_max or ALIVE_COUNT_MAX})")
 
     def close(self) -> None:
         """End the shared connections (and so any session still open) and remove their sockets."""
         with self._lock:
             procs, self._procs, self._masters = list(self._procs), [], {}
+            errs, self._by_host = [e for _, e in self._by_host.values()], {}
         for p in procs:
             _stop_process(p)
+        for e in errs:
+            e.close()
         if self.control_dir is not None:
             shutil.rmtree(self.control_dir, ignore_errors=True)
             self.control_dir = None

@@ -478,7 +478,7 @@ class Supervisor:
                         if tr.reader is not None:   # its output read to the end first
                             tr.reader.join(timeout=2.0)
                         self._exit_fed(tr)
-                        cause = getattr(tr.handle, "cause", "") or (   # a lost Ray node
+                        cause = tr.handle.cause(rc) or (   # a lost host or Ray node
                             self.oom.words(rc) if is_local(tr.plan.host) else "")
                         exits.append(Exited(tr.name, rc, self.clock(), cause))
             events = self._drain_inbox()

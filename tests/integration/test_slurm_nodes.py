@@ -1,0 +1,268 @@
+"""Slurm across nodes: a real Slurm of three nodes (one slurmctld, three slurmd, each slurmd in
+its own network namespace on a bridge; tests/helpers/slurm_nodes.py) that the ``three_nodes``
+fixture (tests/integration/conftest.py) starts and stops. The file system is shared, so the run
+folder is the nodes' shared folder, as on a cluster with a shared home.
+
+Needs root, Slurm and munge; skips with the reason otherwise."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers import PROGRAMS, ROOT
+
+pytestmark = pytest.mark.multinode
+
+
+def _launch(path, *extra, timeout=240):
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    return subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(path), "--backend", "slurm",
+                           "--no-live", *extra], cwd=os.path.dirname(str(path)), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _popen(path, *extra):
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    return subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(path), "--backend",
+                             "slurm", "--no-live", *extra], cwd=os.path.dirname(str(path)), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(cond, timeout, proc=None, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.3)
+    if cond():
+        return True
+    out = ""
+    if proc is not None:
+        if proc.poll() is None:
+            proc.terminate()
+        out = proc.communicate(timeout=120)[0][-3000:]
+    pytest.fail(f"{what} did not happen: {out}")
+
+
+def _started_on(run_dir):
+    """{task: node} from the tasks' own 'started on NODE:PORT' lines."""
+    out = {}
+    for log in run_dir.glob("*.log"):
+        m = re.search(r"tfcluster: started on (\w+):\d+", log.read_text(errors="replace"))
+        if m:
+            out[log.stem.replace("-", ":", 1)] = m.group(1)
+    return out
+
+
+def test_three_node_slurm_preempts_a_low_partition_job(slurm3, tmp_path):
+    """The test Slurm's preemption works as configured (PreemptType=preempt/partition_prio,
+    PreemptMode=REQUEUE): a job in partition ``high`` (PriorityTier 10) that needs every node
+    takes them from a running ``low`` job, which Slurm requeues; the low job runs again after."""
+    out = tmp_path / "low.out"
+    low = subprocess.run(["sbatch", "--parsable", "-p", "low", "-N3", "--requeue", f"--output={out}",
+                          "--open-mode=append", "--wrap",
+                          "echo run ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST; sleep 300"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+
+    def state(job):
+        r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
+                           timeout=30).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", r))
+    _wait_for(lambda: state(low).get("JobState") == "RUNNING" and out.exists()
+              and "run 0" in out.read_text(), 30, what="the low job's start")
+    high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive",
+                           f"--output={tmp_path}/high.out", "--wrap", "echo high on $SLURM_JOB_NODELIST; sleep 3"],
+                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    _wait_for(lambda: (tmp_path / "high.out").exists() and "high on n[1-3]" in (tmp_path / "high.out").read_text(),
+              60, what="the high job's start")
+    low_now = state(low)
+    assert low_now["JobState"] in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), low_now
+    assert int(low_now["Restarts"]) == 1, low_now
+    # the requeued low job starts again once the high one has ended
+    _wait_for(lambda: "run 1 on n[1-3]" in out.read_text(), 90, what="the low job's second run")
+    assert state(high)["JobState"] == "COMPLETED"
+    subprocess.run(["scancel", low], check=True, timeout=30)
+    assert slurm3.wait_empty_queue(30) == ""
+
+
+@pytest.mark.tf
+def test_slurm_trains_trainer_py_on_three_nodes(slurm3, tmp_path):
+    """The template trainer.py, ps and two workers, one per node (srun across nodes): each task
+    on its own node finds the others by node name, the run folder is shared between the nodes,
+    the run succeeds and the chief's checkpoint has the last step."""
+    ckpt = tmp_path / "ckpt"
+    (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
+        cluster: {{ps: 1, worker: 2}}
+        program:
+          command: [python, {os.path.join(ROOT, "trainer.py")}]
+          args: [--train_steps=300, --checkpoint_dir={ckpt}, --save_summaries_steps=0,
+                 --progress_secs=0.5]
+        base_port: 2222
+        grace: 30
+        logdir: runs
+        slurm: {{sbatch: [--ntasks-per-node=1]}}
+    """))
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "x1")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    run_dir = tmp_path / "runs" / "x1"
+    where = _started_on(run_dir)
+    assert set(where) == {"ps:0", "worker:0", "worker:1"} and sorted(where.values()) == ["n1", "n2", "n3"], where
+    # TF_CONFIG names the nodes; every task's log is in the one run folder
+    assert '"ps":["n1:2222"]' in (run_dir / "ps-0.log").read_text() or "n1:2222" in out, out[-3000:]
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded", rec
+    rows = {t["task"]: t for t in rec["tasks"]}
+    assert rows["worker:0"]["state"] == "succeeded" and rows["ps:0"]["state"] == "stopped", rows
+    assert {rows[t]["host"] for t in rows} == {"n1", "n2", "n3"}, rows
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(ckpt))
+    assert latest and int(latest.rsplit("-", 1)[1]) >= 300, latest
+    assert slurm3.wait_empty_queue(20) == ""
+
+
+def test_slurm_node_lost_mid_run_fails_the_run_and_names_the_node(slurm3, tmp_path):
+    """A node dies mid-run (its link down, its slurmd and tasks killed): Slurm marks it down and
+    ends the job (NODE_FAIL; no requeue asked for); the launcher names the node and the task that
+    ran there, fails the run, and run.json and events.jsonl record the lost node."""
+    shutil.copy(os.path.join(PROGRAMS, "steps_forever.py"), tmp_path / "prog.py")
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n"
+        "slurm: {sbatch: [--ntasks-per-node=1]}\n")
+    p = _popen(tmp_path / "cluster.yaml", "--run-id", "l1")
+    run_dir = tmp_path / "runs" / "l1"
+    try:
+        _wait_for(lambda: len(_started_on(run_dir)) == 3, 60, p, "the three tasks' start")
+        where = _started_on(run_dir)
+        victim = where["worker:1"]
+        slurm3.lose_node(victim)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, out[-3000:]
+    assert f"node {victim} was lost mid-run" in out and "it ran worker:1" in out, out[-3000:]
+    assert "Slurm failed the job (node_fail)" in out, out[-3000:]
+    assert f"lost node: {victim}" in out, out[-3000:]
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "failed", rec
+    assert [(n["node"], n["tasks"]) for n in rec["lost_nodes"]] == [(victim, ["worker:1"])], rec
+    assert rec["root_cause"].startswith(f"node {victim} lost"), rec
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e.get("task"), e.get("node")) for e in events if e["event"] == "node_lost"] \
+        == [("node_lost", "worker:1", victim)]
+    assert slurm3.wait_empty_queue(30) == ""
+
+
+SEGMENT_PROGRAM = """\
+import json, os, signal, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+run_dir = os.environ["TFCLUSTER_RUN_DIR"]
+again = int(os.environ["TFCLUSTER_RESTART_COUNT"])
+print(task, "restart count", again, "on", os.environ["SLURMD_NODENAME"], flush=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(time.time()))
+if task == "ps:0":
+    while not stop:
+        time.sleep(0.05)
+    open(os.path.join(run_dir, "ps-stopped"), "a").write(f"{time.time()}\\n")
+    sys.exit(0)
+ckpt = os.path.join(run_dir, "ckpt.json")
+step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+print(task, "resumes at step", step, flush=True)
+while step < 2000 and not stop:
+    step += 1 if not again else 100      # a resumed segment finishes quickly
+    print('@tfcluster progress {"step": %d, "total": 2000}' % min(step, 2000), flush=True)
+    time.sleep(0.1)
+json.dump({"step": min(step, 2000)}, open(ckpt, "w"))
+open(os.path.join(run_dir, "chief-saved"), "a").write(f"{time.time()} {min(step, 2000)}\\n")
+"""
+
+
+def test_slurm_time_limit_stops_in_order_across_nodes_and_requeues(slurm3, tmp_path):
+    """A real time limit (``slurm.time: 1`` minute, ``signal_lead: 50``): Slurm itself sends the
+    warning; the chief (on one node) saves its checkpoint before the ps (on another) stops, the
+    job is requeued, and the next segment resumes from the checkpoint and finishes."""
+    (tmp_path / "prog.py").write_text(SEGMENT_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 1}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n"
+        "slurm: {time: '1', signal_lead: 50, requeue: true, max_segments: 2,"
+        " sbatch: [--ntasks-per-node=1]}\n")
+    r = _launch(tmp_path / "cluster.yaml", "--run-id", "t1", timeout=300)
+    out = r.stdout + r.stderr
+    run_dir = tmp_path / "runs" / "t1"
+    assert r.returncode == 0, out[-4000:]
+    saved = (run_dir / "chief-saved").read_text().split("\n")
+    stopped = (run_dir / "ps-stopped").read_text().split("\n")
+    first_save, first_step = float(saved[0].split()[0]), int(saved[0].split()[1])
+    assert 0 < first_step < 2000 and first_save < float(stopped[0]), out[-3000:]
+    assert "requeueing the job (segment 1, at most 2)" in out, out[-3000:]
+    assert f"resumes at step {first_step}" in out and int(saved[1].split()[1]) == 2000, out[-3000:]
+    nodes = re.findall(r"\[(ps:0|worker:0)\] \S+ restart count 0 on (\w+)", out)
+    assert len(dict(nodes)) == 2 and len(set(dict(nodes).values())) == 2, nodes
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
+    assert slurm3.wait_empty_queue(30) == ""
+
+
+def test_slurm_node_lost_with_requeue_resumes_on_the_other_nodes(slurm3, tmp_path):
+    """``slurm.requeue: true``: a node lost mid-run (two nodes of three in use) is named, Slurm
+    requeues the job, and the next segment runs on the nodes still up -- the spare one included
+    -- resumes from the checkpoint and finishes; the record has the lost node and two segments."""
+    (tmp_path / "prog.py").write_text(SEGMENT_PROGRAM)
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n"
+        "grace: 5\nslurm: {requeue: true, sbatch: [--ntasks-per-node=2]}\n")
+    p = _popen(tmp_path / "cluster.yaml", "--run-id", "r1")
+    run_dir = tmp_path / "runs" / "r1"
+    try:
+        _wait_for(lambda: len(_started_on(run_dir)) == 3 and (run_dir / "worker-0.log").exists()
+                  and '"step": 20,' in (run_dir / "worker-0.log").read_text(), 60, p, "the first steps")
+        where = _started_on(run_dir)
+        victim = where["worker:1"]
+        assert where["ps:0"] == where["worker:0"] != victim, where     # block: 2 tasks a node
+        slurm3.lose_node(victim)
+        out, _ = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert f"node {victim} was lost mid-run" in out and "it ran worker:1" in out, out[-3000:]
+    assert "Slurm requeued the job" in out, out[-3000:]
+    assert p.returncode == 0, out[-3000:]
+    second = re.findall(r"\[(worker:\d)\] worker:\d restart count 1 on (\w+)", out)
+    assert second and victim not in dict(second).values(), (second, out[-3000:])
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
+    assert [n["node"] for n in rec["lost_nodes"]] == [victim], rec
+    assert slurm3.wait_empty_queue(30) == ""
+
+
+def test_doctor_inside_an_allocation_checks_every_node(slurm3, tmp_path):
+    """``salloc -N 3 tfcluster doctor FILE --backend slurm``: one probe per node (srun), one row
+    per node with its versions, the program file's hash and its ports; every node agrees."""
+    (tmp_path / "prog.py").write_text("print('hi')\n")
+    (tmp_path / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n")
+    r = subprocess.run(["salloc", "-N", "3", sys.executable, "-m", "tfcluster", "doctor", "cluster.yaml",
+                        "--backend", "slurm"], cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {l.split()[0]: l for l in r.stdout.splitlines()[1:]}
+    assert {"n1", "n2", "n3"} <= set(rows), r.stdout
+    assert all("2222:free" in rows[n] for n in ("n1", "n2", "n3")), r.stdout
+    assert "every host agrees" in r.stderr
+    assert slurm3.wait_empty_queue(30) == ""
