@@ -37,6 +37,7 @@ from typing import Callable, Deque, Dict, IO, Optional, Tuple
 from . import runfs
 from .outputs import ProgressParser, clean_segment, is_noise
 from .progress import Progress, format_progress, split_progress
+from .terminal import decode
 from .rules import PORT_CONFLICT, STILL_WAITING
 
 
@@ -313,7 +314,7 @@ class OutputReader(threading.Thread):
         self._line.clear()
         if not piece.strip():
             return
-        text = clean_segment(piece.decode("utf-8", "replace"))
+        text = clean_segment(decode(piece))
         if not text.strip():
             return
         self._redrawn = True
@@ -324,7 +325,7 @@ class OutputReader(threading.Thread):
         piece = bytes(self._line)
         self._line.clear()
         redrawn, self._redrawn = self._redrawn, False
-        text = clean_segment(piece.decode("utf-8", "replace"))
+        text = clean_segment(decode(piece))
         if not text.strip() and (self._shown or redrawn):
             # a bar's last redraw, then a newline (possibly after blanks); nothing to show
             # when the redraws were only reports
@@ -406,7 +407,7 @@ class OutputReader(threading.Thread):
             self._side_report(line)
 
     def _side_report(self, line: bytes) -> None:
-        text = self.mask(line.decode("utf-8", "replace").rstrip("\r"))
+        text = self.mask(clean_segment(decode(line)))
         if text.strip():
             self._write((text + "\n").encode("utf-8", "replace"))   # the log keeps reports too
         _, found = split_progress(text)

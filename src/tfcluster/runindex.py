@@ -117,12 +117,14 @@ def resolve_run(arg: Optional[str] = None, file: Optional[str] = None) -> str:
     the index. Without ``arg``: the latest run of ``file`` (default ./cluster.yaml when it
     exists), else the latest indexed run. Raises UserError (exit 2) naming where it looked."""
     if arg:
-        if is_run_dir(arg):
-            return os.path.abspath(arg)
-        if os.sep not in arg:
+        # a bare id is looked up in the caller's own index first: a folder of that name in the
+        # current (perhaps shared) folder is someone else's to plant
+        if os.sep not in arg and arg not in (".", ".."):
             d = lookup(arg)
             if d:
                 return d
+        if is_run_dir(arg):
+            return os.path.abspath(arg)
         if os.path.isdir(arg):   # a logdir: its latest run (the records' rule)
             from .runrecord import find_run
             return os.path.abspath(find_run(arg, file)[0])

@@ -163,9 +163,33 @@ def launcher_alive(record: Dict[str, Any]) -> Optional[bool]:
     expected = record.get("launcher_started")
     if expected is not None:
         return abs(created - expected) <= STARTED_SLACK
-    # Older records have no launcher_started: the launcher started before the run did.
+    # Older records have no launcher_started: the launcher started before the run did, and is a
+    # tfcluster process (pid 1, or any process older than the run, is not the launcher).
     started = record.get("started")
-    return started is None or created <= started + STARTED_SLACK
+    if started is None or created > started + STARTED_SLACK:
+        return False
+    try:
+        return looks_like_tfcluster(proc.cmdline())
+    except psutil.Error:
+        return None
+
+
+def looks_like_tfcluster(argv: List[str]) -> bool:
+    """Whether a command line runs tfcluster (``tfcluster launch``, ``python -m tfcluster``)."""
+    return any(os.path.basename(a) in ("tfcluster", "tfcluster.exe") or a == "tfcluster"
+               for a in argv[:4])
+
+
+def owned_by_caller(run_dir: str) -> bool:
+    """Whether the run folder and its run.json belong to this user: a record another user wrote
+    (a shared logdir) can name any process or file, and is not acted on (``stop``, a bare
+    ``status``/``logs`` choosing the latest run)."""
+    try:
+        me = os.geteuid()
+        return (os.lstat(run_dir).st_uid == me
+                and os.lstat(os.path.join(run_dir, RUN_FILE)).st_uid == me)
+    except OSError:
+        return False
 
 
 #: Slurm job states in which the job's tasks still run or will run (squeue's %T words).
@@ -357,10 +381,14 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
         logdir, want = _default_place(file)
     runs, problems = scan_runs(logdir, want)
     _warn(problems)
-    if not runs:
+    # the latest run is chosen among the caller's own: a record another user planted in a shared
+    # logdir (a later "started", the caller's cluster file) is never picked
+    mine = [r for r in runs if owned_by_caller(r[0])]
+    if not mine:
         of = f" of {want}" if want else ""
-        raise UserError(printable(f"{logdir}: no runs{of} yet"))
-    return runs[0]
+        others = f" ({len(runs)} run(s) of other users left out)" if runs else ""
+        raise UserError(printable(f"{logdir}: no runs{of} yet{others}"))
+    return mine[0]
 
 
 def format_duration(seconds: Optional[float]) -> str:

@@ -49,6 +49,7 @@ from ..hosts import accepts  # noqa: E402
 from ..oom import OomWatch  # noqa: E402
 from ..plan import RunPlan  # noqa: E402
 from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen, still_waiting_on  # noqa: E402
+from ..terminal import decode  # noqa: E402
 from .base import start_child  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,  # noqa: E402
@@ -150,7 +151,7 @@ class Task:
     # ---- output
     def emit(self, data: bytes) -> None:
         if self.mask.pattern is not None:
-            data = self.mask(data.decode("utf-8", "replace")).encode("utf-8", "replace")
+            data = self.mask(decode(data)).encode("utf-8", "replace")
         line = self.prefix.encode() + data
         if not line.endswith(b"\n"):
             line += b"\n"

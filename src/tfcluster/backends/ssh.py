@@ -133,7 +133,8 @@ def ssh_argv(settings: RemoteSpec, host: str) -> List[str]:
 def remote_command(settings: RemoteSpec) -> str:
     """The command line the remote shell runs: the wrapper, on the remote python."""
     python = shlex.split(settings.python or DEFAULT_PYTHON)
-    return " ".join(shlex.quote(w) for w in python) + " -c " + shlex.quote(_BOOT)
+    # -I: the remote folder (its home, a workdir) is not on the module path; stdlib only
+    return " ".join(shlex.quote(w) for w in python) + " -I -c " + shlex.quote(_BOOT)
 
 
 class SshHandle(Handle):

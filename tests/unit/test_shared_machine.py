@@ -1,0 +1,233 @@
+"""Issue 30: a shared machine, where another local user writes files where tfcluster reads them
+(a shared logdir, /tmp, the current folder). Each test plants what that user would and shows the
+attack fails: the record, the log, the cluster file, the terminal. (Process-level attacks --
+stop, completion, planted modules -- are in tests/integration/test_shared_machine_processes.py.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from helpers.records import good_record, make
+from tfcluster import runfs
+from tfcluster.errors import UserError
+from tfcluster.outputs import clean_segment
+from tfcluster.terminal import decode, printable, terminal_text
+
+# What a terminal acts on (finding 7): none of these may reach it raw.
+HOSTILE = {
+    "reset": "\x1bc",
+    "line drawing": "\x1b(0",
+    "save cursor": "\x1b7",
+    "restore cursor": "\x1b8",
+    "screen alignment": "\x1b#8",
+    "C1 CSI": "\x9b2J",
+    "OSC title": "\x1b]0;pwned\x07",
+    "OSC with ST": "\x1b]8;;http://evil\x1b\\",
+    "NUL": "\x00",
+    "bidi override": "\u202e",
+    "DCS": "\x1bPq#0;2;0;0;0\x1b\\",
+}
+
+
+def raw_control(text):
+    """The first byte a terminal would act on in ``text`` (tabs and newlines are fine)."""
+    for ch in text:
+        if ch in "\t\n":
+            continue
+        if ord(ch) < 0x20 or 0x7f <= ord(ch) <= 0x9f or ch in "\u202e\u2066\u2028":
+            return ch
+    return None
+
+
+# ------------------------------------------------------------------ finding 7: the terminal
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_task_output_reaches_the_console_as_printable_text_only(name):
+    seq = HOSTILE[name]
+    shown = clean_segment(f"before {seq} after")
+    assert raw_control(shown) is None, (name, shown)
+    assert shown.startswith("before") and shown.endswith("after")
+    assert raw_control(terminal_text(f"x{seq}y")) is None
+
+
+def test_colours_and_tabs_are_kept_readable():
+    assert clean_segment("\x1b[1;31mred\x1b[0m\tcol") == "red\tcol"
+    assert clean_segment("plain text  ") == "plain text"
+    assert printable("a\nb\x1b") == "a\\nb\\x1b"
+
+
+def test_metric_names_in_progress_reports_are_printable():
+    from tfcluster.progress import parse_progress
+    p = parse_progress('@tfcluster progress {"step": 3, "\\u001bc\\u009b2J\\u001b]0;t\\u0007": 1.5}')
+    assert p is not None and p.step == 3
+    (key,) = p.metrics
+    assert raw_control(key) is None
+
+
+def test_the_reader_shows_and_logs_hostile_output_as_printable_text(tmp_path):
+    import threading
+    from tfcluster.reader import OutputReader, Seen
+    shown = []
+    log = tmp_path / "w.log"
+    r = OutputReader("worker:0", None, str(log), Seen(), threading.RLock(), lambda s: s,
+                     time.time, lambda text, p: shown.append(text))
+    r.begin()
+    r.feed("".join(f"{n}:{s}end\n" for n, s in HOSTILE.items()).encode())
+    r.feed(b"\x1bc\r\x1b]0;t\x07bar\n")
+    r.end()
+    r.finish()
+    assert len(shown) == len(HOSTILE) + 1
+    for line in shown:
+        assert raw_control(line) is None, line
+    assert raw_control(log.read_text()) is None
+
+
+def test_invalid_utf8_does_not_make_a_log_larger_than_the_output(tmp_path):
+    import random
+    import threading
+    from tfcluster.reader import OutputReader, Seen
+    rnd = random.Random(14)
+    data = bytes(rnd.randrange(256) for _ in range(200_000)).replace(b"\n", b"x") + b"\n"
+    log = tmp_path / "w.log"
+    r = OutputReader("worker:0", None, str(log), Seen(), threading.RLock(), lambda s: s,
+                     time.time, lambda text, p: None)
+    r.begin()
+    r.feed(data)
+    r.end()
+    r.finish()
+    # control bytes are escaped (\x07: 4 bytes for 1) -- still well below U+FFFD's 3x per byte
+    assert log.stat().st_size <= 1.6 * len(data), log.stat().st_size
+    assert decode(b"ok \xff\xfe done") == "ok ?? done"
+    assert len(decode(b"\xff" * 9).encode()) <= 9
+
+
+# ------------------------------------------------------------------ finding 6: cluster files
+def _plant_fifo(path):
+    os.mkfifo(path)
+
+
+def _plant_dev_zero(path):
+    path.symlink_to("/dev/zero")
+
+
+def _plant_sparse_gb(path):
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)
+
+
+@pytest.mark.parametrize("plant,words", [(_plant_fifo, "FIFO, not a regular file"),
+                                         (_plant_dev_zero, "a device, not a regular file"),
+                                         (_plant_sparse_gb, "more than the 4.0 MiB")])
+def test_a_cluster_file_that_is_no_file_is_refused_at_once_unread(tmp_path, plant, words):
+    from tfcluster import config
+    path = tmp_path / "cluster.yaml"
+    plant(path)
+    t = time.time()
+    with pytest.raises(UserError, match=words):
+        config.load(str(path))
+    assert time.time() - t < 5
+
+
+def test_status_and_completion_do_not_hang_on_a_fifo_cluster_yaml(tmp_path, capsys, monkeypatch):
+    from tfcluster.cli import main
+    os.mkfifo(tmp_path / "cluster.yaml")
+    monkeypatch.chdir(tmp_path)
+    t = time.time()
+    assert main(["completion", "--values", "tasks"]) == 0
+    assert capsys.readouterr().out.strip() == ""
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    os.unlink("cluster.yaml")
+    with open("cluster.yaml", "wb") as f:       # a 1 GB sparse file: refused unread
+        f.truncate(1 << 30)
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "more than the 4.0 MiB" in err, err
+    assert time.time() - t < 10
+
+
+# ------------------------------------------------------------------ finding 8: logs
+def _logs(capsys, *args):
+    from tfcluster.cli import main
+    rc = main(["logs", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("planted", ["/etc/passwd", "../../../../../../../etc/passwd",
+                                     "/etc/hostname"])
+def test_logs_prints_no_file_outside_the_run_folder(tmp_path, capsys, planted):
+    rec = good_record("r1")
+    rec["tasks"][0]["log"] = planted
+    d = make(tmp_path, record=rec)
+    rc, out, err = _logs(capsys, d, "worker:0")
+    assert rc == 0 and out == "", (out, err)
+    with open("/etc/passwd") as f:
+        first = f.readline()
+    assert first.strip() not in out
+    # the task's own log in the run folder is what it shows
+    with open(os.path.join(d, "worker-0.log"), "w") as f:
+        f.write("mine\n")
+    rc, out, err = _logs(capsys, d, "worker:0")
+    assert out == "mine\n"
+
+
+def test_logs_does_not_follow_a_link_or_hang_on_a_fifo_or_read_a_device(tmp_path, capsys):
+    d = make(tmp_path)
+    os.symlink("/etc/passwd", os.path.join(d, "worker-0.log"))
+    os.mkfifo(os.path.join(d, "worker-1.log"))
+    rc, out, err = _logs(capsys, d, "worker:0")
+    assert rc == 2 and out == "" and "symbolic link; not followed" in err
+    t = time.time()
+    rc, out, err = _logs(capsys, d, "worker:1")
+    assert rc == 2 and out == "" and "FIFO, not a regular file" in err
+    assert time.time() - t < 5
+    os.unlink(os.path.join(d, "worker-1.log"))
+    os.symlink("/dev/zero", os.path.join(d, "worker-1.log"))
+    rc, out, err = _logs(capsys, d, "worker:1", "-f")
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1
+
+
+def test_logs_of_a_hard_link_is_refused(tmp_path, capsys):
+    d = make(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret\n")
+    os.link(secret, os.path.join(d, "worker-0.log"))
+    rc, out, err = _logs(capsys, d, "worker:0")
+    assert rc == 2 and "secret" not in out and "hard link" in err
+
+
+def test_logs_shows_hostile_log_text_as_printable_text(tmp_path, capsys):
+    d = make(tmp_path)
+    with open(os.path.join(d, "worker-0.log"), "wb") as f:
+        f.write("".join(f"{s}\n" for s in HOSTILE.values()).encode() + b"\xff\xfe\n")
+    rc, out, err = _logs(capsys, d, "worker:0")
+    assert rc == 0 and raw_control(out) is None, out
+
+
+def test_follow_reads_a_window_at_a_time(tmp_path):
+    from tfcluster import logs
+    d = make(tmp_path)
+    with open(os.path.join(d, "worker-0.log"), "wb") as f:
+        f.write(b"a\n" + b"z" * (3 * runfs.WINDOW) + b"\nend")
+
+    class Out:
+        def __init__(self):
+            self.parts = []
+
+        def write(self, s):
+            self.parts.append(s)
+
+        def flush(self):
+            pass
+    out = Out()
+    calls = iter([True, False])
+    assert logs.follow(d, good_record(), "worker:0", lambda: next(calls), out=out,
+                       sleep=lambda s: None) == 0
+    assert max(len(p) for p in out.parts) <= runfs.WINDOW + 1
+    text = "".join(out.parts)
+    assert text.startswith("a\n") and text.endswith("end\n") and text.count("z") == 3 * runfs.WINDOW
