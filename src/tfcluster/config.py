@@ -13,6 +13,7 @@ that every message names its field: ``cluster.worker[1]: port 70000 is out of ra
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 import os
 import re
@@ -275,10 +276,14 @@ class Cluster:
     count_jobs: Tuple[str, ...] = ()      # jobs given as a count in the file
     warnings: Tuple[str, ...] = ()        # legal but probably not meant (a job named 'PS')
 
-    @property
+    @functools.cached_property
     def secret_names(self) -> frozenset:
-        """Variables declared secret in the file (``secrets:``)."""
-        return frozenset(self.spec.secrets)
+        """Variables declared secret in the file (``secrets:``), and those whose value holds a
+        secret variable's value (:func:`tfcluster.secrets.holders`)."""
+        from . import secrets
+        declared = frozenset(self.spec.secrets)
+        envs = {t.env for t in self.tasks}
+        return declared | frozenset(secrets.holders((dict(e) for e in envs), declared))
 
     # ---- tasks
     @property

@@ -49,7 +49,10 @@ def read_run(run_dir: str) -> Dict[str, Any]:
     path = os.path.join(run_dir, RUN_FILE)
     data = read_limited(path, RUN_FILE_LIMIT)
     if data is None:
-        raise UserError(f"{_shown(run_dir)}: no {RUN_FILE} here (not a run folder?)")
+        record = missing_record(run_dir)
+        if record is None:
+            raise UserError(f"{_shown(run_dir)}: no {RUN_FILE} here (not a run folder?)")
+        return record
     try:
         record = parse_json(data)
     except ValueError as e:
@@ -57,6 +60,43 @@ def read_run(run_dir: str) -> Dict[str, Any]:
     problem = _check_record(record)
     if problem:
         raise UserError(f"{_shown(path)}: {problem}")
+    return record
+
+
+#: files a launcher makes in its run folder before its first run.json
+RUN_TRACES = ("events.jsonl", "launcher.log", "console.log", "detached.json")
+
+
+def is_run_folder(run_dir: str) -> bool:
+    """Whether ``run_dir`` is a run folder: it holds run.json, or what a launcher writes before
+    its first run.json (a launcher killed in its start wave, a disk full before the record)."""
+    return any(os.path.lexists(os.path.join(run_dir, n)) for n in (RUN_FILE,) + RUN_TRACES)
+
+
+def missing_record(run_dir: str) -> Optional[Dict[str, Any]]:
+    """The record of a run folder that has no run.json (see :func:`is_run_folder`), from what
+    its launcher left: its tasks and start from events.jsonl's ``run_started`` when readable.
+    Its result is ``lost`` (:func:`launcher_alive` says False): a launcher writes run.json as
+    soon as its folder is made, so one that never did was killed or could not write. None when
+    the folder is no run folder."""
+    if not any(os.path.lexists(os.path.join(run_dir, n)) for n in RUN_TRACES):
+        return None
+    record: Dict[str, Any] = {"run_id": os.path.basename(os.path.normpath(run_dir)),
+                              "result": "running", "record_missing": True, "tasks": [],
+                              "root_cause": f"no {RUN_FILE}: the launcher was killed before it "
+                                            f"wrote its record, or could not write it (disk full?)"}
+    try:
+        from .events import iter_events
+        for ev in iter_events(run_dir):
+            if ev.get("event") == "run_started":
+                record["started"] = ev["time"]
+                tasks = ev.get("tasks")
+                if isinstance(tasks, list):
+                    record["tasks"] = [{"task": t, "state": "unknown"} for t in tasks[:100000]
+                                       if isinstance(t, str)]
+                break
+    except UserError:
+        pass
     return record
 
 
@@ -144,6 +184,8 @@ def printable(text: Any) -> str:
 def launcher_alive(record: Dict[str, Any]) -> Optional[bool]:
     """Whether the launcher that writes this record still runs; None when that cannot be told
     from here (no pid recorded, or the launcher ran on another host)."""
+    if record.get("record_missing"):
+        return False            # no run.json: its launcher never wrote one (missing_record)
     pid = record.get("launcher_pid")
     if not pid:
         return None
@@ -332,7 +374,7 @@ def scan_runs(logdir: str, file: Optional[str] = None
     runs, problems = [], []
     for name in names:
         d = os.path.join(logdir, name)
-        if not os.path.lexists(os.path.join(d, RUN_FILE)):
+        if not is_run_folder(d):
             continue
         try:
             record = read_run(d)
@@ -372,7 +414,7 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     run of the cluster file (``--file``, default ./cluster.yaml) in its logdir (or in RUN_DIR
     when that is a logdir)."""
     if run_dir:
-        if os.path.lexists(os.path.join(run_dir, RUN_FILE)):
+        if is_run_folder(run_dir):
             return run_dir, read_run(run_dir)
         if not os.path.isdir(run_dir):
             raise UserError(f"{printable(run_dir)}: no such run folder")

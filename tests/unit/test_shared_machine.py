@@ -231,3 +231,167 @@ def test_follow_reads_a_window_at_a_time(tmp_path):
     assert max(len(p) for p in out.parts) <= runfs.WINDOW + 1
     text = "".join(out.parts)
     assert text.startswith("a\n") and text.endswith("end\n") and text.count("z") == 3 * runfs.WINDOW
+
+
+# ------------------------------------------------------------------ finding 3: report
+def test_report_writes_through_no_planted_link(tmp_path, capsys):
+    from tfcluster.cli import main
+    from helpers.records import good_events
+    d = make(tmp_path, events=good_events())
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    os.chmod(victim, 0o600)
+    for pid in range(os.getpid() - 5, os.getpid() + 50):     # every temporary name report may use
+        for name in (f"report.html.tmp{pid}", f".report.html.tmp{pid}"):
+            os.symlink(victim, os.path.join(d, name))
+    os.symlink(victim, os.path.join(d, "report.html"))
+    assert main(["report", d]) == 0
+    capsys.readouterr()
+    assert victim.read_text() == "root's file\n"
+    report = os.path.join(d, "report.html")
+    assert not os.path.islink(report) and open(report).read().startswith("<!DOCTYPE html>")
+    assert oct(os.stat(report).st_mode & 0o777) == "0o600"
+
+
+def test_report_is_not_written_into_another_users_run_folder(tmp_path, capsys):
+    from tfcluster.cli import main
+    d = make(tmp_path)
+    os.chown(d, 65534, 65534)
+    os.chown(os.path.join(d, "run.json"), 65534, 65534)
+    assert main(["report", d]) == 2
+    assert "another user's run folder" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(d, "report.html"))
+    out = tmp_path / "mine.html"
+    assert main(["report", d, "-o", str(out)]) == 0 and out.read_text().startswith("<!DOCTYPE")
+
+
+def test_a_failed_report_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from tfcluster import report
+    d = make(tmp_path)
+    real = os.fdopen
+
+    def full(fd, *a, **k):
+        f = real(fd, *a, **k)
+        if a[:1] != ("wb",):
+            return f
+
+        class Full:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                f.close()
+
+            def write(self, data):
+                raise OSError(28, "No space left on device")
+        return Full()
+    monkeypatch.setattr(runfs.os, "fdopen", full)
+    with pytest.raises(UserError, match="No space left"):
+        report.write_report(d)
+    monkeypatch.undo()
+    assert sorted(os.listdir(d)) == ["run.json"]
+
+
+# ------------------------------------------------------------------ finding 4: --save
+def test_launch_save_refuses_a_planted_dangling_link(tmp_path, capsys, monkeypatch):
+    from tfcluster.cli import main
+    monkeypatch.chdir(tmp_path)
+    os.symlink(tmp_path / "where-the-attacker-wants-it", "saved.yaml")
+    rc = main(["launch", "--workers", "1", "--save", "saved.yaml", "--dry-run", "--", "python", "t.py"])
+    assert rc == 2 and "exists already" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "where-the-attacker-wants-it")
+
+
+def test_launch_save_runs_the_text_it_wrote_not_the_file_read_again(tmp_path, monkeypatch):
+    from tfcluster import cli, config
+    monkeypatch.chdir(tmp_path)
+    reads = []
+    real = config.load
+    monkeypatch.setattr(config, "load", lambda p: reads.append(p) or real(p))
+    args = cli.build_parser().parse_args(["launch", "--workers", "1", "--save", "s.yaml"])
+    request = cli.launch_request(args, program=["python", "t.py"])
+    cluster, text = cli._quick_cluster(request)
+    assert reads == [] and open("s.yaml").read() == text
+    assert [t.name for t in cluster.tasks] == ["worker:0"]
+
+
+# ------------------------------------------------------------------ findings 9-11: launch
+@pytest.mark.parametrize("flag", [["--workers", "1000000000"], ["--ps", "100001", "--workers", "1"]])
+def test_a_huge_quick_cluster_is_one_line(flag, capsys):
+    from tfcluster.cli import main
+    assert main(["launch", *flag, "--dry-run", "--", "python", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_no_free_ports_is_one_line(capsys, monkeypatch):
+    from tfcluster import hosts
+    from tfcluster.cli import main
+
+    def none(n):
+        raise OSError(f"could not find {n} free ports")
+    monkeypatch.setattr(hosts, "free_ports", none)
+    assert main(["launch", "--workers", "1000", "--dry-run", "--", "python", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tfcluster: error: --ps/--workers: could not find 1000 free ports")
+
+
+def test_detach_checks_the_logdir_before_it_makes_anything(tmp_path, capsys, monkeypatch):
+    from tfcluster.cli import main
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["launch", "-d", "--workers", "1", "--logdir", str(shared), "--", "python", "t.py"])
+    assert rc == 2 and "without the sticky bit" in capsys.readouterr().err
+    assert os.listdir(shared) == []
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["launch", "-qd", "f.yaml"], ["launch", "-q", "f.yaml"]),
+    (["launch", "-dq", "f.yaml"], ["launch", "-q", "f.yaml"]),
+    (["launch", "-d", "f.yaml", "--", "-d"], ["launch", "f.yaml", "--", "-d"]),
+    (["launch", "--detach", "-q", "f.yaml"], ["launch", "-q", "f.yaml"])])
+def test_detach_is_stripped_from_bundled_short_flags(argv, want):
+    from tfcluster.control import strip_detach
+    assert strip_detach(argv) == want
+
+
+# ------------------------------------------------------------------ finding 12: secrets
+def test_a_secret_quoted_inside_another_variable_is_masked_everywhere(tmp_path, capsys):
+    from tfcluster import config
+    from tfcluster.cli import main
+    f = tmp_path / "cluster.yaml"
+    f.write_text("cluster: {worker: [localhost:2223]}\nprogram:\n  command: [python, t.py]\n"
+                 "  env: {HF_TOKEN: hf_abcdefgh12345, "
+                 "CURL_ARGS: \"-H 'Authorization: Bearer hf_abcdefgh12345'\", OTHER: plain}\n")
+    assert "CURL_ARGS" in config.load(str(f)).secret_names
+    for cmd in (["validate", str(f)], ["validate", str(f), "--json"],
+                ["launch", str(f), "--dry-run"], ["render", "slurm", str(f)],
+                ["render", "k8s", str(f), "--image", "x"]):
+        assert main(cmd) == 0, cmd
+        out = capsys.readouterr().out
+        assert "hf_abcdefgh12345" not in out, (cmd, out)
+        assert "OTHER" in out and "CURL_ARGS" in out
+
+
+# ------------------------------------------------------------------ finding 13: no run.json
+def test_a_run_folder_without_run_json_is_lost_and_reportable(tmp_path, capsys):
+    from helpers.records import good_events
+    from tfcluster.cli import main
+    d = tmp_path / "runs" / "20260101-000000"
+    d.mkdir(parents=True)
+    from helpers.records import write_events
+    write_events(str(d), good_events()[:3])
+    (d / "launcher.log").write_text("tfcluster: started worker:0\n")
+    assert main(["status", str(d)]) == 5
+    out = capsys.readouterr().out
+    assert "lost" in out and "worker:0" in out and "no run.json" in out
+    assert main(["report", str(d)]) == 0
+    capsys.readouterr()
+    assert (d / "report.html").read_text().count("lost") >= 1
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    assert "20260101-000000" in capsys.readouterr().out
+    # a folder with nothing a launcher writes is still not a run
+    (tmp_path / "runs" / "other").mkdir()
+    assert main(["status", str(tmp_path / "runs" / "other")]) == 2

@@ -101,7 +101,9 @@ kill(signal.SIGKILL)
 sys.stdout.flush()
 os._exit(rc if rc >= 0 else 128 - rc)
 '''
-_BOOT = 'import base64;exec(base64.b64decode("%s"))' % base64.b64encode(WRAPPER.encode()).decode()
+# "tfcluster" in the command line marks the wrapper as a task's supervisor (contract.supervised)
+_BOOT = ('"tfcluster ssh wrapper";import base64;exec(base64.b64decode("%s"))'
+         % base64.b64encode(WRAPPER.encode()).decode())
 
 
 def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:
