@@ -90,7 +90,9 @@ def test_invalid_utf8_does_not_make_a_log_larger_than_the_output(tmp_path):
     import threading
     from tfcluster.reader import OutputReader, Seen
     rnd = random.Random(14)
-    data = bytes(rnd.randrange(256) for _ in range(200_000)).replace(b"\n", b"x") + b"\n"
+    # what a program writes when it prints binary: printable ASCII and bytes that are no UTF-8
+    data = bytes(rnd.choice((rnd.randrange(0x20, 0x7f), rnd.randrange(0x80, 0x100)))
+                 for _ in range(200_000)) + b"\n"
     log = tmp_path / "w.log"
     r = OutputReader("worker:0", None, str(log), Seen(), threading.RLock(), lambda s: s,
                      time.time, lambda text, p: None)
@@ -98,8 +100,7 @@ def test_invalid_utf8_does_not_make_a_log_larger_than_the_output(tmp_path):
     r.feed(data)
     r.end()
     r.finish()
-    # control bytes are escaped (\x07: 4 bytes for 1) -- still well below U+FFFD's 3x per byte
-    assert log.stat().st_size <= 1.6 * len(data), log.stat().st_size
+    assert log.stat().st_size <= len(data) + 100, log.stat().st_size   # U+FFFD made it ~2x
     assert decode(b"ok \xff\xfe done") == "ok ?? done"
     assert len(decode(b"\xff" * 9).encode()) <= 9
 
