@@ -396,3 +396,24 @@ def test_a_run_folder_without_run_json_is_lost_and_reportable(tmp_path, capsys):
     # a folder with nothing a launcher writes is still not a run
     (tmp_path / "runs" / "other").mkdir()
     assert main(["status", str(tmp_path / "runs" / "other")]) == 2
+
+
+# ------------------------------------------------------------------ the Slurm node's files
+def test_the_slurm_node_files_go_through_runfs(tmp_path):
+    from tfcluster.backends.runfolder import RunFolder
+    d = tmp_path / "run"
+    d.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("theirs\n")
+    folder = RunFolder(str(d))
+    os.symlink(victim, d / "worker-0.exit.json")          # a planted link at an exit record
+    os.mkfifo(d / "worker-1.exit.json")                     # a FIFO: never waited on
+    os.mkfifo(d / ".kill-worker-1")
+    t = time.time()
+    folder.write_exit("worker:0", {"task": "worker:0", "state": "succeeded"})
+    assert victim.read_text() == "theirs\n" and not os.path.islink(d / "worker-0.exit.json")
+    assert folder.exits() == {"worker:0": {"task": "worker:0", "state": "succeeded"}}
+    assert folder.take_kill_request("worker:1") is None
+    os.mkfifo(d / "run_over-0")
+    folder.mark_over()
+    assert time.time() - t < 5
