@@ -417,3 +417,14 @@ def test_the_slurm_node_files_go_through_runfs(tmp_path):
     os.mkfifo(d / "run_over-0")
     folder.mark_over()
     assert time.time() - t < 5
+
+
+def test_stop_and_tensorboard_print_record_strings_as_printable_text(tmp_path, capsys):
+    from tfcluster.cli import main
+    rec = good_record("r1\x1bc\x1b]0;t\x07", result="succeeded")
+    rec["tasks"][0]["argv"] = ["python", "t.py", "--logdir=/tmp/\x1b(0x"]
+    d = make(tmp_path, record=rec)
+    assert main(["stop", d]) == 0
+    assert main(["tensorboard", d, "--print"]) == 0
+    out = capsys.readouterr()
+    assert "r1" in out.err and raw_control(out.out + out.err) is None, out
