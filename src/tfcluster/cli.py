@@ -772,7 +772,7 @@ def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) 
 
 
 def _quick_cluster(request: LaunchRequest):
-    """Load the cluster of ``--ps/--workers`` (written to ``--save`` when given)."""
+    """The cluster of ``--ps/--workers`` (written to ``--save`` when given) and its text."""
     from . import config
     from .hosts import free_ports
     q = request.quick
@@ -784,19 +784,29 @@ def _quick_cluster(request: LaunchRequest):
     if not program:
         raise UserError("--ps/--workers: give the program after '--': tfcluster launch --ps 1 "
                         "--workers 2 -- python train.py")
+    for flag, n in (("--ps", q.ps), ("--workers", q.workers)):
+        if n < 0 or n > config.MAX_JOB_TASKS:
+            raise UserError(f"{flag}: {n} tasks; give 0 to {config.MAX_JOB_TASKS}")
     if q.save:
-        text = q.text(program)
-        if os.path.exists(q.save):
-            raise UserError(f"--save: {q.save} exists already; choose another file name")
-        try:
-            with open(q.save, "w", encoding="utf-8") as f:
-                f.write(text)
+        text = q.text(program)      # task counts: the file picks free ports each time it runs
+        from .runfs import create_new
+        try:   # O_EXCL | O_NOFOLLOW: an existing name or a planted (dangling) link is refused
+            create_new(q.save, text.encode("utf-8"))
+        except FileExistsError:
+            raise UserError(f"--save: {config.printable(q.save)} exists already; choose another "
+                            f"file name")
         except OSError as e:
-            raise UserError(f"--save: cannot write {q.save} ({e.strerror or e})")
-        print(f"tfcluster: wrote {q.save}; run it again with: tfcluster launch {shlex.quote(q.save)}",
-              file=sys.stderr)
-        return config.load(q.save)
-    return config.loads(q.text(program, free_ports(q.tasks)), source="", base_dir=os.getcwd())
+            raise UserError(f"--save: cannot write {config.printable(q.save)} ({e.strerror or e})")
+        print(f"tfcluster: wrote {config.printable(q.save)}; run it again with: tfcluster launch "
+              f"{config.printable(shlex.quote(q.save))}", file=sys.stderr)
+        # the text written, not the file read back: someone could swap it in a shared folder
+        return config.loads(text, source=q.save,
+                            base_dir=os.path.dirname(os.path.abspath(q.save))), text
+    try:
+        text = q.text(program, free_ports(q.tasks))
+    except OSError as e:
+        raise UserError(f"--ps/--workers: {e}")
+    return config.loads(text, source="", base_dir=os.getcwd()), text
 
 
 def _supervised(plan, cluster):
@@ -833,10 +843,11 @@ def run_launch(request: LaunchRequest) -> int:
     from . import config
     from .launch.supervisor import View
     from .plan import LaunchOptions, build_plan
+    quick_text = None
     if request.cluster is not None:
         cluster = request.cluster
     elif request.quick is not None:
-        cluster = _quick_cluster(request)
+        cluster, quick_text = _quick_cluster(request)
     else:
         cluster = config.load(cluster_file(request.file))
     for w in cluster.warnings:
@@ -863,9 +874,10 @@ def run_launch(request: LaunchRequest) -> int:
         return 0
     if request.detach:
         from .control import detach
-        saved = request.quick.save if request.quick is not None else None
+        saved = request.quick is not None and request.quick.save
         return detach(request.argv, options.command, plan.run_dir, plan.run_id,
-                      saved_file=os.path.abspath(saved) if saved else None)
+                      saved_text=quick_text if saved else None,
+                      explicit=plan.run_id_given)
     for w in launcher.warnings():
         print(f"tfcluster: warning: {w}", file=sys.stderr)
     if request.doctor:

@@ -13,6 +13,7 @@ Install (bash): ``eval "$(tfcluster completion bash)"`` in ~/.bashrc;
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Dict, List
 
 RUN_COMMANDS = ("logs", "stop", "status", "report", "tensorboard")
@@ -71,7 +72,16 @@ def bash_script(parser: argparse.ArgumentParser) -> str:
                       for k, v in fixed_choices(subs).items())
     return f"""# tfcluster shell completion (bash). Install: eval "$(tfcluster completion bash)" in ~/.bashrc
 _tfcluster_reply() {{
-    COMPREPLY=( $(compgen -W "$1" -- "$cur") )
+    # The words of $1 are data (run ids, task names read from records): split and compared,
+    # never evaluated -- compgen -W would expand $(...) and backticks in them.
+    local -a words
+    local v
+    if [[ -n "$ZSH_VERSION" ]]; then words=( ${{=1}} ); else read -r -d '' -a words <<< "$1"; fi
+    COMPREPLY=()
+    for v in "${{words[@]}}"; do
+        # zsh matches the word itself (bashcompinit); bash gets the words that start with it
+        if [[ -n "$ZSH_VERSION" || "$v" == "$cur"* ]]; then COMPREPLY+=("$v"); fi
+    done
     # bash splits words at ':' (COMP_WORDBREAKS): hand back only what follows the last ':'
     if [[ "$cur" == *:* && "$COMP_WORDBREAKS" == *:* ]]; then
         local pre="${{cur%"${{cur##*:}}"}}" k
@@ -142,9 +152,20 @@ def zsh_script(parser: argparse.ArgumentParser) -> str:
             + bash_script(parser).split("\n", 1)[1])
 
 
+#: what a completion value may hold: a word of letters, digits and ``._:@+=,%/-`` (no blank, no
+#: quote, no ``$``/backtick, no control character). Values come from records another user may
+#: have written; the script never evaluates them either, this is the second fence.
+SAFE_VALUE = re.compile(r"[\w.:@+=,%/-]+", re.ASCII)
+
+
 def values(kind: str, file: str = None, run: str = None) -> List[str]:
     """What ``--values`` prints: run ids from the index, or the task names of a cluster file
-    (default ./cluster.yaml) or of a run. Errors give an empty list (completion stays quiet)."""
+    (default ./cluster.yaml) or of a run, each a plain word (:data:`SAFE_VALUE`; others are left
+    out). Errors give an empty list (completion stays quiet)."""
+    return [v for v in _values(kind, file, run) if SAFE_VALUE.fullmatch(v)]
+
+
+def _values(kind: str, file: str = None, run: str = None) -> List[str]:
     from .errors import UserError
     if kind == "runs":
         from .runindex import run_ids

@@ -13,6 +13,7 @@ that every message names its field: ``cluster.worker[1]: port 70000 is out of ra
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 import os
 import re
@@ -313,10 +314,14 @@ class Cluster:
     count_jobs: Tuple[str, ...] = ()      # jobs given as a count in the file
     warnings: Tuple[str, ...] = ()        # legal but probably not meant (a job named 'PS')
 
-    @property
+    @functools.cached_property
     def secret_names(self) -> frozenset:
-        """Variables declared secret in the file (``secrets:``)."""
-        return frozenset(self.spec.secrets)
+        """Variables declared secret in the file (``secrets:``), and those whose value holds a
+        secret variable's value (:func:`tfcluster.secrets.holders`)."""
+        from . import secrets
+        declared = frozenset(self.spec.secrets)
+        envs = {t.env for t in self.tasks}
+        return declared | frozenset(secrets.holders((dict(e) for e in envs), declared))
 
     # ---- tasks
     @property
@@ -383,21 +388,26 @@ class Cluster:
 # --------------------------------------------------------------------------------------
 # Loading.
 
+#: the most tasks a job may have (a count, or ``launch --workers N``)
+MAX_JOB_TASKS = 100000
+#: bytes: a cluster file larger than this is refused unread (100,000 listed tasks take ~2.5 MiB)
+CLUSTER_FILE_LIMIT = 4 << 20
+
+
 def load(path: str) -> Cluster:
-    """Read, validate and resolve a cluster file. Raises ConfigError/UserError (exit 2)."""
+    """Read, validate and resolve a cluster file. Raises ConfigError/UserError (exit 2).
+
+    Read as run files are (:func:`tfcluster.runfs.read_bytes`): a regular file only (a FIFO or
+    ``/dev/zero`` is refused at once, never waited on or read without end), at most
+    :data:`CLUSTER_FILE_LIMIT` bytes; a link the user made to a file is followed."""
+    from .runfs import read_bytes
+    data = read_bytes(path, CLUSTER_FILE_LIMIT, follow=True, what="a cluster file is a plain file")
+    if data is None:
+        raise UserError(f"{printable(path)}: no such file")
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file")
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a folder, not a cluster file")
-    except PermissionError:
-        raise UserError(f"{path}: cannot be read (permission denied)")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not a text file ({e.reason} at byte {e.start})")
-    except OSError as e:
-        raise UserError(f"{path}: cannot be read ({e.strerror or e})")
+        raise UserError(f"{printable(path)}: not a text file ({e.reason} at byte {e.start})")
     return loads(text, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
@@ -763,8 +773,9 @@ def _check_cluster(raw: Any, warnings: Optional[List[str]] = None) -> List[str]:
         if isinstance(entries, int):
             if entries < 1:
                 problems.append(f"{where}: a task count must be at least 1, not {entries}")
-            elif entries > 100000:
-                problems.append(f"{where}: {entries} tasks is more than tfcluster supports (100000)")
+            elif entries > MAX_JOB_TASKS:
+                problems.append(f"{where}: {entries} tasks is more than tfcluster supports "
+                                f"({MAX_JOB_TASKS})")
             elif job in SINGLE_TASK_JOBS and entries > 1:
                 problems.append(f"{where}: at most one {job} task ({entries} given)")
             continue
@@ -982,20 +993,7 @@ def _bad_text(text: str) -> str:
     return ""
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _has_control(text: str) -> bool:
-    return bool(_CONTROL.search(text))
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters (newline, ESC, bidi overrides, lone surrogates) written as
-    escapes, so that printing it cannot add a line, move the cursor or recolour a terminal."""
-    text = str(text)
-    if not _CONTROL.search(text):
-        return text
-    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+from .terminal import has_control as _has_control, printable  # noqa: E402  (the one sanitiser)
 
 
 def check_text(where: str, value: Optional[str]) -> Optional[str]:

@@ -203,22 +203,53 @@ def _parent_of(pid: int) -> Optional[int]:
 
 def supervised(env: Optional[Mapping[str, str]] = None, pid: Optional[int] = None) -> bool:
     """For a program: is this task supervised by a tfcluster launcher that will stop the ps
-    tasks at the end? True only when ``TFCLUSTER_LAUNCHER_PID`` names a live ancestor of this
-    process (a copied environment or a line from ``tfcluster commands`` does not count:
-    ``TFCLUSTER_TASK`` only says "a task of a tfcluster cluster")."""
+    tasks at the end? True only when ``TFCLUSTER_LAUNCHER_PID`` names the process that started
+    this task -- the parent of this process group's leader (the task's process, or the
+    ``bash -c`` wrapper around it; every task gets a group of its own) -- and that process is a
+    tfcluster supervisor (:func:`_is_supervisor`). A copied environment, a line from ``tfcluster
+    commands`` or ``TFCLUSTER_LAUNCHER_PID=$$`` in a shell does not count: ``TFCLUSTER_TASK``
+    only says "a task of a tfcluster cluster"."""
     env = os.environ if env is None else env
     value = env.get(LAUNCHER_PID, "")
     if not value.isdigit() or int(value) <= 1:
         return False
     launcher = int(value)
     current = os.getpid() if pid is None else pid
-    for _ in range(32):
-        parent = _parent_of(current)
-        if parent is None or parent <= 0:
-            return False
-        if parent == launcher:
+    try:
+        leader = int(proc_stat(current)[2])       # this process group's leader: what was started
+    except (OSError, ValueError, IndexError):
+        return False
+    return _parent_of(leader) == launcher and _is_supervisor(launcher, env)
+
+
+def _cmdline(pid: int) -> List[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(1 << 16).split(b"\0")
+    except OSError:
+        return []
+
+
+def _is_supervisor(pid: int, env: Mapping[str, str]) -> bool:
+    """Whether process ``pid`` is a tfcluster supervisor: its command line runs tfcluster (the
+    ``tfcluster`` command, ``python -m tfcluster``, the Slurm and ssh task wrappers), or it
+    holds the run folder ``TFCLUSTER_RUN_DIR`` open (a launcher started through the Python API
+    keeps its run folder open for the whole run; tfcluster.runfs)."""
+    if any(b"tfcluster" in a for a in _cmdline(pid)[:4]):
+        return True
+    run_dir = env.get(RUN_DIR)
+    if not run_dir:
+        return False
+    try:
+        folder = os.stat(run_dir)
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for name in names:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (folder.st_dev, folder.st_ino):
             return True
-        if parent == 1:
-            return False
-        current = parent
     return False

@@ -19,13 +19,13 @@ import json
 import math
 import os
 import signal
-import stat
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import UserError
 from .rules import exit_fields, exit_words  # noqa: F401 (the one wording: rules.py)
+from .runfs import open_regular, read_bytes, shown as _shown, size_text as _size
 
 EVENTS_FILE = "events.jsonl"
 PROGRESS_INTERVAL = 1.0   # seconds: at most one progress event per task this often
@@ -217,60 +217,10 @@ MAX_DEPTH = 32                # nesting of a record or an event (launchers write
 MAX_TIME = 32503680000.0      # 3000-01-01: a later "time" is not a time a run had
 
 
-def _shown(path: str) -> str:
-    """A path for a one-line message: control characters escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
-
-
-def open_regular(path: str):
-    """``path`` opened for binary reading when it is a regular file; None when it does not
-    exist. Anything else (a FIFO, a device, a folder, a file that cannot be read) is a UserError
-    naming it. The open itself never blocks (O_NONBLOCK: a FIFO with no writer would)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise UserError(f"{_shown(path)}: cannot be read ({e.strerror or e})")
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
-                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
-            raise UserError(f"{_shown(path)}: not a regular file ({kind}); records are plain files")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _size(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def read_limited(path: str, limit: int) -> Optional[bytes]:
-    """The bytes of regular file ``path`` (None when it does not exist); a file larger than
-    ``limit`` bytes is a UserError, and is not read."""
-    f = open_regular(path)
-    if f is None:
-        return None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if size > limit:
-            raise UserError(f"{_shown(path)}: {_size(size)}, more than the {_size(limit)} a record "
-                            f"may be; not read")
-        try:
-            data = f.read(limit + 1)
-        except OSError as e:
-            raise UserError(f"{_shown(path)}: cannot be read ({e.strerror or e})")
-    if len(data) > limit:   # it grew while being read
-        raise UserError(f"{_shown(path)}: more than the {_size(limit)} a record may be; not read")
-    return data
+    """The bytes of regular file ``path`` (None when it does not exist; no link followed); a
+    file larger than ``limit`` bytes is a UserError, and is not read."""
+    return read_bytes(path, limit)
 
 
 def _finite(text: str) -> Optional[float]:

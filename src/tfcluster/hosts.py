@@ -152,7 +152,7 @@ def free_ports(n: int) -> List[int]:
     """``n`` distinct TCP ports that a TensorFlow server could bind right now (chosen by the
     kernel, then checked on the IPv4 and IPv6 wildcard addresses)."""
     ports: List[int] = []
-    for _ in range(1000):
+    for _ in range(max(1000, 3 * n)):
         if len(ports) == n:
             return ports
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -34,11 +34,10 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from .progress import Progress, split_progress
+from .terminal import strip_escapes, terminal_text
 
 # ---------------------------------------------------------------------------- segments
 
-# ANSI escape sequences (CSI: ESC [ ... final byte; and two-character ESC sequences)
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
 def _apply_backspaces(text: str) -> str:
@@ -58,14 +57,16 @@ def _apply_backspaces(text: str) -> str:
 
 
 def clean_segment(text: str) -> str:
-    """One segment between carriage returns/newlines as a terminal shows it: ANSI sequences
-    (bold, colours, erase-line) removed, backspaces applied, trailing blanks dropped. Text
-    without ESC or backspace is only right-stripped."""
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
+    """One segment between carriage returns/newlines as a terminal shows it, and safe to show
+    on one (:mod:`tfcluster.terminal`): escape sequences (colours, erase-line, but also resets,
+    OSC titles, the one-byte CSI) removed, backspaces applied, other control characters
+    escaped, trailing blanks dropped. Printable text is only right-stripped."""
+    if text.isprintable():
+        return text.rstrip()
+    text = strip_escapes(text)
     if "\b" in text:
         text = _apply_backspaces(text)
-    return text.rstrip()
+    return terminal_text(text).rstrip()
 
 
 # ---------------------------------------------------------------------------- progress

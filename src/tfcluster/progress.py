@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, TextIO, Tuple
 
 from .contract import PROGRESS_FD
+from .terminal import printable
 
 PREFIX = "@tfcluster progress "
 #: seconds between the launcher's progress lines when there is no live table (piped output, CI,
@@ -141,7 +142,8 @@ def _from_body(body) -> Optional[Progress]:
     total = body.get("total")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
         total = None
-    metrics = {k: float(v) for k, v in body.items()
+    # a metric's name reaches the live table and the console: printable text only
+    metrics = {printable(k): float(v) for k, v in body.items()
                if k not in ("step", "total") and isinstance(v, (int, float)) and not isinstance(v, bool)
                and math.isfinite(float(v))}
     return Progress(step=step, total=total, metrics=metrics)

@@ -36,6 +36,7 @@ from typing import Callable, Deque, IO, List, Optional, Tuple
 
 from .outputs import ProgressParser, clean_segment, is_noise
 from .progress import PIPED_PROGRESS_EVERY, Progress, format_progress, split_progress
+from .terminal import decode
 from .rules import STILL_WAITING, longest_gap
 
 
@@ -380,7 +381,7 @@ class OutputReader(threading.Thread):
         self._line.clear()
         if not piece.strip():
             return
-        text = clean_segment(piece.decode("utf-8", "replace"))
+        text = clean_segment(decode(piece))
         if not text.strip():
             return
         self._redrawn = True
@@ -393,7 +394,7 @@ class OutputReader(threading.Thread):
         piece = bytes(self._line)
         self._line.clear()
         redrawn, self._redrawn = self._redrawn, False
-        text = clean_segment(piece.decode("utf-8", "replace"))
+        text = clean_segment(decode(piece))
         if not text.strip() and (self._shown or redrawn):
             # a bar's last redraw, then a newline (possibly after blanks); nothing to show
             # when the redraws were only reports
@@ -473,7 +474,7 @@ class OutputReader(threading.Thread):
             self._side_report(line)
 
     def _side_report(self, line: bytes) -> None:
-        text = self.mask(line.decode("utf-8", "replace").rstrip("\r"))
+        text = self.mask(clean_segment(decode(line)))
         if text.strip():
             self._write((text + "\n").encode("utf-8", "replace"))   # the log keeps reports too
         _, found = split_progress(text)

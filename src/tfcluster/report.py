@@ -863,15 +863,32 @@ def render_html(m: Dict[str, Any]) -> str:
 
 def write_report(run_dir: str, output: Optional[str] = None) -> str:
     """Write the report of ``run_dir`` (to ``<run_dir>/report.html`` unless ``output``) and
-    return its absolute path. The file is readable by its owner only, like the run folder."""
-    page = render_html(build_model(run_dir))
+    return its absolute path. The file is readable by its owner only, like the run folder.
+
+    Written as run files are (:func:`tfcluster.runfs.write_new_at`): a temporary file made with
+    ``O_EXCL | O_NOFOLLOW`` in the folder opened without following a link, renamed over the
+    report (a link planted at either name is never written through, only replaced); removed
+    when the write fails (a full disk). Into a run folder only when it is the caller's: a run
+    folder another user made is theirs to fill with links."""
+    from . import runfs
+    page = render_html(build_model(run_dir)).encode("utf-8")
     path = os.path.abspath(output or os.path.join(run_dir, REPORT_FILE))
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(tmp, path)
+        if output:
+            runfs.write_file(path, page)
+        else:
+            fd = runfs.open_run_dir(run_dir, own=False)
+            try:
+                runfs.check_own(run_dir, os.fstat(fd), "the report is not written into another "
+                                "user's run folder; give --output FILE")
+                runfs.write_new_at(fd, REPORT_FILE, page)
+            finally:
+                os.close(fd)
     except OSError as e:
-        raise UserError(f"{path}: cannot be written ({e.strerror or e})")
+        raise UserError(f"{_e_path(path)}: cannot be written ({e.strerror or e})")
     return path
+
+
+def _e_path(path: str) -> str:
+    from .terminal import printable
+    return printable(path)

@@ -26,6 +26,13 @@ A default run id (a timestamp) never collides: when the name is taken (another l
 same second, a leftover, a planted link) the next free ``<id>-2``, ``<id>-3``, ... is made. An
 explicit ``--run-id`` that exists is an error.
 
+Reading goes through this module too (:func:`open_regular`, :func:`read_bytes`,
+:func:`read_lines`, :func:`open_run_file`): regular files only (a FIFO, a device such as
+``/dev/zero`` or a folder is refused without blocking), no link followed where the file belongs
+to a run, sizes checked, and memory bounded by a window, never by the file's size. The reader
+of a run's files (``logs``, ``report``, ``stop``) checks who owns the folder and the record
+(:func:`check_own`): another user's record is not trusted.
+
 Code that knows only a path (``run.json`` through :func:`write_json`, a task log through
 :func:`open_log`, the event log) finds the open folder of that path in this process
 (:func:`folder_for`); without one (another process, such as a Slurm task) it opens the parent
@@ -38,7 +45,7 @@ import json
 import os
 import stat
 import threading
-from typing import IO, Any, Callable, Dict, Optional
+from typing import IO, Any, BinaryIO, Callable, Dict, Iterator, Optional
 
 from .errors import UserError
 
@@ -197,6 +204,10 @@ class OpenRunDir:
         """A new text file (``O_EXCL``: fails when the name exists)."""
         return os.fdopen(self._open(name, os.O_CREAT | os.O_EXCL), "w", encoding="utf-8")
 
+    def create_binary(self, name: str) -> IO[bytes]:
+        """A new file for appending bytes (``O_EXCL``: fails when the name exists)."""
+        return os.fdopen(self._open(name, os.O_CREAT | os.O_EXCL | os.O_APPEND), "ab")
+
     def write_json(self, name: str, data: Any) -> None:
         write_json_at(self.dir_fd, name, data)
 
@@ -264,23 +275,7 @@ def _rewrite_in_place(dir_fd: int, name: str, text: str) -> bool:
 
 
 def _write_replace(dir_fd: int, name: str, text: str) -> None:
-    tmp = f".{name}.tmp{os.getpid()}"
-    try:
-        os.unlink(tmp, dir_fd=dir_fd)   # a leftover of a killed launcher that had this pid
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                 0o600, dir_fd=dir_fd)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
+    write_new_at(dir_fd, name, text.encode("utf-8"))
 
 
 class _Parent:
@@ -336,3 +331,173 @@ def open_log(path: str) -> IO[bytes]:
 def append_text(path: str) -> IO[str]:
     """A text file at ``path`` for appending lines (UTF-8), without following links."""
     return os.fdopen(open_append_fd(path), "a", encoding="utf-8")
+
+
+# ------------------------------------------------------------------ reading
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+WINDOW = 1 << 20        # bytes: the most a line reader holds at once (a longer line is split)
+
+
+def shown(path: Any) -> str:
+    """A path for a one-line message: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
+
+
+def size_text(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{int(n)} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "something else")
+
+
+def open_regular(path: str, *, follow: bool = False, dir_fd: Optional[int] = None,
+                 limit: Optional[int] = None, what: str = "records are plain files",
+                 single_link: bool = False) -> Optional[BinaryIO]:
+    """``path`` opened for binary reading when it is a regular file; None when it does not
+    exist. The open never blocks (``O_NONBLOCK``: a FIFO with no writer would) and follows no
+    link unless ``follow`` (a cluster file the user linked to); a link, a FIFO, a device, a
+    folder, a file larger than ``limit`` bytes or one that cannot be read is a UserError naming
+    it (one line). ``dir_fd``: ``path`` is a name in that open folder. ``single_link``: a file
+    with other names (a hard link someone made to a file outside the run folder) is refused."""
+    flags = _READ_FLAGS | (0 if follow else _NOFOLLOW)
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise UserError(f"{shown(path)}: a symbolic link; not followed ({what})")
+        raise UserError(f"{shown(path)}: cannot be read ({e.strerror or e})")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{shown(path)}: is {_kind(st.st_mode)}, not a regular file; {what}")
+        if single_link and st.st_nlink > 1:
+            raise UserError(f"{shown(path)}: has other names (a hard link); not read")
+        if limit is not None and st.st_size > limit:
+            raise UserError(f"{shown(path)}: {size_text(st.st_size)}, more than the "
+                            f"{size_text(limit)} it may be; not read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str, limit: int, *, follow: bool = False, dir_fd: Optional[int] = None,
+               what: str = "records are plain files") -> Optional[bytes]:
+    """The bytes of the regular file ``path`` (None when it does not exist), at most ``limit``
+    of them: a larger file (or one that grows past it while read) is a UserError, not read."""
+    f = open_regular(path, follow=follow, dir_fd=dir_fd, limit=limit, what=what)
+    if f is None:
+        return None
+    with f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise UserError(f"{shown(path)}: cannot be read ({e.strerror or e})")
+    if len(data) > limit:
+        raise UserError(f"{shown(path)}: more than the {size_text(limit)} it may be; not read")
+    return data
+
+
+def read_lines(f: BinaryIO, window: int = WINDOW) -> Iterator[bytes]:
+    """The lines of ``f`` (bytes, with their newline), read a window at a time: a line longer
+    than ``window`` comes in pieces of ``window`` bytes, so memory never grows with the file."""
+    while True:
+        line = f.readline(window)
+        if not line:
+            return
+        yield line
+
+
+def check_own(path: str, st: os.stat_result, what: str) -> None:
+    """Raise UserError unless ``st`` (of ``path``) belongs to this user: a record or run folder
+    another user made is not trusted (it could name any process or file)."""
+    if st.st_uid != os.geteuid():
+        raise UserError(f"{shown(path)}: owned by another user (uid {st.st_uid}), not by you; "
+                        f"{what}")
+
+
+def open_run_dir(run_dir: str, *, own: bool = True) -> int:
+    """The run folder opened for reading relative to it (``O_NOFOLLOW`` on its last part; a
+    folder, and, with ``own``, yours). The caller closes the descriptor."""
+    try:
+        fd = os.open(run_dir, _DIR_FLAGS | _NOFOLLOW)
+    except OSError as e:
+        why = "a symbolic link; not followed" if e.errno == errno.ELOOP else (
+            "not a folder" if e.errno == errno.ENOTDIR else f"cannot be opened ({e.strerror or e})")
+        raise UserError(f"{shown(run_dir)}: {why}")
+    if own:
+        try:
+            check_own(run_dir, os.fstat(fd), "a run folder must be yours to be used")
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def plain_name(name: Any) -> Optional[str]:
+    """``name`` when it is a plain file name (no folder part, not ``.``/``..``), else None."""
+    if not isinstance(name, str) or not name or "/" in name or "\0" in name or name in (".", ".."):
+        return None
+    return name
+
+
+def write_new_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    """Write the new file ``name`` in the folder ``dir_fd`` atomically: a temporary file made
+    with ``O_EXCL | O_NOFOLLOW`` (a planted name or link is never opened), renamed over
+    ``name`` within the folder (a link at ``name`` is replaced, not followed). On any failure (a
+    full disk) the temporary file is removed."""
+    tmp = f".{name}.tmp{os.getpid()}"
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)   # a leftover of a killed writer that had this pid (or a link)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def write_file(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write ``path`` atomically (:func:`write_new_at`) in its folder opened with
+    ``O_NOFOLLOW`` (its last part)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    fd = os.open(parent, _DIR_FLAGS | _NOFOLLOW)
+    try:
+        write_new_at(fd, name, data, mode)
+    finally:
+        os.close(fd)
+
+
+def create_new(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Make the new file ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``: an existing name, a
+    dangling link included, is FileExistsError) and write ``data``; removed again when the
+    write fails."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise

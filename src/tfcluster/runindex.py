@@ -16,7 +16,6 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UserError
-from .runfs import RUN_FILE
 
 INDEX = "runs.jsonl"
 CONSOLE = "console.log"          # a detached launcher's own output, in its run folder
@@ -83,7 +82,7 @@ def runs(limit: Optional[int] = None) -> List[Tuple[str, Dict[str, Any]]]:
     seen, out = set(), []
     for e in entries():
         d = e["run_dir"]
-        if d in seen or not os.path.isfile(os.path.join(d, RUN_FILE)):
+        if d in seen or not is_run_dir(d):
             continue
         seen.add(d)
         out.append((d, e))
@@ -93,7 +92,8 @@ def runs(limit: Optional[int] = None) -> List[Tuple[str, Dict[str, Any]]]:
 
 
 def is_run_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, RUN_FILE))
+    from .runrecord import is_run_folder
+    return is_run_folder(path)
 
 
 def lookup(run_id: str) -> Optional[str]:
@@ -155,12 +155,14 @@ def choose_run(arg: Optional[str] = None, file: Optional[str] = None) -> Tuple[s
 
 def _named_run(arg: str, file: Optional[str]) -> str:
     if arg:
-        if is_run_dir(arg):
-            return os.path.abspath(arg)
-        if os.sep not in arg:
+        # a bare id is looked up in the caller's own index first: a folder of that name in the
+        # current (perhaps shared) folder is someone else's to plant
+        if os.sep not in arg and arg not in (".", ".."):
             d = lookup(arg)
             if d:
                 return d
+        if is_run_dir(arg):
+            return os.path.abspath(arg)
         if os.path.isdir(arg):   # a logdir: its latest run (the records' rule)
             from .runrecord import find_run
             return os.path.abspath(find_run(arg, file)[0])

@@ -50,7 +50,10 @@ def read_run(run_dir: str) -> Dict[str, Any]:
     path = os.path.join(run_dir, RUN_FILE)
     data = read_limited(path, RUN_FILE_LIMIT)
     if data is None:
-        raise UserError(f"{_shown(run_dir)}: no {RUN_FILE} here (not a run folder?)")
+        record = missing_record(run_dir)
+        if record is None:
+            raise UserError(f"{_shown(run_dir)}: no {RUN_FILE} here (not a run folder?)")
+        return record
     try:
         record = parse_json(data)
     except ValueError as e:
@@ -58,6 +61,43 @@ def read_run(run_dir: str) -> Dict[str, Any]:
     problem = _check_record(record)
     if problem:
         raise UserError(f"{_shown(path)}: {problem}")
+    return record
+
+
+#: files a launcher makes in its run folder before its first run.json
+RUN_TRACES = ("events.jsonl", "launcher.log", "console.log", "detached.json")
+
+
+def is_run_folder(run_dir: str) -> bool:
+    """Whether ``run_dir`` is a run folder: it holds run.json, or what a launcher writes before
+    its first run.json (a launcher killed in its start wave, a disk full before the record)."""
+    return any(os.path.lexists(os.path.join(run_dir, n)) for n in (RUN_FILE,) + RUN_TRACES)
+
+
+def missing_record(run_dir: str) -> Optional[Dict[str, Any]]:
+    """The record of a run folder that has no run.json (see :func:`is_run_folder`), from what
+    its launcher left: its tasks and start from events.jsonl's ``run_started`` when readable.
+    Its result is ``lost`` (:func:`launcher_alive` says False): a launcher writes run.json as
+    soon as its folder is made, so one that never did was killed or could not write. None when
+    the folder is no run folder."""
+    if not any(os.path.lexists(os.path.join(run_dir, n)) for n in RUN_TRACES):
+        return None
+    record: Dict[str, Any] = {"run_id": os.path.basename(os.path.normpath(run_dir)),
+                              "result": "running", "record_missing": True, "tasks": [],
+                              "root_cause": f"no {RUN_FILE}: the launcher was killed before it "
+                                            f"wrote its record, or could not write it (disk full?)"}
+    try:
+        from .events import iter_events
+        for ev in iter_events(run_dir):
+            if ev.get("event") == "run_started":
+                record["started"] = ev["time"]
+                tasks = ev.get("tasks")
+                if isinstance(tasks, list):
+                    record["tasks"] = [{"task": t, "state": "unknown"} for t in tasks[:100000]
+                                       if isinstance(t, str)]
+                break
+    except UserError:
+        pass
     return record
 
 
@@ -145,6 +185,8 @@ def printable(text: Any) -> str:
 def launcher_alive(record: Dict[str, Any]) -> Optional[bool]:
     """Whether the launcher that writes this record still runs; None when that cannot be told
     from here (no pid recorded, or the launcher ran on another host)."""
+    if record.get("record_missing"):
+        return False            # no run.json: its launcher never wrote one (missing_record)
     pid = record.get("launcher_pid")
     if not pid:
         return None
@@ -164,9 +206,33 @@ def launcher_alive(record: Dict[str, Any]) -> Optional[bool]:
     expected = record.get("launcher_started")
     if expected is not None:
         return abs(created - expected) <= STARTED_SLACK
-    # Older records have no launcher_started: the launcher started before the run did.
+    # Older records have no launcher_started: the launcher started before the run did, and is a
+    # tfcluster process (pid 1, or any process older than the run, is not the launcher).
     started = record.get("started")
-    return started is None or created <= started + STARTED_SLACK
+    if started is None or created > started + STARTED_SLACK:
+        return False
+    try:
+        return looks_like_tfcluster(proc.cmdline())
+    except psutil.Error:
+        return None
+
+
+def looks_like_tfcluster(argv: List[str]) -> bool:
+    """Whether a command line runs tfcluster (``tfcluster launch``, ``python -m tfcluster``)."""
+    return any(os.path.basename(a) in ("tfcluster", "tfcluster.exe") or a == "tfcluster"
+               for a in argv[:4])
+
+
+def owned_by_caller(run_dir: str) -> bool:
+    """Whether the run folder and its run.json belong to this user: a record another user wrote
+    (a shared logdir) can name any process or file, and is not acted on (``stop``, a bare
+    ``status``/``logs`` choosing the latest run)."""
+    try:
+        me = os.geteuid()
+        return (os.lstat(run_dir).st_uid == me
+                and os.lstat(os.path.join(run_dir, RUN_FILE)).st_uid == me)
+    except OSError:
+        return False
 
 
 #: Slurm job states in which the job's tasks still run or will run (squeue's %T words).
@@ -309,7 +375,7 @@ def scan_runs(logdir: str, file: Optional[str] = None
     runs, problems = [], []
     for name in names:
         d = os.path.join(logdir, name)
-        if not os.path.lexists(os.path.join(d, RUN_FILE)):
+        if not is_run_folder(d):
             continue
         try:
             record = read_run(d)
@@ -355,7 +421,7 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
     run of the cluster file (``--file``, default ./cluster.yaml) in its logdir (or in RUN_DIR
     when that is a logdir)."""
     if run_dir:
-        if os.path.lexists(os.path.join(run_dir, RUN_FILE)):
+        if is_run_folder(run_dir):
             return run_dir, read_run(run_dir)
         if not os.path.isdir(run_dir):
             raise UserError(f"{printable(run_dir)}: no such run folder")
@@ -364,10 +430,14 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
         logdir, want = _default_place(file)
     runs, problems = scan_runs(logdir, want)
     _warn(problems)
-    if not runs:
+    # the latest run is chosen among the caller's own: a record another user planted in a shared
+    # logdir (a later "started", the caller's cluster file) is never picked
+    mine = [r for r in runs if owned_by_caller(r[0])]
+    if not mine:
         of = f" of {want}" if want else ""
-        raise UserError(printable(f"{logdir}: no runs{of} yet"))
-    return runs[0]
+        others = f" ({len(runs)} run(s) of other users left out)" if runs else ""
+        raise UserError(printable(f"{logdir}: no runs{of} yet{others}"))
+    return mine[0]
 
 
 def running_record(run_dir: str, command: str, why: str) -> Tuple[Dict[str, Any], str]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 MASK = "****"
 # Words that make a name secret when the name ends with them.
@@ -139,6 +139,22 @@ def text_targets(value: str) -> List[str]:
 def is_secret(name: str, declared: Collection[str] = ()) -> bool:
     """The policy: declared in the file's ``secrets:``, or a name that looks secret."""
     return name in declared or is_secret_name(name)
+
+
+def holders(envs: Iterable[Mapping[str, str]], declared: Collection[str] = ()) -> Set[str]:
+    """Names of variables that are not secret by name but whose value holds the value of a
+    secret variable of the same environment (``CURL_ARGS: "-H 'Authorization: $TOKEN'"`` with
+    the token written out): they are secret too (issue 30), so their whole value is masked in
+    run.json, ``validate``, dry runs and the Slurm script, and a render puts them in the Secret.
+    A value is looked for as in task output (:func:`maskable_in_text`)."""
+    out: Set[str] = set()
+    for env in envs:
+        masker = Masker(v for k, v in env.items() if v and is_secret(k, declared))
+        if masker.pattern is None:
+            continue
+        out.update(k for k, v in env.items()
+                   if v and not is_secret(k, declared) and masker.pattern.search(v))
+    return out
 
 
 def mask_env(env: Mapping[str, str], declared: Collection[str] = ()) -> Dict[str, str]:

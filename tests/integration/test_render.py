@@ -209,7 +209,8 @@ def test_slurm_script(tmp_path):
                  "#SBATCH --partition=gpu", "#SBATCH --time=01:00:00"):
         assert line in script.splitlines()
     assert "#   0        chief:0" in script and "#   2-4      worker:0..worker:2" in script
-    assert "-m tfcluster.backends.slurm_task" in script and "--distribution=block" in script
+    assert "del sys.path[0]" in script and "tfcluster.backends.slurm_task" in script
+    assert "--distribution=block" in script
     r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert r.returncode == 0, r.stderr
     plan = _plan_from_script(script)

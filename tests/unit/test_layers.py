@@ -16,7 +16,8 @@ SRC = os.path.join(helpers.SRC, "tfcluster")
 FLOORS = [
     # 0: vocabulary, rules, contract, small helpers
     ["errors", "vocabulary", "clusterspec", "rules", "contract", "progress", "outputs", "secrets", "hosts", "events", "gpus",
-     "keras_support", "slurm_options", "ray_options", "runfs", "k8s_options", "trainer_status", "oom", "reader"],
+     "keras_support", "slurm_options", "ray_options", "runfs", "k8s_options", "trainer_status", "oom", "reader",
+     "terminal"],
     # 1: the file model and run records
     ["config", "runrecord", "record", "runindex", "logs", "control", "notes", "profile", "stack",
      "attach"],

@@ -70,13 +70,40 @@ def test_the_progress_pipe_is_used_only_while_it_is_the_launchers(monkeypatch, c
     assert channel_fd() is None
 
 
-def test_supervised_needs_the_launcher_to_be_an_ancestor():
-    me, parent = os.getpid(), os.getppid()
-    assert contract.supervised({contract.LAUNCHER_PID: str(parent)}, pid=me)
-    assert not contract.supervised({contract.LAUNCHER_PID: str(me)}, pid=parent)
+def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
+    me = os.getpid()
+    leader = int(contract.proc_stat(me)[2])            # this process group's leader
+    starter = int(contract.proc_stat(leader)[1])       # the process that started the group
+    monkeypatch.setattr(contract, "_is_supervisor", lambda pid, env: True)
+    assert contract.supervised({contract.LAUNCHER_PID: str(starter)}, pid=me)
+    assert not contract.supervised({contract.LAUNCHER_PID: str(me)}, pid=me)
     assert not contract.supervised({contract.TASK: "worker:0"}, pid=me)   # commands' lines
     assert not contract.supervised({contract.LAUNCHER_PID: "1"}, pid=me)
     assert not contract.supervised({contract.LAUNCHER_PID: "x"}, pid=me)
+    # issue 30: an ancestor above the group's starter (a login shell's $$) does not count
+    above = int(contract.proc_stat(starter)[1]) if starter > 1 else 0
+    if above > 1:
+        assert not contract.supervised({contract.LAUNCHER_PID: str(above)}, pid=me)
+
+
+def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
+    """TFCLUSTER_LAUNCHER_PID=$$ in a shell (issue 30): the named process must run tfcluster or
+    hold the run folder open, as a launcher does."""
+    from tfcluster import runfs
+    me = os.getpid()
+    monkeypatch.setattr(contract, "_cmdline", lambda pid: [b"bash", b"-i"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = {contract.RUN_DIR: str(run_dir)}
+    assert not contract._is_supervisor(me, env)          # a shell holding nothing
+    fd = runfs.open_run_dir(str(run_dir))                # what a launcher holds for its run
+    try:
+        assert contract._is_supervisor(me, env)
+    finally:
+        os.close(fd)
+    assert not contract._is_supervisor(me, {})
+    monkeypatch.setattr(contract, "_cmdline", lambda pid: [b"python3", b"-m", b"tfcluster", b"launch"])
+    assert contract._is_supervisor(me, {})
 
 
 # ---------------------------------------------------------------------------- Keras, TF1

@@ -68,7 +68,7 @@ def test_a_fifo_named_events_jsonl_does_not_hang_report(tmp_path, capsys):
     d = make(tmp_path)
     os.mkfifo(os.path.join(d, "events.jsonl"))
     t = time.time()
-    one_line_error(*run_cli(capsys, "report", d), "events.jsonl", "not a regular file (a FIFO)")
+    one_line_error(*run_cli(capsys, "report", d), "events.jsonl", "is a FIFO, not a regular file")
     assert time.time() - t < 5
     assert not os.path.exists(os.path.join(d, "report.html"))
 

@@ -44,9 +44,11 @@ def test_the_launcher_dates_its_start_as_status_reads_it():
     assert abs(launcher_start_time() - psutil.Process().create_time()) < min(0.05, STARTED_SLACK)
 
 
-def test_an_older_record_without_launcher_started(tmp_path, capsys):
+def test_an_older_record_without_launcher_started(tmp_path, capsys, monkeypatch):
+    from tfcluster import runrecord
     me = psutil.Process()
-    # this process started before the run: it may be the launcher
+    # a tfcluster process that started before the run: it may be the launcher
+    monkeypatch.setattr(runrecord, "looks_like_tfcluster", lambda argv: True)
     d = write_run(tmp_path / "runs", "old", None, result="running", started=me.create_time() + 5,
                   launcher_pid=os.getpid(), launcher_started=None)
     assert cli(capsys, "status", str(d))[0] == 3
@@ -54,6 +56,12 @@ def test_an_older_record_without_launcher_started(tmp_path, capsys):
     write_run(tmp_path / "runs", "old", None, result="running", started=me.create_time() - 3600,
               launcher_pid=os.getpid(), launcher_started=None)
     assert cli(capsys, "status", str(d))[0] == 5
+    monkeypatch.undo()
+    # issue 30: any older process (pid 1, this test) that is not tfcluster is not the launcher
+    for pid in (1, os.getpid()):
+        write_run(tmp_path / "runs", "old", None, result="running", started=time.time(),
+                  launcher_pid=pid, launcher_started=None)
+        assert cli(capsys, "status", str(d))[0] == 5, pid
 
 
 def test_a_lost_run_does_not_keep_ageing(tmp_path, capsys):

@@ -108,7 +108,7 @@ class Reaper:
         with self.lock:
             if self.proc is None:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-S", "-c", REAPER, contract.LAUNCHER_PID, str(os.getpid())],
+                    [sys.executable, "-I", "-S", "-c", REAPER, contract.LAUNCHER_PID, str(os.getpid())],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                     close_fds=True)

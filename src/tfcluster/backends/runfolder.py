@@ -27,7 +27,11 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from .. import runfs
+from ..errors import UserError
+
 OVER_MARK = "run_over"
+SMALL = 1 << 20     # bytes: the most an exit record or a kill request may be (regular files only)
 STOP_MARK = "stop"
 EXIT_SUFFIX = ".exit.json"
 EVENTS_SUFFIX = ".events.jsonl"
@@ -75,10 +79,7 @@ class RunFolder:
     def request_kill(self, task: str, reason: str) -> Optional[str]:
         """Ask the wrapper of ``task`` to kill its program; the error, if it could not."""
         try:
-            fd = os.open(self._p(f".kill-{stem(task)}"),
-                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(reason)
+            runfs.write_file(self._p(f".kill-{stem(task)}"), reason.encode("utf-8", "replace"))
             return None
         except OSError as e:
             return str(e)
@@ -87,19 +88,20 @@ class RunFolder:
         """The reason of a kill request for ``task`` (removed once read), or None."""
         path = self._p(f".kill-{stem(task)}")
         try:
-            with open(path) as f:
-                reason = f.read().strip() or "watchdog"
+            data = runfs.read_bytes(path, SMALL)
+            if data is None:
+                return None
             os.unlink(path)
-            return reason
-        except OSError:
+            return data.decode("utf-8", "replace").strip() or "watchdog"
+        except (OSError, UserError):
             return None
 
     # ---- the run is over
     def _mark(self, name: str) -> Optional[str]:
         """Make the mark file ``name``; the error, if it could not be made."""
         try:
-            os.close(os.open(self._p(name), os.O_WRONLY | os.O_CREAT
-                             | getattr(os, "O_NOFOLLOW", 0), 0o600))
+            os.close(os.open(self._p(name), os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+                             | getattr(os, "O_NOFOLLOW", 0), 0o600))   # a planted FIFO: no wait
         except OSError as e:
             return str(e)
         return None
@@ -119,18 +121,9 @@ class RunFolder:
     # ---- task ends
     def write_exit(self, task: str, record: Dict[str, Any]) -> Optional[str]:
         """Write ``task``'s end record (atomically); the error, if it could not be written."""
-        path = self._p(stem(task) + EXIT_SUFFIX)
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
-            os.replace(tmp, path)
+        try:   # a temporary file made O_EXCL|O_NOFOLLOW, renamed (tfcluster.runfs)
+            runfs.write_file(self._p(stem(task) + EXIT_SUFFIX), json.dumps(record).encode())
         except OSError as e:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:   # it was never made
-                pass
             return str(e)
         return None
 
@@ -145,9 +138,8 @@ class RunFolder:
             if not n.endswith(EXIT_SUFFIX):
                 continue
             try:
-                with open(self._p(n)) as f:
-                    rec = json.load(f)
-            except (OSError, ValueError):
+                rec = json.loads(runfs.read_bytes(self._p(n), SMALL) or b"null")
+            except (OSError, ValueError, UserError):
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("task"), str) and (
                     segment is None or rec.get("segment", 0) == segment):
@@ -175,15 +167,18 @@ class RunFolder:
             if not n.endswith(EVENTS_SUFFIX):
                 continue
             try:
-                with open(self._p(n), encoding="utf-8", errors="replace") as f:
-                    for line in f:
+                f = runfs.open_regular(self._p(n))
+                if f is None:
+                    continue
+                with f:
+                    for line in runfs.read_lines(f):     # a window at a time
                         try:
                             ev = json.loads(line)
                         except ValueError:
                             continue
                         if isinstance(ev, dict):
                             out.append(ev)
-            except OSError:
+            except (OSError, UserError):
                 continue
         out.sort(key=lambda e: e.get("time") if isinstance(e.get("time"), (int, float)) else 0)
         return out

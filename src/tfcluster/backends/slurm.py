@@ -43,6 +43,7 @@ from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
 
 from .. import rules
 from ..config import check_text, printable
+from ..terminal import terminal_text
 from ..errors import UserError
 from ..plan import RunPlan
 from ..progress import split_progress
@@ -53,6 +54,11 @@ from .runfolder import RunFolder
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
 TASK_MODULE = "tfcluster.backends.slurm_task"
+# The node's Python runs the wrapper with the current folder off its module path (what -P does
+# on 3.11+, for any Python 3): a tfcluster.py or runpy.py planted in the job's folder is never
+# imported. PYTHONPATH (an HPC module's TensorFlow) still counts, unlike with -I.
+TASK_COMMAND = (f"import sys; del sys.path[0]; import runpy; "
+                f"runpy.run_module({TASK_MODULE!r}, run_name='__main__', alter_sys=True)")
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED")
 
@@ -163,7 +169,7 @@ def srun_argv(plan: Dict[str, Any], name: Optional[str] = None, overcommit: bool
     gpus = (plan["extra"].get("slurm") or {}).get("gpus_per_task") or 0
     if gpus:
         argv.append(f"--gpus-per-task={gpus}")
-    return argv + [plan["extra"].get("python", "python3"), "-m", TASK_MODULE]
+    return argv + [plan["extra"].get("python", "python3"), "-c", TASK_COMMAND]
 
 
 def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Optional[str] = None,
@@ -592,8 +598,9 @@ class _Follower:
             text = prefix + visible
         if self.quiet and "tfcluster:" not in text:
             return
+        text = terminal_text(text.rstrip("\n"))     # printable text only (tfcluster.terminal)
         try:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.write(text + "\n")
             sys.stdout.flush()
         except (BrokenPipeError, ValueError):   # `| head` closed it: the job's logs keep it
             pass

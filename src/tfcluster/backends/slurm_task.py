@@ -32,6 +32,7 @@ from ..hosts import accepts
 from ..oom import OomWatch
 from ..plan import RunPlan
 from ..reader import MAX_LINE, READ_SIZE, OutputReader, Seen
+from ..terminal import decode
 from .base import ignores, signal_group, start_child
 from .runfolder import EVENTS_SUFFIX, RunFolder, stem
 from .slurm import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,
@@ -170,7 +171,7 @@ class Task:
     # ---- output
     def emit(self, data: bytes) -> None:
         if self.mask.pattern is not None:
-            data = self.mask(data.decode("utf-8", "replace")).encode("utf-8", "replace")
+            data = self.mask(decode(data)).encode("utf-8", "replace")
         line = self.prefix.encode() + data
         if not line.endswith(b"\n"):
             line += b"\n"

@@ -103,7 +103,9 @@ kill(signal.SIGKILL)
 sys.stdout.flush()
 os._exit(rc if rc >= 0 else 128 - rc)
 '''
-_BOOT = 'import base64;exec(base64.b64decode("%s"))' % base64.b64encode(WRAPPER.encode()).decode()
+# "tfcluster" in the command line marks the wrapper as a task's supervisor (contract.supervised)
+_BOOT = ('"tfcluster ssh wrapper";import base64;exec(base64.b64decode("%s"))'
+         % base64.b64encode(WRAPPER.encode()).decode())
 
 
 def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:
@@ -142,7 +144,8 @@ def lost_after(settings: RemoteSpec) -> int:
 def remote_command(settings: RemoteSpec) -> str:
     """The command line the remote shell runs: the wrapper, on the remote python."""
     python = shlex.split(settings.python or DEFAULT_PYTHON)
-    return " ".join(shlex.quote(w) for w in python) + " -c " + shlex.quote(_BOOT)
+    # -I: the remote folder (its home, a workdir) is not on the module path; stdlib only
+    return " ".join(shlex.quote(w) for w in python) + " -I -c " + shlex.quote(_BOOT)
 
 
 class SshHandle(Handle):

@@ -225,6 +225,7 @@ class Supervisor:
     def run(self) -> int:
         self.check_ports()
         self._make_run_dir()
+        self._write_record()   # at once: a launcher killed in its start wave leaves a record (issue 30)
         old = self._install_signals()
         try:
             self.display.start()
