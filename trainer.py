@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep task logs readable
 from absl import app, flags, logging  # noqa: E402
 
 import tfcluster.runtime as rt  # noqa: E402
-from tfcluster.notes import nothing_trained  # noqa: E402
+from tfcluster.core.messages import nothing_trained  # noqa: E402
 from tfcluster.runtime import data as rt_data  # noqa: E402
 
 FLAGS = flags.FLAGS

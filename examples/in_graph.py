@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from tfcluster.progress import report_progress  # noqa: E402
+from tfcluster.plan.progress import report_progress  # noqa: E402
 from tfcluster.runtime import data as rt_data  # noqa: E402
 from tfcluster.runtime.context import ContextError, TaskContext, parse_cluster, task_context  # noqa: E402
 

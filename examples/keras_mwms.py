@@ -16,7 +16,7 @@ fails ``fit`` under this strategy (docs/TF2_STRATEGIES.md has the measured table
   Keras does under MWMS). When a worker dies the others' collectives fail, the launcher
   restarts every worker (``restart: on-failure``) and ``fit`` resumes from the epoch after the
   last backup. The program prints where it starts: ``keras_mwms: worker:0 initial epoch 2``.
-- ``tfcluster.keras.ProgressCallback`` reports the global step, epoch and metrics to the
+- ``tfcluster.runtime.keras.ProgressCallback`` reports the global step, epoch and metrics to the
   launcher's live table.
 - At the end each worker prints one line,
   ``keras_mwms: worker:0 done: epochs=5 loss=0.21 accuracy=0.95 initial_epoch=0 {...}``, and
@@ -71,7 +71,7 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from tfcluster.keras import ProgressCallback
+    from tfcluster.runtime.keras import ProgressCallback
 
     from absl import logging as absl_logging
 

@@ -14,7 +14,7 @@ the coordinator creates the model's variables on the ps tasks (``strategy.scope(
   coordinator restarted by the launcher (``restart: on-failure``, after a ps or coordinator
   loss) resumes ``fit`` from the epoch after the last backup. A lost worker needs nothing:
   the coordinator reschedules its steps and uses it again once the launcher restarts it.
-- ``tfcluster.keras.ProgressCallback`` reports the step, epoch and metrics to the live table.
+- ``tfcluster.runtime.keras.ProgressCallback`` reports the step, epoch and metrics to the live table.
 - At the end the coordinator evaluates the model on held-out data (reading the ps variables)
   and prints ``keras_pss: done: epochs=5 loss=0.35 accuracy=0.93 initial_epoch=0 {...}``.
 """
@@ -51,7 +51,7 @@ def main(argv):
     import tensorflow as tf
     from absl import logging as absl_logging
 
-    from tfcluster.keras import ProgressCallback
+    from tfcluster.runtime.keras import ProgressCallback
 
     tf.get_logger().setLevel("ERROR")
     absl_logging.set_verbosity(absl_logging.WARNING)

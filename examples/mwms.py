@@ -113,7 +113,7 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from tfcluster.progress import report_progress
+    from tfcluster.plan.progress import report_progress
 
     from absl import logging as absl_logging
 

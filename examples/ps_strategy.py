@@ -124,7 +124,7 @@ def serve(tf, resolver):
 
 
 def coordinate(tf, resolver):
-    from tfcluster.progress import report_progress
+    from tfcluster.plan.progress import report_progress
 
     num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
     num_workers = len(resolver.cluster_spec().as_dict().get("worker", []))

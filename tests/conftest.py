@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from tfcluster.hosts import free_ports, port_in_use
+from tfcluster.spec.hosts import free_ports, port_in_use
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,7 +46,7 @@ def pytest_configure(config):
     import compileall
     import tfcluster
     compileall.compile_dir(os.path.dirname(tfcluster.__file__), quiet=1)
-    # Runs started by tests register in a per-user index (tfcluster.runindex) and notes are
+    # Runs started by tests register in a per-user index (tfcluster.runs.index) and notes are
     # remembered in the user's state folder: keep both out of the real home during tests.
     if not os.environ.get("TFCLUSTER_TEST_KEEP_STATE"):
         import tempfile

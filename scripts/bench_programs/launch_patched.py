@@ -32,6 +32,6 @@ elif PATCH == "no_preexec":
 elif PATCH != "none":
     sys.exit(f"launch_patched.py: unknown patch {PATCH!r}")
 
-from tfcluster.cli import main  # noqa: E402
+from tfcluster.cli.main import main  # noqa: E402
 
 sys.exit(main(sys.argv[1:]))

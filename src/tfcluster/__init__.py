@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 # it light. The file model (pydantic), the launcher and the run index load on first use
 # (PEP 562), which saves each task about a quarter of a second of CPU before its first step.
 _LAZY = {
-    "Cluster": "config", "Task": "config", "TaskId": "config", "load": "config",
-    "loads": "config", "from_dict": "config", "ConfigError": "errors", "UserError": "errors",
-    "report_progress": "progress", "resolve_run": "runindex",
+    "Cluster": "spec.config", "Task": "spec.config", "TaskId": "spec.config", "load": "spec.config",
+    "loads": "spec.config", "from_dict": "spec.config", "ConfigError": "errors", "UserError": "errors",
+    "report_progress": "plan.progress", "resolve_run": "runs.index",
 }
 
 
@@ -32,9 +32,9 @@ def __dir__():
 def launch(path_or_cluster=None, options=None, view=None, dry_run: bool = False) -> int:
     """Run a cluster file (or a loaded :class:`Cluster`; default ./cluster.yaml) to the end and
     return the exit code, as ``tfcluster launch`` does: the same warnings, checks, dry run and
-    records. ``options``: :class:`tfcluster.plan.LaunchOptions`; ``view``:
-    :class:`tfcluster.launch.View`."""
-    from .cli import launch as _launch
+    records. ``options``: :class:`tfcluster.plan.runplan.LaunchOptions`; ``view``:
+    :class:`tfcluster.drivers.supervisor.View`."""
+    from tfcluster.cli.main import launch as _launch
     return _launch(path_or_cluster, options=options, view=view, dry_run=dry_run)
 
 

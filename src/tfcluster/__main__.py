@@ -1,3 +1,3 @@
-from .cli import console
+from tfcluster.cli.main import console
 
 console()

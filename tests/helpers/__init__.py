@@ -21,7 +21,7 @@ SHARED = os.path.join(ROOT, "..", "shared")
 
 def load(text: str, tmp_path, name="cluster.yaml"):
     """Write ``text`` (dedented) to tmp_path/name and load it as a cluster file."""
-    from tfcluster import config
+    from tfcluster.spec import config
     p = tmp_path / name
     p.write_text(textwrap.dedent(text))
     return config.load(str(p))
@@ -54,9 +54,9 @@ def doc_blocks(heading: str, doc: str = "BACKENDS.md"):
 def cli(capsys, *argv):
     """Run ``tfcluster ARGV`` in this process: (exit code, stdout, stderr).
 
-    ``tfcluster.cli.main`` returns the exit code, or raises SystemExit (argparse's usage errors),
+    ``tfcluster.cli.main.main`` returns the exit code, or raises SystemExit (argparse's usage errors),
     which is caught here; both end the same way as ``python -m tfcluster``."""
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     capsys.readouterr()
     try:
         rc = main([str(a) for a in argv])
@@ -72,7 +72,7 @@ def run_cli(*argv, cwd):
     import contextlib
     import io
     import subprocess
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     out, err = io.StringIO(), io.StringIO()
     old = os.getcwd()
     os.chdir(str(cwd))

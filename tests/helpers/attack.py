@@ -1,4 +1,4 @@
-"""The run-folder attack's pieces, shared by the unit and process tests of tfcluster.runfs."""
+"""The run-folder attack's pieces, shared by the unit and process tests of tfcluster.safe_files."""
 from __future__ import annotations
 
 import os

@@ -5,10 +5,10 @@ import io
 import signal
 import textwrap
 
-from tfcluster import config
+from tfcluster.spec import config
 from tfcluster.backends.base import Backend, Handle
-from tfcluster.launch import Supervisor, View
-from tfcluster.plan import LaunchOptions, build_plan
+from tfcluster.drivers.supervisor import Supervisor, View
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 
 class Clock:

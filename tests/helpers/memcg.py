@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tfcluster.oom import cgroup_events_path
+from tfcluster.backends.oom import cgroup_events_path
 
 
 @contextlib.contextmanager

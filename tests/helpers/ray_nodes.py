@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 import psutil
 
-from tfcluster.hosts import free_ports
+from tfcluster.spec.hosts import free_ports
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 

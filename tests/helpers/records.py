@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 import pytest
-from tfcluster.cli import main
-from tfcluster.runrecord import write_json_private
+from tfcluster.cli.main import main
+from tfcluster.runs.status import write_json_private
 
 T0 = 1_764_500_000.0
 

@@ -2,8 +2,8 @@
 ``tfcluster report`` in tests/unit and tests/integration (the browser)."""
 from __future__ import annotations
 
-from tfcluster.events import EventLog
-from tfcluster.runrecord import write_json_private
+from tfcluster.runs.eventlog import EventLog
+from tfcluster.runs.status import write_json_private
 
 T0 = 1_764_500_000.0
 

@@ -5,8 +5,8 @@ import os
 import time
 import psutil
 import pytest
-from tfcluster.cli import main
-from tfcluster.runrecord import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.cli.main import main
+from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
 
 
 def write_cluster(folder, name="cluster.yaml"):

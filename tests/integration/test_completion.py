@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from tfcluster import cli, runindex
+from tfcluster.cli import main as cli
+from tfcluster.runs import index as runindex
 
 from helpers.completion import complete
 

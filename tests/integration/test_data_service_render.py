@@ -9,10 +9,10 @@ import json
 import pytest
 
 from helpers.k8s_pods import crd_validator, jobset_annotations, load, validate
-from tfcluster import pod, render
+from tfcluster.k8s import pod, render
 from tfcluster.errors import UserError
-from tfcluster.jobset import jobset
-from tfcluster.trainjob import runtime_and_trainjob
+from tfcluster.k8s.jobset import jobset
+from tfcluster.k8s.trainjob import runtime_and_trainjob
 
 FILE = """\
 cluster: {worker: 2}

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfcluster.gpus import gpu_warnings, visible_gpus
+from tfcluster.plan.gpus import gpu_warnings, visible_gpus
 
 UUID0 = "GPU-4f1c2b3a-1111-2222-3333-444455556666"
 ONE_GPU = f"GPU 0: NVIDIA H200 (UUID: {UUID0})\n"
@@ -68,7 +68,7 @@ def test_nvidia_smi_that_fails_falls_back_to_the_driver_list(fake_smi, tmp_path)
 
 
 def test_gpus_are_read_without_tensorflow():
-    code = ("import sys, tfcluster.gpus as g; g.gpu_warnings([('worker:0', '0')]); "
+    code = ("import sys, tfcluster.plan.gpus as g; g.gpu_warnings([('worker:0', '0')]); "
             "assert 'tensorflow' not in sys.modules; print('NO-TF')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "NO-TF" in r.stdout, r.stderr

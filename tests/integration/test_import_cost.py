@@ -12,8 +12,8 @@ import json, sys
 import {module}
 heavy = sorted(m for m in sys.modules
                if m.split(".")[0] in ("pydantic", "yaml", "rich", "psutil")
-               or m.startswith(("tfcluster.config", "tfcluster.launch", "tfcluster.backends",
-                                "tfcluster.plan", "tfcluster.cli")))
+               or m.startswith(("tfcluster.spec.config", "tfcluster.launch", "tfcluster.backends",
+                                "tfcluster.plan.runplan", "tfcluster.cli.main")))
 print(json.dumps(heavy))
 """
 
@@ -27,12 +27,12 @@ def _heavy_after(module):
 
 def test_the_in_task_runtime_loads_nothing_of_the_launcher():
     assert _heavy_after("tfcluster.runtime") == []
-    assert _heavy_after("tfcluster.progress") == []
+    assert _heavy_after("tfcluster.plan.progress") == []
 
 
 def test_the_package_names_load_on_first_use_and_launch_stays_callable(tmp_path):
     code = ("import tfcluster, tfcluster.launch\n"
-            "assert callable(tfcluster.launch) and tfcluster.load.__module__ == 'tfcluster.config'\n"
+            "assert callable(tfcluster.launch) and tfcluster.load.__module__ == 'tfcluster.spec.config'\n"
             "from tfcluster import Cluster, UserError, report_progress, resolve_run\n"
             "(open('cluster.yaml', 'w').write('cluster: {worker: 1}\\n'\n"
             "                                 'program: {command: [python, -c, pass]}\\n'))\n"

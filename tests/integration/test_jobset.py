@@ -1,5 +1,5 @@
 """tfcluster render jobset: JobSet manifests checked against the JobSet CRD's schema (v0.9.1), and
-every pod's TF_CONFIG computed by ``python -m tfcluster.pod`` from the environment JobSet gives it."""
+every pod's TF_CONFIG computed by ``python -m tfcluster.k8s.pod`` from the environment JobSet gives it."""
 from __future__ import annotations
 
 import copy
@@ -15,8 +15,8 @@ import yaml
 from helpers.k8s_pods import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
                          pod_env as container_env, run_container, validate)
 from helpers import doc_blocks
-from tfcluster import jobset, pod
-from tfcluster.cli import main
+from tfcluster.k8s import jobset, pod
+from tfcluster.cli.main import main
 from tfcluster.errors import UserError
 
 FULL = """\
@@ -138,7 +138,7 @@ def test_no_chief_success_is_worker_0(tmp_path, jobset_schema):
     assert m["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["worker"]}
     assert rjob(m, "worker")["template"]["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
     assert m["spec"]["failurePolicy"] == {"maxRestarts": 2}
-    assert container(m, "worker")["args"][:3] == ["-m", "tfcluster.pod", "--task-flags"]
+    assert container(m, "worker")["args"][:3] == ["-m", "tfcluster.k8s.pod", "--task-flags"]
     # all-workers: every worker must succeed, no Job success policy
     c2 = load(NO_CHIEF + "success: all-workers\n", tmp_path, "b.yaml")
     m2 = jobset.jobset(c2, image="img:1")
@@ -157,7 +157,7 @@ def test_never_restarts_is_zero_and_other_job_names(tmp_path, jobset_schema):
     assert [r["name"] for r in m["spec"]["replicatedJobs"]] == ["local", "worker-x", "worker"]
     assert m["spec"]["failurePolicy"] == {"maxRestarts": 0}
     assert container(m, "local")["workingDir"] == "/app"
-    assert container(m, "local")["args"] == ["-m", "tfcluster.pod", "--", "python", "train.py", "--steps=5"]
+    assert container(m, "local")["args"] == ["-m", "tfcluster.k8s.pod", "--", "python", "train.py", "--steps=5"]
 
 
 def test_what_a_jobset_cannot_express(tmp_path):
@@ -257,7 +257,7 @@ def test_pod_entry_point_errors_are_one_line(tmp_path):
     c = load(NO_CHIEF, tmp_path)
     m = jobset.jobset(c, image="img:1", name="tf")
     env = pod_env(m, "worker", 1, {"tf-env": {"ps.API_TOKEN": "a", "worker.API_TOKEN": "b"}})
-    argv = [sys.executable, "-m", "tfcluster.pod", "--", sys.executable, "-c", "print('ran')"]
+    argv = [sys.executable, "-m", "tfcluster.k8s.pod", "--", sys.executable, "-c", "print('ran')"]
     for change, message in [
         ({"JOB_COMPLETION_INDEX": "4"}, "JOB_COMPLETION_INDEX='4' is not an index below 4"),
         ({"TFCLUSTER_REPLICATED_JOB": "chief"}, "replicated job 'chief' is not in TFCLUSTER_JOBSET"),

@@ -1,5 +1,5 @@
-"""Which interpreter can load tf_keras: tfcluster.keras_support.legacy_keras_problem asks the task's
-real interpreter (a subprocess, cached); and importing tfcluster.keras loads no TensorFlow, in a
+"""Which interpreter can load tf_keras: tfcluster.core.keras_hints.legacy_keras_problem asks the task's
+real interpreter (a subprocess, cached); and importing tfcluster.runtime.keras loads no TensorFlow, in a
 fresh interpreter. (The pure parts of keras_support are in tests/unit/test_keras_support.py.)
 """
 import os
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tfcluster import keras_support
-from tfcluster.keras_support import legacy_keras_problem
+from tfcluster.core import keras_hints as keras_support
+from tfcluster.core.keras_hints import legacy_keras_problem
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_an_interpreter_that_does_not_run_is_not_reported_here(tmp_path):
 
 
 def test_importing_tfcluster_keras_does_not_import_tensorflow():
-    code = ("import sys, tfcluster.keras as k; "
+    code = ("import sys, tfcluster.runtime.keras as k; "
             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported'; "
             "assert 'ProgressCallback' in k.__all__; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,5 +1,5 @@
 """A task the kernel's OOM killer ends: the launcher says "out of memory" because the memory
-cgroup's oom_kill counter grew (tfcluster.oom), not because it guessed from SIGKILL. The
+cgroup's oom_kill counter grew (tfcluster.backends.oom), not because it guessed from SIGKILL. The
 launcher and its task run in a memory cgroup the test makes with a limit."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 from helpers.memcg import memory_cgroup
 
-from tfcluster.hosts import free_port_run
+from tfcluster.spec.hosts import free_port_run
 
 HOG = """\
 import time

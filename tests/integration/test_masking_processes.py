@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfcluster import cli
+from tfcluster.cli import main as cli
 
 PEM = ("-----BEGIN PRIVATE KEY-----\n"
        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"

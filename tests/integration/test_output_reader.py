@@ -1,4 +1,4 @@
-"""The output reader (tfcluster.reader, with the local pump of tfcluster.launch.output): pieces, the progress pipe, a full disk, endless
+"""The output reader (tfcluster.core.task_output, with the local pump of tfcluster.drivers.pump): pieces, the progress pipe, a full disk, endless
 lines, and nothing lost at the end. The reader runs on real pipes; no TensorFlow."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from tfcluster.launch.output import OutputPump, join_readers
-from tfcluster.reader import MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen
-from tfcluster.progress import format_progress
-from tfcluster import runfs
+from tfcluster.drivers.pump import OutputPump, join_readers
+from tfcluster.core.task_output import MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen
+from tfcluster.plan.progress import format_progress
+from tfcluster import safe_files as runfs
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -184,8 +184,8 @@ def test_300_mib_without_a_newline_stays_small_and_the_end_reaches_the_log(tmp_p
     code = f"""
 import os, resource, sys, threading, time
 sys.path.insert(0, {SRC!r})
-from tfcluster.launch.output import join_readers
-from tfcluster.reader import OutputReader, Seen
+from tfcluster.drivers.pump import join_readers
+from tfcluster.core.task_output import OutputReader, Seen
 from tfcluster import runfs
 r, w = os.pipe()
 def write():

@@ -12,11 +12,11 @@ import subprocess
 import sys
 import time
 import pytest
-from tfcluster.cli import main
+from tfcluster.cli.main import main
 
 from helpers import ROOT
 from helpers.records import T0, good_record, make
-from tfcluster.runrecord import write_json_private
+from tfcluster.runs.status import write_json_private
 
 
 GEN = r"""
@@ -37,7 +37,7 @@ with open(d + "/events.jsonl", "w") as f:
 
 MEASURE = r"""
 import resource, sys, time
-from tfcluster.report import write_report
+from tfcluster.runs.report import write_report
 t = time.time()
 path = write_report(sys.argv[1])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, round(time.time() - t, 1))

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from helpers.k8s_pods import PRINTER, ROOT, crd_validator, load, pod_env, run_container, validate
-from tfcluster import config, render
+from tfcluster.spec import config
+from tfcluster.k8s import render
 from tfcluster.errors import UserError
 
 
@@ -67,16 +68,16 @@ def test_tfjob_full_example_is_valid_and_complete(tmp_path, tfjob_schema):
     worker = specs["Worker"]["template"]["spec"]["containers"][0]
     # the contract's entry point, then the image's paths, not this machine's: trainer.py stays relative
     assert worker["command"] == ["python"] and worker["args"] == [
-        "-m", "tfcluster.pod", "--max-restarts=7", "--", "python", "trainer.py", "--train_steps=100"]
+        "-m", "tfcluster.k8s.pod", "--max-restarts=7", "--", "python", "trainer.py", "--train_steps=100"]
     assert worker["resources"] == {"limits": {"nvidia.com/gpu": 2}}
     assert specs["Chief"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert "resources" not in specs["PS"]["template"]["spec"]["containers"][0]  # ps: no GPU
     assert specs["PS"]["template"]["spec"]["containers"][0]["env"][-1] == {"name": "ROLE", "value": "ps"}
     ev = specs["Evaluator"]["template"]["spec"]["containers"][0]
-    assert ev["command"] == ["python"] and ev["args"] == ["-m", "tfcluster.pod", "--", "python",
+    assert ev["command"] == ["python"] and ev["args"] == ["-m", "tfcluster.k8s.pod", "--", "python",
                                                           "eval.py", "--every=60"]
     assert specs["PS"]["template"]["spec"]["containers"][0]["args"][:5] == [
-        "-m", "tfcluster.pod", "--no-gpus", "--max-restarts=7", "--"]
+        "-m", "tfcluster.k8s.pod", "--no-gpus", "--max-restarts=7", "--"]
     assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 7}
     assert job["spec"]["successPolicy"] == "AllWorkers"
 
@@ -127,7 +128,7 @@ def test_tfjob_needs_image_program_and_valid_names(tmp_path):
 
 
 def test_tfjob_pods_get_the_task_contract_from_the_operators_tf_config(tmp_path, tfjob_schema):
-    """A TFJob pod runs ``python -m tfcluster.pod``: from the TF_CONFIG the operator sets it gives
+    """A TFJob pod runs ``python -m tfcluster.k8s.pod``: from the TF_CONFIG the operator sets it gives
     the program the task contract (TFCLUSTER_TASK, the restart budget, no GPUs for ps) and, with
     task_flags, the seed's flags. The operator does not say how often a pod restarted, so
     TFCLUSTER_RESTART_COUNT stays unset there."""
@@ -189,7 +190,7 @@ def test_tfjob_secret_variables_come_from_a_secret(tmp_path, tfjob_schema):
 # Slurm
 
 def _plan_from_script(script: str):
-    from tfcluster.backends.slurm import PLAN_ENV
+    from tfcluster.backends.slurm.launcher import PLAN_ENV
     for line in script.splitlines():
         if line.startswith(f"export {PLAN_ENV}="):
             return json.loads(shlex.split(line[len("export "):])[0].split("=", 1)[1])
@@ -209,7 +210,7 @@ def test_slurm_script(tmp_path):
                  "#SBATCH --partition=gpu", "#SBATCH --time=01:00:00"):
         assert line in script.splitlines()
     assert "#   0        chief:0" in script and "#   2-4      worker:0..worker:2" in script
-    assert "del sys.path[0]" in script and "tfcluster.backends.slurm_task" in script
+    assert "del sys.path[0]" in script and "tfcluster.backends.slurm.node" in script
     assert "--distribution=block" in script
     r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from tfcluster import render
+from tfcluster.k8s import render
 
 from helpers import ROOT, cli, load
 

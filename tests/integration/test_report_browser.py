@@ -16,11 +16,11 @@ import zlib
 
 import pytest
 
-from tfcluster.cli import main
-from tfcluster.events import EventLog
-from tfcluster import report
-from tfcluster.report import build_model, render_html, write_report
-from tfcluster.runrecord import write_json_private
+from tfcluster.cli.main import main
+from tfcluster.runs.eventlog import EventLog
+from tfcluster.runs import report
+from tfcluster.runs.report import build_model, render_html, write_report
+from tfcluster.runs.status import write_json_private
 
 T0 = 1_764_500_000.0
 from helpers.runs import make_run  # noqa: E402 (the documented run folder)

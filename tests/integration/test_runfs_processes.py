@@ -1,4 +1,4 @@
-"""Run folders that cannot be redirected (tfcluster.runfs, issue 22), with real processes: a live
+"""Run folders that cannot be redirected (tfcluster.safe_files, issue 22), with real processes: a live
 launcher whose run folder is swapped for a link, another user acting on a sticky logdir, launches
 refused for an unsafe logdir, four simultaneous launches. No TensorFlow."""
 import json
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tfcluster import cli, runfs
+from tfcluster.cli import main as cli
+from tfcluster import safe_files as runfs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -16,7 +16,7 @@ import pytest
 
 import helpers
 
-from tfcluster import cli
+from tfcluster.cli import main as cli
 
 SECRET = "s3cr3t-VALUE-42"
 

@@ -15,7 +15,8 @@ import time
 import psutil
 import pytest
 
-from tfcluster import cli, runindex
+from tfcluster.cli import main as cli
+from tfcluster.runs import index as runindex
 
 from helpers.completion import complete as complete_as_bash
 
@@ -151,7 +152,7 @@ bash = shutil.which("bash")
 
 
 def complete(line, cwd, env):
-    from tfcluster.completion import bash_script
+    from tfcluster.cli.completion import bash_script
     return complete_as_bash(bash_script(cli.build_parser()), line, cwd, env)
 
 
@@ -199,8 +200,8 @@ def plant(folder, out, *names):
 
 
 def test_no_module_planted_in_the_current_folder_runs(tmp_path, state, ports, monkeypatch):
-    from tfcluster.backends.slurm import TASK_COMMAND
-    from tfcluster.control import tensorboard_argv
+    from tfcluster.backends.slurm.launcher import TASK_COMMAND
+    from tfcluster.runs.control import tensorboard_argv
     out = tmp_path / "out"
     out.mkdir()
     here = tmp_path / "shared"
@@ -240,7 +241,7 @@ def test_the_old_helper_commands_would_have_run_them(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     plant(tmp_path, out, "tfcluster/")
-    subprocess.run([sys.executable, "-m", "tfcluster.backends.slurm_task"], cwd=tmp_path,
+    subprocess.run([sys.executable, "-m", "tfcluster.backends.slurm.node"], cwd=tmp_path,
                    capture_output=True, timeout=60)
     assert os.listdir(out) == ["PWN-tfcluster"]
 
@@ -254,7 +255,7 @@ def test_logs_memory_stays_bounded_by_a_window(tmp_path):
         for _ in range(4):
             f.write(line * 50_000)                 # 200 MB in all
         f.write(b"y" * (30 << 20))                 # and a 30 MB line without end
-    code = ("import resource, sys; from tfcluster.cli import main; rc = main(sys.argv[1:]); "
+    code = ("import resource, sys; from tfcluster.cli.main import main; rc = main(sys.argv[1:]); "
             "sys.stderr.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)); "
             "sys.exit(rc)")
     for extra in ([], ["--attempt", "0"]):

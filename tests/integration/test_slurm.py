@@ -20,7 +20,7 @@ import pytest
 
 from helpers import PROGRAMS, ROOT
 
-from tfcluster.hosts import free_port_run
+from tfcluster.spec.hosts import free_port_run
 
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
@@ -131,7 +131,7 @@ OK_PROGRAM = """\
 import os, sys, time
 task = os.environ["TFCLUSTER_TASK"]
 print("hello from", task, os.environ["TF_CONFIG"], flush=True)
-from tfcluster.contract import supervised
+from tfcluster.plan.contract import supervised
 print("supervised:", supervised(), flush=True)   # the node wrapper stops the ps for the launcher
 if task == "worker:0":
     time.sleep(1)

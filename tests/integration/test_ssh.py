@@ -24,7 +24,7 @@ import pytest
 from helpers import PROGRAMS, netns
 from helpers.netns import NamespaceHosts, _status
 
-from tfcluster import config
+from tfcluster.spec import config
 from tfcluster.errors import UserError
 
 
@@ -111,7 +111,7 @@ def test_ssh_env_folder_and_exit_code(hosts, tmp_path):
     prog = ("import os, sys\n"
             "print('CWD', os.getcwd()); print('PY', sys.executable)\n"
             "print('ENV', repr(os.environ['WEIRD'])); print('ARG', sys.argv[1:])\n"
-            "from tfcluster.contract import supervised; print('SUPERVISED', supervised())\n"
+            "from tfcluster.plan.contract import supervised; print('SUPERVISED', supervised())\n"
             "sys.exit(3)\n")
     (tmp_path / "p.py").write_text(prog)
     (remote / "p.py").write_text(prog)

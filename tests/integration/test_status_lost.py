@@ -15,12 +15,12 @@ import psutil
 
 from helpers import ROOT, cli
 
-from tfcluster.runrecord import STATUS_EXIT
+from tfcluster.runs.status import STATUS_EXIT
 
 
 FAKE_LAUNCHER = """
 import os, sys, time, psutil
-from tfcluster.runrecord import write_json_private
+from tfcluster.runs.status import write_json_private
 d = sys.argv[1]
 os.makedirs(d, exist_ok=True)
 write_json_private(os.path.join(d, "run.json"), {

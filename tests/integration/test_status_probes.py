@@ -6,10 +6,10 @@ import os
 import time
 import psutil
 import pytest
-from tfcluster.cli import main
+from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
-from tfcluster.runrecord import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
 
 
 @pytest.mark.parametrize("squeue, sacct, state", [

@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from helpers.k8s_pods import ROOT, crd_validator, validate
-from tfcluster import config, render
-from tfcluster.cli import main
-from tfcluster.jobset import jobset
-from tfcluster.tfjob_import import import_tfjob, render_file
-from tfcluster.trainjob import runtime_and_trainjob
+from tfcluster.spec import config
+from tfcluster.k8s import render
+from tfcluster.cli.main import main
+from tfcluster.k8s.jobset import jobset
+from tfcluster.k8s.tfjob_import import import_tfjob, render_file
+from tfcluster.k8s.trainjob import runtime_and_trainjob
 
 DATA = os.path.join(ROOT, "tests", "data", "tfjob")
 EXAMPLES = ["dist_mnist.yaml", "mnist_with_summaries.yaml", "estimator_api.yaml", "simple.yaml",
@@ -148,7 +149,7 @@ def test_render_jobset_and_trainjob_carry_the_same_pod_settings(name, tmp_path):
             rtype = next(t for t, j in TYPES.items() if j == job and t in want)
             got = pod_view(rj["template"]["spec"]["template"], port_name="tensorflow")
             pod = dict(want[rtype]["pod"])
-            # JobSet pods run the program through tfcluster.pod, which builds TF_CONFIG
+            # JobSet pods run the program through tfcluster.k8s.pod, which builds TF_CONFIG
             assert got["args"][-len(pod["command"] + (pod["args"] or [])):] == pod["command"] + (pod["args"] or [])
             assert {k: v for k, v in got["env"].items() if not k.startswith("TFCLUSTER_")} == pod["env"]
             for key in ("image", "ports", "resources", "mounts", "volumes", "tolerations", "node_selector",

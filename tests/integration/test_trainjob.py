@@ -14,9 +14,10 @@ import yaml
 from helpers.k8s_pods import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
                          pod_env, run_container, validate)
 from helpers import doc_blocks
-from tfcluster import jobset, k8s_options, render, trainjob
-from tfcluster.cli import main
-from tfcluster.config import loads
+from tfcluster.k8s import jobset, render, trainjob
+from tfcluster.spec import kubernetes as k8s_options
+from tfcluster.cli.main import main
+from tfcluster.spec.config import loads
 from tfcluster.errors import ConfigError, UserError
 
 SETTINGS = """\
@@ -421,7 +422,7 @@ def test_the_docs_example(tmp_path, schemas):
     ps = rjobs(js["spec"])["ps"]
     layout = json.loads(next(e["value"] for e in pod_of(ps)["spec"]["containers"][0]["env"]
                              if e["name"] == "TFCLUSTER_JOBSET"))
-    from tfcluster import pod
+    from tfcluster.k8s import pod
     assert pod.cluster_dict(layout, tj["metadata"]["name"]) == claimed
     assert tj["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == c.spec.kubernetes.queue == "team-a"
     text = trainjob.render_trainjob(c, image=opts["--image"], namespace=opts.get("--namespace"))
@@ -492,7 +493,7 @@ class FakeClock:
 
 
 def test_bridge_throttles_estimates_and_never_raises(schemas):
-    from tfcluster import trainer_status
+    from tfcluster.k8s import trainer_progress as trainer_status
     sent, errors = [], []
 
     class Err:
@@ -539,7 +540,7 @@ def test_bridge_throttles_estimates_and_never_raises(schemas):
 
 
 def test_the_endpoint_needs_all_three_variables():
-    from tfcluster import trainer_status
+    from tfcluster.k8s import trainer_progress as trainer_status
     env = {"KUBEFLOW_TRAINER_SERVER_URL": "https://x/y", "KUBEFLOW_TRAINER_SERVER_CA_CERT": "/ca",
            "KUBEFLOW_TRAINER_SERVER_TOKEN": "/token"}
     assert trainer_status.endpoint(env) == ("https://x/y", "/ca", "/token")
@@ -686,4 +687,4 @@ def test_a_bridged_pod_forwards_sigterm_and_survives_a_dead_endpoint(tmp_path):
     assert p.returncode == 128 + signal.SIGTERM
     messages = err.decode().strip().splitlines()
     assert len(messages) == 1 and messages[0].startswith(
-        "tfcluster.pod: progress not posted to the TrainJob status ("), messages
+        "tfcluster.k8s.pod: progress not posted to the TrainJob status ("), messages

@@ -9,7 +9,7 @@ the variants measured by tests/system/test_keras.py:
     --model sequential|functional  tf.keras.Sequential, or a model built with tf.keras.Input
     --epochs N --steps_per_epoch N --backup_dir DIR
     --verbose 0|1|2              Model.fit's verbose (default 2, one line per epoch)
-    --tfcluster_callback         add tfcluster.keras.ProgressCallback (the only tfcluster use)
+    --tfcluster_callback         add tfcluster.runtime.keras.ProgressCallback (the only tfcluster use)
 
 It prints one line at the end: ``keras_tutorial: done: {"loss": [...], "accuracy": [...]}``
 (the per-epoch history on this worker).
@@ -69,7 +69,7 @@ callbacks = []
 if args.backup_dir:
     callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir))
 if args.tfcluster_callback:
-    from tfcluster.keras import ProgressCallback
+    from tfcluster.runtime.keras import ProgressCallback
     callbacks.append(ProgressCallback())
 
 if args.input == "numpy":

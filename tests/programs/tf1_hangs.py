@@ -1,7 +1,7 @@
 """A TF1 asynchronous between-graph trainer (the guide's flags) that hangs, starts late or ends
 slowly on request: the hang scenarios of tests/system/test_hangs.py (issues 31 and 32).
 
-Each worker adds to a global step on the ps and reports its own steps (tfcluster.progress).
+Each worker adds to a global step on the ps and reports its own steps (tfcluster.plan.progress).
 
 - ``--ps_delay``: the ps waits this long before it starts its server, as a ps on a slow node
   does. The workers' ``CreateSession`` then prints TensorFlow's "CreateSession still waiting
@@ -23,7 +23,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")   # TensorFlow's "still waiting" is INFO
 import tensorflow as tf  # noqa: E402
 
-from tfcluster.progress import report_progress  # noqa: E402
+from tfcluster.plan.progress import report_progress  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--ps_hosts", required=True)

@@ -8,7 +8,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
-from tfcluster.progress import report_progress  # noqa: E402
+from tfcluster.plan.progress import report_progress  # noqa: E402
 
 cfg = json.loads(os.environ["TF_CONFIG"])
 job, index = cfg["task"]["type"], cfg["task"]["index"]

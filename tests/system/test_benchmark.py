@@ -81,7 +81,7 @@ def test_scale(results):
     assert sc["task_rss_mb"]["tasks_seen"] == sc["ps"] + sc["workers"]
     assert positive(sc["validate_seconds"])
     for key in ("render_k8s_seconds", "render_slurm_seconds"):
-        # null (with a note) while tfcluster.render is missing
+        # null (with a note) while tfcluster.k8s.render is missing
         assert sc[key] is None or positive(sc[key]), (key, results["notes"])
         if sc[key] is None:
             assert any(key in n for n in results["notes"])

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tfcluster import runindex
+from tfcluster.runs import index as runindex
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from tfcluster.keras_support import failure_hint
+from tfcluster.core.keras_hints import failure_hint
 
 from helpers import EXAMPLES, PROGRAMS
 from helpers.launch import (assert_all_gone, finish, kill_when, run_record, start, tail, task_log,
@@ -105,7 +105,7 @@ def test_mwms_example_fits_to_the_end_with_keras2(tmp_path, ports):
         log = task_log(record, f"worker:{i}")
         sums[i] = summary(log, f"keras_mwms: worker:{i}")
         assert sums[i]["initial_epoch"] == 0 and sums[i]["workers"] == 2
-        # tfcluster.keras.ProgressCallback drove the live table: global step over all epochs
+        # tfcluster.runtime.keras.ProgressCallback drove the live table: global step over all epochs
         progress = tasks[f"worker:{i}"]["progress"]
         assert progress["step"] == progress["total"] == 60 and progress["epoch"] == 3, progress
     loss = sums[0]["history"]["loss"]
@@ -203,7 +203,7 @@ def test_keras3_failure_summary_names_the_fix(tmp_path, ports):
     hints = [ln for ln in out.splitlines() if ln.lstrip().startswith("hint: Keras 3")]
     if not hints:
         pytest.skip("needs launcher hook: failure summary line from "
-                    "tfcluster.keras_support.failure_hint")
+                    "tfcluster.core.keras_hints.failure_hint")
     assert "pip install 'tf_keras~=" in hints[0] and "TF_USE_LEGACY_KERAS" in hints[0]
 
 
@@ -286,7 +286,7 @@ def test_legacy_keras_without_tf_keras_is_refused_before_anything_starts(tmp_pat
     out = subprocess.run([sys.executable, "-m", "tfcluster", "launch", path, "--no-live"],
                          capture_output=True, text=True, timeout=120)
     if out.returncode != 2 or "tf_keras" not in out.stderr + out.stdout:
-        pytest.skip("needs launcher hook: tfcluster.keras_support.legacy_keras_problem before "
+        pytest.skip("needs launcher hook: tfcluster.core.keras_hints.legacy_keras_problem before "
                     f"any task starts (got exit {out.returncode})")
     text = out.stderr + out.stdout
     assert "pip install 'tf_keras~=" in text and "Traceback" not in text, text
@@ -319,7 +319,7 @@ def test_a_carriage_return_progress_bar_shows_its_latest_state(tmp_path, ports):
     log = task_log(record, "worker:0")
     console = proc.out_path.read_text()
     if "\b" in log or "\b" in console:
-        pytest.skip("needs launcher hook: tfcluster.keras_support.latest_bar_state in the "
+        pytest.skip("needs launcher hook: tfcluster.core.keras_hints.latest_bar_state in the "
                     "output reader (console and task log)")
     assert "3/3 [==============================] - 0s 5ms/step - loss: 0.6000" in log
     assert "\r" not in log and "\r" not in console

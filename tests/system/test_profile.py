@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tfcluster.contract import profiler_port
+from tfcluster.plan.contract import profiler_port
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(HERE)

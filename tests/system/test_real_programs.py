@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from tfcluster.cli import main
+from tfcluster.cli.main import main
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(HERE)
@@ -119,9 +119,9 @@ def test_a_second_launch_of_a_live_file_is_exit_2_naming_the_first_launcher(tmp_
         first.wait()
     # once that launcher is gone the record is a lost run, not a live one
     assert main(["launch", f, "--dry-run"]) == 0
-    from tfcluster.launch.preflight import live_run_problem
-    from tfcluster.config import load
-    from tfcluster.plan import LaunchOptions, build_plan
+    from tfcluster.drivers.preflight import live_run_problem
+    from tfcluster.spec.config import load
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
     assert live_run_problem(build_plan(load(f), LaunchOptions())) is None
 
 
@@ -129,7 +129,7 @@ def test_a_second_launch_of_a_live_file_is_exit_2_naming_the_first_launcher(tmp_
 
 REPORTER = """
 import time
-from tfcluster.progress import report_progress
+from tfcluster.plan.progress import report_progress
 for i in range(int(15 / 0.5)):
     report_progress(i + 1, 30)
     time.sleep(0.5)
@@ -163,7 +163,7 @@ def test_a_server_that_never_opens_its_port_is_killed_naming_the_setting(tmp_pat
 
 FULL_DISK_PROGRAM = """
 import sys
-from tfcluster.progress import report_progress
+from tfcluster.plan.progress import report_progress
 for step in range(1, 4001):
     print(f"step {step:06d} of a long and chatty training run", flush=(step % 100 == 0))
     if step % 500 == 0:
@@ -242,7 +242,7 @@ def test_300_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_l
 
 FAILING = """
 import sys
-from tfcluster.progress import format_progress
+from tfcluster.plan.progress import format_progress
 def main():
     raise AttributeError("'SparseCategoricalAccuracy' object has no attribute 'reset_states'")
 try:
@@ -304,7 +304,7 @@ def test_an_unmodified_keras_mwms_program_shows_epochs_and_steps(tmp_path, ports
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
     steps = [e["step"] for e in events if e.get("event") == "progress" and e.get("task") == "worker:0"]
     assert steps and steps[-1] == 10 and steps == sorted(steps)    # events followed the steps
-    from tfcluster.outputs import is_noise
+    from tfcluster.core.output_patterns import is_noise
     logged = "".join(p.read_text() for p in run.glob("*.log"))
     noise = [ln for ln in logged.splitlines() if is_noise(ln)]
     assert "Epoch 2/2" in logged

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from tfcluster import config
-from tfcluster.backends import slurm
-from tfcluster.plan import LaunchOptions, build_plan
+from tfcluster.spec import config
+from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 
 def _cluster(text: str, tmp_path) -> config.Cluster:

@@ -8,12 +8,13 @@ from helpers import ROOT, run_cli
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
-from tfcluster import cli, config
+from tfcluster.cli import main as cli
+from tfcluster.spec import config
 from tfcluster.errors import UserError
 
 
 def run(*args, cwd=None):
-    """tfcluster ARGS in this process (tfcluster.cli.main), from the repository's folder."""
+    """tfcluster ARGS in this process (tfcluster.cli.main.main), from the repository's folder."""
     return run_cli(*args, cwd=cwd or ROOT)
 
 

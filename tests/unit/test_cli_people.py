@@ -10,9 +10,11 @@ import os
 import psutil
 import pytest
 
-from tfcluster import cli, control, logs, notes, runindex
+from tfcluster.cli import main as cli
+from tfcluster.runs import control, logs, index as runindex
+from tfcluster.core import messages as notes
 from tfcluster.errors import UserError
-from tfcluster.launch.display import Display, OutputOptions
+from tfcluster.drivers.display import Display, OutputOptions
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LISTENER = os.path.join(HERE, "programs", "listener.py")
@@ -162,7 +164,7 @@ ONEDNN = ("I0000 00:00:1796189771.961067   17078 port.cc:153] oneDNN custom oper
 def test_logs_show_what_the_console_shows_and_raw_shows_everything(tmp_path, capsys):
     """Issue 32: no raw protocol lines, no start-up noise (one note on stderr says so);
     --raw prints the log as written."""
-    from tfcluster.progress import format_progress
+    from tfcluster.plan.progress import format_progress
     d = tmp_path
     lines = (["WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
               ONEDNN, "worker:0: training"]
@@ -186,8 +188,8 @@ def test_logs_show_what_the_console_shows_and_raw_shows_everything(tmp_path, cap
 
 
 def test_logs_follow_shows_progress_every_few_seconds():
-    from tfcluster.progress import format_progress
-    from tfcluster.reader import ConsoleView
+    from tfcluster.plan.progress import format_progress
+    from tfcluster.core.task_output import ConsoleView
     now = [0.0]
     view = ConsoleView(clock=lambda: now[0], every=5.0)
     assert view.feed(format_progress(1, 50)) == ["progress: step 1/50"]
@@ -408,7 +410,7 @@ def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monk
     assert req.options.command == ("python", "t.py") and req.options.restart == "on-failure"
     assert req.view.quiet and req.view.output.timestamps and req.view.output.shows("worker:0")
     assert not req.view.output.shows("worker:1")
-    from tfcluster.launch import View   # the subpackage is still importable ...
+    from tfcluster.drivers.supervisor import View  # the subpackage is still importable ...
     import tfcluster
     assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tfcluster import contract
+from tfcluster.plan import contract
 
 SEED = {"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}
 FULL = {"chief": ["c:1"], "ps": ["p0:2", "p1:3"], "worker": ["w:4"]}
@@ -134,5 +134,5 @@ def test_data_service_address_and_tf_config_without_the_data_jobs():
     assert own["cluster"]["tfdata_worker"][1] == "e:6"
     assert contract.DATA_SERVICE not in contract.task_env("worker", 0, {"worker": ["h:1"]})
     assert contract.chief_task(["tfdata_dispatcher", "tfdata_worker", "local"]) == "local:0"
-    from tfcluster import rules     # one vocabulary: the contract spells the rulebook's names
+    from tfcluster.core import rules  # one vocabulary: the contract spells the rulebook's names
     assert (contract.DATA_DISPATCHER, contract.DATA_WORKER) == rules.DATA_SERVICE_JOBS

@@ -1,4 +1,4 @@
-"""The task contract (tfcluster.contract) over resolved cluster files: TF_CONFIG, task flags,
+"""The task contract (tfcluster.plan.contract) over resolved cluster files: TF_CONFIG, task flags,
 CUDA_VISIBLE_DEVICES and the file's env -- the one place every launcher and render takes them
 from. Pure: no TensorFlow, no processes."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tfcluster import contract
-from tfcluster.config import loads
+from tfcluster.plan import contract
+from tfcluster.spec.config import loads
 
 SEED = """
 cluster:

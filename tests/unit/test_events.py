@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tfcluster.errors import UserError
-from tfcluster.events import (EVENTS_FILE, LAUNCHER_LOG, EventLog, exit_fields, format_event,
+from tfcluster.runs.eventlog import (EVENTS_FILE, LAUNCHER_LOG, EventLog, exit_fields, format_event,
                               read_events)
 
 

@@ -26,8 +26,9 @@ import yaml
 
 from helpers import ROOT
 
-from tfcluster import cli, config
-from tfcluster.hosts import endpoint_key
+from tfcluster.cli import main as cli
+from tfcluster.spec import config
+from tfcluster.spec.hosts import endpoint_key
 
 SEED = int(os.environ.get("TFCLUSTER_FUZZ_SEED", "14"))
 BUDGET_S = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "20"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfcluster.gpus import Gpu, gpu_warnings, visible_gpus
+from tfcluster.plan.gpus import Gpu, gpu_warnings, visible_gpus
 
 
 @pytest.fixture

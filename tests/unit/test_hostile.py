@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tfcluster import config, hosts
+from tfcluster.spec import config, hosts
 from tfcluster.errors import ConfigError
 
 
@@ -135,7 +135,7 @@ def test_render_k8s_errors_do_not_echo_a_raw_newline(tmp_path, capsys, kind, fla
     f = tmp_path / "c.yaml"
     f.write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223]}\n"
                  "program: {command: [python, t.py]}\n")
-    from tfcluster import cli
+    from tfcluster.cli import main as cli
     assert cli.main(["render", kind, str(f), "--image", "img", flag, "evil\nspec: {}\x1b[2J"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err

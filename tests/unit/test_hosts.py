@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from tfcluster import hosts
+from tfcluster.spec import hosts
 
 
 def _addr(ip, family=socket.AF_INET):

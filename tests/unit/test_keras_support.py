@@ -1,8 +1,8 @@
-"""Unit tests of tfcluster.keras_support (no TensorFlow) and of tfcluster.keras's lazy import.
+"""Unit tests of tfcluster.core.keras_hints (no TensorFlow) and of tfcluster.runtime.keras's lazy import.
 (Asking a real interpreter for tf_keras: tests/integration/test_keras_interpreters.py.)"""
 import pytest
 
-from tfcluster.keras_support import failure_hint, latest_bar_state, python_interpreter
+from tfcluster.core.keras_hints import failure_hint, latest_bar_state, python_interpreter
 
 
 # ------------------------------------------------------------------ python_interpreter
@@ -122,18 +122,18 @@ def test_blank_last_segments_and_erase_sequences_are_skipped():
     assert latest_bar_state("abc" + BS * 2 + "X") == "aXc"
 
 
-# ------------------------------------------------------------------ tfcluster.keras
+# ------------------------------------------------------------------ tfcluster.runtime.keras
 
 
 def test_unknown_attribute_of_tfcluster_keras_is_an_attribute_error():
-    import tfcluster.keras as k
+    import tfcluster.runtime.keras as k
 
     with pytest.raises(AttributeError):
         k.NoSuchThing
 
 
 def _reports(text):
-    from tfcluster.progress import parse_progress
+    from tfcluster.plan.progress import parse_progress
 
     return [parse_progress(ln) for ln in text.splitlines()]
 
@@ -141,7 +141,7 @@ def _reports(text):
 def test_progress_reporter_counts_steps_across_epochs_and_throttles():
     import io
 
-    from tfcluster.keras import ProgressReporter
+    from tfcluster.runtime.keras import ProgressReporter
 
     now = [0.0]
     out = io.StringIO()
@@ -163,7 +163,7 @@ def test_progress_reporter_counts_steps_across_epochs_and_throttles():
 def test_progress_reporter_without_known_steps_counts_batches():
     import io
 
-    from tfcluster.keras import ProgressReporter
+    from tfcluster.runtime.keras import ProgressReporter
 
     out = io.StringIO()
     rep = ProgressReporter(max_per_second=0, stream=out)
@@ -184,7 +184,7 @@ def test_progress_reporter_fetches_remote_logs_only_when_it_reports():
     it waits for the step, so it is fetched only for the lines that are printed."""
     import io
 
-    from tfcluster.keras import ProgressReporter
+    from tfcluster.runtime.keras import ProgressReporter
 
     class Remote:
         fetched = 0

@@ -1,4 +1,4 @@
-"""tfcluster launch before anything starts, in this process (tfcluster.cli.main): the restart
+"""tfcluster launch before anything starts, in this process (tfcluster.cli.main.main): the restart
 rules, careless input (exit 2 naming the field, the port or the task), the dry run and the usage.
 The unit guard fails any of these that starts a process. (Launches with real processes:
 tests/integration/test_launch.py.)
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfcluster import rules
+from tfcluster.core import rules
 
 from helpers import PROGRAMS, run_cli, write_cluster
 

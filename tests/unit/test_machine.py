@@ -1,4 +1,4 @@
-"""The run machine (tfcluster.machine) driven directly by tables of events: no processes, no
+"""The run machine (tfcluster.core.machine) driven directly by tables of events: no processes, no
 threads, no clock. Each test is what a driver would report and what the machine must answer."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from tfcluster import rules
-from tfcluster.machine import (AskKill, ChiefGone, ClaimRestart, EndRun, Exited, Finished,
+from tfcluster.core import rules
+from tfcluster.core.machine import (AskKill, ChiefGone, ClaimRestart, EndRun, Exited, Finished,
                                Interrupt, Kill, KillRequest, Note, PeerEnded, PortConflict,
                                PortOpen, Progressed, RestartClaim, RunMachine, RunOver, RunState,
                                Say, Settings, Start, Started, StartFailed, TaskState, Tick,
@@ -539,8 +539,8 @@ def test_a_finished_task_note_carries_the_signal():
 
 
 def test_from_plan_reads_the_plan(tmp_path):
-    from tfcluster import config
-    from tfcluster.plan import LaunchOptions, build_plan
+    from tfcluster.spec import config
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
     p = tmp_path / "c.yaml"
     p.write_text("cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}\n"
                  "program: {command: [python, t.py]}\n"

@@ -9,10 +9,12 @@ import shlex
 
 import pytest
 
-from tfcluster import cli, config, render, secrets
-from tfcluster.backends import slurm
-from tfcluster.plan import LaunchOptions, build_plan
-from tfcluster.progress import parse_progress
+from tfcluster.cli import main as cli
+from tfcluster.spec import config, secrets
+from tfcluster.k8s import render
+from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.plan.runplan import LaunchOptions, build_plan
+from tfcluster.plan.progress import parse_progress
 
 PEM = ("-----BEGIN PRIVATE KEY-----\n"
        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"

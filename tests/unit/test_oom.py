@@ -1,7 +1,7 @@
-"""tfcluster.oom: a SIGKILL is called out-of-memory only where the kernel's counters grew."""
+"""tfcluster.backends.oom: a SIGKILL is called out-of-memory only where the kernel's counters grew."""
 from __future__ import annotations
 
-from tfcluster.oom import OomWatch, cgroup_events_path, is_sigkill
+from tfcluster.backends.oom import OomWatch, cgroup_events_path, is_sigkill
 
 
 def _files(tmp_path, vm=3, cg=0, v1=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfcluster.errors import UserError
-from tfcluster.profile import task_address, traceable_tasks
+from tfcluster.runs.profile import task_address, traceable_tasks
 
 RECORD = {"run_id": "r1", "tasks": [
     {"task": "ps:0", "host": "localhost", "state": "running", "profiler_port": 12222},

@@ -10,10 +10,11 @@ import os
 
 import pytest
 
-from tfcluster import contract, outputs, rules
-from tfcluster.outputs import (ProgressParser, clean_segment, failure_tail, is_noise,
+from tfcluster.plan import contract
+from tfcluster.core import output_patterns as outputs, rules
+from tfcluster.core.output_patterns import (ProgressParser, clean_segment, failure_tail, is_noise,
                                is_progress_line)
-from tfcluster.progress import (channel_fd, format_progress, parse_progress, report_progress,
+from tfcluster.plan.progress import (channel_fd, format_progress, parse_progress, report_progress,
                                 split_progress)
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "outputs")
@@ -89,7 +90,7 @@ def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
 def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
     """TFCLUSTER_LAUNCHER_PID=$$ in a shell (issue 30): the named process must run tfcluster or
     hold the run folder open, as a launcher does."""
-    from tfcluster import runfs
+    from tfcluster import safe_files as runfs
     me = os.getpid()
     monkeypatch.setattr(contract, "_cmdline", lambda pid: [b"bash", b"-i"])
     run_dir = tmp_path / "run"
@@ -324,13 +325,13 @@ def test_waiting_spares_a_task_that_shows_progress_and_names_its_setting():
     ("AttributeError: module 'keras.optimizers' has no attribute 'experimental'", "experimental"),
 ])
 def test_removed_keras_apis_get_the_keras_2_hint(line, name):
-    from tfcluster.keras_support import failure_hint
+    from tfcluster.core.keras_hints import failure_hint
     hint = failure_hint(["Traceback (most recent call last):", line])
     assert hint.startswith("hint: ") and repr(name) in hint and "tf_keras" in hint
 
 
 def test_the_pss_datasetcreator_hint_is_unchanged_and_others_get_none():
-    from tfcluster.keras_support import failure_hint
+    from tfcluster.core.keras_hints import failure_hint
     assert "DatasetCreator" in failure_hint(
         ["AttributeError: module 'keras.utils' has no attribute 'experimental'"])
     assert failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None

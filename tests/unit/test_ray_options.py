@@ -8,10 +8,10 @@ import json
 import pytest
 
 from helpers import cli, load
-from tfcluster import contract
+from tfcluster.plan import contract
 from tfcluster.errors import UserError
-from tfcluster.plan import LaunchOptions, build_plan
-from tfcluster.ray_options import RaySpec, address, bundles, describe_bundle, runtime_env
+from tfcluster.plan.runplan import LaunchOptions, build_plan
+from tfcluster.spec.ray import RaySpec, address, bundles, describe_bundle, runtime_env
 
 FILE = """
 backend: ray

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from tfcluster.cli import main
+from tfcluster.cli.main import main
 
 from helpers.records import good_events, good_record, make, write_events  # noqa: F401
-from tfcluster.runrecord import write_json_private
+from tfcluster.runs.status import write_json_private
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 1_764_500_000.0
@@ -275,7 +275,7 @@ def mutations(seed):
 def test_1000_mutated_records_give_no_traceback_and_no_hang(tmp_path, capsys):
     """1,000 mutated run.json/events.jsonl pairs: status, status --json, runs and report each
     end with a result or a one-line error (exit 2), never an exception, within the deadline."""
-    from tfcluster.cli import build_parser
+    from tfcluster.cli.main import build_parser
     from tfcluster.errors import UserError, print_error
     parser = build_parser()      # built once: argparse would take most of the time
 
@@ -329,7 +329,7 @@ HOSTILE_VALUES = [None, True, -1, 1e20, 2 ** 64, "\x1b[31m\n<script>", {"a": [1]
 def test_every_event_key_with_every_hostile_value(tmp_path, capsys):
     """Not left to chance: each key of each event of a run, in turn, set to each hostile value
     (time, event and task included), gives a report or one line naming the line."""
-    from tfcluster.cli import build_parser
+    from tfcluster.cli.main import build_parser
     from tfcluster.errors import UserError, print_error
     parser = build_parser()
     base = good_events()
@@ -360,7 +360,7 @@ def test_every_event_key_with_every_hostile_value(tmp_path, capsys):
 def test_every_run_json_key_with_every_hostile_value(tmp_path, capsys):
     """Each key of run.json and of its tasks (and of a task's progress), in turn, set to each
     hostile value: status, runs and report give a result or one line, never an exception."""
-    from tfcluster.cli import build_parser
+    from tfcluster.cli.main import build_parser
     from tfcluster.errors import UserError, print_error
     parser = build_parser()
     base = good_record(result="running")

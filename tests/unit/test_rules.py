@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from tfcluster import rules
-from tfcluster.rules import RestartRule, WatchdogAction
+from tfcluster.core import rules
+from tfcluster.core.rules import RestartRule, WatchdogAction
 
 
 # ---------------------------------------------------------------- job order
@@ -221,7 +221,7 @@ def test_stalled_global_step(best, at, now, timeout, not_running, reason):
 def test_the_data_service_jobs_are_served_like_ps():
     """data_service: its jobs start first (dispatcher before its workers), stop last with the ps,
     get no grace and never decide success."""
-    from tfcluster.rules import (DATA_DISPATCHER, DATA_WORKER, start_order, stop_waves,
+    from tfcluster.core.rules import (DATA_DISPATCHER, DATA_WORKER, start_order, stop_waves,
                                  success_needs, waits_for_grace)
     jobs = ["worker", DATA_WORKER, "ps", DATA_DISPATCHER, "chief"]
     assert start_order(jobs)[:3] == [DATA_DISPATCHER, DATA_WORKER, "ps"]

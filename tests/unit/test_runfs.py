@@ -1,4 +1,4 @@
-"""Run folders that cannot be redirected (tfcluster.runfs, issue 22): the review's symlink swap,
+"""Run folders that cannot be redirected (tfcluster.safe_files, issue 22): the review's symlink swap,
 unsafe log folders, run ids that never collide. Pure: no TensorFlow, no process
 (tests/integration/test_runfs_processes.py has the launches)."""
 import json
@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from tfcluster import runfs
+from tfcluster import safe_files as runfs
 from tfcluster.errors import UserError
-from tfcluster.events import EventLog
-from tfcluster.runrecord import write_json_private
+from tfcluster.runs.eventlog import EventLog
+from tfcluster.runs.status import write_json_private
 
 
 from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
@@ -168,7 +168,8 @@ def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, mon
     import errno as _errno
     import json as _json
 
-    from tfcluster import record, runfs as _runfs
+    from tfcluster.runs import record
+    from tfcluster import safe_files as _runfs
     d = tmp_path / "run"
     d.mkdir(mode=0o700)
     record.write_record(str(d), {"result": "running", "ended": None})
@@ -193,7 +194,8 @@ def test_the_reserve_grows_with_the_tasks_so_a_closed_512_task_record_fits_on_a_
     import errno as _errno
     import json as _json
 
-    from tfcluster import record, runfs as _runfs
+    from tfcluster.runs import record
+    from tfcluster import safe_files as _runfs
 
     def rows(state, ended, exit_code, exit):
         return [record.task_row(f"worker:{i}", host="localhost", endpoint=f"localhost:{20000 + i}",

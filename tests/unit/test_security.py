@@ -1,4 +1,4 @@
-"""Secrets stay secret and hostile names stay inert: the masking policy (tfcluster.secrets) and
+"""Secrets stay secret and hostile names stay inert: the masking policy (tfcluster.spec.secrets) and
 what validate, commands and render print. No TensorFlow, no task processes."""
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import textwrap
 import pytest
 import yaml
 
-from tfcluster import cli, config, render, secrets
+from tfcluster.cli import main as cli
+from tfcluster.spec import config, secrets
+from tfcluster.k8s import render
 from tfcluster.errors import UserError
 
 SECRET = "s3cr3t-VALUE-42"

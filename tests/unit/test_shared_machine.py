@@ -12,9 +12,9 @@ import time
 import pytest
 
 from helpers.records import good_record, make
-from tfcluster import runfs
+from tfcluster import safe_files as runfs
 from tfcluster.errors import UserError
-from tfcluster.outputs import clean_segment
+from tfcluster.core.output_patterns import clean_segment
 from tfcluster.terminal import decode, printable, terminal_text
 
 # What a terminal acts on (finding 7): none of these may reach it raw.
@@ -60,7 +60,7 @@ def test_colours_and_tabs_are_kept_readable():
 
 
 def test_metric_names_in_progress_reports_are_printable():
-    from tfcluster.progress import parse_progress
+    from tfcluster.plan.progress import parse_progress
     p = parse_progress('@tfcluster progress {"step": 3, "\\u001bc\\u009b2J\\u001b]0;t\\u0007": 1.5}')
     assert p is not None and p.step == 3
     (key,) = p.metrics
@@ -69,7 +69,7 @@ def test_metric_names_in_progress_reports_are_printable():
 
 def test_the_reader_shows_and_logs_hostile_output_as_printable_text(tmp_path):
     import threading
-    from tfcluster.reader import OutputReader, Seen
+    from tfcluster.core.task_output import OutputReader, Seen
     shown = []
     log = tmp_path / "w.log"
     r = OutputReader("worker:0", None, str(log), Seen(), threading.RLock(), lambda s: s,
@@ -88,7 +88,7 @@ def test_the_reader_shows_and_logs_hostile_output_as_printable_text(tmp_path):
 def test_invalid_utf8_does_not_make_a_log_larger_than_the_output(tmp_path):
     import random
     import threading
-    from tfcluster.reader import OutputReader, Seen
+    from tfcluster.core.task_output import OutputReader, Seen
     rnd = random.Random(14)
     # what a program writes when it prints binary: printable ASCII and bytes that are no UTF-8
     data = bytes(rnd.choice((rnd.randrange(0x20, 0x7f), rnd.randrange(0x80, 0x100)))
@@ -123,7 +123,7 @@ def _plant_sparse_gb(path):
                                          (_plant_dev_zero, "a device, not a regular file"),
                                          (_plant_sparse_gb, "more than the 4.0 MiB")])
 def test_a_cluster_file_that_is_no_file_is_refused_at_once_unread(tmp_path, plant, words):
-    from tfcluster import config
+    from tfcluster.spec import config
     path = tmp_path / "cluster.yaml"
     plant(path)
     t = time.time()
@@ -133,7 +133,7 @@ def test_a_cluster_file_that_is_no_file_is_refused_at_once_unread(tmp_path, plan
 
 
 def test_status_and_completion_do_not_hang_on_a_fifo_cluster_yaml(tmp_path, capsys, monkeypatch):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     os.mkfifo(tmp_path / "cluster.yaml")
     monkeypatch.chdir(tmp_path)
     t = time.time()
@@ -153,7 +153,7 @@ def test_status_and_completion_do_not_hang_on_a_fifo_cluster_yaml(tmp_path, caps
 
 # ------------------------------------------------------------------ finding 8: logs
 def _logs(capsys, *args):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     rc = main(["logs", *args])
     out = capsys.readouterr()
     return rc, out.out, out.err
@@ -211,7 +211,7 @@ def test_logs_shows_hostile_log_text_as_printable_text(tmp_path, capsys):
 
 
 def test_follow_reads_a_window_at_a_time(tmp_path):
-    from tfcluster import logs
+    from tfcluster.runs import logs
     d = make(tmp_path)
     with open(os.path.join(d, "worker-0.log"), "wb") as f:
         f.write(b"a\n" + b"z" * (3 * runfs.WINDOW) + b"\nend")
@@ -236,7 +236,7 @@ def test_follow_reads_a_window_at_a_time(tmp_path):
 
 # ------------------------------------------------------------------ finding 3: report
 def test_report_writes_through_no_planted_link(tmp_path, capsys):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     from helpers.records import good_events
     d = make(tmp_path, events=good_events())
     victim = tmp_path / "victim"
@@ -255,7 +255,7 @@ def test_report_writes_through_no_planted_link(tmp_path, capsys):
 
 
 def test_report_is_not_written_into_another_users_run_folder(tmp_path, capsys):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     d = make(tmp_path)
     os.chown(d, 65534, 65534)
     os.chown(os.path.join(d, "run.json"), 65534, 65534)
@@ -267,7 +267,7 @@ def test_report_is_not_written_into_another_users_run_folder(tmp_path, capsys):
 
 
 def test_a_failed_report_write_leaves_no_temporary_file(tmp_path, monkeypatch):
-    from tfcluster import report
+    from tfcluster.runs import report
     d = make(tmp_path)
     real = os.fdopen
 
@@ -295,7 +295,7 @@ def test_a_failed_report_write_leaves_no_temporary_file(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ finding 4: --save
 def test_launch_save_refuses_a_planted_dangling_link(tmp_path, capsys, monkeypatch):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     monkeypatch.chdir(tmp_path)
     os.symlink(tmp_path / "where-the-attacker-wants-it", "saved.yaml")
     rc = main(["launch", "--workers", "1", "--save", "saved.yaml", "--dry-run", "--", "python", "t.py"])
@@ -304,7 +304,8 @@ def test_launch_save_refuses_a_planted_dangling_link(tmp_path, capsys, monkeypat
 
 
 def test_launch_save_runs_the_text_it_wrote_not_the_file_read_again(tmp_path, monkeypatch):
-    from tfcluster import cli, config
+    from tfcluster.cli import main as cli
+    from tfcluster.spec import config
     monkeypatch.chdir(tmp_path)
     reads = []
     real = config.load
@@ -319,15 +320,15 @@ def test_launch_save_runs_the_text_it_wrote_not_the_file_read_again(tmp_path, mo
 # ------------------------------------------------------------------ findings 9-11: launch
 @pytest.mark.parametrize("flag", [["--workers", "1000000000"], ["--ps", "100001", "--workers", "1"]])
 def test_a_huge_quick_cluster_is_one_line(flag, capsys):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     assert main(["launch", *flag, "--dry-run", "--", "python", "t.py"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
 def test_no_free_ports_is_one_line(capsys, monkeypatch):
-    from tfcluster import hosts
-    from tfcluster.cli import main
+    from tfcluster.spec import hosts
+    from tfcluster.cli.main import main
 
     def none(n):
         raise OSError(f"could not find {n} free ports")
@@ -338,7 +339,7 @@ def test_no_free_ports_is_one_line(capsys, monkeypatch):
 
 
 def test_detach_checks_the_logdir_before_it_makes_anything(tmp_path, capsys, monkeypatch):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
@@ -354,14 +355,14 @@ def test_detach_checks_the_logdir_before_it_makes_anything(tmp_path, capsys, mon
     (["launch", "-d", "f.yaml", "--", "-d"], ["launch", "f.yaml", "--", "-d"]),
     (["launch", "--detach", "-q", "f.yaml"], ["launch", "-q", "f.yaml"])])
 def test_detach_is_stripped_from_bundled_short_flags(argv, want):
-    from tfcluster.control import strip_detach
+    from tfcluster.runs.control import strip_detach
     assert strip_detach(argv) == want
 
 
 # ------------------------------------------------------------------ finding 12: secrets
 def test_a_secret_quoted_inside_another_variable_is_masked_everywhere(tmp_path, capsys):
-    from tfcluster import config
-    from tfcluster.cli import main
+    from tfcluster.spec import config
+    from tfcluster.cli.main import main
     f = tmp_path / "cluster.yaml"
     f.write_text("cluster: {worker: [localhost:2223]}\nprogram:\n  command: [python, t.py]\n"
                  "  env: {HF_TOKEN: hf_abcdefgh12345, "
@@ -379,7 +380,7 @@ def test_a_secret_quoted_inside_another_variable_is_masked_everywhere(tmp_path, 
 # ------------------------------------------------------------------ finding 13: no run.json
 def test_a_run_folder_without_run_json_is_lost_and_reportable(tmp_path, capsys):
     from helpers.records import good_events
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     d = tmp_path / "runs" / "20260101-000000"
     d.mkdir(parents=True)
     from helpers.records import write_events
@@ -400,7 +401,7 @@ def test_a_run_folder_without_run_json_is_lost_and_reportable(tmp_path, capsys):
 
 # ------------------------------------------------------------------ the Slurm node's files
 def test_the_slurm_node_files_go_through_runfs(tmp_path):
-    from tfcluster.backends.runfolder import RunFolder
+    from tfcluster.backends.slurm.mailbox import RunFolder
     d = tmp_path / "run"
     d.mkdir(mode=0o700)
     victim = tmp_path / "victim"
@@ -420,7 +421,7 @@ def test_the_slurm_node_files_go_through_runfs(tmp_path):
 
 
 def test_stop_and_tensorboard_print_record_strings_as_printable_text(tmp_path, capsys):
-    from tfcluster.cli import main
+    from tfcluster.cli.main import main
     rec = good_record("r1\x1bc\x1b]0;t\x07", result="succeeded")
     rec["tasks"][0]["argv"] = ["python", "t.py", "--logdir=/tmp/\x1b(0x"]
     d = make(tmp_path, record=rec)

@@ -1,4 +1,4 @@
-"""The Slurm node driver (tfcluster.backends.slurm_task.Task) built without Slurm: Slurm's
+"""The Slurm node driver (tfcluster.backends.slurm.node.Task) built without Slurm: Slurm's
 environment, the clock, the program, signals and the step's scancel come in as fakes, and the
 run folder is a real folder shared by the nodes of a test. Tables of what happens on a node --
 exits, signals, peer reports, restart claims, requeue segments -- and what the driver does.
@@ -13,11 +13,12 @@ import textwrap
 
 import pytest
 
-from tfcluster import config, machine as mc, rules
-from tfcluster.backends import slurm
-from tfcluster.backends.runfolder import RunFolder
-from tfcluster.backends.slurm_task import Signals, Task
-from tfcluster.plan import LaunchOptions, build_plan
+from tfcluster.spec import config
+from tfcluster.core import machine as mc, rules
+from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.backends.slurm.mailbox import RunFolder
+from tfcluster.backends.slurm.node import Signals, Task
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 TERM, KILL, HUP = signal.SIGTERM, signal.SIGKILL, signal.SIGHUP
 

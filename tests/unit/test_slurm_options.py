@@ -12,9 +12,9 @@ import pytest
 from helpers import doc_blocks, load, run_cli
 from helpers.slurm import BAD_TIMES, GOOD_TIMES
 
-from tfcluster import render
+from tfcluster.k8s import render
 from tfcluster.errors import UserError
-from tfcluster.slurm_options import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
+from tfcluster.spec.slurm import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
                                      task_gpus)
 
 

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from tfcluster import config
-from tfcluster.backends import slurm
-from tfcluster.plan import LaunchOptions, build_plan
+from tfcluster.spec import config
+from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 
 def test_expand_hostlist_and_tasks_per_node():
@@ -69,7 +69,7 @@ def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], "
                  "env: {API_TOKEN: hunter2hunter2, BUCKET: gs://private, LEVEL: '3'}}\n"
                  "secrets: [BUCKET]\n", tmp_path)
-    from tfcluster import render
+    from tfcluster.k8s import render
     script = render.render_slurm(c)
     assert "hunter2hunter2" not in script and "gs://private" not in script
     assert "TFCLUSTER_SECRET__worker__API_TOKEN" in script and "TFCLUSTER_SECRET__ps__BUCKET" in script

@@ -1,5 +1,5 @@
 """The Slurm node wrapper reads a task's output with the local launcher's own reader
-(tfcluster.reader): progress reports anywhere in a line, Keras bars and TF1 hook lines as signs
+(tfcluster.core.task_output): progress reports anywhere in a line, Keras bars and TF1 hook lines as signs
 of life, long lines in pieces, a redraw read before its line ends, one source of steps per task
 (issue 19: the same progress and liveness on every backend). No Slurm, no processes."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import types
 
 import pytest
 
-from tfcluster import machine as mc
-from tfcluster.backends.slurm_task import MAX_LINE
+from tfcluster.core import machine as mc
+from tfcluster.backends.slurm.node import MAX_LINE
 
 from test_slurm_node import Node
 
@@ -101,7 +101,7 @@ def test_a_redraw_is_a_sign_of_life_before_its_line_ends(task):
 def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(capsys):
     """The submitting side reads the job's output: a report glued to other text is consumed
     as progress, and the rest of the line is still shown (it was dropped whole before)."""
-    from tfcluster.backends.slurm import _Follower
+    from tfcluster.backends.slurm.launcher import _Follower
 
     f = _Follower({}, "/nonexistent", quiet=False, progress_every=1e9)
     f._line('[worker:0] epoch 3 acc 0.91@tfcluster progress {"step": 30, "total": 50}')
@@ -114,9 +114,9 @@ def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(caps
 
 def test_the_follower_applies_tasks_timestamps_and_folds_tensorflow_noise(capsys):
     """--tasks, --timestamps and --show-tf-noise mean under Slurm what they mean locally."""
-    from tfcluster.backends.slurm import _Follower
-    from tfcluster.launch.display import OutputOptions
-    from tfcluster.reader import NOISE_NOTE
+    from tfcluster.backends.slurm.launcher import _Follower
+    from tfcluster.drivers.display import OutputOptions
+    from tfcluster.core.task_output import NOISE_NOTE
 
     noise = ("[worker:0] I0000 00:00:1796136878.937212   22036 port.cc:153] oneDNN custom "
              "operations are on. You may see slightly different numerical results")

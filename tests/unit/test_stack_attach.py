@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from tfcluster import stack
-from tfcluster.attach import LineFollower, table_text
+from tfcluster.runs import stack
+from tfcluster.runs.attach import LineFollower, table_text
 from tfcluster.errors import UserError
 
 

@@ -9,10 +9,10 @@ import time
 import psutil
 import pytest
 
-from tfcluster.cli import main
+from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
-from tfcluster.runrecord import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
 
 
 
@@ -38,14 +38,14 @@ def test_a_reused_pid_does_not_keep_a_run_alive(tmp_path, capsys):
 
 def test_the_launcher_dates_its_start_as_status_reads_it():
     """record.launcher_start_time reads /proc itself; status compares it with psutil's."""
-    from tfcluster.record import launcher_start_time
-    from tfcluster.runrecord import STARTED_SLACK
+    from tfcluster.runs.record import launcher_start_time
+    from tfcluster.runs.status import STARTED_SLACK
 
     assert abs(launcher_start_time() - psutil.Process().create_time()) < min(0.05, STARTED_SLACK)
 
 
 def test_an_older_record_without_launcher_started(tmp_path, capsys, monkeypatch):
-    from tfcluster import runrecord
+    from tfcluster.runs import status as runrecord
     me = psutil.Process()
     # a tfcluster process that started before the run: it may be the launcher
     monkeypatch.setattr(runrecord, "looks_like_tfcluster", lambda argv: True)
@@ -291,7 +291,7 @@ def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
 def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, capsys, monkeypatch):
     """A run started elsewhere (registered in the user's run index, as every launch does) is
     found by its id from a folder with no cluster.yaml, and listed by `runs` there (issue 23)."""
-    from tfcluster import runindex
+    from tfcluster.runs import index as runindex
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     (tmp_path / "proj").mkdir()
     f = write_cluster(tmp_path / "proj")
@@ -312,7 +312,7 @@ def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
     """Issue 32: a watchdog kill is not drawn as a planned stop; the decision's rule is said in
     words; an exit label never runs past the chart's right edge."""
     import json as _json
-    from tfcluster.report import WIDTH, build_model, render_html, timeline_svg
+    from tfcluster.runs.report import WIDTH, build_model, render_html, timeline_svg
     d = tmp_path / "r"
     d.mkdir()
     (d / "run.json").write_text(_json.dumps({

@@ -9,9 +9,9 @@ import signal
 
 import pytest
 
-from tfcluster import rules
-from tfcluster.launch.state import TaskState, TransitionError, check_transition
-from tfcluster.plan import LaunchOptions
+from tfcluster.core import rules
+from tfcluster.core.machine import TaskState, TransitionError, check_transition
+from tfcluster.plan.runplan import LaunchOptions
 
 
 from helpers.fake import make
@@ -81,7 +81,7 @@ def test_restart_with_doubling_backoff_and_restart_count_in_env(tmp_path):
 def test_a_local_run_replays_from_its_events_to_the_same_decisions(tmp_path):
     """The launcher logs what came in to its machine (``input`` events in events.jsonl); a new
     machine built from the same plan and fed them writes the same machine events, in order."""
-    from tfcluster import machine as mc
+    from tfcluster.core import machine as mc
     body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 3, backoff: 1, min_uptime: 0}\n"
     sup, be, clock, out, err = make(tmp_path, body, {
         "worker:1": [(1, 0.5, []), (0, 0.5, [])], "worker:0": [(0, 6.0, [])]})
@@ -230,7 +230,7 @@ def test_live_table_marks_the_chief_and_shows_rate_and_metrics(tmp_path):
     tr = sup.runs["worker:0"]
     tr.steps.clear()
     tr.steps.extend([(clock.now, 10), (clock.now + 2, 30)])
-    from tfcluster.launch.supervisor import _rate
+    from tfcluster.drivers.supervisor import _rate
     tr.rate = _rate(tr.steps, clock.now + 2, None)
     buf = io.StringIO()
     Console(file=buf, width=160).print(sup._live_table())
@@ -291,7 +291,7 @@ def test_the_end_of_a_run_names_the_chiefs_summaries_folder(tmp_path):
 def test_port_probes_are_bounded_per_round_and_reach_every_task(tmp_path):
     """200 tasks whose ports never open: each probe round connects to at most PROBES_PER_ROUND
     of them, in turn, so every task is probed within a few rounds."""
-    from tfcluster.launch import supervisor as sv
+    from tfcluster.drivers import supervisor as sv
     n = 200
     body = ("    cluster: {worker: [" + ", ".join(f"localhost:{4000 + i}" for i in range(n)) + "]}\n"
             "    program: {command: [python, t.py]}\n"
@@ -324,7 +324,7 @@ def test_a_big_start_wave_starts_side_by_side_and_reports_in_order(tmp_path):
     """A backend that allows it gets a big wave of one job's starts from several threads; the
     machine still hears of them in the plan's order, ps first."""
     import threading
-    from tfcluster.launch import supervisor as sv
+    from tfcluster.drivers import supervisor as sv
     n = 40
     sup, be, clock, out, err = make(tmp_path, _many(n), {f"worker:{i}": [(0, 2.0, [])] for i in range(n)})
     be.parallel_starts = True
@@ -389,8 +389,8 @@ def test_piped_progress_lines_come_every_few_seconds_the_first_after_the_first_s
     past the first report (not a lone line at step 0), then every progress_every seconds."""
     from types import SimpleNamespace
 
-    from tfcluster.launch.supervisor import Supervisor
-    from tfcluster.progress import PIPED_PROGRESS_EVERY
+    from tfcluster.drivers.supervisor import Supervisor
+    from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
     assert PIPED_PROGRESS_EVERY <= 5.0
     s = SimpleNamespace(machine=SimpleNamespace(best_step=0), _first_step=None,
                         last_progress_line=0.0, view=SimpleNamespace(progress_every=5.0))

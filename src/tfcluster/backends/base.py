@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from ..hosts import accepts
+from tfcluster.spec.hosts import accepts
 
 
 @dataclass
@@ -90,8 +90,8 @@ class Backend:
 class Launcher:
     """How a whole run plan is run: the one seam between the CLI (and the Python API) and a
     kind of backend. The local and ssh backends run under tfcluster's supervisor
-    (:class:`tfcluster.launch.SupervisedLauncher`); Slurm submits one job whose node wrappers
-    drive the same run machine (:class:`tfcluster.backends.slurm.SlurmLauncher`). The CLI picks
+    (:class:`tfcluster.drivers.launcher.SupervisedLauncher`); Slurm submits one job whose node wrappers
+    drive the same run machine (:class:`tfcluster.backends.slurm.launcher.SlurmLauncher`). The CLI picks
     one by the plan's backend and asks it nothing else."""
 
     #: why ``launch --detach`` does not apply ("" when it does)

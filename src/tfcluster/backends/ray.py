@@ -1,14 +1,14 @@
 """The Ray backend: Ray places the tasks and starts, signals and streams their processes; the run
 core decides everything else.
 
-A thin driver under tfcluster's own supervisor (:class:`tfcluster.launch.SupervisedLauncher`),
+A thin driver under tfcluster's own supervisor (:class:`tfcluster.drivers.launcher.SupervisedLauncher`),
 as the local and ssh backends are: restarts, watchdogs, the ordered stop, success, run.json and
-the events are the run machine's (:mod:`tfcluster.machine`), not this module's.
+the events are the run machine's (:mod:`tfcluster.core.machine`), not this module's.
 
 What Ray does here:
 
 * **placement**: one placement group for the run, one bundle per task (``ray:`` in the file:
-  resources per job, the strategy; :mod:`tfcluster.ray_options`). A run Ray cannot place within
+  resources per job, the strategy; :mod:`tfcluster.spec.ray`). A run Ray cannot place within
   ``ray.placement_timeout`` seconds ends with exit 2 naming the resources and the tasks.
 * **one actor per task**, in the task's bundle, owned by the launcher's job (not detached: when
   the launcher ends, however it ends, Ray ends its actors and its placement group). The actor
@@ -17,7 +17,7 @@ What Ray does here:
   task's group when the actor dies, the same contract (TF_CONFIG, task flags, restart count,
   the progress pipe, ``TFCLUSTER_LAUNCHER_PID`` naming the actor, the task's supervisor).
 * **endpoints after placement**: the plan's endpoints are replaced by each task's node address
-  and reserved port (:meth:`tfcluster.plan.RunPlan.with_endpoints`) before anything starts, so
+  and reserved port (:meth:`tfcluster.plan.runplan.RunPlan.with_endpoints`) before anything starts, so
   TF_CONFIG, task flags, ``status`` and run.json show the endpoints actually used.
 * **output**: a thread per task pulls the task's output and progress reports from its actor and
   writes them to two local pipes, which the supervisor reads as it reads a local task's (live
@@ -38,9 +38,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import contract
-from ..errors import UserError
-from .base import Backend, Handle, ProcessSpec
+from tfcluster.plan import contract
+from tfcluster.errors import UserError
+from tfcluster.backends.base import Backend, Handle, ProcessSpec
 
 READ_WAIT = 0.5          # seconds an actor's read waits for output before it answers empty
 READ_MAX = 1 << 20       # bytes of one pipe an actor's read returns at most
@@ -55,7 +55,7 @@ class TaskRunner:
     delivers signals to its process group."""
 
     def __init__(self, gpus: bool):
-        from .local import LocalBackend
+        from tfcluster.backends.local import LocalBackend
         self.backend = LocalBackend()
         self.gpus = gpus
         self.handle = None
@@ -334,11 +334,11 @@ class RayPlacement:
         self.backend: Optional[RayBackend] = None
 
     def bundles(self) -> List[Dict[str, float]]:
-        from ..ray_options import bundles
+        from tfcluster.spec.ray import bundles
         return bundles(self.spec, [t.job for t in self.plan.selected_tasks])
 
     def __enter__(self) -> "RayPlacement":
-        from ..ray_options import address, runtime_env
+        from tfcluster.spec.ray import address, runtime_env
         ray = _ray()
         where = address(self.spec)
         env = runtime_env(self.spec, self.base_dir)
@@ -372,7 +372,7 @@ class RayPlacement:
     def _place(self, ray, env) -> None:
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        from ..ray_options import describe_bundle
+        from tfcluster.spec.ray import describe_bundle
         tasks = self.plan.selected_tasks
         bundles = self.bundles()
         pg = placement_group(bundles, strategy=self.spec.strategy,

@@ -38,11 +38,11 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from ..config import Cluster, RemoteSpec
-from ..errors import UserError
-from ..hosts import is_local
-from .base import Backend, Handle, ProcessSpec, start_child
-from .local import LocalBackend
+from tfcluster.spec.config import Cluster, RemoteSpec
+from tfcluster.errors import UserError
+from tfcluster.spec.hosts import is_local
+from tfcluster.backends.base import Backend, Handle, ProcessSpec, start_child
+from tfcluster.backends.local import LocalBackend
 
 DEFAULT_PYTHON = "python3"
 CONNECT_TIMEOUT = 10     # remote.connect_timeout: seconds a host has to answer at the start

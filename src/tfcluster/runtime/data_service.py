@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any, List, Optional
 
-from tfcluster.contract import DATA_SERVICE as DATA_SERVICE_ENV
+from tfcluster.plan.contract import DATA_SERVICE as DATA_SERVICE_ENV
 
 DEFAULT_JOB_NAME = "tfcluster"
 

@@ -1,7 +1,7 @@
 """Start TensorFlow's profiler server in a task, so ``tfcluster profile RUN`` can trace it.
 
 The launcher gives every task of the cluster a profiler port through the task contract
-(``TFCLUSTER_PROFILER_PORT``, :func:`tfcluster.contract.profiler_port`) and records it in
+(``TFCLUSTER_PROFILER_PORT``, :func:`tfcluster.plan.contract.profiler_port`) and records it in
 run.json. :func:`tfcluster.runtime.start_server` starts the profiler server there; any other
 program does the same with one line::
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-from tfcluster.contract import PROFILER_PORT
+from tfcluster.plan.contract import PROFILER_PORT
 
 _started: Optional[int] = None
 

@@ -27,7 +27,7 @@ import time
 from typing import List, NoReturn, Optional, Sequence
 
 from tfcluster.errors import UserError, print_error
-from tfcluster.rules import EXIT_BAD_INPUT
+from tfcluster.core.rules import EXIT_BAD_INPUT
 from tfcluster.runtime.context import ContextError, TaskContext
 
 #: exit code of a task whose port is taken (a user error: the cluster file's port is busy)
@@ -170,7 +170,7 @@ def port_holder(port: Optional[int]) -> str:
 
 
 def _port_taken(port: Optional[int]) -> bool:
-    from tfcluster.hosts import port_in_use
+    from tfcluster.spec.hosts import port_in_use
 
     return bool(port) and port_in_use(port)
 

@@ -16,7 +16,7 @@
   the loop instead of failing;
 * at a clean end, every replica tells the ps tasks it is done (:func:`signal_done`) so a
   ps started by hand ends by itself -- unless a supervising launcher will stop the ps
-  (:func:`tfcluster.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names an ancestor).
+  (:func:`tfcluster.plan.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names an ancestor).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Iterable, Optional
 
-from tfcluster.contract import supervised
+from tfcluster.plan.contract import supervised
 from tfcluster.runtime.context import TaskContext
 from tfcluster.runtime.server import session_config, signal_done
 
@@ -477,7 +477,7 @@ def _quiet_cancelled_queue_runners() -> None:
 
 class ProgressReporter:
     """Prints ``@tfcluster progress`` lines at most every ``every_secs`` seconds (and on
-    ``force=True``), as ``tfcluster launch`` expects (see ``tfcluster.progress``)."""
+    ``force=True``), as ``tfcluster launch`` expects (see ``tfcluster.plan.progress``)."""
 
     def __init__(self, total: Optional[int] = None, every_secs: float = 1.0, stream=None):
         self.total = total
@@ -494,7 +494,7 @@ class ProgressReporter:
         if not force and now - self._last < self.every_secs:
             return False
         self._last = now
-        from tfcluster.progress import report_progress
+        from tfcluster.plan.progress import report_progress
 
         report_progress(int(step), self.total, stream=self.stream, **metrics)
         return True

@@ -1,0 +1,453 @@
+"""One Slurm task of a tfcluster run (``srun ... python -m tfcluster.backends.slurm.node``).
+
+It reads the plan from ``TFCLUSTER_SLURM_PLAN``, works out its TensorFlow job and index from
+``SLURM_PROCID`` and the step's node list (see :mod:`tfcluster.backends.slurm.launcher`), sets
+``TF_CONFIG``, runs the program in its own process group, prefixes its output lines with
+``[job:index]`` (and copies them to ``<run_dir>/<job>-<index>.log``). It is a driver of the run
+machine (:mod:`tfcluster.core.machine`), the same one the local launcher drives: restarts, the
+success rule, grace, watchdogs and the stop order are the machine's. What the other nodes say
+comes through the run folder (:mod:`.runfolder`):
+
+* SIGURG (from the task that ends the run, through ``scancel --signal=URG JOB.STEP``): the run
+  is over; workers get ``grace`` seconds; a ps waits until the other tasks have ended (so a
+  chief can save its last checkpoint); exit 0.
+* SIGTERM / SIGINT / SIGHUP (scancel, time limit, preemption, Ctrl-C): stop in order, chief and
+  workers first, a ps after them; exit 128+N.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from tfcluster.plan import contract
+from tfcluster.core import machine as mc, rules
+from tfcluster import safe_files as runfs
+from tfcluster.spec import secrets
+from tfcluster.runs.eventlog import EventLog
+from tfcluster.spec.hosts import accepts
+from tfcluster.backends.oom import OomWatch
+from tfcluster.plan.runplan import RunPlan
+from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
+from tfcluster.terminal import decode
+from tfcluster.backends.base import ignores, signal_group, start_child
+from tfcluster.backends.slurm.mailbox import EVENTS_SUFFIX, RunFolder, stem
+from tfcluster.backends.slurm.launcher import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,
+                    expand_tasks_per_node, fill_secrets, layout)
+
+
+class Signals:
+    """What reached the wrapper: SIGURG (the run is over) and stop signals (SIGTERM, SIGINT,
+    SIGHUP). :func:`main` installs the handlers first thing (a stop signal may come soon after
+    start); importing this module installs none."""
+
+    def __init__(self):
+        self.over = threading.Event()
+        self.cancelled: List[int] = []
+
+    def install(self) -> None:
+        signal.signal(signal.SIGURG, lambda signum, frame: self.over.set())
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, lambda signum, frame: self.cancelled.append(signum))
+
+
+def _err(msg: str, prefix: str = "", out=None) -> None:
+    out = out if out is not None else sys.stdout.buffer
+    out.write(f"{prefix}tfcluster: {msg}\n".encode("utf-8", "replace"))
+    out.flush()
+
+
+def _env(env: Mapping[str, str], name: str, *alts: str) -> Optional[str]:
+    for n in (name,) + alts:
+        v = env.get(n)
+        if v:
+            return v
+    return None
+
+
+class Task:
+    """One TensorFlow task on a Slurm node: a driver of the run machine for this one task,
+    with the run folder -- shared by the nodes -- as the place tasks tell each other things.
+
+    Only I/O lives here; every rule is the machine's (:mod:`tfcluster.core.machine`) or the
+    rulebook's (:mod:`tfcluster.core.rules`). What it touches comes in, so a unit test builds it
+    without Slurm: ``env`` (Slurm's variables; default ``os.environ``), ``clock``, ``out`` (the
+    step's output, bytes), ``signals``, ``spawn`` (starts the program: :func:`start_child`),
+    ``kill`` (:func:`signal_group`), ``probe`` (does a port accept connections), ``hostlist`` (Slurm's
+    node list expanded), ``oom``, ``signal_step`` (tells every task of the step the run is
+    over: ``scancel --signal=URG``), ``ignored`` (does a process ignore a signal now)."""
+
+    def __init__(self, data: Dict[str, Any], env: Optional[Mapping[str, str]] = None, *,
+                 clock: Callable[[], float] = time.time, out=None,
+                 signals: Optional[Signals] = None, spawn=start_child, kill=signal_group,
+                 probe=accepts, hostlist=expand_hostlist, oom=None, signal_step=None,
+                 ignored=ignores):
+        self.environ: Mapping[str, str] = os.environ if env is None else env
+        self.clock, self.spawn, self.kill, self.probe = clock, spawn, kill, probe
+        self.ignored = ignored
+        self.out = out if out is not None else sys.stdout.buffer
+        self.signals = signals if signals is not None else Signals()
+        self.signal_step = signal_step if signal_step is not None else self._scancel_step
+        environ = self.environ
+        self.data = data
+        missing = fill_secrets(data, dict(environ))
+        if missing:
+            raise ValueError(f"secret values not passed to the job: {', '.join(missing)} (export "
+                             f"them where sbatch runs)")
+        self.plan = RunPlan.from_dict(data)
+        rank = int(environ["SLURM_PROCID"])
+        nodes = hostlist(_env(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") or "")
+        per_node = expand_tasks_per_node(_env(environ, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") or "")
+        table = layout(data, nodes, per_node)
+        self.rank = rank
+        self.job, self.index, self.host, self.port = table[rank]
+        self.name = f"{self.job}:{self.index}"
+        self.prefix = f"[{self.name}] "
+        localid = environ.get("SLURM_LOCALID")
+        node = environ.get("SLURMD_NODENAME")
+        if (node and node != self.host) or (localid is not None and self.port != self.plan.base_port + int(localid)):
+            raise ValueError(f"rank {rank} runs on {node} (local id {localid}) but the block layout "
+                             f"puts it on {self.host}:{self.port}; run srun with --distribution=block")
+        self.cluster = contract.cluster_dict(_endpoints(table))
+        self.local_tasks = per_node[nodes.index(self.host)] if self.host in nodes else 1
+        self.task = self.plan.task(self.name)
+        self.run_dir = self.plan.run_dir
+        if self.run_dir:
+            self.run_dir = self.run_dir.replace("{job_id}", environ.get("SLURM_JOB_ID", "nojob"))
+        #: a requeued job (time limit, preemption) is the next segment of the same run
+        self.segment = _int_env(environ, "SLURM_RESTART_COUNT")
+        self.folder = RunFolder(self.run_dir, self.segment) if self.run_dir else None
+        step_id = _env(environ, "SLURM_STEP_ID", "SLURM_STEPID")
+        self.step = f"{environ['SLURM_JOB_ID']}.{step_id}" if environ.get("SLURM_JOB_ID") and step_id else None
+        self.where = {f"{j}:{i}": f"{h}:{p}" for j, i, h, p in table}
+        self.mask = secrets.Masker(self.plan.secret_values())
+        self.oom = oom if oom is not None else OomWatch()   # this node's OOM-kill counters
+        # the machine: this task here, the others on other nodes; a ps waits, bounded
+        # (rules.peer_stop_wait), for the others to end before it stops
+        self.machine = mc.RunMachine.from_plan(self.plan, [self.name], shared=self.folder is not None)
+        self.machine.where = dict(self.where)
+        self.machine.tasks[self.name].port = self.port
+        self.machine.log_inputs = self.folder is not None
+        self.status = self.machine.tasks[self.name]
+        #: a ps outlives Slurm's SIGTERM to the whole step; this wrapper stops it after the chief
+        self.shielded = rules.shielded_from_step_signals(self.job)
+        self.proc: Optional[subprocess.Popen] = None
+        self.reader: Optional[threading.Thread] = None
+        self.inbox: collections.deque = collections.deque()
+        self.seen = Seen()               # what the reader saw (signs of life)
+        self.life_fed: Optional[float] = None
+        self.log = None
+        self.events: Optional[EventLog] = None
+        self.peers_seen: set = set()
+        self.last_look = 0.0
+        self.over_fed = self.stop_fed = False
+        self.signals_fed = 0
+        if self.run_dir:
+            try:
+                os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+                self.log = runfs.open_log(os.path.join(self.run_dir, stem(self.name) + ".log"))
+            except OSError as e:
+                _err(f"cannot write the log in {self.run_dir}: {e}", self.prefix, self.out)
+            self.events = EventLog(self.run_dir, clock=clock,
+                                   events_file=stem(self.name) + EVENTS_SUFFIX, log_file=None)
+
+    # ---- what runs: the plan and the task contract, as everywhere
+    def argv(self) -> List[str]:
+        return contract.resolve_argv(self.plan.argv(self.task, cluster=self.cluster), [sys.executable])
+
+    def env(self, restarts: int) -> Dict[str, str]:
+        env = {k: v for k, v in self.environ.items() if not k.startswith(SECRET_PREFIX)}
+        env.pop(PLAN_ENV, None)
+        run_plan = self.plan.with_run_dir(self.run_dir) if self.run_dir else self.plan
+        # TFCLUSTER_RESTART_COUNT counts the job's segments too: a requeued job is a restart
+        env.update(run_plan.env(self.task, self.segment + restarts, cluster=self.cluster,
+                                local_tasks=self.local_tasks))
+        env[contract.LAUNCHER_PID] = str(os.getpid())   # this wrapper supervises the program
+        return env
+
+    # ---- output
+    def emit(self, data: bytes) -> None:
+        if self.mask.pattern is not None:
+            data = self.mask(decode(data)).encode("utf-8", "replace")
+        line = self.prefix.encode() + data
+        if not line.endswith(b"\n"):
+            line += b"\n"
+        try:
+            self.out.write(line)
+            self.out.flush()
+        except (BrokenPipeError, ValueError, OSError):   # srun's pipe is gone: the log keeps it
+            pass
+        if self.log is not None:
+            try:
+                self.log.write(data if data.endswith(b"\n") else data + b"\n")
+                self.log.flush()
+            except (OSError, ValueError) as e:   # a full disk: said once, the task goes on
+                log, self.log = self.log, None
+                try:
+                    log.close()
+                except (OSError, ValueError):   # closing a broken file: nothing more to lose
+                    pass
+                self.say(f"the task log could not be written ({e}); output goes on, unlogged")
+
+    def say(self, msg: str) -> None:
+        self.emit(f"tfcluster: {msg}".encode())
+
+    def _pump(self, stream) -> None:
+        """The program's output (reader thread): shown and logged as the program wrote it, a
+        line at a time (a line cut every 64 KiB); what the machine needs to hear goes to the
+        inbox, which the loop hands on. The bytes are read by the local launcher's own reader
+        (:class:`tfcluster.core.task_output.OutputReader`) and its lines classified by the machine's
+        :func:`tfcluster.core.machine.line_events`, so a run under Slurm is read by the same rules."""
+        seen = self.seen
+        reader = OutputReader(self.name, stream, None, seen, threading.RLock(), self.mask,
+                              self.clock, self._heard)
+        read = getattr(stream, "read1", None) or stream.read   # what has arrived, at once
+        pending = bytearray()
+        while True:
+            try:
+                data = read(READ_SIZE)
+            except InterruptedError:
+                continue
+            except (OSError, ValueError) as e:   # the pipe broke: said, and read as its end
+                self.say(f"reading the task's output failed ({e}); its output ends here")
+                data = b""
+            if not data:
+                break
+            reader.feed(data)
+            pending += data
+            while pending:
+                i = pending.find(b"\n")
+                if i < 0 and len(pending) < MAX_LINE:
+                    break
+                cut = i + 1 if 0 <= i < MAX_LINE else MAX_LINE
+                self.emit(bytes(pending[:cut]))
+                del pending[:cut]
+        reader.end()
+        if pending:
+            self.emit(bytes(pending))
+        try:
+            stream.close()
+        except OSError:   # the pipe is read to its end; a failed close loses nothing
+            pass
+
+    def _heard(self, line: str, p) -> None:
+        """What the reader took from a line (reader thread), for the loop."""
+        self.inbox.extend(mc.line_events(self.name, line, p, self.clock()))
+
+    def _life(self) -> List[Any]:
+        """A sign of life the reader saw since the last look (a redraw, a hook line)."""
+        at = self.seen.life_at
+        if at is None or at == self.life_fed or not self.status.state.alive:
+            return []
+        self.life_fed = at
+        return [mc.Progressed(self.name, None, at)]
+
+    # ---- life: the loop that drives the machine
+    def run(self) -> int:
+        self.begin()
+        while not self.machine.finished:
+            self.turn()
+            if not self.machine.finished:
+                time.sleep(0.1)
+        return self.machine.exit_code_of(self.name)
+
+    def begin(self) -> None:
+        if self.rank == 0:
+            self.say(f"TF_CONFIG cluster: {json.dumps(self.cluster)}")
+        now = self.clock()
+        if self.events is not None:
+            self.events.emit("input", self.name, input="begin", now=now)
+        self._act(self.machine.begin(now))
+
+    def turn(self) -> None:
+        """One turn of the loop: what happened since the last, handed to the machine."""
+        now = self.clock()
+        events: List[Any] = []
+        cancelled = self.signals.cancelled
+        while self.signals_fed < len(cancelled):
+            events.append(mc.Interrupt(cancelled[self.signals_fed], now))
+            self.signals_fed += 1
+        look = now - self.last_look >= 0.5
+        if not self.over_fed and (self.signals.over.is_set()
+                                  or (look and self.folder and self.folder.over())):
+            self.over_fed = True
+            events.append(mc.RunOver("the run is over", now))
+        if not self.stop_fed and look and self.folder and self.folder.stop_requested():
+            self.stop_fed = True        # the time limit is near (or tfcluster stop): in order
+            self.say("a stop was asked for (Slurm's time-limit warning or tfcluster stop)")
+            events.append(mc.Interrupt(signal.SIGTERM, now))
+        exited = None
+        if self.proc is not None and self.status.state.alive:
+            rc = self.proc.poll()
+            if rc is not None:
+                if self.reader is not None:
+                    self.reader.join(5)
+                exited = mc.Exited(self.name, rc, self.clock(), self.oom.words(rc))
+        while self.inbox:
+            events.append(self.inbox.popleft())
+        events += self._life()
+        if exited is not None:
+            events.append(exited)
+        if look:
+            self.last_look = now
+            events += self._look(now)
+        events.append(mc.Tick(self.clock()))
+        self._act(self.machine.handle(*events))
+
+    def _look(self, now: float) -> List[Any]:
+        """What the other nodes and the port say (every half second)."""
+        out: List[Any] = []
+        if self.name in self.machine.unopened() and self.probe("localhost", self.port):
+            out.append(mc.PortOpen(self.name, now))
+        if self.folder is None:
+            return out
+        reason = self.folder.take_kill_request(self.name)
+        if reason:
+            out.append(mc.KillRequest(self.name, reason, now))
+        for task, rec in self.folder.exits(self.segment).items():
+            if task != self.name and task not in self.peers_seen and task in self.machine.others:
+                self.peers_seen.add(task)
+                out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
+        return out
+
+    def _act(self, actions) -> None:
+        self._log_inputs()
+        for a in actions:
+            if isinstance(a, mc.Start):
+                self._start(a.attempt)
+            elif isinstance(a, mc.Kill):
+                self._kill(a.sig)
+            elif isinstance(a, mc.Note):
+                if self.events is not None:
+                    self.events.emit(a.event, a.task, **a.as_dict())
+                if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
+                    self._write_exit(final=False)   # others may be waiting for it (all-workers)
+            elif isinstance(a, mc.Say):
+                self.say(a.text)
+            elif isinstance(a, mc.ClaimRestart):
+                granted, why = self.folder.claim_restart(self.status.rule.max_total_restarts)
+                self._act(self.machine.handle(mc.RestartClaim(a.task, granted, self.clock(), why)))
+            elif isinstance(a, mc.AskKill):
+                if self.folder is not None:
+                    err = self.folder.request_kill(a.task, a.reason)
+                    if err:
+                        self.say(f"cannot ask {a.task} to stop: {err}")
+            elif isinstance(a, mc.EndRun):
+                self.end_run()
+            elif isinstance(a, mc.Finished):
+                self._write_exit(final=True)
+
+    def _log_inputs(self) -> None:
+        """The machine's inputs to this task's events (a test replays a run from them)."""
+        for ev in self.machine.take_inputs():
+            if self.events is not None:
+                self.events.emit("input", self.name, **mc.input_fields(ev))
+
+    def _kill(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        if sig == signal.SIGTERM and self.shielded and self.ignored(self.proc.pid, sig):
+            sig = rules.SHIELDED_STOP_SIGNAL     # the ps still ignores SIGTERM (Slurm's, to the step)
+        self.kill(self.proc.pid, sig)
+
+    def _start(self, attempt: int) -> None:
+        try:
+            # the program dies with its wrapper, even when the wrapper is SIGKILLed
+            self.proc = self.spawn(self.argv(), env=self.env(attempt), cwd=self.task.cwd,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   ignore=(signal.SIGTERM,) if self.shielded else ())
+        except OSError as e:
+            self.say(f"cannot start {self.task.argv[0]}: {e.strerror or e}")
+            self._act(self.machine.handle(mc.StartFailed(
+                self.name, f"cannot start: {e.strerror or e}", self.clock(), code=127)))
+            return
+        self._act(self.machine.handle(mc.Started(self.name, self.proc.pid, self.clock())))
+        self.say(f"started on {self.host}:{self.port} (pid {self.proc.pid})"
+                 + (f", restart {attempt}" if attempt else ""))
+        if self.events is not None:
+            self.events.emit("task_started", self.name, pid=self.proc.pid, attempt=attempt,
+                             host=self.host)
+        self.seen.reset()
+        self.reader = threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True)
+        self.reader.start()
+
+    def _write_exit(self, final: bool) -> None:
+        if self.folder is None:
+            return
+        row = self.machine.end_row(self.name, final)
+        err = self.folder.write_exit(self.name, {
+            "task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
+            **row, "time": self.clock(), "segment": self.segment})
+        if err:     # the other nodes will not hear of this end: a ps waits its bound out
+            self.say(f"cannot record this task's end in the run folder: {err}")
+        if final:
+            if self.events is not None:
+                self.events.close()
+            if self.log is not None:
+                self.log.close()
+                self.log = None
+
+    def end_run(self) -> None:
+        """Tell every task of the step that the run is over (SIGURG through Slurm)."""
+        if self.folder is not None:
+            err = self.folder.mark_over()
+            if err:
+                self.say(f"cannot mark the run over in the run folder ({err}); Slurm's signal tells the others")
+        if self.step:
+            self.signal_step(self.step)
+
+    def _scancel_step(self, step: str) -> None:
+        for attempt in range(2):   # twice: a task may not have installed its handler yet
+            try:
+                subprocess.run(["scancel", f"--signal={int(STOP_SIGNAL)}", step],
+                               capture_output=True, timeout=30)
+            except (OSError, subprocess.SubprocessError) as e:
+                self.say(f"cannot signal the job step {step}: {e}")
+                return
+            if attempt == 0:
+                time.sleep(1.0)
+
+
+def _int_env(env: Mapping[str, str], name: str) -> int:
+    try:
+        return max(0, int(env.get(name) or 0))
+    except ValueError:
+        return 0
+
+
+def _endpoints(table) -> Dict[str, List[str]]:
+    out: Dict[str, List[str]] = {}
+    for job, idx, host, port in table:
+        out.setdefault(job, []).append(f"{host}:{port}")
+    return out
+
+
+def main() -> int:
+    signals = Signals()
+    signals.install()   # first thing: a stop signal may come soon after start
+    os.umask(0o077)     # inside an allocation no batch script set it: the run's files are private
+    text = os.environ.get(PLAN_ENV)
+    if not text:
+        _err(f"{PLAN_ENV} is not set; this module runs inside a job made by tfcluster "
+             f"(tfcluster render slurm / launch --backend slurm)")
+        return 2
+    if "SLURM_PROCID" not in os.environ:
+        _err("SLURM_PROCID is not set: run this module with srun")
+        return 2
+    try:
+        task = Task(json.loads(text), signals=signals)
+    except (ValueError, KeyError, IndexError) as e:
+        _err(f"rank {os.environ.get('SLURM_PROCID')}: {e}")
+        return 2
+    return task.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

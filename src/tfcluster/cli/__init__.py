@@ -1,0 +1,1 @@
+"""The ``tfcluster`` command: the composition root."""

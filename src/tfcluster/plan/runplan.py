@@ -1,0 +1,475 @@
+"""The run plan: a cluster file plus the command line, resolved once.
+
+:func:`build_plan` is the only place where the file's settings and the command line's
+overrides meet (torch's ``config_from_args`` -> ``LaunchConfig``). Every consumer reads the
+:class:`RunPlan` it returns: the local supervisor, ssh and per-host agents, the Slurm batch
+script and node wrapper (as JSON, :meth:`RunPlan.to_dict`), ``--dry-run``, ``commands`` and
+``render``. Nothing below the CLI sees argparse: the CLI turns its arguments into
+:class:`LaunchOptions`. The task contract (TF_CONFIG, flags, ``TFCLUSTER_*``) is
+:mod:`tfcluster.plan.contract`; the rules (restart, success, exit codes) are :mod:`tfcluster.core.rules`.
+No TensorFlow here. See docs/PLAN.md.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from tfcluster.plan import contract
+from tfcluster.spec import vocabulary
+from tfcluster.spec.config import Cluster, Endpoint, Task, check_text
+from tfcluster.errors import UserError
+from tfcluster.spec.hosts import free_port_run, is_local
+
+PLAN_VERSION = 2
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the command line says about a run; None (or empty) means "the file's value"."""
+
+    command: Tuple[str, ...] = ()            # replaces the file's program (after '--')
+    command_cwd: Optional[str] = None        # the folder a '--' command runs in
+    args: Tuple[str, ...] = ()               # --arg edits of the program's flags (apply_args)
+    task_flags: Optional[bool] = None
+    success: Optional[str] = None
+    grace: Optional[float] = None
+    restart: Optional[str] = None
+    max_restarts: Optional[int] = None
+    logdir: Optional[str] = None
+    run_id: Optional[str] = None
+    stop_timeout: float = 5.0                # SIGTERM -> SIGKILL
+    backend: Optional[str] = None            # local | ssh | slurm | ray (None: the file's, else local/ssh)
+    hosts: Tuple[str, ...] = ()              # per-host mode: start only the tasks on these hosts
+    slurm: Any = None                        # SlurmSpec: the file's slurm: with the flags over it
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """Deadlines after which tfcluster names the task it waits for (0: off)."""
+
+    startup_timeout: float = 120.0
+    waiting_timeout: float = 120.0
+    stall_timeout: float = 300.0
+    stall_warning: float = 0.4
+    end_timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task, resolved: identity, endpoint, program, environment, folder, GPUs, restart rule
+    and how many tasks share its host."""
+
+    job: str
+    index: int
+    host: Optional[str]                      # None: the backend assigns it (Slurm)
+    port: Optional[int]
+    argv: Tuple[str, ...]                    # the program; contract.PYTHON for "python"
+    env: Tuple[Tuple[str, str], ...]         # the file's env for this job
+    cwd: str
+    gpus: Optional[str]                      # CUDA_VISIBLE_DEVICES; None: inherit
+    task_flags: bool
+    restart: vocabulary.RestartRule
+    local_tasks: int = 1                     # tasks of the cluster on this task's host
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}:{self.index}"
+
+    @property
+    def file_stem(self) -> str:
+        return f"{self.job}-{self.index}"
+
+    @property
+    def endpoint(self) -> str:
+        return str(Endpoint(self.host, self.port)) if self.host is not None else ""
+
+    @property
+    def where(self) -> str:
+        """``cluster.worker[1]``: the field of the file that made this task."""
+        return f"cluster.{self.job}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A whole run, resolved."""
+
+    source: str                              # the cluster file ("" when built from a dict)
+    base_dir: str
+    backend: str
+    tasks: Tuple[TaskPlan, ...]              # every task of the cluster, in listing order
+    selected: Tuple[str, ...]                # the tasks this launcher starts
+    chief: str
+    success: str
+    grace: float
+    stop_timeout: float
+    watchdog: Watchdog
+    logdir: str
+    run_id: str
+    run_dir: str
+    base_port: int
+    cluster: Optional[Dict[str, List[str]]]  # the ClusterSpec dict; None: endpoints come later
+    count_jobs: Tuple[str, ...] = ()
+    only_hosts: Tuple[str, ...] = ()         # per-host mode: the --host names
+    secret_names: Tuple[str, ...] = ()       # the file's secrets: (besides secret-looking names)
+    run_id_given: bool = False               # --run-id given (else a default: a taken one is renumbered)
+    extra: Dict[str, Any] = field(default_factory=dict, compare=False)  # backend settings (slurm:)
+
+    # ---- tasks
+    @property
+    def jobs(self) -> List[str]:
+        out: List[str] = []
+        for t in self.tasks:
+            if t.job not in out:
+                out.append(t.job)
+        return out
+
+    def task(self, name: str) -> TaskPlan:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def job_tasks(self, job: str) -> List[TaskPlan]:
+        return [t for t in self.tasks if t.job == job]
+
+    @property
+    def selected_tasks(self) -> List[TaskPlan]:
+        chosen = set(self.selected)
+        return [t for t in self.tasks if t.name in chosen]
+
+    @property
+    def skipped_tasks(self) -> List[TaskPlan]:
+        chosen = set(self.selected)
+        return [t for t in self.tasks if t.name not in chosen]
+
+    # ---- the contract, per task
+    def argv(self, task: TaskPlan, cluster: Optional[Dict[str, List[str]]] = None) -> List[str]:
+        """The task's argv (symbolic interpreter), with task flags when the task asks."""
+        cluster = cluster if cluster is not None else self.cluster
+        if task.task_flags and cluster is None:
+            raise ValueError("task flags need the cluster's endpoints")
+        return contract.task_argv(task.argv, cluster or {}, task.job, task.index, task.task_flags)
+
+    def env(self, task: TaskPlan, restart_count: int = 0,
+            cluster: Optional[Dict[str, List[str]]] = None,
+            local_tasks: Optional[int] = None) -> Dict[str, str]:
+        """The task's environment additions (the task contract) for attempt ``restart_count``."""
+        return contract.task_env(
+            task.job, task.index, cluster if cluster is not None else self.cluster,
+            file_env=dict(task.env), gpus=task.gpus, run_dir=self.run_dir,
+            local_tasks=task.local_tasks if local_tasks is None else local_tasks,
+            restart_count=restart_count,
+            max_restarts=0 if task.restart.policy == "never" else task.restart.max_restarts)
+
+    def secret_values(self, environ=None) -> List[str]:
+        """What is masked in output, logs and records: secret values of the tasks' env, of the
+        declared names in ``environ`` (the launcher's environment, which tasks inherit), and of
+        secret-looking flags in the tasks' argv (one masking policy: tfcluster.spec.secrets)."""
+        from tfcluster.spec import secrets
+        values = secrets.values_to_mask([dict(t.env) for t in self.tasks], self.secret_names,
+                                        os.environ if environ is None else environ)
+        for t in self.tasks:
+            values += secrets.argv_secret_values(t.argv, self.secret_names)
+        return sorted(set(values), key=len, reverse=True)
+
+    def with_run_dir(self, run_dir: str) -> "RunPlan":
+        return replace(self, run_dir=run_dir, run_id=os.path.basename(run_dir))
+
+    def with_endpoints(self, endpoints: Dict[str, Tuple[str, int]]) -> "RunPlan":
+        """The plan with every task's host and port replaced (``task name -> (host, port)``):
+        the endpoints a backend learnt when it placed the tasks (Ray); the ClusterSpec, hence
+        TF_CONFIG and task flags, follow."""
+        keys: Dict[str, int] = {}
+        for host, _ in endpoints.values():
+            keys[host_key(host)] = keys.get(host_key(host), 0) + 1
+        tasks = tuple(replace(t, host=endpoints[t.name][0], port=endpoints[t.name][1],
+                              local_tasks=keys[host_key(endpoints[t.name][0])])
+                      for t in self.tasks)
+        jobs: Dict[str, List[str]] = {}
+        for t in tasks:
+            jobs.setdefault(t.job, []).append(t.endpoint)
+        return replace(self, tasks=tasks, cluster=contract.cluster_dict(jobs))
+
+    # ---- as data (the Slurm node wrapper reads this; compact: one entry per job)
+    def to_dict(self) -> Dict[str, Any]:
+        jobs: Dict[str, Any] = {}
+        for job in self.jobs:
+            tasks = self.job_tasks(job)
+            first = tasks[0]
+            r = first.restart
+            jobs[job] = {
+                "count": len(tasks), "argv": list(first.argv), "env": dict(first.env),
+                "cwd": first.cwd, "task_flags": first.task_flags,
+                "gpus": [t.gpus for t in tasks],
+                "endpoints": None if first.host is None else [t.endpoint for t in tasks],
+                "local_tasks": [t.local_tasks for t in tasks],
+                "restart": {"policy": r.policy, "max_restarts": r.max_restarts,
+                            "max_total_restarts": r.max_total_restarts, "backoff": r.backoff,
+                            "min_uptime": r.min_uptime},
+            }
+        return {
+            "version": PLAN_VERSION, "source": self.source, "base_dir": self.base_dir,
+            "backend": self.backend, "jobs": jobs, "selected": list(self.selected),
+            "chief": self.chief, "success": self.success, "grace": self.grace,
+            "stop_timeout": self.stop_timeout, "watchdog": vars(self.watchdog).copy(),
+            "logdir": self.logdir, "run_id": self.run_id, "run_dir": self.run_dir,
+            "base_port": self.base_port, "cluster": self.cluster,
+            "count_jobs": list(self.count_jobs), "only_hosts": list(self.only_hosts),
+            "secret_names": list(self.secret_names), "run_id_given": self.run_id_given,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "RunPlan":
+        if d.get("version") != PLAN_VERSION:
+            raise ValueError(f"plan version {d.get('version')!r}, this tfcluster reads {PLAN_VERSION}")
+        tasks = []
+        for job, j in d["jobs"].items():
+            r = vocabulary.RestartRule(**j["restart"])
+            for i in range(j["count"]):
+                host, port = None, None
+                if j.get("endpoints"):
+                    ep = j["endpoints"][i]
+                    host, _, p = ep.rpartition(":")
+                    host, port = host.strip("[]"), int(p)
+                tasks.append(TaskPlan(
+                    job=job, index=i, host=host, port=port, argv=tuple(j["argv"]),
+                    env=tuple(j["env"].items()), cwd=j["cwd"], gpus=j["gpus"][i],
+                    task_flags=bool(j["task_flags"]), restart=r, local_tasks=j["local_tasks"][i]))
+        return cls(source=d["source"], base_dir=d["base_dir"], backend=d["backend"],
+                   tasks=tuple(tasks), selected=tuple(d["selected"]), chief=d["chief"],
+                   success=d["success"], grace=float(d["grace"]),
+                   stop_timeout=float(d["stop_timeout"]), watchdog=Watchdog(**d["watchdog"]),
+                   logdir=d["logdir"], run_id=d["run_id"], run_dir=d["run_dir"],
+                   base_port=int(d["base_port"]), cluster=d["cluster"],
+                   count_jobs=tuple(d["count_jobs"]), only_hosts=tuple(d.get("only_hosts") or ()),
+                   secret_names=tuple(d.get("secret_names") or ()),
+                   run_id_given=bool(d.get("run_id_given", True)),
+                   extra=dict(d.get("extra") or {}))
+
+
+# --------------------------------------------------------------------------------------
+
+def assign_local_ports(cluster: Cluster) -> Cluster:
+    """Give count jobs consecutive free ports on localhost, from the file's base_port."""
+    taken = {t.endpoint.port for t in cluster.tasks if t.endpoint is not None}
+    missing = [t for t in cluster.tasks if t.endpoint is None]
+    if not missing:
+        return cluster
+    start = cluster.base_port
+    while True:
+        try:
+            first = free_port_run(len(missing), start)
+        except OSError as e:
+            raise UserError(f"base_port: {e}")
+        clash = sorted(set(range(first, first + len(missing))) & taken)
+        if not clash:
+            break
+        start = clash[-1] + 1
+    ports = iter(range(first, first + len(missing)))
+    assigned = {t.id: Endpoint("localhost", next(ports)) for t in missing}
+    return cluster.with_endpoints(lambda t: assigned[t.id])
+
+
+def default_backend(cluster: Cluster, hosts: Sequence[str] = ()) -> str:
+    """local when every host is this machine (or in per-host mode), else ssh."""
+    if hosts:
+        return "local"
+    if cluster.resolved and not all(is_local(t.endpoint.host) for t in cluster.tasks):
+        return "ssh"
+    return "local"
+
+
+def host_key(host: str) -> str:
+    """Tasks whose hosts have the same key share a machine."""
+    return "\0local" if is_local(host) else host.lower()
+
+
+def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
+               need_program: bool = True) -> RunPlan:
+    """The one merge of a loaded cluster file with the command line. Raises UserError (exit 2)
+    for what cannot run: no program, a count job on ssh, no task for this machine, a bad
+    run id."""
+    opts = opts or LaunchOptions()
+    backend = opts.backend or getattr(cluster.spec, "backend", None) or default_backend(cluster, opts.hosts)
+    if backend not in vocabulary.BACKENDS:
+        raise UserError(f"--backend: '{backend}' is not one of {', '.join(vocabulary.BACKENDS)}")
+    if backend in ("slurm", "ray"):
+        if opts.hosts:
+            raise UserError(f"--host: per-host mode does not apply to --backend {backend} "
+                            f"({backend.capitalize()} chooses the nodes)")
+    if backend == "slurm":
+        pass
+    elif not cluster.resolved:
+        # ray: placeholders, replaced by each task's node and port once Ray has placed it
+        if backend not in ("local", "ray"):
+            raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local, slurm or ray "
+                            f"backend; list host:port entries for --backend {backend}")
+        cluster = assign_local_ports(cluster)
+
+    run_id = opts.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if not RUN_ID.fullmatch(run_id):
+        raise UserError(f"--run-id: '{_printable(run_id)}' is not a run folder name (letters, digits, "
+                        f"'.', '_', '+' and '-', starting with a letter or digit; no '/')")
+    logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
+    if opts.command_cwd:
+        check_text("the working folder", opts.command_cwd)
+    edits = parse_args(opts.args)
+    for i, word in enumerate(opts.command):
+        check_text(f"the command after '--' (word {i + 1})", word)
+    run_dir = os.path.join(logdir, run_id)
+    if opts.run_id is None:   # a timestamp taken twice in one second: number the second
+        # (what the run folder will probably be called; tfcluster.safe_files makes it, and numbers
+        # it again if another launch takes the name first)
+        base, n = run_dir, 1
+        while os.path.lexists(run_dir) and n < 1000:
+            n += 1
+            run_dir = f"{base}-{n}"
+        run_id = os.path.basename(run_dir)
+
+    endpoints = cluster.resolved
+    keys: Dict[str, int] = {}
+    if endpoints:
+        for t in cluster.tasks:
+            k = host_key(t.endpoint.host)
+            keys[k] = keys.get(k, 0) + 1
+    tasks = tuple(_task_plan(cluster, t, opts, keys, edits) for t in cluster.tasks)
+    if need_program:
+        empty = next((t for t in tasks if not t.argv), None)
+        if empty is not None:
+            raise UserError("program.command: no program to run; set it in the file or give one "
+                            "after '--' (tfcluster launch FILE -- python my_trainer.py)")
+
+    if backend in ("slurm", "ray"):
+        selected = tuple(t.name for t in tasks)
+    elif opts.hosts:
+        selected = tuple(t.name for t in tasks if t.host in opts.hosts)
+    elif backend == "ssh":
+        selected = tuple(t.name for t in tasks)
+    else:
+        selected = tuple(t.name for t in tasks if is_local(t.host))
+    if not selected:
+        known = sorted({t.host for t in tasks if t.host})
+        if opts.hosts:
+            raise UserError(f"--host: no task of this file runs on {', '.join(opts.hosts)} "
+                            f"(hosts: {', '.join(known)})")
+        raise UserError(f"cluster: no task of this file runs on this machine (hosts: {', '.join(known)}); "
+                        f"use --backend ssh to start remote tasks")
+
+    extra: Dict[str, Any] = {}
+    if backend == "slurm":
+        tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
+
+    wd = cluster.spec.watchdog
+    success = opts.success or cluster.success
+    if success not in vocabulary.SUCCESS_RULES:
+        raise UserError(f"--success: '{success}' is not one of {', '.join(vocabulary.SUCCESS_RULES)}")
+    return RunPlan(
+        source=cluster.source, base_dir=cluster.base_dir, backend=backend, tasks=tasks,
+        selected=selected, chief=str(cluster.chief), success=success,
+        grace=cluster.grace if opts.grace is None else opts.grace,
+        stop_timeout=opts.stop_timeout,
+        watchdog=Watchdog(wd.startup_timeout, wd.waiting_timeout, wd.stall_timeout,
+                          wd.stall_warning, wd.end_timeout),
+        logdir=logdir, run_id=run_id, run_dir=run_dir, base_port=cluster.base_port,
+        cluster=cluster.cluster_spec_dict() if endpoints else None,
+        count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
+        secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
+        extra=extra)
+
+
+def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int],
+               edits: Sequence[Tuple[str, Optional[str]]] = ()) -> TaskPlan:
+    r = t.restart
+    rule = vocabulary.RestartRule(
+        policy=opts.restart or r.policy,
+        max_restarts=r.max_restarts if opts.max_restarts is None else opts.max_restarts,
+        max_total_restarts=cluster.restart.max_total_restarts, backoff=r.backoff,
+        min_uptime=r.min_uptime)
+    if opts.command:
+        argv, cwd = list(opts.command), opts.command_cwd or os.getcwd()
+    else:
+        argv, cwd = list(t.command) + list(t.args), t.cwd
+    argv = apply_args(argv, edits)
+    host = t.endpoint.host if t.endpoint is not None else None
+    return TaskPlan(
+        job=t.job, index=t.index, host=host,
+        port=t.endpoint.port if t.endpoint is not None else None,
+        argv=tuple(contract.symbolic_argv(argv)), env=tuple(t.env), cwd=cwd, gpus=t.gpus,
+        task_flags=t.task_flags if opts.task_flags is None else bool(opts.task_flags),
+        restart=rule, local_tasks=keys.get(host_key(host), 1) if host is not None else 1)
+
+
+def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[TaskPlan, ...], Dict[str, Any]]:
+    """Slurm's scheduler options and GPU binding (tfcluster.spec.slurm): the #SBATCH lines,
+    GPUs per task, and each task's CUDA_VISIBLE_DEVICES (None: the one Slurm binds)."""
+    from tfcluster.spec import slurm as slurm_options
+    spec = spec if spec is not None else cluster.spec.slurm
+    gpus = slurm_options.task_gpus(cluster, spec)
+    tasks = tuple(replace(t, gpus=gpus[t.job][t.index]) if t.job in gpus else t for t in tasks)
+    return tasks, {"lines": slurm_options.sbatch_lines(cluster, spec),
+                   "gpus_per_task": slurm_options.gpus_per_task(cluster, spec),
+                   "requeue": spec.requeue, "max_segments": spec.max_segments,
+                   "lead_signal": slurm_options.LEAD_SIGNAL if any(
+                       l.startswith("#SBATCH --signal=B:") for l in slurm_options.sbatch_lines(cluster, spec))
+                   else None}
+
+
+# ------------------------------------------------------------------ --arg
+def parse_args(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """``--arg`` words as (flag, value): ``train_steps=4000`` and ``--train_steps=4000`` are both
+    ``("--train_steps", "4000")``; ``-v`` or ``--verbose`` alone is a flag without a value.
+    Raises UserError naming the word (exit 2)."""
+    out: List[Tuple[str, Optional[str]]] = []
+    for word in words:
+        check_text("--arg", word)
+        name, eq, value = word.partition("=")
+        flag = name if name.startswith("-") else "--" + name
+        if not re.fullmatch(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*", flag):
+            raise UserError(f"--arg: '{_printable(word)}' is not NAME=VALUE (for example --arg "
+                            f"train_steps=4000 or --arg --train_steps=4000)")
+        out.append((flag, value if eq else None))
+    return out
+
+
+def apply_args(argv: Sequence[str], edits: Sequence[Tuple[str, Optional[str]]]) -> List[str]:
+    """The program ``argv`` with each ``--arg`` edit (:func:`parse_args`) made: a flag already
+    there gets the new value, in the form it has (``--f=v``, or ``--f v`` where the next word
+    is not a flag); a flag not there is appended (``--f=v``, or ``--f`` without a value). The
+    program's own words (the first, and a script after ``python``) are never taken for flags,
+    nor is anything after a ``--`` of the program's own."""
+    argv = list(argv)
+    for flag, value in edits:
+        found = False
+        i = 1
+        while i < len(argv):
+            w = argv[i]
+            if w == "--":
+                break
+            if w.startswith(flag + "="):
+                found = True
+                if value is not None:
+                    argv[i] = f"{flag}={value}"
+            elif w == flag:
+                found = True
+                nxt = argv[i + 1] if i + 1 < len(argv) else None
+                if value is not None:
+                    if nxt is not None and nxt != "--" and not nxt.startswith("-"):
+                        argv[i + 1] = value
+                        i += 1
+                    else:
+                        argv[i] = f"{flag}={value}"
+            i += 1
+        if not found:
+            add = flag if value is None else f"{flag}={value}"
+            cut = argv.index("--", 1) if "--" in argv[1:] else len(argv)
+            argv.insert(cut, add)
+    return argv
+
+
+def _printable(text: str) -> str:
+    return text.encode("unicode_escape", "backslashreplace").decode("ascii")[:80]

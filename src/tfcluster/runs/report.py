@@ -1,0 +1,894 @@
+"""``tfcluster report``: one self-contained HTML page that shows what happened in a run.
+
+The page is built from ``run.json`` and ``events.jsonl`` (docs/LAUNCH.md describes both) with
+inline SVG and inline CSS only: no script, no style sheet, no font or image from anywhere else,
+so it opens offline and can be mailed or attached to a ticket. It shows
+
+- a timeline of every task: each attempt as a bar (coloured by how it ended, labelled with the
+  exit code or signal), restarts (marker and backoff gap), watchdog actions, stop signals, and
+  stalls (gaps between progress reports longer than :func:`stall_threshold`);
+- the global step each task reported over time, with steps/s per task (a straggler's line lags
+  and its rate is flagged);
+- the task table of run.json and the run's events.
+
+A run without ``events.jsonl`` (recorded before tfcluster wrote event logs) still gets a page:
+one bar per task from its last start to its end, its restart count, its last progress report.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import heapq
+import html
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from tfcluster.spec.config import printable
+from tfcluster.errors import UserError
+from tfcluster.runs.eventlog import format_event, iter_events
+from tfcluster.core.rules import exit_words
+from tfcluster.runs.status import (HEADER, derive_result, format_duration, last_update, read_run,
+                        task_rows)
+
+REPORT_FILE = "report.html"
+STALL_MIN_S = 10.0        # a gap between progress reports is a stall if at least this long ...
+STALL_FACTOR = 5.0        # ... and this many times the task's median gap
+STRAGGLER_RATIO = 0.8     # a task below this fraction of the fastest task's steps/s is flagged
+MAX_POINTS = 1500         # progress points kept per task (thinned evenly as they stream in)
+EXACT_GAPS = 4096         # gaps per attempt kept exactly for the median; beyond, a histogram
+MAX_STALLS = 200          # stall candidates kept per attempt (the longest)
+MAX_MARKS = 400           # attempts / restarts / watchdog / stop marks kept per task
+MAX_TASKS = 1000          # task lanes drawn
+MAX_ROWS = 2000           # rows of the event table (the first and the last half)
+TEXT_LIMIT = 300          # characters of any one value written into the page
+
+WIDTH, LEFT, RIGHT = 1000, 120, 150   # RIGHT: room for the end labels
+ROW_H, BAR_H = 30, 14
+
+# Colours by meaning, from the Okabe-Ito palette (told apart with the common colour-vision
+# deficiencies); planned stops are neutral grey. docs/LAUNCH.md has the legend.
+COLOURS = {
+    "succeeded": "#009E73",   # bluish green
+    "failed": "#D55E00",      # vermillion
+    "stopped": "#BBBBBB",     # neutral: stopped by tfcluster, as planned
+    "running": "#0072B2",     # blue
+    "lost": "#000000",        # black: the launcher died, the end is unknown
+    "restart": "#56B4E9",     # sky blue (diamond marker; dashes: backoff)
+    "watchdog": "#CC79A7",    # reddish purple (circle marker)
+    "stall": "#F0E442",       # yellow band
+    "stop": "#555555",        # stop signal tick
+    "interrupted": "#6C6C6C", # the run was interrupted (Ctrl-C, SIGTERM): a planned stop
+    "unknown": "#999999",
+}
+STATE_CLASSES = ("succeeded", "failed", "stopped", "stopping", "running", "lost", "restarting",
+                 "pending", "unknown")
+# Lines of the step chart: 7 Okabe-Ito colours (yellow is too light on white) x 4 dash patterns,
+# so 28 tasks get distinct lines; each line is also labelled with its task at its end.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000"]
+DASHES = ["", "7 3", "2 3", "9 3 2 3"]
+
+
+def line_style(i: int) -> Tuple[str, str]:
+    """(colour, dash pattern) of the i-th line of the step chart."""
+    return PALETTE[i % len(PALETTE)], DASHES[(i // len(PALETTE)) % len(DASHES)]
+
+
+class GapStats:
+    """Gaps between a task's progress reports within one attempt, seen one at a time: exact up
+    to EXACT_GAPS (then the median is exact), else a histogram with 2**(1/16) wide buckets; and
+    the longest gaps of at least STALL_MIN_S, which may be stalls."""
+
+    def __init__(self):
+        self.exact: Optional[List[float]] = []
+        self.hist: Dict[int, int] = {}
+        self.n = 0
+        self.long: List[Tuple[float, float, float]] = []   # a heap of (gap, from, to)
+
+    def add(self, a: float, b: float) -> None:
+        gap = b - a
+        self.n += 1
+        if self.exact is not None:
+            self.exact.append(gap)
+            if len(self.exact) > EXACT_GAPS:
+                for g in self.exact:
+                    self._bucket(g)
+                self.exact = None
+        else:
+            self._bucket(gap)
+        if gap >= STALL_MIN_S:
+            item = (gap, a, b)
+            if len(self.long) < MAX_STALLS:
+                heapq.heappush(self.long, item)
+            elif item > self.long[0]:
+                heapq.heapreplace(self.long, item)
+
+    def _bucket(self, gap: float) -> None:
+        k = -10**6 if gap <= 0 else math.floor(16 * math.log2(gap))
+        self.hist[k] = self.hist.get(k, 0) + 1
+
+    def median(self) -> Optional[float]:
+        if self.exact is not None:
+            return statistics.median(self.exact) if self.exact else None
+        half, seen = self.n / 2.0, 0
+        for k in sorted(self.hist):
+            seen += self.hist[k]
+            if seen >= half:
+                return 0.0 if k == -10**6 else 2 ** ((k + 0.5) / 16)
+        return None
+
+
+@dataclass
+class Attempt:
+    start: float
+    end: Optional[float] = None
+    attempt: Optional[int] = 0
+    pid: Optional[int] = None
+    host: Optional[str] = None
+    exit: str = ""
+    state: str = ""
+    open: bool = False
+    first: Optional[Tuple[float, float]] = None    # first and last progress report (time, step)
+    last: Optional[Tuple[float, float]] = None
+    gaps: GapStats = field(default_factory=GapStats)
+
+
+class Thinned:
+    """Up to ``cap`` points of a series that streams in: every k-th point, k doubling whenever
+    the kept points reach ``cap``; the last point is always kept."""
+
+    def __init__(self, cap: int = MAX_POINTS):
+        self.half = max(2, cap // 2)
+        self.kept: List[Tuple[float, float]] = []
+        self.stride, self.n = 1, 0
+        self.last: Optional[Tuple[float, float]] = None
+
+    def add(self, point: Tuple[float, float]) -> None:
+        if self.n % self.stride == 0:
+            self.kept.append(point)
+            if len(self.kept) >= 2 * self.half:
+                self.kept = self.kept[::2]
+                self.stride *= 2
+        self.n += 1
+        self.last = point
+
+    def points(self) -> List[Tuple[float, float]]:
+        pts = list(self.kept)
+        if self.last is not None and (not pts or pts[-1] is not self.last):
+            pts.append(self.last)
+        pts.sort()
+        return pts
+
+
+@dataclass
+class TaskView:
+    name: str
+    attempts: List[Attempt] = field(default_factory=list)
+    restarts: List[Dict[str, Any]] = field(default_factory=list)   # task_restarting events
+    watchdog: List[Dict[str, Any]] = field(default_factory=list)
+    stops: List[Dict[str, Any]] = field(default_factory=list)
+    points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
+    stalls: List[Tuple[float, float]] = field(default_factory=list)
+    restart_count: int = 0
+    rate: Optional[float] = None
+    last_step: Optional[float] = None
+    total: Optional[float] = None
+    series: Thinned = field(default_factory=Thinned)
+    dropped: int = 0          # marks left out beyond MAX_MARKS
+    restart_events: int = 0
+    restarted_attempts: int = 0
+
+    @property
+    def outcome(self) -> str:
+        """How the task's last attempt ended: a state word (succeeded, failed, stopped, ...)."""
+        return self.attempts[-1].state if self.attempts else ""
+
+    @property
+    def straggler_exempt(self) -> str:
+        """Why this task is not compared with the others' speed ('' when it is): a task that
+        restarted or whose last attempt failed or was lost lags because it crashed, not
+        because it is slow."""
+        if self.restart_count:
+            return f"restarted {self.restart_count}x"
+        if self.outcome in ("failed", "lost"):
+            return self.outcome
+        return ""
+
+
+def _keep(marks: List[Any], item: Any, view: "TaskView") -> None:
+    marks.append(item)
+    if len(marks) > MAX_MARKS:       # keep the first and the latest; drop from the middle
+        del marks[MAX_MARKS // 2]
+        view.dropped += 1
+
+
+# ------------------------------------------------------------------ the model
+def stall_threshold(gaps: List[float]) -> float:
+    """How long a gap between two progress reports of a task must be to count as a stall."""
+    if not gaps:
+        return STALL_MIN_S
+    return max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
+
+
+def _threshold(median: Optional[float]) -> float:
+    return STALL_MIN_S if median is None else max(STALL_MIN_S, STALL_FACTOR * median)
+
+
+def _stalls(attempts: List[Attempt]) -> List[Tuple[float, float]]:
+    """Gaps in progress, within one attempt: between reports, and from the last report to the
+    end of the attempt (a task that hangs, then is killed) or to now (a task hanging now)."""
+    out: List[Tuple[float, float]] = []
+    for a in attempts:
+        if a.last is None:
+            continue
+        limit = _threshold(a.gaps.median())
+        out.extend(sorted((x, b) for gap, x, b in a.gaps.long if gap >= limit))
+        end = a.end if a.end is not None else a.start
+        if end - a.last[0] >= limit:
+            out.append((a.last[0], end))
+    return out
+
+
+def _rate(a: Attempt) -> Optional[float]:
+    if a.first is None or a.last is None:
+        return None
+    (t0, s0), (t1, s1) = a.first, a.last
+    return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+
+def _int(x: Any, low: int = 0, high: int = 1 << 31) -> Optional[int]:
+    """``x`` when it is a whole number in [low, high), else None (hostile or broken values)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and low <= x < high else None
+
+
+def _number(x: Any, limit: float = 1e18) -> Optional[float]:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < limit
+    return x if ok and math.isfinite(x) else None
+
+
+def _text(x: Any) -> str:
+    """Any value as bounded text (escaped later, where it is written)."""
+    if x is None:
+        return ""
+    text = x if isinstance(x, str) else str(x)
+    if len(text) > TEXT_LIMIT:
+        text = text[:TEXT_LIMIT] + "\u2026"
+    return printable(text)   # control characters and bidi overrides as visible escapes
+
+
+def _state(x: Any) -> str:
+    return x if isinstance(x, str) and x in STATE_CLASSES else ("unknown" if x else "")
+
+
+def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
+    """Everything the page shows, from run.json and events.jsonl. events.jsonl is streamed: the
+    model holds at most MAX_POINTS progress points, MAX_MARKS marks per task and MAX_ROWS table
+    rows however long the run was."""
+    now = time.time() if now is None else now
+    record = read_run(run_dir)
+    result = derive_result(record, run_dir=run_dir)
+    seen = last_update(run_dir)
+    views: Dict[str, TaskView] = {}
+    extra_tasks = 0
+
+    def view(name: Any) -> Optional[TaskView]:
+        nonlocal extra_tasks
+        if not isinstance(name, str) or not name:
+            return None
+        v = views.get(name)
+        if v is None:
+            if len(views) >= MAX_TASKS:
+                extra_tasks += 1
+                return None
+            v = views[name] = TaskView(name)
+        return v
+
+    for t in record.get("tasks", []):
+        view(t["task"])
+    by_task = {t["task"]: t for t in record.get("tasks", [])}
+
+    head: List[Dict[str, Any]] = []
+    tail: Deque[Dict[str, Any]] = collections.deque(maxlen=MAX_ROWS // 2)
+    n_rows = n_progress = n_events = 0
+    tmin = tmax = None
+    decision = chief = None
+    run_tasks: List[str] = []
+    for e in iter_events(run_dir):
+        if e.get("event") == "input":   # the run machine's input log (for replays)
+            continue
+        n_events += 1
+        t = float(e["time"])
+        tmin = t if tmin is None or t < tmin else tmin
+        tmax = t if tmax is None or t > tmax else tmax
+        kind = e["event"]
+        if kind == "progress":
+            n_progress += 1
+            step = _number(e.get("step"))
+            v = view(e.get("task"))
+            if v is None or step is None:
+                continue
+            point = (t, step)
+            v.series.add(point)
+            total = _number(e.get("total"))
+            if total is not None:
+                v.total = total
+            a = v.attempts[-1] if v.attempts else None
+            if a is not None and t >= a.start and (a.open or (a.end is not None and t <= a.end)):
+                if a.last is not None and t >= a.last[0]:
+                    a.gaps.add(a.last[0], t)
+                if a.first is None:
+                    a.first = point
+                if a.last is None or t >= a.last[0]:
+                    a.last = point
+            continue
+        n_rows += 1
+        if len(head) < MAX_ROWS - MAX_ROWS // 2:
+            head.append(e)
+        else:
+            tail.append(e)
+        if kind == "run_started":
+            tasks = e.get("tasks")
+            if isinstance(tasks, list) and not run_tasks:
+                run_tasks = [x for x in tasks[:MAX_TASKS] if isinstance(x, str)]
+            if chief is None and isinstance(e.get("chief"), str):
+                chief = e["chief"]
+            continue
+        if kind == "decision":
+            decision = e
+            continue
+        v = view(e.get("task"))
+        if v is None:
+            continue
+        if kind == "task_started":
+            if v.attempts and v.attempts[-1].open:   # a start without its exit: close it
+                v.attempts[-1].open, v.attempts[-1].end = False, t
+            n = _int(e.get("attempt"))
+            if n:
+                v.restarted_attempts += 1
+            _keep(v.attempts, Attempt(t, None, n, _int(e.get("pid"), 1), _text(e.get("host")) or None,
+                                      open=True), v)
+        elif kind == "task_exited":
+            if not v.attempts or not v.attempts[-1].open:
+                _keep(v.attempts, Attempt(tmin, attempt=None, open=True), v)
+            a = v.attempts[-1]
+            a.end, a.open = t, False
+            a.exit = _text(e.get("exit")) or exit_words(_int(e.get("exit_code"), -(1 << 31)),
+                                                         _text(e.get("signal")), unknown="")
+            a.state = _state(e.get("state"))
+        elif kind == "task_restarting":
+            v.restart_events += 1
+            _keep(v.restarts, e, v)
+        elif kind == "watchdog":
+            _keep(v.watchdog, e, v)
+        elif kind == "stop_sent":
+            _keep(v.stops, e, v)
+    events = head + list(tail)
+
+    order = run_tasks + list(views)
+    ordered: Dict[str, TaskView] = {}
+    for name in order:
+        if name in views and name not in ordered:
+            ordered[name] = views[name]
+    for name in run_tasks:   # a task of run_started that has no event (yet)
+        if name not in ordered and len(ordered) < MAX_TASKS:
+            ordered[name] = TaskView(name)
+
+    starts = [x for x in (record.get("started"), tmin) if x is not None]
+    t0 = min(starts) if starts else (seen or now)
+    if record.get("ended") is not None:
+        end_candidates = [record["ended"]]
+    elif result == "running":
+        end_candidates = [now]
+    else:
+        end_candidates = [seen or t0]
+    t1 = max(end_candidates + ([tmax] if tmax is not None else []) + [t0 + 1.0])
+
+    has_events = n_events > 0
+    if has_events:
+        for v in ordered.values():
+            for a in v.attempts:
+                if a.open:
+                    a.end = t1
+                    a.state = "lost" if result == "lost" else (a.state or "running")
+            v.restart_count = max(v.restart_events, v.restarted_attempts)
+    else:
+        for name, t in by_task.items():
+            v = ordered.get(name)
+            if v is None:
+                continue
+            v.restart_count = int(t.get("restarts") or 0)
+            if t.get("started") is not None:
+                open_ = t.get("ended") is None
+                state = _state(t.get("state"))
+                if open_ and result == "lost":
+                    state = "lost"
+                v.attempts.append(Attempt(t["started"], t.get("ended") if not open_ else t1,
+                                          v.restart_count, _int(t.get("pid"), 1),
+                                          _text(t.get("host")) or None, _text(t.get("exit")),
+                                          state, open=open_))
+            p = t.get("progress") or {}
+            if _number(p.get("step")) is not None:
+                v.series.add((p.get("at") or t.get("ended") or t1, p["step"]))
+                if _number(p.get("total")) is not None:
+                    v.total = p["total"]
+    for v in ordered.values():
+        v.points = v.series.points()
+        v.stalls = _stalls(v.attempts) if has_events else []
+        rated = [a for a in v.attempts if _rate(a) is not None]
+        v.rate = _rate(rated[-1]) if rated else _rate_of(v.points)
+        v.last_step = v.series.last[1] if v.series.last else None
+    rates = [v.rate for v in ordered.values() if v.rate and v.rate > 0]
+    fastest = max(rates) if rates else None
+    return {"record": record, "events": events, "result": result, "t0": t0, "t1": t1,
+            "tasks": list(ordered.values()), "fastest": fastest, "decision": decision,
+            "chief": chief, "run_dir": run_dir, "has_events": has_events,
+            "rows_left_out": max(0, n_rows - len(events)), "progress_count": n_progress,
+            "tasks_left_out": extra_tasks}
+
+
+def _rate_of(points: List[Tuple[float, float]]) -> Optional[float]:
+    if len(points) < 2:
+        return None
+    (t0, s0), (t1, s1) = points[0], points[-1]
+    return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+
+# ------------------------------------------------------------------ drawing
+# Every value from a record goes through _e() where it is written: markup escaped, quotes
+# included (attributes), and its length bounded. Numbers drawn as coordinates are floats
+# computed here. The page has a Content-Security-Policy that forbids every script.
+CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+       "base-uri 'none'; form-action 'none'")
+
+
+def _e(x: Any) -> str:
+    return html.escape(_text(x), quote=True)
+
+
+def _rel(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    m, s = divmod(seconds, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s" if s else f"{m}m"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+def _ticks(span: float, target: int = 8) -> float:
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                 43200, 86400):
+        if span / step <= target:
+            return float(step)
+    return 86400.0 * math.ceil(span / 86400.0 / target)
+
+
+class _X:
+    """Time -> x coordinate."""
+
+    def __init__(self, t0: float, t1: float):
+        self.t0, self.span = t0, max(t1 - t0, 1e-9)
+
+    def __call__(self, t: float) -> float:
+        return round(LEFT + (WIDTH - LEFT - RIGHT) * (t - self.t0) / self.span, 2)
+
+
+def _axis(x: _X, t0: float, t1: float, top: float, bottom: float) -> List[str]:
+    out = []
+    step = _ticks(t1 - t0)
+    k = 0
+    while t0 + k * step <= t1 + 1e-9:
+        xx = x(t0 + k * step)
+        out.append(f'<line class="grid" x1="{xx}" y1="{top}" x2="{xx}" y2="{bottom}"/>')
+        out.append(f'<text class="tick" x="{xx}" y="{bottom + 14}" text-anchor="middle">'
+                   f'+{_rel(k * step)}</text>')
+        k += 1
+    return out
+
+
+def _slug(name: str) -> str:
+    """A name as part of an id or class: ASCII letters, digits and _ only, others as -."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "-" for c in _text(name))
+
+
+#: What the label after an attempt's bar says, per state.
+STATE_WORDS = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped (planned)",
+               "stopping": "stopping", "running": "running", "lost": "lost",
+               "restarting": "restarting", "pending": "pending", "unknown": "state unknown"}
+
+
+def _text_width(words: str) -> float:
+    """About how wide an 11px exit label is (the chart's font; digits and letters alike)."""
+    return 6.2 * len(words)
+
+
+def _watchdog_in(marks, a) -> bool:
+    """Whether a watchdog acted on the task during attempt ``a`` (its kill ended it)."""
+    end = a.end if a.end is not None else float("inf")
+    return any(isinstance(w.get("time"), (int, float)) and a.start <= w["time"] <= end + 1.0
+               for w in marks)
+
+
+#: What a decision's rule means, for people (events name the rule only).
+RULE_WORDS = {"chief": "the chief's exit decides (success: chief)",
+              "all-workers": "every worker's exit decides (success: all-workers)",
+              "restart": "a task failed and its restart rule or the run's budget allowed no restart",
+              "signal": "the launcher got a signal"}
+
+
+def timeline_svg(m: Dict[str, Any]) -> str:
+    x = _X(m["t0"], m["t1"])
+    tasks = m["tasks"]
+    height = 20 + ROW_H * len(tasks) + 30
+    parts = [f'<svg id="timeline" class="chart" viewBox="0 0 {WIDTH} {height}" '
+             f'width="{WIDTH}" height="{height}" role="img" aria-label="timeline of every task">']
+    parts += _axis(x, m["t0"], m["t1"], 10, 20 + ROW_H * len(tasks))
+    for i, v in enumerate(tasks):
+        y = 20 + i * ROW_H
+        mid = y + ROW_H / 2
+        slug = _slug(v.name)
+        label = _text(v.name) + (" (chief)" if v.name == m["chief"] else "")
+        parts.append(f'<text class="task-label" x="{LEFT - 8}" y="{mid + 4}" '
+                     f'text-anchor="end">{_e(label)}</text>')
+        parts.append(f'<line class="lane" x1="{LEFT}" y1="{mid}" x2="{WIDTH - RIGHT}" y2="{mid}"/>')
+        for k, a in enumerate(v.attempts):
+            x0, x1 = x(a.start), x(a.end if a.end is not None else a.start)
+            state = a.state or "running"
+            said = STATE_WORDS.get(state, "")
+            if state == "stopped" and _watchdog_in(v.watchdog, a):
+                said = "stopped by the watchdog"       # not a planned stop
+            tip = (f"{_text(v.name)} attempt {'?' if a.attempt is None else a.attempt}: pid {a.pid}, "
+                   f"+{_rel(a.start - m['t0'])} to +{_rel((a.end or a.start) - m['t0'])}"
+                   + (f", {a.exit}" if a.exit else "") + f", {said or state}")
+            parts.append(f'<rect class="attempt att-{_e(state)}" id="attempt-{slug}-{k}" '
+                         f'data-state="{_e(state)}" x="{x0}" y="{mid - BAR_H / 2}" '
+                         f'width="{max(x1 - x0, 1.5)}" height="{BAR_H}" rx="2">'
+                         f'<title>{_e(tip)}</title></rect>')
+            words = " ".join(w for w in (a.exit, said) if w and
+                             not (state == "running" and not a.exit))
+            nxt = v.attempts[k + 1].start if k + 1 < len(v.attempts) else None
+            room = (x(nxt) - x1 - 6) if nxt is not None else None
+            if words and not a.open and (room is None or room >= _text_width(words)):
+                # (a label that would run into the next attempt is left to the bar's tooltip;
+                # one that would run off the chart ends at its edge)
+                lx, anchor = x1 + 3, ""
+                if lx + _text_width(words) > WIDTH - 2:
+                    lx, anchor = WIDTH - 2, ' text-anchor="end"'
+                parts.append(f'<text class="exit-label exit-{_e(state)}" x="{lx}"{anchor} '
+                             f'y="{mid - BAR_H / 2 - 2}">{_e(words)}</text>')
+            elif state == "lost":
+                parts.append(f'<text class="exit-label exit-lost" x="{min(x1 + 3, WIDTH - RIGHT + 2)}" '
+                             f'y="{mid - BAR_H / 2 - 2}">lost</text>')
+        if not m["has_events"] and v.restart_count and v.attempts:
+            n = v.restart_count
+            parts.append(f'<text class="restart-label" x="{x(v.attempts[0].start) + 3}" '
+                         f'y="{mid + BAR_H / 2 + 10}">{n} restart{"s" if n > 1 else ""} before '
+                         f'(time not recorded)</text>')
+        for s0, s1 in v.stalls:
+            parts.append(f'<rect class="stall" x="{x(s0)}" y="{mid - BAR_H / 2 - 3}" '
+                         f'width="{max(x(s1) - x(s0), 1.5)}" height="{BAR_H + 6}">'
+                         f'<title>{_e(f"{v.name}: no progress for {format_duration(s1 - s0)} (stall)")}'
+                         f'</title></rect>')
+        for n, r in enumerate(v.restarts, 1):
+            rx = x(r["time"])
+            attempt = _int(r.get("attempt")) or n
+            nxt = next((a.start for a in v.attempts if a.start >= r["time"]), None)
+            if nxt is not None and x(nxt) > rx:
+                parts.append(f'<line class="backoff" x1="{rx}" y1="{mid}" x2="{x(nxt)}" y2="{mid}"/>')
+            delay = _number(r.get("delay"))
+            tip = (f"{_text(v.name)} restart {attempt}" + (f" after {_num(delay)}s backoff"
+                                                           if delay is not None else "")
+                   + (f": {_text(r.get('reason'))}" if r.get("reason") else ""))
+            parts.append(f'<path class="restart-marker" id="restart-{slug}-{n}" '
+                         f'd="M{rx} {mid - 10} L{rx + 7} {mid} L{rx} {mid + 10} L{rx - 7} {mid} Z">'
+                         f'<title>{_e(tip)}</title></path>')
+            parts.append(f'<text class="restart-label" x="{rx + 8}" y="{mid + BAR_H / 2 + 10}">'
+                         f'restart {attempt}</text>')
+        for n, w in enumerate(v.watchdog, 1):
+            wx = x(w["time"])
+            tip = f"watchdog: {_text(v.name)}: {_text(w.get('reason'))} -> {_text(w.get('action'))}"
+            parts.append(f'<circle class="watchdog-marker" id="watchdog-{slug}-{n}" cx="{wx}" '
+                         f'cy="{mid}" r="6"><title>{_e(tip)}</title></circle>')
+            parts.append(f'<text class="watchdog-label" x="{wx + 8}" y="{mid + BAR_H / 2 + 10}">'
+                         f'watchdog: {_e(w.get("action"))}</text>')
+        for s in v.stops:
+            sx = x(s["time"])
+            tip = f"{_text(v.name)}: sent {_text(s.get('signal'))}"
+            parts.append(f'<line class="stop-marker" x1="{sx}" y1="{mid - 11}" x2="{sx}" '
+                         f'y2="{mid + 11}"><title>{_e(tip)}</title></line>')
+        if v.dropped:
+            parts.append(f'<text class="note-label" x="{LEFT}" y="{mid + BAR_H / 2 + 10}">'
+                         f'{v.dropped} more marks not drawn</text>')
+    d = m["decision"]
+    if d is not None:
+        dx = x(d["time"])
+        parts.append(f'<line class="decision" x1="{dx}" y1="10" x2="{dx}" y2="{20 + ROW_H * len(tasks)}">'
+                     f'<title>{_e(_describe(d))}</title></line>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _num(x: Any) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def _thin(points: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    k = math.ceil(len(points) / MAX_POINTS)
+    return points[::k] + [points[-1]]
+
+
+def _step_text(x: Optional[float]) -> str:
+    if x is None:
+        return ""
+    return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
+
+
+def steps_svg(m: Dict[str, Any]) -> str:
+    drawn = [v for v in m["tasks"] if v.points]
+    if not drawn:
+        return '<p class="note">No task reported progress (see docs/LAUNCH.md, "Reporting progress").</p>'
+    x = _X(m["t0"], m["t1"])
+    h_plot, top = 260, 10
+    totals = [v.total for v in drawn if v.total]
+    ymin = min([0.0] + [min(p[1] for p in v.points) for v in drawn])
+    ymax = max([v.last_step or 0 for v in drawn] + [max(p[1] for p in v.points) for v in drawn]
+               + totals + [ymin + 1])
+    span = (ymax - ymin) or 1.0
+
+    def y(step: float) -> float:
+        return round(top + h_plot * (1 - (step - ymin) / span), 2)
+    parts = [f'<svg id="steps" class="chart" viewBox="0 0 {WIDTH} {h_plot + 40}" width="{WIDTH}" '
+             f'height="{h_plot + 40}" role="img" aria-label="global step over time per task">']
+    parts += _axis(x, m["t0"], m["t1"], top, top + h_plot)
+    for frac in (0, 0.5, 1):
+        yy = y(ymin + span * frac)
+        parts.append(f'<text class="tick" x="{LEFT - 8}" y="{yy + 4}" text-anchor="end">'
+                     f'{_step_text(round(ymin + span * frac))}</text>')
+    if totals:
+        ty = y(max(totals))
+        parts.append(f'<line class="total" x1="{LEFT}" y1="{ty}" x2="{WIDTH - RIGHT}" y2="{ty}">'
+                     f'<title>target step {_e(_step_text(max(totals)))}</title></line>')
+    for i, v in enumerate(drawn):
+        color, dash = line_style(i)
+        pts = " ".join(f"{x(t)},{y(s)}" for t, s in _thin(v.points))
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        parts.append(f'<polyline class="step-line" id="steps-{_slug(v.name)}" points="{pts}" '
+                     f'stroke="{color}"{dash_attr}><title>{_e(v.name)}</title></polyline>')
+        t, s = v.points[-1]
+        parts.append(f'<circle cx="{x(t)}" cy="{y(s)}" r="3" fill="{color}"/>')
+        if len(drawn) <= 28:   # a direct label at the end of each line
+            parts.append(f'<text class="line-label" x="{x(t) + 5}" y="{y(s) + 4}" fill="{color}">'
+                         f'{_e(v.name)}</text>')
+    parts.append("</svg>")
+    rows = []
+    for i, v in enumerate(drawn):
+        color, dash = line_style(i)
+        exempt = v.straggler_exempt
+        slow = bool(not exempt and v.rate and m["fastest"]
+                    and v.rate < STRAGGLER_RATIO * m["fastest"])
+        rel = f"{100 * v.rate / m['fastest']:.0f}%" if v.rate and m["fastest"] else ""
+        note = " &mdash; straggler" if slow else (f"{' &mdash; ' if rel else ''}{_e(exempt)}, not compared"
+                                                   if exempt else "")
+        sample = (f'<svg class="sample" width="28" height="10" viewBox="0 0 28 10"><line x1="0" y1="5" '
+                  f'x2="28" y2="5" stroke="{color}" stroke-width="2"'
+                  + (f' stroke-dasharray="{dash}"' if dash else "") + "/></svg>")
+        cls = "straggler" if slow else ("exempt" if exempt else "")
+        rows.append(f'<tr class="{cls}" id="rate-{_slug(v.name)}"><td>{sample}{_e(v.name)}</td>'
+                    f'<td>{_e(_step_text(v.last_step))}'
+                    + (f" / {_e(_step_text(v.total))}" if v.total else "") + "</td>"
+                    f'<td>{"" if v.rate is None else f"{v.rate:.2f}"}</td><td>{rel}{note}</td></tr>')
+    legend = ('<table class="legend"><tr><th>task</th><th>last step</th><th>steps/s</th>'
+              '<th>of fastest</th></tr>' + "".join(rows) + "</table>")
+    return "\n".join(parts) + legend
+
+
+def _when(t: Optional[float]) -> str:
+    if t is None:
+        return ""
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _describe(e: Dict[str, Any]) -> str:
+    """format_event, or for an event whose values have unexpected types, its keys as text."""
+    try:
+        return format_event(e)
+    except (TypeError, ValueError, AttributeError):
+        rest = ", ".join(f"{_text(k)}={_text(v)}" for k, v in e.items() if k not in ("time", "event", "task"))
+        return f"{_text(e.get('event'))} {_text(e.get('task') or 'run')}: {rest}"
+
+
+def _row_class(e: Dict[str, Any]) -> str:
+    kind = e.get("event")
+    cls = "ev-" + _slug(kind)
+    if kind == "task_exited":
+        cls += " ev-state-" + (_state(e.get("state")) or "unknown")
+    return cls
+
+
+def events_table(m: Dict[str, Any]) -> str:
+    if not m["has_events"]:
+        return ('<p class="note">This run has no events.jsonl (it was recorded before tfcluster '
+                'wrote event logs): the timeline shows what run.json has, each task\'s last start '
+                'and end and its restart count.</p>')
+    progress = m["progress_count"]
+    rows = []
+    half = MAX_ROWS - MAX_ROWS // 2
+    for i, e in enumerate(m["events"]):
+        if i == half and m["rows_left_out"]:
+            rows.append(f'<tr class="gap"><td colspan="5">&hellip; {m["rows_left_out"]} more '
+                        f'events not listed &hellip;</td></tr>')
+        clock = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
+        rows.append(f'<tr class="{_row_class(e)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
+                    f'<td>{clock}</td><td>{_e(e.get("task") or "")}</td><td>{_e(e["event"])}</td>'
+                    f'<td>{_e(_describe(e))}</td></tr>')
+    note = (f'<p class="note">{progress} progress reports are drawn in the chart above, not '
+            f'listed.</p>' if progress else "")
+    return (note + '<table class="events"><tr><th>time</th><th>clock</th><th>task</th>'
+            '<th>event</th><th>what</th></tr>' + "".join(rows) + "</table>")
+
+
+C = COLOURS
+CSS = f"""
+body{{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#212529;background:#fff}}
+h1{{font-size:20px;margin:0 0 4px}}h2{{font-size:16px;margin:28px 0 8px}}
+.meta{{color:#495057}}.meta b{{color:#212529}}
+.result{{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600}}
+.result-succeeded{{background:{C['succeeded']}}}.result-failed{{background:{C['failed']}}}
+.result-interrupted{{background:{C['interrupted']}}}.result-lost{{background:{C['lost']}}}
+.result-running{{background:{C['running']}}}.result-unknown{{background:{C['unknown']}}}
+.chart{{max-width:100%;height:auto;display:block}}
+.grid{{stroke:#e9ecef;stroke-width:1}}.lane{{stroke:#dee2e6;stroke-width:1}}
+.tick{{font-size:11px;fill:#868e96}}.task-label{{font-size:13px;fill:#212529}}
+.attempt{{stroke:none}}.att-succeeded{{fill:{C['succeeded']}}}.att-failed{{fill:{C['failed']}}}
+.att-stopped,.att-stopping{{fill:{C['stopped']}}}.att-running{{fill:{C['running']}}}
+.att-lost{{fill:{C['lost']}}}.att-restarting,.att-pending,.att-unknown{{fill:{C['unknown']}}}
+.exit-label{{font-size:11px;fill:#212529}}.exit-failed{{fill:#A04000;font-weight:600}}
+.exit-succeeded{{fill:#006B4F}}.exit-lost{{fill:#000;font-weight:600}}
+.stall{{fill:{C['stall']};fill-opacity:.6;stroke:#8a7f00;stroke-dasharray:3 2}}
+.restart-marker{{fill:{C['restart']};stroke:#000;stroke-width:1}}
+.restart-label{{font-size:11px;fill:#1f6f99;font-weight:600}}
+.backoff{{stroke:{C['restart']};stroke-width:2.5;stroke-dasharray:4 3}}
+.watchdog-marker{{fill:{C['watchdog']};stroke:#000;stroke-width:1}}
+.watchdog-label{{font-size:11px;fill:#8f3f6f;font-weight:600}}
+.stop-marker{{stroke:{C['stop']};stroke-width:2}}
+.decision{{stroke:#212529;stroke-width:1.5;stroke-dasharray:6 3}}
+.total{{stroke:#adb5bd;stroke-dasharray:5 4}}
+.step-line{{fill:none;stroke-width:2}}.line-label{{font-size:11px;font-weight:600}}
+.note-label{{font-size:11px;fill:#495057;font-style:italic}}
+table{{border-collapse:collapse;margin:6px 0}}td,th{{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:left;vertical-align:top}}
+th{{font-weight:600;background:#f8f9fa}}
+.sample{{margin-right:6px;vertical-align:middle}}
+tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{color:#495057;font-style:italic}}
+.events td:first-child{{border-left:4px solid transparent}}
+.ev-state-succeeded td:first-child{{border-left-color:{C['succeeded']}}}
+.ev-state-failed td:first-child{{border-left-color:{C['failed']}}}.ev-state-failed td{{color:#A04000}}
+.ev-state-stopped td:first-child,.ev-stop_sent td:first-child{{border-left-color:{C['stopped']}}}
+.ev-state-lost td:first-child{{border-left-color:{C['lost']}}}
+.ev-watchdog td:first-child{{border-left-color:{C['watchdog']}}}.ev-watchdog td{{color:#8f3f6f}}
+.ev-task_restarting td:first-child{{border-left-color:{C['restart']}}}
+.ev-decision td,.ev-run_ended td{{font-weight:600}}
+.note{{color:#495057;font-style:italic}}
+.key span{{margin-right:14px;white-space:nowrap}}.key i{{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}}
+.key .k-restart{{transform:rotate(45deg);width:8px;height:8px;border:1px solid #000}}
+.key .k-watchdog{{border-radius:50%;border:1px solid #000}}
+"""
+
+#: The legend of the timeline: (class, colour, words). Checked by tests/integration/test_report_browser.py.
+LEGEND = [
+    ("k-succeeded", COLOURS["succeeded"], "succeeded (exit 0)"),
+    ("k-failed", COLOURS["failed"], "failed"),
+    ("k-stopped", COLOURS["stopped"], "stopped by tfcluster (planned)"),
+    ("k-running", COLOURS["running"], "running"),
+    ("k-lost", COLOURS["lost"], "lost (launcher died; end unknown)"),
+    ("k-restart", COLOURS["restart"], "restart (dashes: backoff)"),
+    ("k-watchdog", COLOURS["watchdog"], "watchdog"),
+    ("k-stall", COLOURS["stall"], "stall (no progress)"),
+    ("k-stop", COLOURS["stop"], "stop signal"),
+]
+
+
+def render_html(m: Dict[str, Any]) -> str:
+    r = m["record"]
+    result = m["result"]
+    dur = (r.get("ended") or m["t1"]) - m["t0"]
+    restarts = r.get("total_restarts")
+    if restarts is None:
+        restarts = sum(v.restart_count for v in m["tasks"])
+    meta = [f"<b>file</b> {_e(r.get('file') or '')}",
+            f"<b>backend</b> {_e(r.get('backend') or '')}",
+            f"<b>started</b> {_e(_when(r.get('started') or m['t0']))}",
+            f"<b>{'ran' if result != 'running' else 'running for'}</b> {_e(format_duration(dur))}",
+            f"<b>restarts</b> {_e(restarts)}"]
+    if m["chief"]:
+        meta.append(f"<b>chief</b> {_e(m['chief'])}")
+    why = []
+    d = m["decision"]
+    if d is not None:
+        rule = _text(d.get("rule"))
+        why.append(f"<p><b>decision</b>: {_e(d.get('result'))}"
+                   + (f": {_e(d.get('reason'))}" if d.get("reason") else "")
+                   + f" ({_e(RULE_WORDS.get(rule, 'rule ' + rule))})</p>")
+    if r.get("root_cause"):
+        why.append(f"<p><b>root cause</b>: {_e(r['root_cause'])}</p>")
+    if result == "lost":
+        why.append("<p><b>lost</b>: the launcher died without closing the record; the run is "
+                   f"drawn up to the last update of run.json ({_e(_when(m['t1']))}).</p>")
+    if m.get("tasks_left_out"):
+        why.append(f'<p class="note">{m["tasks_left_out"]} events of tasks beyond the first '
+                   f'{MAX_TASKS} are not drawn.</p>')
+    exit_code = r.get("exit_code")
+    key = ('<p class="key">' + "".join(f'<span class="{cls}-key"><i class="{cls}" '
+                                       f'style="background:{colour}"></i>{_e(words)}</span>'
+                                       for cls, colour, words in LEGEND) + "</p>")
+    task_table = ("<table class=\"tasks\"><tr>" + "".join(f"<th>{_e(h)}</th>" for h in HEADER)
+                  + "</tr>" + "".join(
+                      f'<tr class="task-state-{_e(_state(row[3]) or "unknown")}">'
+                      + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                      for row in task_rows(r, r.get("ended") or m["t1"])[:MAX_TASKS])
+                  + "</table>")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tfcluster run {_e(r.get('run_id') or os.path.basename(m['run_dir']))}: {_e(result)}</title>
+<style>{CSS}</style>
+</head>
+<body>
+<h1>run {_e(r.get('run_id') or '')} <span class="result result-{_e(_slug(result))}" id="result">{_e(result)}</span>
+{'' if exit_code is None else f'<span class="meta">exit code {_e(exit_code)}</span>'}</h1>
+<p class="meta">{' &middot; '.join(meta)}</p>
+{''.join(why)}
+<h2>Timeline</h2>
+{key}
+{timeline_svg(m)}
+<h2>Global step per task</h2>
+{steps_svg(m)}
+<h2>Tasks</h2>
+{task_table}
+<h2>Events</h2>
+{events_table(m)}
+<p class="note">Written by tfcluster report from {_e(m['run_dir'])} at {_e(_when(time.time()))}.</p>
+</body>
+</html>
+"""
+
+
+def write_report(run_dir: str, output: Optional[str] = None) -> str:
+    """Write the report of ``run_dir`` (to ``<run_dir>/report.html`` unless ``output``) and
+    return its absolute path. The file is readable by its owner only, like the run folder.
+
+    Written as run files are (:func:`tfcluster.safe_files.write_new_at`): a temporary file made with
+    ``O_EXCL | O_NOFOLLOW`` in the folder opened without following a link, renamed over the
+    report (a link planted at either name is never written through, only replaced); removed
+    when the write fails (a full disk). Into a run folder only when it is the caller's: a run
+    folder another user made is theirs to fill with links."""
+    from tfcluster import safe_files as runfs
+    page = render_html(build_model(run_dir)).encode("utf-8")
+    path = os.path.abspath(output or os.path.join(run_dir, REPORT_FILE))
+    try:
+        if output:
+            runfs.write_file(path, page)
+        else:
+            fd = runfs.open_run_dir(run_dir, own=False)
+            try:
+                runfs.check_own(run_dir, os.fstat(fd), "the report is not written into another "
+                                "user's run folder; give --output FILE")
+                runfs.write_new_at(fd, REPORT_FILE, page)
+            finally:
+                os.close(fd)
+    except OSError as e:
+        raise UserError(f"{_e_path(path)}: cannot be written ({e.strerror or e})")
+    return path
+
+
+def _e_path(path: str) -> str:
+    from tfcluster.terminal import printable
+    return printable(path)
