@@ -55,7 +55,7 @@ def test_bash_completes_subcommands_and_flags(env, capsys):
     s = script(capsys)
     assert "complete -o default -F _tfcluster tfcluster" in s
     assert complete(s, "tfcluster la", work, e) == ["launch"]
-    assert set(complete(s, "tfcluster st", work, e)) == {"status", "stop"}
+    assert set(complete(s, "tfcluster st", work, e)) == {"stack", "status", "stop"}
     assert "--detach" in complete(s, "tfcluster launch --de", work, e)
     assert complete(s, "tfcluster logs --fo", work, e) == ["--follow"]
     # the parser's own choices: every render kind, trainjob included

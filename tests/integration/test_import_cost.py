@@ -31,7 +31,7 @@ def test_the_in_task_runtime_loads_nothing_of_the_launcher():
 
 
 def test_the_package_names_load_on_first_use_and_launch_stays_callable(tmp_path):
-    code = ("import tfcluster, tfcluster.launch\n"
+    code = ("import tfcluster, tfcluster.drivers.supervisor, tfcluster.cli.main\n"
             "assert callable(tfcluster.launch) and tfcluster.load.__module__ == 'tfcluster.spec.config'\n"
             "from tfcluster import Cluster, UserError, report_progress, resolve_run\n"
             "(open('cluster.yaml', 'w').write('cluster: {worker: 1}\\n'\n"
