@@ -25,7 +25,11 @@ import psutil
 
 from tfcluster.spec.hosts import free_ports
 
-RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+# Ray's command as this interpreter runs it: its console script beside the interpreter when pip
+# put it there, else its module (a virtualenv that borrows the system's site-packages has no
+# script of its own)
+_SCRIPT = os.path.join(os.path.dirname(sys.executable), "ray")
+RAY = [_SCRIPT] if os.access(_SCRIPT, os.X_OK) else [sys.executable, "-m", "ray.scripts.scripts"]
 
 
 @dataclass
@@ -85,11 +89,11 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
     cluster.dashboard_url = f"http://{head_ip}:{dash}" if dashboard else ""
     try:
         for i, (ip, cpus, resources) in enumerate(nodes):
-            argv = [RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
+            argv = [*RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
                     "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
             if i == 0:
                 argv += ["--head", f"--port={port}",
-                         *([f"--include-dashboard=true", f"--dashboard-host={head_ip}",
+                         *(["--include-dashboard=true", f"--dashboard-host={head_ip}",
                             f"--dashboard-port={dash}"] if dashboard else ["--include-dashboard=false"]),
                          f"--temp-dir={temp}", f"--ray-client-server-port={client}",
                          f"--metrics-export-port={metrics}"]

@@ -95,7 +95,7 @@ def test_ray_job_submit_runs_the_launch_as_kuberay_users_do(tmp_path):
             f"cluster: {{ps: 1, worker: 1}}\nprogram: {{command: [python, train.py], "
             f"args: [--train_steps=50]}}\nlogdir: {tmp_path / 'runs'}\n")
         env = dict(os.environ, RAY_ADDRESS=cluster.dashboard_url)
-        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit",
+        r = subprocess.run([*ray_nodes.RAY, "job", "submit",
                             "--working-dir", ".", "--", "python", "-m", "tfcluster", "launch",
                             "cluster.yaml", "--backend", "ray", "--no-live"],
                            cwd=project, env=env, capture_output=True, text=True, timeout=400)
