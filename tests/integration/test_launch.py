@@ -224,7 +224,8 @@ def test_watchdog_stalled_global_step_ends_the_run(tmp_path, ports):
                       extra="watchdog: {stall_timeout: 2}\n")
     r = tfcluster("launch", f, env={"MODE_worker_0": "stall", "MODE_worker_1": "exit:0"})
     assert r.returncode == 1
-    assert "cause: watchdog: the global step has stood at 5 for 2s; not running: worker:1 (succeeded, exit 0)" in r.stderr
+    assert ("cause: watchdog: the global step has stood at 5 for 2s; suspects: worker:0 (no progress "
+            "for 2s, at step 5); not running: worker:1 (succeeded, exit 0)") in r.stderr
     record = json.loads((run_dir(tmp_path) / "run.json").read_text())
     assert record["root_cause"].startswith("watchdog: the global step")
 

@@ -186,7 +186,7 @@ import os, resource, sys, threading, time
 sys.path.insert(0, {SRC!r})
 from tfcluster.drivers.pump import join_readers
 from tfcluster.core.task_output import OutputReader, Seen
-from tfcluster import runfs
+from tfcluster import safe_files as runfs
 r, w = os.pipe()
 def write():
     chunk = b"y" * (1 << 20)

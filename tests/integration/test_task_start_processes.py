@@ -128,7 +128,7 @@ def test_a_launcher_that_ignores_sighup_gives_tasks_the_default(tmp_path):
 
 FAKE_LAUNCHER = r"""
 import os, subprocess, sys
-from tfcluster import contract
+from tfcluster.plan import contract
 from tfcluster.backends.local import Reaper
 reaper = Reaper()
 reaper.start()
@@ -200,7 +200,7 @@ def test_a_program_that_cannot_run_is_one_line_naming_the_task(tmp_path, setpriv
 
 FAKE_LAUNCHER_WITH_CHILD = r"""
 import os, subprocess, sys
-from tfcluster import contract
+from tfcluster.plan import contract
 from tfcluster.backends.local import Reaper
 reaper = Reaper()
 reaper.start()
