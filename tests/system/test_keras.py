@@ -186,7 +186,7 @@ def test_mwms_fit_fails_with_keras3_on_a_per_replica_conversion(tmp_path, ports,
     assert PER_REPLICA in log, log[-3000:]
     assert "keras/src/" in log and "tf_keras" not in log  # it was Keras 3
     hint = failure_hint(log.splitlines()[-40:])
-    assert hint and "MultiWorkerMirroredStrategy" in hint and "keras2" in hint
+    assert hint and "MultiWorkerMirroredStrategy" in hint and "tf_keras" in hint
     assert_all_gone(record)
 
 
@@ -250,7 +250,7 @@ def test_pss_example_refuses_keras3_in_one_line(tmp_path, ports):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("keras_pss: error:")]
-    assert len(errors) == 1 and "keras2" in errors[0] and "Traceback" not in out.stderr, out.stderr
+    assert len(errors) == 1 and "tf_keras" in errors[0] and "Traceback" not in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("variant, error", [
@@ -269,7 +269,7 @@ def test_pss_fit_fails_with_keras3(tmp_path, ports, variant, error):
     log = task_log(record, "chief:0")
     assert error in log, log[-3000:]
     hint = failure_hint(log.splitlines()[-40:])
-    assert hint and "ParameterServerStrategy" in hint and "keras2" in hint
+    assert hint and "ParameterServerStrategy" in hint and "tf_keras" in hint
     assert_all_gone(record)
 
 
