@@ -23,7 +23,10 @@ in ``high`` that needs a node takes it from a ``low`` job, which is requeued (or
 it cannot be). ``JobRequeue=0``: a job is requeued (after a node failure, a preemption) only if
 it asked for it (``sbatch --requeue``; tfcluster's ``slurm.requeue``), otherwise it ends
 (NODE_FAIL). ``cred_expire=10`` makes a requeued job wait ~10 s, not Slurm's 120 s;
-``SlurmdTimeout=10``: a node that stops answering is down after ~10-20 s.
+``SlurmdTimeout=10``: a node that stops answering is down after ~10-20 s. A preempted ``low``
+job gets ``GraceTime=20`` s (its tasks are SIGTERMed at once; it is requeued when the grace
+ends, if it still runs), and every job ends within ``KillWait=15`` s of Slurm's SIGTERM (scancel,
+the time limit, the requeue): time for trainer.py's chief to write its final checkpoint, ps last.
 """
 from __future__ import annotations
 
@@ -70,11 +73,11 @@ JobRequeue=0
 ReturnToService=2
 SlurmdTimeout=10
 MessageTimeout=5
-KillWait=10
+KillWait=15
 MinJobAge=300
 InactiveLimit=0
 {nodes}
-PartitionName=low Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=low Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=20
 PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10
 """
 

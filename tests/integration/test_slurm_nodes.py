@@ -85,8 +85,9 @@ def test_three_node_slurm_preempts_a_low_partition_job(slurm3, tmp_path):
     high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive",
                            f"--output={tmp_path}/high.out", "--wrap", "echo high on $SLURM_JOB_NODELIST; sleep 3"],
                           capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    # GraceTime=20 on low: the low job is requeued when its grace ends (Slurm looks every ~30 s)
     _wait_for(lambda: (tmp_path / "high.out").exists() and "high on n[1-3]" in (tmp_path / "high.out").read_text(),
-              60, what="the high job's start")
+              120, what="the high job's start")
     low_now = state(low)
     assert low_now["JobState"] in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), low_now
     assert int(low_now["Restarts"]) == 1, low_now
@@ -266,3 +267,123 @@ def test_doctor_inside_an_allocation_checks_every_node(slurm3, tmp_path):
     assert all("2222:free" in rows[n] for n in ("n1", "n2", "n3")), r.stdout
     assert "every host agrees" in r.stderr
     assert slurm3.wait_empty_queue(30) == ""
+
+
+def _trainer_file(tmp_path, workers, steps, slurm):
+    """trainer.py, one ps and ``workers`` workers, one task a node, checkpoints only at the end."""
+    ckpt = tmp_path / "ckpt"
+    (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
+        cluster: {{ps: 1, worker: {workers}}}
+        program:
+          command: [python, {os.path.join(ROOT, "trainer.py")}]
+          args: [--train_steps={steps}, --checkpoint_dir={ckpt}, --save_checkpoint_secs=3600,
+                 --save_summaries_steps=0, --print_placement=false, --progress_secs=0.5]
+        base_port: 2222
+        grace: 30
+        logdir: runs
+        slurm: {{{slurm}sbatch: [--ntasks-per-node=1]}}
+    """))
+    return ckpt
+
+
+def _checkpoint_step(ckpt):
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(ckpt))
+    return int(latest.rsplit("-", 1)[1]) if latest else None
+
+
+def _first_ends(run_dir):
+    """{task: (time, signal)} of each task's first end in the run's events (the first segment)."""
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    out = {}
+    for e in events:
+        if e["event"] == "task_exited" and e["task"] not in out:
+            out[e["task"]] = (e["time"], e.get("signal"))
+    return out, events
+
+
+def _stop_step(out):
+    """The global step at which the chief says Slurm's SIGTERM stopped it (0: it did not say)."""
+    m = re.search(r"\[worker:0\] \S+ stopped by signal 15 at global_step=(\d+); the final "
+                  r"checkpoint is written on close", out)
+    return int(m.group(1)) if m else 0
+
+
+TRAINED = re.compile(r'"step": [1-9][0-9]+')
+
+
+@pytest.mark.tf
+def test_slurm_partition_preemption_stops_trainer_in_order_and_the_requeued_job_resumes(slurm3, tmp_path):
+    """A real partition preemption of a running trainer.py cluster (ps and two workers on three
+    nodes, ``slurm.partition: low``, ``slurm.requeue: true``): a ``high`` job (PriorityTier 10)
+    takes the nodes. Slurm SIGTERMs the tasks at once (GraceTime 20 s); the chief and the other
+    worker end first, the chief with its final checkpoint, the ps after them (its wrapper's
+    SIGHUP). The job is requeued, and once the high job is done the next segment restores that
+    checkpoint, trains on from its global step and the run succeeds."""
+    ckpt = _trainer_file(tmp_path, 2, 15000, "partition: low, requeue: true, max_segments: 3, ")
+    p = _popen(tmp_path / "cluster.yaml", "--run-id", "p1")
+    run_dir = tmp_path / "runs" / "p1"
+    high_out = tmp_path / "high.out"
+    try:
+        log = run_dir / "worker-0.log"
+        _wait_for(lambda: log.exists() and TRAINED.search(log.read_text()), 120, p, "training")
+        job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
+        subprocess.run(["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive",
+                        f"--output={high_out}", "--wrap", "echo high on $SLURM_JOB_NODELIST; sleep 15"],
+                       capture_output=True, text=True, timeout=30, check=True)
+        _wait_for(lambda: high_out.exists() and "high on n[1-3]" in high_out.read_text(), 120, p,
+                  "the high job's start")
+        saved = _checkpoint_step(ckpt)       # the low job's first segment is over
+        out, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out[-4000:]
+    assert saved and saved >= _stop_step(out) > 0, (saved, out[-4000:])
+    assert "was preempted and stopped in order; requeueing the job (segment 1, at most 3)" in out, out[-4000:]
+    assert f"job {job} was requeued" in out, out[-4000:]
+    restored = re.search(r"\[worker:0\] \S+ restored \S+ \(global_step=(\d+)\)", out)
+    assert restored and int(restored.group(1)) == saved, out[-4000:]
+    assert f"from global_step={saved} to 15000" in out, out[-4000:]
+    ends, events = _first_ends(run_dir)
+    assert ends["ps:0"][1] == "SIGHUP" and ends["ps:0"][0] > max(ends["worker:0"][0], ends["worker:1"][0]), events
+    assert _checkpoint_step(ckpt) >= 15000
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
+    assert slurm3.wait_empty_queue(60) == ""
+
+
+@pytest.mark.tf
+def test_slurm_time_limit_without_signal_stops_trainer_in_order(slurm3, tmp_path):
+    """A time limit reached without ``--signal`` (no ``slurm.time``; the limit is set on the
+    running job with ``scontrol update TimeLimit=1``): Slurm ends the job itself (TIMEOUT),
+    SIGTERM to every task at once and SIGKILL after KillWait. The chief (one node) stops and
+    writes its final checkpoint before its ps (another node) is stopped by its wrapper."""
+    ckpt = _trainer_file(tmp_path, 1, 100000000, "")
+    p = _popen(tmp_path / "cluster.yaml", "--run-id", "t2")
+    run_dir = tmp_path / "runs" / "t2"
+    try:
+        log = run_dir / "worker-0.log"
+        _wait_for(lambda: log.exists() and TRAINED.search(log.read_text()), 120, p, "training")
+        job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
+        info = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True,
+                              text=True, timeout=30).stdout
+        assert "TimeLimit=UNLIMITED" in info, info      # no limit asked for, so no --signal
+        subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], check=True, timeout=30)
+        out, _ = p.communicate(timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    state = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True,
+                           text=True, timeout=30).stdout
+    assert "JobState=TIMEOUT" in state, (state, out[-3000:])
+    assert p.returncode != 0, out[-3000:]
+    saved = _checkpoint_step(ckpt)
+    assert saved and saved >= _stop_step(out) > 0, (saved, out[-3000:])
+    ends, events = _first_ends(run_dir)
+    assert ends["ps:0"][1] == "SIGHUP" and ends["ps:0"][0] > ends["worker:0"][0], events
+    where = _started_on(run_dir)
+    assert where["ps:0"] != where["worker:0"], where
+    assert slurm3.wait_empty_queue(60) == ""

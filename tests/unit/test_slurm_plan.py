@@ -91,3 +91,23 @@ def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
 def _plan_from_script(script: str):
     line = next(l for l in script.splitlines() if l.startswith(f"export {slurm.PLAN_ENV}="))
     return json.loads(shlex.split(line.split("=", 1)[1])[0])
+
+
+def test_a_preempted_job_that_asked_for_requeue_requeues_itself_after_its_ordered_stop(tmp_path, monkeypatch):
+    """slurm.requeue: a job preempted under a GraceTime that stopped in order within it (srun
+    failed, no stop asked, Slurm's PreemptTime set) is requeued by its batch script, within
+    max_segments; without slurm.requeue the script never requeues."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    text = "cluster: {ps: 1, worker: 1}\nprogram: {command: [python, t.py]}\n"
+
+    def script(slurm_section):
+        c = _cluster(text + slurm_section, tmp_path)
+        plan = build_plan(c, LaunchOptions(backend="slurm", logdir=str(tmp_path / "logs"), run_id="p1"))
+        return slurm.dry_run_text(plan)
+
+    s = script("slurm: {requeue: true, max_segments: 3}\n")
+    line = next(l for l in s.splitlines() if "PreemptTime=[0-9]" in l)
+    assert '[ "$STOPPED" = 0 ] && [ "$rc" != 0 ] && [ $((SEG + 1)) -lt 3 ]' in line
+    after = s.split(line + "\n", 1)[1].splitlines()
+    assert "was preempted and stopped in order" in after[0] and after[1].strip().startswith("scontrol requeue")
+    assert "scontrol" not in script("slurm: {partition: low}\n")

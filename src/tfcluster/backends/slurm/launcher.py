@@ -256,7 +256,9 @@ def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
     from the checkpoint. A plain ``scancel JOB``, a preemption or a time limit without
     ``--signal`` sends SIGTERM to every process of the job at once: the shell waits on for srun
     (a trap, not an ignore: srun gets the default back), and the nodes keep the order themselves
-    (a ps ignores SIGTERM until its chief has ended: :func:`tfcluster.core.rules.shielded_from_step_signals`)."""
+    (a ps ignores SIGTERM until its chief has ended: :func:`tfcluster.core.rules.shielded_from_step_signals`).
+    With ``requeue``, a job preempted under a partition's GraceTime that stopped in order within
+    it is requeued by this script (Slurm requeues only a job still running when the grace ends)."""
     sig = extra.get("lead_signal") or "USR1"
     out = ['SEG=${SLURM_RESTART_COUNT:-0}   # a requeued job is the next segment of the same run',
            'STOPPED=0',
@@ -269,6 +271,16 @@ def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
         n = int(extra.get("max_segments") or 1)
         out += [f'if [ "$STOPPED" = 1 ] && [ $((SEG + 1)) -lt {n} ]; then',
                 f'  echo "tfcluster: segment $SEG stopped before the time limit; requeueing the job '
+                f'(segment $((SEG + 1)), at most {n})"',
+                '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
+                'fi',
+                # preempted with the partition's GraceTime: Slurm SIGTERMs the tasks at once
+                # (not this shell) and requeues the job only if it still runs when the grace
+                # ends; stopped in order before that, it would end as done -- requeue it now,
+                # as Slurm would have (within max_segments, as every requeue)
+                f'if [ "$STOPPED" = 0 ] && [ "$rc" != 0 ] && [ $((SEG + 1)) -lt {n} ] && scontrol show job "$SLURM_JOB_ID" 2>/dev/null'
+                ' | grep -q "PreemptTime=[0-9]"; then',
+                '  echo "tfcluster: segment $SEG was preempted and stopped in order; requeueing the job '
                 f'(segment $((SEG + 1)), at most {n})"',
                 '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
                 'fi']
