@@ -423,7 +423,8 @@ class RayPlacement:
         tasks = self.plan.selected_tasks
         bundles = self.bundles()
         pg = placement_group(bundles, strategy=self.spec.strategy,
-                             name=f"tfcluster-{self.plan.run_id}")
+                             name=f"tfcluster-{self.plan.run_id}"
+                             + (f"-{self.placements}" if self.placements else ""))
         ready, _ = ray.wait([pg.ready()], timeout=self.spec.placement_timeout)
         if not ready:
             remove_placement_group(pg)
