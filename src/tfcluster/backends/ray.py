@@ -300,9 +300,13 @@ class RayBackend(Backend):
     def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
         """Every task has stopped (a node was lost): a new placement group, new actors, new
         ports (:meth:`RayPlacement.place_again`); the new endpoints."""
+        import ray
         if self.placement is None:
             return None
-        runners = self.placement.place_again()
+        try:
+            runners = self.placement.place_again()
+        except ray.exceptions.RayError as e:     # an actor of the new group lost at once
+            raise UserError(f"ray: the tasks could not be placed again ({_first_line(e)})")
         self.runners = runners
         self._python = {info["ip"]: info["python"] for _, info in runners.values()}
         return {name: (info["ip"], info["port"]) for name, (_, info) in runners.items()}
