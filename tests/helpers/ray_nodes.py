@@ -149,3 +149,46 @@ def leftovers(cluster: RayNodes) -> Optional[dict]:
         if time.time() > deadline:
             return got
         time.sleep(1)
+
+
+def record(tmp_path):
+    """The run's record under ``tmp_path/runs`` and its task rows by name."""
+    (path,) = list((tmp_path / "runs").glob("*/run.json"))
+    rec = json.loads(path.read_text())
+    return rec, {t["task"]: t for t in rec["tasks"]}
+
+
+def wait_rows(tmp_path, until, timeout=120):
+    """run.json's task rows once ``until(rows)`` holds (or the last seen at the deadline)."""
+    deadline = time.time() + timeout
+    rows = {}
+    while time.time() < deadline:
+        runs = list((tmp_path / "runs").glob("*/run.json"))
+        if runs:
+            try:
+                rows = {t["task"]: t for t in json.loads(runs[0].read_text())["tasks"]}
+            except ValueError:
+                rows = {}
+            if rows and until(rows):
+                break
+        time.sleep(0.3)
+    return rows
+
+
+def launch_and_lose(cluster: RayNodes, path, tmp_path, ready, node, ready_timeout: float = 120,
+                    timeout: float = 500):
+    """Launch ``path`` on ``cluster`` (``--no-live``); once ``ready(rows)`` holds for run.json's
+    task rows, kill node ``node(rows)`` (an index into the cluster's nodes); the launcher's exit
+    status, its output, and the rows seen when the node was killed."""
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(path), "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=cluster.env(), start_new_session=True)
+    try:
+        rows = wait_rows(tmp_path, ready, timeout=ready_timeout)
+        cluster.kill_node(node(rows))
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, out, rows

@@ -8,10 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -34,12 +32,6 @@ def run(cluster, path, timeout=400):
     return r.returncode, r.stdout + r.stderr
 
 
-def record(tmp_path):
-    (path,) = list((tmp_path / "runs").glob("*/run.json"))
-    rec = json.loads(path.read_text())
-    return rec, {t["task"]: t for t in rec["tasks"]}
-
-
 def test_strict_spread_puts_ps_and_worker_on_different_nodes(two_nodes, tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text(f"backend: ray\nray: {{strategy: STRICT_SPREAD}}\n"
@@ -48,7 +40,7 @@ def test_strict_spread_puts_ps_and_worker_on_different_nodes(two_nodes, tmp_path
                  f"args: [--train_steps=100]}}\nlogdir: {tmp_path / 'runs'}\n")
     rc, out = run(two_nodes, f)
     assert rc == 0, out[-4000:]
-    rec, rows = record(tmp_path)
+    rec, rows = ray_nodes.record(tmp_path)
     hosts = {name: row["endpoint"].rsplit(":", 1)[0] for name, row in rows.items()}
     assert {hosts["ps:0"], hosts["worker:0"]} == {"127.0.0.2", "127.0.0.3"}, hosts
     conf = json.loads(rows["worker:0"]["env"]["TF_CONFIG"])
@@ -71,7 +63,7 @@ def test_pss_keras_fit_of_the_tutorial_program_on_ray(two_nodes, tmp_path):
                  f"logdir: {tmp_path / 'runs'}\n")
     rc, out = run(two_nodes, f)
     assert rc == 0, out[-4000:]
-    rec, rows = record(tmp_path)
+    rec, rows = ray_nodes.record(tmp_path)
     assert rec["backend"] == "ray"
     with open(rows["chief:0"]["log"]) as log:
         done = [ln for ln in log.read().splitlines() if ln.startswith("keras_tutorial_pss: done: ")]
@@ -100,7 +92,7 @@ def test_ray_job_submit_runs_the_launch_as_kuberay_users_do(tmp_path):
                             "cluster.yaml", "--backend", "ray", "--no-live"],
                            cwd=project, env=env, capture_output=True, text=True, timeout=400)
         assert r.returncode == 0 and "succeeded" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
-        rec, rows = record(tmp_path)
+        rec, rows = ray_nodes.record(tmp_path)
         assert rec["backend"] == "ray" and rows["worker:0"]["progress"]["step"] >= 50
         assert "_ray_pkg_" in rows["worker:0"]["log"] or "_ray_pkg_" in json.dumps(rows["worker:0"]["argv"])
         assert ray_nodes.leftovers(cluster) is None
@@ -108,39 +100,22 @@ def test_ray_job_submit_runs_the_launch_as_kuberay_users_do(tmp_path):
         cluster.stop()
 
 
-def test_a_lost_node_is_named_and_its_task_cannot_come_back(two_nodes, tmp_path):
+def test_a_lost_node_whose_tasks_cannot_be_placed_again_fails_the_run_naming_it(two_nodes, tmp_path):
     """Last in this module: it kills the second node. STRICT_SPREAD puts one task on each node;
-    the task on the lost node is reported lost and its restart fails (the node is gone), so the
-    run fails within its restart budget; nothing of the run is left on the head."""
+    the task on the lost node is reported lost, the cluster is stopped to move, and with one node
+    left STRICT_SPREAD cannot place it again: the run fails naming the lost task and its node;
+    nothing of the run is left on the head."""
     f = tmp_path / "c.yaml"
-    f.write_text(f"backend: ray\nray: {{strategy: STRICT_SPREAD}}\n"
+    f.write_text(f"backend: ray\nray: {{strategy: STRICT_SPREAD, placement_timeout: 10}}\n"
                  f"cluster: {{ps: 1, worker: 1}}\n"
                  f"restart: {{policy: on-failure, max_restarts: 1, backoff: 0.5, min_uptime: 0}}\n"
                  f"program: {{command: [python, {os.path.join(PROGRAMS, 'listener.py')}]}}\n"
                  f"logdir: {tmp_path / 'runs'}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=two_nodes.env(), start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        rows = {}
-        while time.time() < deadline:
-            runs = list((tmp_path / "runs").glob("*/run.json"))
-            if runs:
-                try:
-                    rows = {t["task"]: t for t in json.loads(runs[0].read_text())["tasks"]}
-                except ValueError:
-                    rows = {}
-                if rows and all(t["state"] == "running" for t in rows.values()):
-                    break
-            time.sleep(0.3)
-        lost = next(n for n, t in rows.items() if t["endpoint"].startswith("127.0.0.3:"))
-        two_nodes.kill_node(1)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 1, out[-4000:]
+    rc, out, rows = ray_nodes.launch_and_lose(
+        two_nodes, f, tmp_path, lambda rows: all(t["state"] == "running" for t in rows.values()),
+        lambda rows: 1, timeout=180)
+    lost = next(n for n, t in rows.items() if t["endpoint"].startswith("127.0.0.3:"))
+    assert rc == 1, out[-4000:]
     assert f"first failure: {lost}" in out and "was lost" in out, out[-4000:]
+    assert "the cluster could not be placed again" in out, out[-4000:]
     assert ray_nodes.leftovers(two_nodes) is None

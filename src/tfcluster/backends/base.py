@@ -54,6 +54,11 @@ class Handle:
         """What the backend learnt of the task's end (e.g. its host lost), or ""."""
         return ""
 
+    def lost_node(self) -> str:
+        """The node the task ran on, when it was lost with it (the task can only come back
+        elsewhere: the run machine's rules.decide_move), or ""."""
+        return ""
+
     def exit_fd(self) -> Optional[int]:
         """A file descriptor that becomes readable when the task exits (a pidfd), or None;
         lets the launcher wake at once instead of polling."""
@@ -82,6 +87,12 @@ class Backend:
 
     def start(self, spec: ProcessSpec) -> Handle:
         raise NotImplementedError
+
+    def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
+        """Every task has stopped because a task's node was lost: place ``names`` again (the
+        lost node excluded) and return their new endpoints (task -> (host, port)); None: this
+        backend cannot move a task (the run then fails); UserError: it could not."""
+        return None
 
     def close(self) -> None:
         pass

@@ -23,9 +23,13 @@ What Ray does here:
   writes them to two local pipes, which the supervisor reads as it reads a local task's (live
   view, per-task logs, progress and liveness); its exit arrives last, on a third pipe that
   wakes the supervisor's loop.
-* **a lost node**: the actor's death is the task's exit (SIGKILL) with the cause named; the
-  machine's restart rule applies. The task cannot start again while its node is gone (a task
-  that moved would need a new TF_CONFIG for every task; see docs/BACKENDS.md).
+* **a lost node**: the actor's death is the task's exit (SIGKILL) with the cause named and the
+  node given (:meth:`RayHandle.lost_node`). The task can only come back on another node, with
+  another endpoint, so the run machine's rule (:func:`tfcluster.core.rules.decide_move`) restarts
+  the whole cluster within the restart budget: every task stopped in order, then
+  :meth:`RayPlacement.place_again` -- old actors and placement group released, a new group
+  placed (Ray leaves out the dead node), ports reserved, new endpoints -- and every task started
+  with the new TF_CONFIG.
 """
 from __future__ import annotations
 
@@ -168,8 +172,12 @@ class RayHandle(Handle):
     def cause(self, rc: int) -> str:
         return self.lost
 
-    def __init__(self, actor, pid: int, name: str, node: str):
+    def lost_node(self) -> str:
+        return self.where if self.lost else ""
+
+    def __init__(self, actor, pid: int, name: str, node: str, ip: str = ""):
         self.actor, self.pid, self.name, self.node = actor, pid, name, node
+        self.where = f"{ip} ({node[:12]})" if ip else node[:12]
         self.returncode: Optional[int] = None
         self.lost = ""             # what became of the task beyond its exit status (a lost node)
         r, self._out_w = os.pipe()
@@ -244,8 +252,10 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, runners: Dict[str, Tuple[Any, Dict[str, Any]]], working_dir: str = ""):
+    def __init__(self, runners: Dict[str, Tuple[Any, Dict[str, Any]]], working_dir: str = "",
+                 placement: Optional["RayPlacement"] = None):
         self.runners = runners
+        self.placement = placement       # places the tasks again when a node is lost
         self.handles: List[RayHandle] = []
         self._python = {info["ip"]: info["python"] for _, info in runners.values()}
         self.working_dir = working_dir   # runtime_env's folder here; each actor runs in its copy
@@ -283,9 +293,23 @@ class RayBackend(Backend):
             cls = {"FileNotFoundError": FileNotFoundError, "PermissionError": PermissionError,
                    "NotADirectoryError": NotADirectoryError}.get(kind, OSError)
             raise cls(err, text, spec.argv[0])
-        handle = RayHandle(actor, got[1], spec.name, info.get("node_id", ""))
+        handle = RayHandle(actor, got[1], spec.name, info.get("node_id", ""), info.get("ip", ""))
         self.handles.append(handle)
         return handle
+
+    def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
+        """Every task has stopped (a node was lost): a new placement group, new actors, new
+        ports (:meth:`RayPlacement.place_again`); the new endpoints."""
+        import ray
+        if self.placement is None:
+            return None
+        try:
+            runners = self.placement.place_again()
+        except ray.exceptions.RayError as e:     # an actor of the new group lost at once
+            raise UserError(f"ray: the tasks could not be placed again ({_first_line(e)})")
+        self.runners = runners
+        self._python = {info["ip"]: info["python"] for _, info in runners.values()}
+        return {name: (info["ip"], info["port"]) for name, (_, info) in runners.items()}
 
     def close(self) -> None:
         for h in self.handles:
@@ -300,11 +324,15 @@ class _Lost(Handle):
     def cause(self, rc: int) -> str:
         return self.lost
 
+    def lost_node(self) -> str:
+        return self.where
+
     def __init__(self, name: str, info: Dict[str, Any], e: BaseException):
         self.pid = 0
         self.returncode = -signal.SIGKILL
-        self.lost = (f"its Ray node {info.get('ip', '?')} ({str(info.get('node_id', ''))[:12]}) "
-                     f"was lost; the task cannot start there again ({_first_line(e)})")
+        self.where = f"{info.get('ip', '?')} ({str(info.get('node_id', ''))[:12]})"
+        self.lost = (f"its Ray node {self.where} was lost; the task cannot start there again "
+                     f"({_first_line(e)})")
         r, w = os.pipe()
         os.close(w)
         self.stdout = os.fdopen(r, "rb", buffering=0)
@@ -329,6 +357,8 @@ class RayPlacement:
 
     def __init__(self, plan, spec, base_dir: str):
         self.plan, self.spec, self.base_dir = plan, spec, base_dir
+        self.env: Dict[str, Any] = {}
+        self.placements = 0        # placement groups made (a lost node: one more each time)
         self.pg = None
         self.actors: List[Any] = []
         self.backend: Optional[RayBackend] = None
@@ -341,7 +371,7 @@ class RayPlacement:
         from tfcluster.spec.ray import address, runtime_env
         ray = _ray()
         where = address(self.spec)
-        env = runtime_env(self.spec, self.base_dir)
+        env = self.env = runtime_env(self.spec, self.base_dir)
         try:
             ray.init(address=where, runtime_env=env or None, log_to_driver=False,
                      logging_level="ERROR", configure_logging=True)
@@ -358,25 +388,47 @@ class RayPlacement:
     def __exit__(self, *exc) -> None:
         import ray
         try:
-            if self.actors:   # each actor ends its task and its reaper; a dead one answers at once
-                ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors),
-                         timeout=15)
-            for a in self.actors:
-                ray.kill(a, no_restart=True)
-            if self.pg is not None:
-                from ray.util.placement_group import remove_placement_group
-                remove_placement_group(self.pg)
+            self._release(ray)
         finally:
             ray.shutdown()
 
+    def _release(self, ray) -> None:
+        """End every actor (each ends its task and its reaper; a dead one answers at once) and
+        remove the placement group."""
+        actors, self.actors = self.actors, []
+        if actors:
+            ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=15)
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        if self.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+            remove_placement_group(self.pg)
+            self.pg = None
+
+    def place_again(self) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
+        """A node was lost and every task has stopped: release the actors and the group, place
+        the tasks again (Ray places no bundle on a dead node) and reserve new ports; task name
+        -> (actor, where). UserError when the cluster left cannot hold the run."""
+        import ray
+        self._release(ray)
+        return self._reserve(ray)
+
     def _place(self, ray, env) -> None:
+        runners = self._reserve(ray)
+        self.plan = self.plan.with_endpoints({name: (info["ip"], info["port"])
+                                              for name, (_, info) in runners.items()})
+        self.backend = RayBackend(runners, (env.get("working_dir") or "").rstrip("/"), self)
+
+    def _group(self, ray) -> None:
+        """One placement group for the run, ready within ray.placement_timeout (UserError
+        naming what each task needs otherwise)."""
         from ray.util.placement_group import placement_group, remove_placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         from tfcluster.spec.ray import describe_bundle
         tasks = self.plan.selected_tasks
         bundles = self.bundles()
         pg = placement_group(bundles, strategy=self.spec.strategy,
-                             name=f"tfcluster-{self.plan.run_id}")
+                             name=f"tfcluster-{self.plan.run_id}"
+                             + (f"-{self.placements}" if self.placements else ""))
         ready, _ = ray.wait([pg.ready()], timeout=self.spec.placement_timeout)
         if not ready:
             remove_placement_group(pg)
@@ -391,20 +443,28 @@ class RayPlacement:
                 f"{describe_bundle(have)} in all (ray.jobs.<job>: num_cpus, num_gpus, memory, "
                 f"resources)")
         self.pg = pg
+
+    def _reserve(self, ray) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
+        """One actor per task in its bundle of the placed group; each reserves a port."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        self._group(ray)
+        pg = self.pg
+        # an actor's name is freed asynchronously once it is killed: a new one for each placement
+        again = f" #{self.placements}" if self.placements else ""
+        self.placements += 1
+        tasks = self.plan.selected_tasks
+        bundles = self.bundles()
         runner = _runner_class()
         for i, (t, b) in enumerate(zip(tasks, bundles)):
             custom = {k: v for k, v in b.items() if k not in ("CPU", "GPU", "memory")}
             opts: Dict[str, Any] = dict(
                 num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0), resources=custom or None,
                 # named for the dashboard; owned by this job (not detached): they die with it
-                name=f"tfcluster {t.name}", lifetime=None,
+                name=f"tfcluster {t.name}{again}", lifetime=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=False))
             if b.get("memory"):
                 opts["memory"] = b["memory"]
             self.actors.append(runner.options(**opts).remote(bool(b.get("GPU"))))
         infos = ray.get([a.where.remote() for a in self.actors])
-        self.plan = self.plan.with_endpoints({t.name: (info["ip"], info["port"])
-                                              for t, info in zip(tasks, infos)})
-        self.backend = RayBackend({t.name: (a, info) for t, a, info in zip(tasks, self.actors, infos)},
-                                  (env.get("working_dir") or "").rstrip("/"))
+        return {t.name: (a, info) for t, a, info in zip(tasks, self.actors, infos)}

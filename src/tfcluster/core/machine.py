@@ -46,7 +46,8 @@ class TaskState(str, enum.Enum):
 
     PENDING -> RUNNING | STOPPED;  RUNNING -> SUCCEEDED | FAILED | STOPPING;
     FAILED -> RESTARTING -> RUNNING | STOPPED | FAILED (the run's shared restart budget refused
-    the restart: it never was);  STOPPING -> STOPPED.
+    the restart: it never was);  STOPPING -> STOPPED | RESTARTING (the cluster regroups: a task's
+    node was lost, every task is stopped and started again elsewhere).
     """
 
     PENDING = "pending"
@@ -69,7 +70,7 @@ ALLOWED = {
     TaskState.RUNNING: {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPING},
     TaskState.FAILED: {TaskState.RESTARTING},
     TaskState.RESTARTING: {TaskState.RUNNING, TaskState.STOPPED, TaskState.FAILED},
-    TaskState.STOPPING: {TaskState.STOPPED},
+    TaskState.STOPPING: {TaskState.STOPPED, TaskState.RESTARTING},   # stopped to move (regroup)
     TaskState.SUCCEEDED: set(),
     TaskState.STOPPED: set(),
     TaskState.SKIPPED: set(),
@@ -135,6 +136,7 @@ class Exited:
     returncode: int               # negative: killed by signal -returncode
     now: float
     cause: str = ""               # what the driver learnt of the death (tfcluster.backends.oom)
+    lost_node: str = ""           # the task's node was lost: it can only come back elsewhere
 
 
 @dataclass(frozen=True)
@@ -218,8 +220,17 @@ class RestartClaim:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Regrouped:
+    """The driver's answer to :class:`Regroup`: the tasks were placed again (``ok``; the new
+    endpoints are the driver's), or could not be (``message`` says why)."""
+    ok: bool
+    now: float
+    message: str = ""
+
+
 Event = Union[Tick, Started, StartFailed, Exited, Progressed, PortOpen, PortConflict, Waiting,
-              Interrupt, KillRequest, PeerEnded, RunOver, ChiefGone, RestartClaim]
+              Interrupt, KillRequest, PeerEnded, RunOver, ChiefGone, RestartClaim, Regrouped]
 
 
 # ---------------------------------------------------------------------------- actions
@@ -284,7 +295,16 @@ class Finished:
     exit_code: int
 
 
-Action = Union[Start, Kill, Note, Say, ClaimRestart, AskKill, EndRun, Finished]
+@dataclass(frozen=True)
+class Regroup:
+    """Every task has stopped because ``task``'s node (``node``) was lost: place the tasks
+    again (the lost node excluded), give them new endpoints, and answer :class:`Regrouped`; the
+    machine then starts every task (a new TF_CONFIG, the next restart count)."""
+    task: str
+    node: str
+
+
+Action = Union[Start, Kill, Note, Say, ClaimRestart, AskKill, EndRun, Finished, Regroup]
 
 
 def note(event: str, task: Optional[str] = None, **fields) -> Note:
@@ -393,7 +413,9 @@ class RunMachine:
         self.interrupted: Optional[int] = None
         self.kill_now = False
         self.finished = False
-        self.phase = "start"                         # start, run, grace, stop, done
+        self.phase = "start"                         # start, run, grace, stop, done; regroup
+                                                     # (stopping to move), replace (placing)
+        self._moving: Optional[Tuple[str, str]] = None   # (task, node) whose loss regroups
         self._last_watch: Optional[float] = None
         self._grace_until = 0.0
         self._grace_tasks: List[str] = []
@@ -568,7 +590,7 @@ class RunMachine:
         t.waiting_on.clear()
         t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
         t.ending_at = t.stalled_at = t.stalled_step = None
-        if self.phase == "stop":                 # started while the run was being stopped
+        if self.phase in ("stop", "regroup"):    # started while the run was being stopped
             self._wave.append(t.name)
             self._wave_all.append(t.name)
             self._stop_one(t, out, signal.SIGKILL if self.kill_now else signal.SIGTERM)
@@ -582,6 +604,13 @@ class RunMachine:
         t = self.tasks[ev.task]
         rc = ev.returncode
         t.returncode, t.ended = rc, ev.now
+        if self.phase == "regroup" and not self.decided:   # stopped (or lost) to start again
+            if t.state == TaskState.RUNNING:
+                t.state = check_transition(t.state, TaskState.FAILED, t.name)
+            t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
+            t.start_at = float("inf")
+            out.append(self._exit_note(t, TaskState.STOPPED))
+            return
         if t.state == TaskState.STOPPING or self.phase == "stop":
             if t.state == TaskState.RUNNING:
                 t.state = check_transition(t.state, TaskState.STOPPING, t.name)
@@ -615,6 +644,15 @@ class RunMachine:
             t.note = ev.cause
         out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.note}" if t.note else ""),
                        error=True))
+        if ev.lost_node:
+            total = 0 if self.s.shared_budget else self.total_restarts
+            d = rules.decide_move(t.rule, t.restarts, total, ev.lost_node)
+            if d.restart and not self.s.shared_budget:
+                self._begin_regroup(t, ev.lost_node, d, ev.now, out)
+            else:
+                self._fail(t, d.reason if not d.restart else
+                           f"its node {ev.lost_node} was lost (this backend cannot move it)", out)
+            return
         early = (not t.restarts and t.first_started is not None
                  and ev.now - t.first_started < t.rule.min_uptime)
         total = 0 if self.s.shared_budget else self.total_restarts
@@ -724,6 +762,58 @@ class RunMachine:
             self._decide(RunState.SUCCEEDED, rules.EXIT_OK, ev.words, out)
 
     # ------------------------------------------------------------------ the rules at work
+    def _begin_regroup(self, t: TaskStatus, node: str, d: rules.Decision, now: float,
+                       out: List[Action]) -> None:
+        """``t``'s node is lost (rules.decide_move allowed it to move): stop every task in the
+        stop order (chief and workers first, so the chief can save, ps last), then ask the
+        driver to place the cluster again (:class:`Regroup`)."""
+        self.phase = "regroup"
+        self._moving = (t.name, node)
+        self.total_restarts += 1
+        t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
+        t.start_at = float("inf")
+        for other in self.tasks.values():       # a restart already due waits for the regroup
+            if other.state == TaskState.RESTARTING:
+                other.start_at = float("inf")
+                self._claims.pop(other.name, None)
+        self._next_start_at = float("inf")
+        out.append(Say(f"{t.name}: {d.reason}; stopping every task", error=True))
+        out.append(note("cluster_restarting", t.name, node=node, reason=d.reason,
+                        attempt=t.restarts + 1))
+        live = [x for x in self.tasks.values() if x.state.alive]
+        first, then = rules.stop_waves({x.job for x in live} | {"ps"})
+        self._waves = [[x.name for x in live if x.job in first],
+                       [x.name for x in live if x.job in then]]
+        self._wave, self._wave_all = [], []
+        self._next_wave(now, out)
+
+    def _on_Regrouped(self, ev: Regrouped, out: List[Action]) -> None:
+        if self.decided or self.phase != "replace" or self._moving is None:
+            return
+        name, node = self._moving
+        self._moving = None
+        t = self.tasks[name]
+        if not ev.ok:
+            t.state = check_transition(t.state, TaskState.FAILED, t.name)
+            self.phase = "run"
+            self._fail(t, f"its node {node} was lost and the cluster could not be placed again"
+                          + (f": {ev.message}" if ev.message else ""), out)
+            return
+        self.phase = "run"
+        self._last_watch = ev.now
+        by_job: Dict[str, List[str]] = {}
+        for x in self.tasks.values():
+            if x.state in (TaskState.RESTARTING, TaskState.PENDING):
+                if x.state == TaskState.RESTARTING:
+                    x.restarts += 1     # every process is a new attempt (TFCLUSTER_RESTART_COUNT)
+                x.start_at = float("inf")
+                by_job.setdefault(x.job, []).append(x.name)
+        out.append(Say(f"the cluster was placed again without node {node}: starting every task "
+                       f"with the new TF_CONFIG (restart {t.restarts})"))
+        out.append(note("cluster_restarted", name, node=node, attempt=t.restarts))
+        out.extend(Start(n, self.tasks[n].restarts)
+                   for job in rules.start_order(by_job) for n in by_job[job])
+
     def _start_at(self, t: TaskStatus, at: float) -> None:
         """Start ``t`` again at ``at`` (a Tick then looks; no look at every task every Tick)."""
         t.start_at = at
@@ -982,6 +1072,11 @@ class RunMachine:
         # every wave done: SIGKILL to whatever is left of each group after its leader
         for name in self._wave_all:
             out.append(Kill(name, signal.SIGKILL))
+        if self.phase == "regroup" and self._moving is not None:
+            self._wave_all = []
+            self.phase = "replace"            # the driver places the tasks again: Regrouped
+            out.append(Regroup(*self._moving))
+            return
         self.phase = "done"
         self.finished = True
         if self.result == RunState.RUNNING:
@@ -1017,7 +1112,7 @@ class RunMachine:
             if not running or now >= max([self._grace_until] + [
                     self._ending_until(self.tasks[n]) for n in running]):
                 self._begin_stop(now, out)
-        if self.phase == "stop":
+        if self.phase in ("stop", "regroup"):
             self._wave = [n for n in self._wave if self.tasks[n].state.alive]
             if not self._wave:
                 self._next_wave(now, out)
@@ -1069,7 +1164,7 @@ def line_events(task: str, line: str, progress, now: float) -> List[Event]:
 # ---------------------------------------------------------------------------- the input log
 _INPUTS = {cls.__name__: cls for cls in (Tick, Started, StartFailed, Exited, Progressed, PortOpen,
                                          PortConflict, Waiting, Interrupt, KillRequest, PeerEnded,
-                                         RunOver, ChiefGone, RestartClaim)}
+                                         RunOver, ChiefGone, RestartClaim, Regrouped)}
 
 
 def input_fields(ev: Event) -> Dict[str, object]:

@@ -236,6 +236,26 @@ def decide_restart(rule: RestartRule, returncode: int, restarts: int, total_rest
                     delay=backoff_delay(rule.backoff, restarts))
 
 
+def decide_move(rule: RestartRule, restarts: int, total_restarts: int, node: str) -> Decision:
+    """A task whose node was lost (``node``) can only come back on another node, with another
+    endpoint. TF_CONFIG names every task's endpoint (a ps that moves above all: every worker
+    dials it), so the whole cluster restarts -- every task stopped in order, placed again, and
+    started with the new TF_CONFIG, resuming from its checkpoint. Counted as one restart of the
+    lost task (``max_restarts``) and one of the run (``max_total_restarts``); ``never`` never
+    moves it. A lost node is not the program's fault: no ``min_uptime`` and no exit-code rule
+    (it died by SIGKILL, which every policy but ``never`` retries)."""
+    lost = f"its node {node} was lost"
+    if rule.policy == "never":
+        return Decision(False, f"{lost}; restart policy is never")
+    if restarts >= rule.max_restarts:
+        return Decision(False, f"{lost}; restart budget spent ({restarts} of {rule.max_restarts})")
+    if rule.max_total_restarts is not None and total_restarts >= rule.max_total_restarts:
+        return Decision(False, f"{lost}; the run's restart budget is spent ({total_restarts} of "
+                               f"{rule.max_total_restarts})")
+    return Decision(True, f"{lost}: the cluster restarts on the nodes left with a new TF_CONFIG "
+                          f"(restart {restarts + 1} of {rule.max_restarts})")
+
+
 # ---------------------------------------------------------------------------- success
 
 def success_reached(rule: str, chief: str, succeeded: Mapping[str, bool],

@@ -31,9 +31,9 @@ from tfcluster.runs.eventlog import EventLog
 from tfcluster.core.keras_hints import failure_hint
 from tfcluster.backends.oom import OomWatch
 from tfcluster.spec.hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
-from tfcluster.core.machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortOpen, Progressed, RunMachine,
-                       Say, Start, Started, StartFailed, TaskStatus, Tick, input_fields,
-                       line_events)
+from tfcluster.core.machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortOpen, Progressed, Regroup,
+                       Regrouped, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
+                       input_fields, line_events)
 from tfcluster.plan.runplan import RunPlan, TaskPlan
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY, Progress
 from tfcluster import safe_files as runfs
@@ -186,6 +186,7 @@ class Supervisor:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
                                         status=self.machine.tasks[t.name])
         self._specs_for = plan     # the first attempts' specs hold while the plan does
+        self.moves: List[dict] = []     # the cluster placed again (a lost node): old, new endpoints
 
     # ---- the machine's verdicts, read through
     result = property(lambda self: self.machine.result)
@@ -348,6 +349,8 @@ class Supervisor:
                 self.events.emit(a.event, task=a.task, **a.as_dict())
             elif isinstance(a, Say):
                 (self.display.error if a.error else self.display.info)(a.text)
+            elif isinstance(a, Regroup):
+                self._regroup(a)
             # ClaimRestart, AskKill, EndRun: the Slurm node's business (one machine, one
             # launcher here: the budget is counted by the machine, every task is ours)
         self.dirty = True
@@ -357,7 +360,37 @@ class Supervisor:
             self.machine.tasks[name].state in (TaskState.PENDING, TaskState.RESTARTING)
 
     def _may_start(self, a: Start) -> bool:
-        return self._waiting_to_start(a.task) and self.machine.phase != "stop"
+        return self._waiting_to_start(a.task) and self.machine.phase not in ("stop", "regroup", "replace")
+
+    def _regroup(self, a: Regroup) -> None:
+        """Every task has stopped because ``a.task``'s node was lost: the backend places the
+        tasks again (:meth:`Backend.place_again`); the plan takes the new endpoints (a new
+        TF_CONFIG for every task), the events record the old and the new, and the machine,
+        told, starts every task."""
+        old = {name: tr.plan.endpoint for name, tr in self.runs.items()}
+        try:
+            got = self.backend.place_again(list(self.runs))
+        except UserError as e:
+            self._feed(Regrouped(False, self.clock(), e.message))
+            return
+        if got is None:
+            self._feed(Regrouped(False, self.clock(),
+                                 f"the {self.backend.name} backend cannot move a task"))
+            return
+        endpoints = {t.name: got.get(t.name, (t.host, t.port)) for t in self.plan.tasks}
+        self.plan = self.plan.with_endpoints(endpoints)
+        by_name = {t.name: t for t in self.plan.tasks}
+        for name, tr in self.runs.items():
+            tr.plan = by_name[name]
+            self.machine.tasks[name].port = tr.plan.port
+        self.machine.where.update({t.name: t.endpoint for t in self.plan.tasks})
+        new = {name: tr.plan.endpoint for name, tr in self.runs.items()}
+        self.moves.append({"task": a.task, "node": a.node, "at": self.clock(),
+                           "old": old, "new": new})
+        self.events.emit("cluster_moved", task=a.task, node=a.node, old=old, new=new)
+        moved = ", ".join(f"{n} {old[n]} -> {new[n]}" for n in new if old[n] != new[n])
+        self.display.info(f"placed again: {moved or 'the same endpoints'}")
+        self._feed(Regrouped(True, self.clock()))
 
     def _spec_now(self, tr: TaskRun) -> ProcessSpec:
         if tr.restarts or self._specs_for is not self.plan:   # else the one made up front
@@ -484,7 +517,8 @@ class Supervisor:
                         self._exit_fed(tr)
                         cause = tr.handle.cause(rc) or (   # a lost host or Ray node
                             self.oom.words(rc) if is_local(tr.plan.host) else "")
-                        exits.append(Exited(tr.name, rc, self.clock(), cause))
+                        exits.append(Exited(tr.name, rc, self.clock(), cause,
+                                            tr.handle.lost_node()))
             events = self._drain_inbox()
             if now - self._life_looked >= LIFE_EVERY:   # dated signs: a late look changes nothing
                 self._life_looked = now
@@ -670,7 +704,8 @@ class Supervisor:
             result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
             root_cause=self.root_note if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
             + (f" ({rc.note})" if rc.note else ""),
-            total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled())
+            total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled(),
+            **({"moves": list(self.moves)} if self.moves else {}))
 
     def _write_record(self, force: bool = False, data: Optional[dict] = None) -> None:
         if not os.path.isdir(self.plan.run_dir):
