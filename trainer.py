@@ -156,7 +156,9 @@ def train(ctx, server, data) -> int:
             save_checkpoint_secs=FLAGS.save_checkpoint_secs or None,
             save_summaries_steps=FLAGS.save_summaries_steps or None,
             operation_timeout_ms=FLAGS.operation_timeout_ms)
-        progress = rt.ProgressReporter(total=FLAGS.train_steps, every_secs=FLAGS.progress_secs)
+        # session: each report also carries the steps this worker ran (its own steps/s)
+        progress = rt.ProgressReporter(total=FLAGS.train_steps, every_secs=FLAGS.progress_secs,
+                                       session=session)
         t0 = time.time()
         with session as sess:
             step = sess.start_step

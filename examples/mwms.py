@@ -235,12 +235,14 @@ def main(argv):
     current = int(step.numpy())
     loss = train_acc = float("nan")
     t0 = time.time()
+    ran = 0     # the steps this worker ran itself: its own steps/s in the launcher's table
     while current < total:
         n = min(FLAGS.steps_per_loop, total - current)
         correct_sum = 0.0
         for _ in range(n):
             loss_t, correct_t = train_step(iterator)
             correct_sum += float(correct_t)
+        ran += n
         current = int(step.numpy())
         loss = float(loss_t)
         train_acc = correct_sum / (n * global_batch)
@@ -248,7 +250,7 @@ def main(argv):
             manager.save(checkpoint_number=current)  # on every worker (MWMS rule)
             if not chief:
                 tf.io.gfile.rmtree(manager.directory)  # the temporary copy
-        report_progress(current, total, loss=loss, accuracy=train_acc)
+        report_progress(current, total, local_step=ran, loss=loss, accuracy=train_acc)
 
     eval_loss, eval_acc = (float(v) for v in evaluate())
     # Every worker leaves together: a last all-reduce is a barrier, so that no worker's exit

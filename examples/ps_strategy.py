@@ -211,6 +211,7 @@ def coordinate(tf, resolver):
     loss = float("nan")
     train_acc = float("nan")
     t0 = time.time()
+    ran = 0     # the steps this coordinator scheduled: its own steps/s in the launcher's table
     while current < total:
         correct.assign(0.0)
         seen.assign(0.0)
@@ -225,7 +226,8 @@ def coordinate(tf, resolver):
         train_acc = float(correct.numpy() / max(seen.numpy(), 1.0))
         if manager is not None:
             manager.save(checkpoint_number=current)
-        report_progress(min(current, total), total, loss=loss, accuracy=train_acc)
+        ran += n
+        report_progress(min(current, total), total, local_step=ran, loss=loss, accuracy=train_acc)
 
     eval_loss, eval_acc = (float(v) for v in evaluate())
     elapsed = time.time() - t0

@@ -39,17 +39,20 @@ def make_run(folder, events=True, result="failed", file=None, run_id="20261130-1
       chief="worker:0")
     for i, t in enumerate(tasks):
         e("task_started", t, time=T0 + 0.1, pid=100 + i, attempt=0, host="localhost")
+    # local_step: the steps each task ran itself (its own rate; the global step is everyone's)
     for s in range(2, 60):                          # worker:0: 10 steps/s
-        e("progress", "worker:0", time=T0 + s, step=10 * s, total=1000, metrics={"loss": 1.0 / s})
+        e("progress", "worker:0", time=T0 + s, step=10 * s, total=1000, metrics={"loss": 1.0 / s},
+          local_step=10 * s)
     for s in range(2, 20):                          # worker:1 before the kill: 5 steps/s
-        e("progress", "worker:1", time=T0 + s, step=5 * s, total=1000, metrics={"loss": 1.0 / s})
+        e("progress", "worker:1", time=T0 + s, step=5 * s, total=1000, metrics={"loss": 1.0 / s},
+          local_step=5 * s)
     e("task_exited", "worker:1", time=T0 + 20, exit_code=None, signal="SIGKILL", exit="SIGKILL",
       state="failed")
     e("task_restarting", "worker:1", time=T0 + 20.01, reason="exit-code policy: SIGKILL is retried <&>",
       attempt=1, delay=2.0)
     e("task_started", "worker:1", time=T0 + 22, pid=202, attempt=1, host="localhost")
     for s in range(24, 41):
-        e("progress", "worker:1", time=T0 + s, step=5 * s + 100, total=1000)
+        e("progress", "worker:1", time=T0 + s, step=5 * s + 100, total=1000, local_step=5 * (s - 22))
     e("watchdog", "worker:1", time=T0 + 58, reason="no progress for 18s", action="kill")
     e("task_exited", "worker:0", time=T0 + 60, exit_code=3, signal=None, exit="exit 3", state="failed")
     e("decision", time=T0 + 60.01, result="failed", rule="chief", exit_code=1,

@@ -76,6 +76,39 @@ def test_bash_completes_run_ids_and_task_names(env, capsys):
                                                                                 "launcher"}
 
 
+def test_task_names_without_a_file_on_the_line(env, capsys):
+    """No run or file typed: the task names of ./cluster.yaml, as the commands default to it
+    (``tf-config worker:1``, ``logs worker:1``, ``stack worker:1`` read the latest run)."""
+    work, e = env
+    s = script(capsys)
+    assert set(complete(s, "tfcluster tf-config w", work, e)) == {"worker:0", "worker:1"}
+    assert "chief:0" in complete(s, "tfcluster tf-config ", work, e)
+    assert set(complete(s, "tfcluster logs w", work, e)) == {"worker:0", "worker:1"}
+    # runs and tasks both, in the first place
+    assert {"nightly", "ps:0", "chief:0"} <= set(complete(s, "tfcluster stack ", work, e))
+    # stack TASK TASK...: after a task word (no run), more of ./cluster.yaml's tasks
+    assert complete(s, "tfcluster stack worker:0 c", work, e) == ["chief:0"]
+
+
+def test_new_commands_complete_their_arguments(env, capsys):
+    work, e = env
+    s = script(capsys)
+    for cmd in ("attach", "profile", "stack"):
+        assert complete(s, f"tfcluster {cmd} ni", work, e) == ["nightly"], cmd
+    # stack RUN TASK...: the run's tasks, in every place after the run
+    assert set(complete(s, "tfcluster stack nightly ", work, e)) == {"worker:0", "ps:0", "launcher"}
+    assert complete(s, "tfcluster stack nightly worker:0 p", work, e) == ["ps:0"]
+    # profile RUN --tasks: that run's tasks; launch FILE --tasks: that file's
+    assert complete(s, "tfcluster profile nightly --tasks p", work, e) == ["ps:0"]
+    (work / "eval.yaml").write_text("cluster:\n  worker: [localhost:2223]\n  evaluator: [localhost:2225]\n"
+                                    "program: {command: [python, t.py]}\n")
+    assert complete(s, "tfcluster launch eval.yaml --tasks e", work, e) == ["evaluator:0"]
+    # a value flag's choices; file arguments get file names
+    assert complete(s, "tfcluster doctor --backend s", work, e) == ["ssh", "slurm"]
+    assert complete(s, "tfcluster doctor cl", work, e) == ["cluster.yaml"]
+    assert complete(s, "tfcluster import ev", work, e) == ["eval.yaml"]
+
+
 def zsh_complete(shell_script: str, line: str, cwd, env) -> list:
     """COMPREPLY of the function under zsh's bashcompinit. zsh's compgen leaves matching the
     word to zsh's completion system, so this is the candidate list zsh then filters."""

@@ -338,7 +338,7 @@ def test_a_slow_task_that_never_restarted_is_a_straggler(tmp_path):
     log = EventLog(str(d))
     log.emit("task_started", "worker:2", time=T0 + 0.1, pid=300, attempt=0, host="localhost")
     for s in range(2, 60):                          # 3 steps/s, no restart: slow, not crashing
-        log.emit("progress", "worker:2", time=T0 + s, step=3 * s, total=1000)
+        log.emit("progress", "worker:2", time=T0 + s, step=3 * s, total=1000, local_step=3 * s)
     log.close()
     m = build_model(str(d))
     tasks = {v.name: v for v in m["tasks"]}

@@ -86,7 +86,7 @@ def main():
                     final = s.current_step()
                 out[ctx.task_id] = {"fast": sess._fast, "runs": n, "monitored_runs": slow[0],
                                     "hook_before_run_calls": hook.calls if hook else None,
-                                    "final_step": final}
+                                    "final_step": final, "local_step": sess.local_step}
         except Exception as e:  # noqa: BLE001 - reported in the JSON line
             errors.append("worker:%d: %r" % (i, e))
 

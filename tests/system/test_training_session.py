@@ -63,6 +63,8 @@ def test_sync_replicas_take_the_fast_path():
         r = reps[task]
         assert r["fast"], (task, r)
         assert r["runs"] > 0 and r["monitored_runs"] == 0, (task, r)
+        # the steps this worker ran itself (its own rate; issue 32), not the global step
+        assert r["local_step"] == r["runs"], (task, r)
         assert r["final_step"] >= 40
 
 
@@ -72,4 +74,5 @@ def test_a_hook_with_before_run_keeps_the_monitored_path():
     assert not hooked["fast"]
     assert hooked["runs"] > 0
     assert hooked["monitored_runs"] == hooked["runs"] == hooked["hook_before_run_calls"]
+    assert hooked["local_step"] == hooked["runs"]
     assert chief["fast"] and chief["monitored_runs"] == 0

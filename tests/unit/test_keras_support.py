@@ -154,6 +154,8 @@ def test_progress_reporter_counts_steps_across_epochs_and_throttles():
     rep.epoch_end(1, {"loss": 0.5, "accuracy": 0.9, "val_loss": float("nan")})
     got = _reports(out.getvalue())
     assert [p.step for p in got] == [11, 16, 20], out.getvalue()
+    # resumed at epoch 1: the global step counts from 10, this process ran 1, 6, 10 batches
+    assert [p.local_step for p in got] == [1, 6, 10]
     assert all(p.total == 30 for p in got)
     assert got[0].metrics == {"loss": 1.0, "accuracy": 0.0, "epoch": 2}
     # the epoch's end always reports; a NaN metric is left out
@@ -175,6 +177,8 @@ def test_progress_reporter_without_known_steps_counts_batches():
         rep.epoch_end(epoch, {"loss": 0.25})
     got = _reports(out.getvalue())
     assert [p.step for p in got] == [1, 2, 3, 3, 4, 5, 6, 6]
+    # local_step: the batches this process ran itself (its own rate, issue 32)
+    assert [p.local_step for p in got] == [1, 2, 3, 3, 4, 5, 6, 6]
     assert all(p.total is None for p in got)
     assert got[0].metrics == {"loss": 0.5, "epoch": 1}
 
@@ -214,6 +218,7 @@ def test_progress_reporter_fetches_remote_logs_only_when_it_reports():
     rep.batch_end(19, Remote(RuntimeError("worker lost")))
     got = _reports(out.getvalue())
     assert [p.step for p in got] == [5, 20], out.getvalue()
+    assert [p.local_step for p in got] == [5, 20]    # every 5th batch called: still 5 and 20
     assert got[0].metrics == {"loss": 0.25, "accuracy": 0.5, "epoch": 1}
     assert got[1].metrics == {"epoch": 1}
     assert Remote.fetched == 3  # two printed lines' logs and their loss; none for the others

@@ -417,3 +417,45 @@ def test_launcher_log_records_each_start_once(tmp_path):
     starts = [x for x in log if "worker:0" in x and "started" in x and "pid" in x]
     assert len(starts) == 1, log
     assert "started worker:0 (pid" in err.getvalue()          # the console still says it
+
+
+def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
+    """Issue 32: both workers report the same global step (40 a second between them); worker:0
+    ran 30 of those steps a second itself (local_step), worker:1 reports only the global step.
+    The table gives worker:0 its own 30.0, marks worker:1 'global', and the caption keeps the
+    run's global rate."""
+    from rich.console import Console
+
+    from tfcluster.drivers.supervisor import NullEvents
+    from tfcluster.plan.progress import parse_progress
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 2.0, [])],
+                                                         "worker:1": [(0, 2.0, [])]})
+    assert sup.run() == 0
+    sup.events = NullEvents()
+    w0, w1 = sup.runs["worker:0"], sup.runs["worker:1"]
+    for i in range(3):
+        clock.now += 1.0
+        for tr, own in ((w0, 30 * i), (w1, None)):
+            body = '{"step": %d, "total": 1000' % (40 * i) + (
+                ', "local_step": %d}' % own if own is not None else "}")
+            line = "@tfcluster progress " + body
+            p = parse_progress(line)
+            tr.seen.progress = p
+            sup._on_line(tr, line, p)
+    assert w0.rate == pytest.approx(30.0) and w1.rate is None
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(sup._live_table())
+    text = buf.getvalue()
+    row0 = next(l for l in text.splitlines() if l.startswith("worker:0"))
+    row1 = next(l for l in text.splitlines() if l.startswith("worker:1"))
+    assert " 30.0 " in row0 and " global " in row1 and "40.0" not in row1, text
+    assert "global step 80/1000  40.0 steps/s" in text      # the run's rate, in the caption
+    # the piped lines: the own rate where there is one; the ETA from the global step's rate
+    sup.display.info = lambda line, log=True: lines.append(line)
+    lines = []
+    for tr in (w0, w1):
+        tr.status.state = TaskState.RUNNING
+        tr.seen.progress_at = clock.now
+    sup._progress_lines()
+    assert lines == ["worker:0: step 80/1000, 30.0 steps/s, ETA 23.0s",
+                     "worker:1: step 80/1000, ETA 23.0s"], lines

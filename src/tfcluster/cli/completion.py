@@ -1,9 +1,13 @@
 """Shell completion for bash and zsh, generated from the CLI's own parser.
 
 ``tfcluster completion bash`` prints a bash function that completes subcommands, each
-subcommand's flags, the task names of the cluster file (``tf-config FILE worker:1``,
-``logs RUN worker:1``, ``launch --tasks``) and run ids from the per-user run index
-(``logs``, ``stop``, ``status``, ``report``, ``tensorboard``). ``tfcluster completion zsh``
+subcommand's flags and the choices of their value flags (``doctor --backend``), the task names
+of a run or a cluster file (``logs RUN worker:1``, ``stack RUN worker:1 ps:0``, ``profile RUN
+--tasks``, ``tf-config FILE worker:1``, ``launch FILE --tasks``; with no run or file on the line,
+those of ./cluster.yaml, as the commands themselves default to it: ``logs worker:1``,
+``tf-config worker:1``) and run ids from the per-user run index (``logs``, ``stop``,
+``status``, ``report``, ``tensorboard``, ``stack``, ``attach``, ``profile``); file names for
+the file arguments (``launch``, ``doctor``, ``import`` ...). ``tfcluster completion zsh``
 prints the same function under zsh's ``bashcompinit``. Task names and run ids come from
 ``tfcluster completion --values tasks|runs [FILE]`` at completion time. No TensorFlow.
 
@@ -16,7 +20,9 @@ import argparse
 import re
 from typing import Dict, List
 
-RUN_COMMANDS = ("logs", "stop", "status", "report", "tensorboard")
+RUN_COMMANDS = ("logs", "stop", "status", "report", "tensorboard", "stack", "attach", "profile")
+#: commands whose first positional is a run and whose next ones are task names
+RUN_TASK_COMMANDS = ("logs", "stack")
 # first words of subcommands whose positional has no ``choices`` in the parser
 FIXED_CHOICES = {"completion": ["bash", "zsh"], "help": ["security"]}
 
@@ -61,8 +67,21 @@ def _value_flags(subs: Dict[str, argparse.ArgumentParser]) -> List[str]:
     return out
 
 
+def _flag_choices(subs: Dict[str, argparse.ArgumentParser]) -> List[str]:
+    """bash ``case`` arms ``CMD:FLAG) _tfcluster_reply 'CHOICES'`` for value flags with choices."""
+    out: List[str] = []
+    for name, sp in subs.items():
+        for a in sp._actions:
+            if a.option_strings and a.choices and a.help != argparse.SUPPRESS:
+                words = " ".join(str(c) for c in a.choices)
+                for flag in a.option_strings:
+                    out.append(f"        {name}:{flag}) _tfcluster_reply {words!r}; return 0 ;;")
+    return out
+
+
 def bash_script(parser: argparse.ArgumentParser) -> str:
     subs = _subparsers(parser)
+    flag_choices = "\n".join(_flag_choices(subs))
     vflags = " ".join(_value_flags(subs))
     names = " ".join(n for n in subs if n != "serve")
     cases = []
@@ -117,8 +136,19 @@ _tfcluster() {{
     case "$cmd" in
 {chr(10).join(cases)}
     esac
+    case "$cmd:$prev" in
+{flag_choices}
+    esac
     if [[ "$prev" == --tasks ]]; then
-        _tfcluster_reply "$(command tfcluster completion --values tasks 2>/dev/null)"; return 0
+        # the tasks of the run (profile RUN) or the file (launch FILE) on the line, else ./cluster.yaml's
+        if [[ $npos -ge 1 && " {' '.join(RUN_COMMANDS)} " == *" $cmd "* ]]; then
+            _tfcluster_reply "$(command tfcluster completion --values tasks --run "${{pos[0]}}" 2>/dev/null)"
+        elif [[ $npos -ge 1 ]]; then
+            _tfcluster_reply "$(command tfcluster completion --values tasks "${{pos[0]}}" 2>/dev/null)"
+        else
+            _tfcluster_reply "$(command tfcluster completion --values tasks 2>/dev/null)"
+        fi
+        return 0
     fi
     if [[ "$prev" == --file || "$prev" == --save || "$prev" == --output || "$prev" == -o ]]; then
         COMPREPLY=( $(compgen -f -- "$cur") ); return 0
@@ -126,15 +156,25 @@ _tfcluster() {{
     if [[ "$cur" == -* ]]; then _tfcluster_reply "$opts"; return 0; fi
     case "$cmd" in
 {fixed}
-        logs|stop|status|report|tensorboard)
+        {'|'.join(RUN_TASK_COMMANDS)})
+            # RUN, or (the latest run) a task of ./cluster.yaml; after RUN: that run's tasks
+            if [[ $npos -eq 0 ]]; then
+                _tfcluster_reply "$(command tfcluster completion --values runs 2>/dev/null) $(command tfcluster completion --values tasks 2>/dev/null)"
+                COMPREPLY+=( $(compgen -d -- "$cur") ); return 0
+            elif [[ "$cmd" == stack || $npos -eq 1 ]]; then
+                _tfcluster_reply "$(command tfcluster completion --values tasks --run "${{pos[0]}}" 2>/dev/null)"; return 0
+            fi ;;
+        {'|'.join(c for c in RUN_COMMANDS if c not in RUN_TASK_COMMANDS)})
             if [[ $npos -eq 0 ]]; then
                 _tfcluster_reply "$(command tfcluster completion --values runs 2>/dev/null)"
                 COMPREPLY+=( $(compgen -d -- "$cur") ); return 0
-            elif [[ "$cmd" == logs && $npos -eq 1 ]]; then
-                _tfcluster_reply "$(command tfcluster completion --values tasks --run "${{pos[0]}}" 2>/dev/null)"; return 0
             fi ;;
         tf-config)
-            if [[ $npos -eq 1 ]]; then
+            # [FILE] TASK: ./cluster.yaml's tasks and file names, then the tasks of FILE
+            if [[ $npos -eq 0 ]]; then
+                _tfcluster_reply "$(command tfcluster completion --values tasks 2>/dev/null)"
+                COMPREPLY+=( $(compgen -f -- "$cur") ); return 0
+            elif [[ $npos -eq 1 ]]; then
                 _tfcluster_reply "$(command tfcluster completion --values tasks "${{pos[0]}}" 2>/dev/null)"; return 0
             fi ;;
     esac
@@ -175,11 +215,14 @@ def _values(kind: str, file: str = None, run: str = None) -> List[str]:
             return []
     try:
         if run:
-            from tfcluster.runs.index import resolve_run
+            from tfcluster.runs.index import is_run_dir, lookup, resolve_run
+            from tfcluster.runs.logs import looks_like_task
             from tfcluster.runs.status import read_run
-            record = read_run(resolve_run(run))
-            return [t["task"] for t in record.get("tasks") or [] if isinstance(t.get("task"), str)] \
-                + ["launcher"]
+            if not (looks_like_task(run) and not is_run_dir(run) and lookup(run) is None):
+                record = read_run(resolve_run(run))
+                return [t["task"] for t in record.get("tasks") or []
+                        if isinstance(t.get("task"), str)] + ["launcher"]
+            # ``stack worker:1 <TAB>``: the word is a task of the latest run, not a run
         from tfcluster.spec import config
         cluster = config.load(file or "cluster.yaml")
         if not cluster.resolved:

@@ -4,8 +4,8 @@ Task output (prefixed ``[worker:1]``) goes to stdout; tfcluster's own lines (sta
 restarts, the stop sequence, the summary) go to stderr, so ``>/dev/null`` keeps the launcher's
 story and ``2>/dev/null`` keeps only task output. Progress-protocol lines are consumed, not
 echoed (the task logs keep them). When stdout and stderr are both a terminal, rich draws a live
-table (task, state, uptime, restarts, step, metrics; the chief marked; global step, steps/s,
-ETA) under the scrolling output, on that one screen; otherwise the launcher prints a periodic
+table (task, state, uptime, restarts, step, its own steps/s, metrics; the chief marked; global
+step, steps/s, ETA) under the scrolling output, on that one screen; otherwise the launcher prints a periodic
 progress line instead.
 """
 from __future__ import annotations

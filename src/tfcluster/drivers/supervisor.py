@@ -105,8 +105,10 @@ class TaskRun:
     reader: Optional[threading.Thread] = None
     exit_fed: bool = True                 # its exit has been handed to the machine
     life_fed: Optional[float] = None      # the last sign of life handed to the machine
-    steps: Deque = field(default_factory=lambda: deque(maxlen=20))   # (time, step) reports
-    rate: Optional[float] = None          # this task's reported steps per second
+    # (time, local_step) reports: the steps this task itself ran (the global step moves with
+    # every worker's steps, so its rate is the run's, never one task's)
+    steps: Deque = field(default_factory=lambda: deque(maxlen=20))
+    rate: Optional[float] = None          # this task's own steps per second (None: not reported)
 
     @property
     def name(self) -> str:
@@ -482,10 +484,11 @@ class Supervisor:
         with self.lock:
             self._rate_points.append((now, p.step))
             self.rate = _rate(self._rate_points, now, self.rate)
-            tr.steps.append((now, p.step))
-            tr.rate = _rate(tr.steps, now, tr.rate)
+            if p.local_step is not None:
+                tr.steps.append((now, p.local_step))
+                tr.rate = _rate(tr.steps, now, tr.rate)
             self.dirty = True
-        self.events.progress(tr.name, p.step, p.total, p.metrics)
+        self.events.progress(tr.name, p.step, p.total, p.metrics, local_step=p.local_step)
 
     def _drain_inbox(self) -> list:
         out = []
@@ -729,10 +732,10 @@ class Supervisor:
             if p is None or tr.state != TaskState.RUNNING:
                 continue
             line = f"{tr.name}: step {p.step}" + (f"/{p.total}" if p.total else "")
-            if tr.rate:
+            if tr.rate:           # its own rate (local_step); the ETA is the global step's
                 line += f", {tr.rate:.1f} steps/s"
-                if p.total and p.total > p.step:
-                    line += f", ETA {format_duration((p.total - p.step) / tr.rate)}"
+            if self.rate and p.total and p.total > p.step:
+                line += f", ETA {format_duration((p.total - p.step) / self.rate)}"
             if p.metrics:
                 line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
             age = now - (tr.seen.progress_at or now)
@@ -762,7 +765,7 @@ class Supervisor:
             name = tr.name + (" (chief)" if tr.name == self.plan.chief else "")
             running = tr.state == TaskState.RUNNING
             table.add_row(name, self.machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
-                          f"{tr.rate:.1f}" if tr.rate else "",
+                          _own_rate(tr),
                           ago(tr.status.alive_at, now) if running else "",
                           ago(tr.seen.output_at, now) if running else "",
                           *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
@@ -837,6 +840,14 @@ def _discard(handle: Handle) -> None:
                 stream.close()
         except OSError:   # a pipe of a killed task: closing it frees it, an error loses nothing
             pass
+
+
+def _own_rate(tr: TaskRun) -> str:
+    """The live table's steps/s of a task: its own rate (from ``local_step`` reports); ``global``
+    for a task that reports only the global step (the run's rate is the caption's)."""
+    if tr.rate is not None:
+        return f"{tr.rate:.1f}"
+    return "global" if tr.progress is not None and not tr.steps else ""
 
 
 def _rate(points, now: float, old: Optional[float]) -> Optional[float]:

@@ -6,8 +6,11 @@ A task reports progress with one line::
 
 The prefix is exactly ``@tfcluster progress `` and the rest is a JSON object.
 ``step`` (an integer, the global step) is required; ``total`` (the target step)
-is optional and lets the launcher show an ETA; any other key whose value is a
-number is shown as a metric. No TensorFlow is imported here: any program, in any
+is optional and lets the launcher show an ETA; ``local_step`` (an integer, optional) is how
+many steps this task itself has run -- its own rate of steps, where the global step moves with
+every worker's steps (tfcluster's runtime and Keras callback send it); any other key whose value
+is a number is shown as a metric. A task that sends no ``local_step`` has no rate of its own in
+the live table or the report: the global step's rate is the run's, not the task's. No TensorFlow is imported here: any program, in any
 language, can print this line.
 
 Where the line goes: :func:`report_progress` writes it to the launcher's own pipe
@@ -45,13 +48,18 @@ class Progress:
     step: int
     total: Optional[int] = None
     metrics: Dict[str, float] = field(default_factory=dict)
+    local_step: Optional[int] = None     # the steps this task itself ran (None: not reported)
 
 
-def format_progress(step: int, total: Optional[int] = None, **metrics: float) -> str:
-    """The progress line (without newline) for ``step`` of ``total``."""
+def format_progress(step: int, total: Optional[int] = None, local_step: Optional[int] = None,
+                    **metrics: float) -> str:
+    """The progress line (without newline) for ``step`` of ``total``; ``local_step``: the steps
+    this task itself ran."""
     body: Dict[str, object] = {"step": int(step)}
     if total is not None:
         body["total"] = int(total)
+    if local_step is not None:
+        body["local_step"] = int(local_step)
     for key, value in metrics.items():
         value = float(value)
         if math.isfinite(value):
@@ -78,10 +86,11 @@ def channel_fd(env=None) -> Optional[int]:
 
 
 def report_progress(step: int, total: Optional[int] = None, stream: Optional[TextIO] = None,
-                    **metrics: float) -> None:
-    """Report progress: to ``stream`` when given; else to the launcher's progress pipe when it
+                    local_step: Optional[int] = None, **metrics: float) -> None:
+    """Report progress (``step``: the global step; ``local_step``: the steps this task itself
+    ran, when known): to ``stream`` when given; else to the launcher's progress pipe when it
     gave one (:func:`channel_fd`); else print the line to stdout and flush it."""
-    line = format_progress(step, total, **metrics) + "\n"
+    line = format_progress(step, total, local_step, **metrics) + "\n"
     if stream is None:
         fd = channel_fd()
         if fd is not None:
@@ -142,8 +151,11 @@ def _from_body(body) -> Optional[Progress]:
     total = body.get("total")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
         total = None
+    local = body.get("local_step")
+    if isinstance(local, bool) or not isinstance(local, int) or local < 0:
+        local = None
     # a metric's name reaches the live table and the console: printable text only
     metrics = {printable(k): float(v) for k, v in body.items()
-               if k not in ("step", "total") and isinstance(v, (int, float)) and not isinstance(v, bool)
+               if k not in ("step", "total", "local_step") and isinstance(v, (int, float)) and not isinstance(v, bool)
                and math.isfinite(float(v))}
-    return Progress(step=step, total=total, metrics=metrics)
+    return Progress(step=step, total=total, metrics=metrics, local_step=local)

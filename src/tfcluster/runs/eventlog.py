@@ -39,7 +39,7 @@ EVENTS = {
     "task_restarting": ("reason", "attempt", "delay"),
     "watchdog": ("reason", "action"),
     "stop_sent": ("signal",),
-    "progress": ("step", "total", "metrics"),
+    "progress": ("step", "total", "metrics", "local_step"),
     "decision": ("result", "rule", "exit_code", "reason"),
     "run_ended": ("result", "exit_code"),
     # what came in to the run machine (tfcluster.core.machine.input_fields): for a replay, not shown
@@ -112,8 +112,10 @@ class EventLog:
         return record
 
     def progress(self, task: str, step: int, total: Optional[int] = None,
-                 metrics: Optional[Dict[str, float]] = None, when: Optional[float] = None) -> bool:
-        """A ``progress`` event for ``task``, at most one per PROGRESS_INTERVAL seconds per task.
+                 metrics: Optional[Dict[str, float]] = None, when: Optional[float] = None,
+                 local_step: Optional[int] = None) -> bool:
+        """A ``progress`` event for ``task``, at most one per PROGRESS_INTERVAL seconds per task
+        (``local_step``, when the task reported it: the steps it ran itself, its own rate).
 
         A report that comes sooner is held back (only the latest is kept): a report after the
         interval replaces it, and :meth:`flush_due` (call it from the launcher's loop) or
@@ -121,6 +123,8 @@ class EventLog:
         """
         now = self.clock() if when is None else when
         fields = {"time": now, "step": step, "total": total, "metrics": dict(metrics or {})}
+        if local_step is not None:
+            fields["local_step"] = local_step
         with self._lock:
             last = self._progress_at.get(task)
             if last is not None and now - last < PROGRESS_INTERVAL:

@@ -7,8 +7,10 @@ so it opens offline and can be mailed or attached to a ticket. It shows
 - a timeline of every task: each attempt as a bar (coloured by how it ended, labelled with the
   exit code or signal), restarts (marker and backoff gap), watchdog actions, stop signals, and
   stalls (gaps between progress reports longer than :func:`stall_threshold`);
-- the global step each task reported over time, with steps/s per task (a straggler's line lags
-  and its rate is flagged);
+- the global step each task reported over time, with each task's own steps/s (from the
+  ``local_step`` of its reports: the steps it ran itself; the global step's rate is every
+  worker's together, so a task that reports only the global step has no rate of its own and is
+  not compared) and its share of the fastest task's (a straggler's rate is flagged);
 - the task table of run.json and the run's events.
 
 A run without ``events.jsonl`` (recorded before tfcluster wrote event logs) still gets a page:
@@ -133,6 +135,9 @@ class Attempt:
     open: bool = False
     first: Optional[Tuple[float, float]] = None    # first and last progress report (time, step)
     last: Optional[Tuple[float, float]] = None
+    # first and last report of the steps this task ran itself (time, local_step): its own rate
+    own_first: Optional[Tuple[float, float]] = None
+    own_last: Optional[Tuple[float, float]] = None
     gaps: GapStats = field(default_factory=GapStats)
 
 
@@ -173,7 +178,8 @@ class TaskView:
     points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
     stalls: List[Tuple[float, float]] = field(default_factory=list)
     restart_count: int = 0
-    rate: Optional[float] = None
+    rate: Optional[float] = None        # its own steps/s (local_step), None when not reported
+    own: bool = False                   # some report carried local_step
     last_step: Optional[float] = None
     total: Optional[float] = None
     series: Thinned = field(default_factory=Thinned)
@@ -233,9 +239,10 @@ def _stalls(attempts: List[Attempt]) -> List[Tuple[float, float]]:
 
 
 def _rate(a: Attempt) -> Optional[float]:
-    if a.first is None or a.last is None:
+    """The attempt's own steps per second (its local_step reports), None without two of them."""
+    if a.own_first is None or a.own_last is None:
         return None
-    (t0, s0), (t1, s1) = a.first, a.last
+    (t0, s0), (t1, s1) = a.own_first, a.own_last
     return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
 
@@ -323,6 +330,13 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
                     a.first = point
                 if a.last is None or t >= a.last[0]:
                     a.last = point
+                own = _number(e.get("local_step"))
+                if own is not None:
+                    v.own = True
+                    if a.own_first is None:
+                        a.own_first = (t, own)
+                    if a.own_last is None or t >= a.own_last[0]:
+                        a.own_last = (t, own)
             continue
         n_rows += 1
         if len(head) < MAX_ROWS - MAX_ROWS // 2:
@@ -418,7 +432,7 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
         v.points = v.series.points()
         v.stalls = _stalls(v.attempts) if has_events else []
         rated = [a for a in v.attempts if _rate(a) is not None]
-        v.rate = _rate(rated[-1]) if rated else _rate_of(v.points)
+        v.rate = _rate(rated[-1]) if rated else None   # the global step's rate is not the task's
         v.last_step = v.series.last[1] if v.series.last else None
     rates = [v.rate for v in ordered.values() if v.rate and v.rate > 0]
     fastest = max(rates) if rates else None
@@ -427,13 +441,6 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
             "chief": chief, "run_dir": run_dir, "has_events": has_events,
             "rows_left_out": max(0, n_rows - len(events)), "progress_count": n_progress,
             "tasks_left_out": extra_tasks}
-
-
-def _rate_of(points: List[Tuple[float, float]]) -> Optional[float]:
-    if len(points) < 2:
-        return None
-    (t0, s0), (t1, s1) = points[0], points[-1]
-    return (s1 - s0) / (t1 - t0) if t1 > t0 else None
 
 
 # ------------------------------------------------------------------ drawing
@@ -675,6 +682,8 @@ def steps_svg(m: Dict[str, Any]) -> str:
         rel = f"{100 * v.rate / m['fastest']:.0f}%" if v.rate and m["fastest"] else ""
         note = " &mdash; straggler" if slow else (f"{' &mdash; ' if rel else ''}{_e(exempt)}, not compared"
                                                    if exempt else "")
+        if v.rate is None and not v.own:
+            note = "global step only: no rate of its own, not compared"
         sample = (f'<svg class="sample" width="28" height="10" viewBox="0 0 28 10"><line x1="0" y1="5" '
                   f'x2="28" y2="5" stroke="{color}" stroke-width="2"'
                   + (f' stroke-dasharray="{dash}"' if dash else "") + "/></svg>")

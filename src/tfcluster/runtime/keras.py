@@ -8,8 +8,9 @@
 reports ``@tfcluster progress {"step": 230, "total": 500, "epoch": 3, "loss": 0.31, ...}``
 (:mod:`tfcluster.plan.progress`) on the launcher's progress pipe under ``tfcluster launch`` (so
 they never get glued to Keras' own bar on stdout), else as lines on stdout: ``step`` counts batches across epochs (epoch x steps per epoch +
-batch), ``total`` is epochs x steps per epoch when Keras knows the steps, the metrics are
-those Keras logs. At most ``max_per_second`` lines a second, and one at every epoch's end.
+batch), ``total`` is epochs x steps per epoch when Keras knows the steps, ``local_step`` the
+batches this process ran itself (across every ``fit``: its own rate, which the launcher shows
+per task), the metrics are those Keras logs. At most ``max_per_second`` lines a second, and one at every epoch's end.
 Every worker may report (MultiWorkerMirroredStrategy runs ``fit`` on each); the launcher
 keeps the best step.
 
@@ -57,6 +58,8 @@ class ProgressReporter:
         self.steps: Optional[int] = None
         self.epoch = 0
         self.seen = 0          # batches seen in this fit (for an unknown steps per epoch)
+        self.own = 0           # batches this process ran, every fit: its local_step
+        self._own_base = 0     # ``own`` when this epoch began (batch numbers restart at 0)
         self.last_report: Optional[float] = None
 
     def begin(self, params: Mapping[str, Any]) -> None:
@@ -73,6 +76,7 @@ class ProgressReporter:
 
     def epoch_begin(self, epoch: int) -> None:
         self.epoch = epoch
+        self._own_base = self.own
 
     def _step(self, batch: int) -> int:
         if self.steps:
@@ -81,6 +85,8 @@ class ProgressReporter:
 
     def batch_end(self, batch: int, logs: Optional[Mapping[str, Any]]) -> None:
         self.seen += 1
+        # from the batch number: with steps_per_execution Keras calls every Nth batch only
+        self.own = max(self.own, self._own_base + batch + 1)
         now = self.clock()
         if self.last_report is not None and now - self.last_report < self.min_interval:
             return
@@ -106,7 +112,7 @@ class ProgressReporter:
                 metrics[key] = number
         metrics["epoch"] = self.epoch + 1  # as Keras prints it: "Epoch 3/5"
         # stream None: the launcher's progress pipe when it gave one, else stdout
-        report_progress(step, self.total, stream=self.stream, **metrics)
+        report_progress(step, self.total, stream=self.stream, local_step=self.own, **metrics)
         self.last_report = now
 
 

@@ -236,6 +236,9 @@ class TrainingSession:
         self._sess = None
         self._stopped = False
         self.start_step: Optional[int] = None
+        #: the steps this worker ran itself (calls of :meth:`run` that returned): its own rate,
+        #: where the global step moves with every worker's steps (ProgressReporter reports it)
+        self.local_step = 0
         self.started_at: Optional[float] = None
         #: chief only: the checkpoint the session was restored from, and its global step
         self.restored_from: Optional[str] = None
@@ -387,10 +390,13 @@ class TrainingSession:
                     out = self._sess.run(fetches if self.last_step is None
                                          else (fetches, self.global_step))
                 if self.last_step is None:
+                    self.local_step += 1
                     return out
             elif self.last_step is None:
-                return self._sess.run(fetches, feed_dict=feed_dict, options=options,
-                                      run_metadata=run_metadata)
+                out = self._sess.run(fetches, feed_dict=feed_dict, options=options,
+                                     run_metadata=run_metadata)
+                self.local_step += 1
+                return out
             else:
                 out = self._sess.run((fetches, self.global_step), feed_dict=feed_dict,
                                      options=options, run_metadata=run_metadata)
@@ -399,6 +405,7 @@ class TrainingSession:
                 self._stopped = True
                 return None
             raise
+        self.local_step += 1
         result, step = out
         # StopAtStepHook's rule: the value fetched may be from before this run's increment,
         # so look again only when it is (almost) there.
@@ -477,26 +484,34 @@ def _quiet_cancelled_queue_runners() -> None:
 
 class ProgressReporter:
     """Prints ``@tfcluster progress`` lines at most every ``every_secs`` seconds (and on
-    ``force=True``), as ``tfcluster launch`` expects (see ``tfcluster.plan.progress``)."""
+    ``force=True``), as ``tfcluster launch`` expects (see ``tfcluster.plan.progress``).
+    ``session`` (a :class:`TrainingSession`): each report also carries the steps this worker ran
+    itself (``local_step``), so the launcher shows the task's own rate, not the global step's."""
 
-    def __init__(self, total: Optional[int] = None, every_secs: float = 1.0, stream=None):
+    def __init__(self, total: Optional[int] = None, every_secs: float = 1.0, stream=None,
+                 session=None):
         self.total = total
         self.every_secs = every_secs
         self.stream = stream
+        self.session = session
         self._last = 0.0
 
     def due(self) -> bool:
         """True when the next call would print (fetch costly metrics only then)."""
         return time.monotonic() - self._last >= self.every_secs
 
-    def __call__(self, step: int, force: bool = False, **metrics: float) -> bool:
+    def __call__(self, step: int, force: bool = False, local_step: Optional[int] = None,
+                 **metrics: float) -> bool:
+        """Report global ``step`` (and ``local_step``, default the session's own count)."""
         now = time.monotonic()
         if not force and now - self._last < self.every_secs:
             return False
         self._last = now
         from tfcluster.plan.progress import report_progress
 
-        report_progress(int(step), self.total, stream=self.stream, **metrics)
+        if local_step is None and self.session is not None:
+            local_step = self.session.local_step
+        report_progress(int(step), self.total, stream=self.stream, local_step=local_step, **metrics)
         return True
 
 
