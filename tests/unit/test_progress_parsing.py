@@ -359,3 +359,19 @@ def test_coordination_service_errors_are_not_noise():
     assert not is_noise("E0000 00:00:1.0 1 coordination_service_agent.cc:720] Polled an error "
                         "from coordination service")
     assert not is_noise("W0000 00:00:1.0 1 coordination_service.cc:1] heartbeat timeout")
+
+
+def test_a_remote_error_whose_origin_has_a_line_of_its_own():
+    """A worker that sees the failure of another task's op: TensorFlow puts "From /job:..." on a
+    line of its own between its generic first line and what happened (CI saw it once)."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/work/trainer.py", line 174, in train',
+             "    sess.run(train_op)",
+             "tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph execution error:",
+             "",
+             "From /job:worker/replica:0/task:0:",
+             "Input to reshape is a tensor with 64 values, but the requested shape has 32",
+             "\t [[{{node gradients/model/hidden2/add_grad/Reshape}}]]"]
+    tail = failure_tail(lines, 10)
+    assert tail[1] == "Input to reshape is a tensor with 64 values, but the requested shape has 32"
+    assert tail[2] == '  File "/work/trainer.py", line 174, in train'

@@ -250,7 +250,7 @@ _TRACEBACK = "Traceback (most recent call last):"
 _MESSAGE_NOISE = re.compile(
     r"^\s*(?:$|File \"|Detected at node|Node: |=+$|Original stack trace for|\.\.\.which was originally"
     r"|\[elided |During handling of|Traceback \(|Additional GRPC error information|:?UNKNOWN:"
-    r"|\[\[|[A-Z_]+: From /job:|Errors may have originated from|Graph execution error:?$"
+    r"|\[\[|(?:[A-Z_]+: )?From /job:\S*:?$|[A-Z_]+: From /job:|Errors may have originated from|Graph execution error:?$"
     r"|\d+ (?:root|derived) error|\(\d+\) [A-Z_]+:|0 successful operations|\[Op:)")
 _GENERIC = re.compile(r":\s*(?:Graph execution error:?|)\s*$")
 
