@@ -7,7 +7,7 @@ import pytest
 
 from helpers import ROOT
 
-from tfcluster.spec import config
+from tfcluster.spec import config, models
 from tfcluster.spec.config import TaskId, loads, parse_endpoint
 from tfcluster.errors import ConfigError, UserError
 
@@ -175,7 +175,7 @@ def test_committed_schema_is_current_and_accepts_the_shipped_file():
     import yaml
     with open(os.path.join(ROOT, "cluster.schema.json")) as f:
         committed = json.load(f)
-    assert committed == config.json_schema(), "run: tfcluster schema > cluster.schema.json"
+    assert committed == models.json_schema(), "run: tfcluster schema > cluster.schema.json"
     with open(os.path.join(ROOT, "cluster.yaml")) as f:
         jsonschema.validate(yaml.safe_load(f), committed)
     with pytest.raises(jsonschema.ValidationError):

@@ -38,7 +38,8 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from tfcluster.spec.config import Cluster, RemoteSpec
+from tfcluster.spec.config import Cluster
+from tfcluster.spec.models import RemoteSpec
 from tfcluster.errors import UserError
 from tfcluster.spec.hosts import is_local
 from tfcluster.backends.base import Backend, Handle, ProcessSpec, start_child

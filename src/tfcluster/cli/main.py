@@ -622,7 +622,7 @@ def cmd_commands(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from tfcluster.spec.config import json_schema
+    from tfcluster.spec.models import json_schema
     print(json.dumps(json_schema(), indent=2))
     return 0
 
@@ -856,9 +856,10 @@ def run_launch(request: LaunchRequest) -> int:
         print(f"tfcluster: warning: {config.printable(cluster.source)}: {w}", file=sys.stderr)
     options = request.options or LaunchOptions()
     flags = dict(request.slurm_flags)
-    slurm = slurm_options_from_args(cluster, argparse.Namespace(
-        **{k: flags.get(k, [] if k == "sbatch" else None) for k in SLURM_FLAGS}))
-    options = replace(options, slurm=slurm)
+    if flags:   # else the plan reads the file's slurm: itself (only --backend slurm needs it)
+        slurm = slurm_options_from_args(cluster, argparse.Namespace(
+            **{k: flags.get(k, [] if k == "sbatch" else None) for k in SLURM_FLAGS}))
+        options = replace(options, slurm=slurm)
     _check_script(cluster, options)
     plan = build_plan(cluster, options)
     launcher = make_launcher(plan, cluster)

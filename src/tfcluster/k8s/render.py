@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from tfcluster.plan import contract
 from tfcluster.spec import kubernetes as k8s_options, secrets
-from tfcluster.spec.config import Cluster, JobSpec, Task, printable
+from tfcluster.spec.config import Cluster, Task, printable
+from tfcluster.spec.models import JobSpec
 from tfcluster.errors import UserError
 
 if TYPE_CHECKING:

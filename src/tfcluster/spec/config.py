@@ -20,17 +20,14 @@ import re
 import reprlib
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
-from typing_extensions import Annotated
-
-from tfcluster.spec import clusterspec, kubernetes as k8s_options, vocabulary
+from tfcluster.spec import clusterspec, quick, vocabulary
 from tfcluster.errors import ConfigError, UserError
-from tfcluster.spec.kubernetes import KubernetesSpec, PodSettings
 from tfcluster.spec.vocabulary import KNOWN_JOBS, SINGLE_TASK_JOBS
-from tfcluster.spec.ray import RaySpec
-from tfcluster.spec.slurm import SlurmSpec
+
+if TYPE_CHECKING:
+    from tfcluster.spec.models import ClusterFile, RestartSpec
 
 VERSION = 1
 # TensorFlow's rule for job names (tensorflow/core/util/device_name_utils.cc: IsJobName):
@@ -43,8 +40,6 @@ MAX_JOB_NAME = 40
 GPU_ENTRY = re.compile(r"\A[A-Za-z0-9_.:/-]+(,[A-Za-z0-9_.:/-]+)*\Z")
 # Job names with a meaning in TensorFlow's TF_CONFIG (vocabulary.KNOWN_JOBS); other names are
 # allowed (the seed's "local"). The vocabulary (jobs, policies, success rules) is vocabulary.py's.
-DEFAULT_GRACE = 5.0
-DEFAULT_BASE_PORT = 2222
 # A YAML file's aliases may not expand to more values than this ("billion laughs").
 MAX_EXPANDED_VALUES = 100_000
 # ... nor to more text than this (a long string referenced many times): no program can take
@@ -56,182 +51,6 @@ JOB_SPELLINGS = {"master": "chief", "workers": "worker", "chiefs": "chief", "eva
                  "worker_hosts": "worker", "chief_hosts": "chief", "evaluator_hosts": "evaluator"}
 # Top-level keys of a Kubernetes TFJob manifest.
 TFJOB_KEYS = ("apiVersion", "kind", "metadata", "spec", "tfReplicaSpecs")
-
-
-# --------------------------------------------------------------------------------------
-# The file's structure (pydantic). Unions are checked by hand (SkipValidation) for
-# clearer messages; the annotations still give the JSON Schema.
-
-EnvValue = Union[str, int, float, bool]
-Command = Annotated[Union[List[str], str, None], SkipValidation]
-GpuEntry = Union[int, str]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class RestartSpec(_Strict):
-    """What happens when a task fails (see docs/CLUSTER_YAML.md)."""
-
-    policy: Literal["never", "on-failure", "exit-code"] = Field(
-        "never", description="never | on-failure (any failure) | exit-code (TFJob: 1-127 permanent, "
-        "128-255 and signals retried)")
-    max_restarts: int = Field(3, ge=0, description="restarts allowed per task")
-    max_total_restarts: Optional[int] = Field(
-        None, ge=0, description="restarts allowed for the whole run (default: no limit beyond per task)")
-    backoff: float = Field(1.0, ge=0, allow_inf_nan=False,
-                           description="seconds before the first restart; doubles each time")
-    min_uptime: float = Field(1.0, ge=0, allow_inf_nan=False,
-                              description="a task whose first run fails within this many seconds "
-                              "is not restarted (a missing module or a bad flag fails the same way "
-                              "every time); 0 restarts it anyway")
-
-
-class WatchdogSpec(_Strict):
-    """No silent hangs: deadlines after which tfcluster names the task it waits for."""
-
-    startup_timeout: float = Field(
-        120.0, ge=0, allow_inf_nan=False,
-        description="seconds a ps/worker task gets to open its port (0: no check)")
-    waiting_timeout: float = Field(
-        120.0, ge=0, allow_inf_nan=False,
-        description="seconds a task may report 'CreateSession still waiting for "
-        "response from worker' about another task before that task is treated as failed (0: off)")
-    stall_timeout: float = Field(
-        300.0, ge=0, allow_inf_nan=False,
-        description="seconds the reported global step may stand still before the run "
-        "is treated as hung (0: off; only once a task has reported progress; a task at its "
-        "final step is under end_timeout instead)")
-    stall_warning: float = Field(
-        0.4, ge=0, le=1, allow_inf_nan=False,
-        description="fraction of stall_timeout after which a task whose own progress stopped "
-        "while others go on (or the whole run, standing still) is named on the console (0: off)")
-    end_timeout: float = Field(
-        60.0, ge=0, allow_inf_nan=False,
-        description="seconds a task that reported its final step (step = total) gets to exit by "
-        "itself, also after the run has succeeded, before it is killed (0: off)")
-
-
-class ProgramSpec(_Strict):
-    """What every task runs."""
-
-    command: Command = Field(None, description="argv (list) or shell-like string; relative paths "
-                             "resolve against the folder of this file; python/python3 means "
-                             "tfcluster's own interpreter")
-    args: List[str] = Field(default_factory=list, description="extra arguments after the command")
-    env: Dict[str, EnvValue] = Field(default_factory=dict, description="environment additions")
-    task_flags: bool = Field(False, description="append --job_name, --task_index and --<job>_hosts")
-    cwd: Optional[str] = Field(None, description="working folder (default: the folder of this file)")
-
-
-class JobSpec(_Strict):
-    """Per-job overrides of program keys, plus GPUs and restart policy."""
-
-    command: Command = None
-    args: Optional[List[str]] = None
-    env: Dict[str, EnvValue] = Field(default_factory=dict, description="merged over program.env")
-    task_flags: Optional[bool] = None
-    cwd: Optional[str] = None
-    gpus: Optional[List[GpuEntry]] = Field(
-        None, description="CUDA_VISIBLE_DEVICES per task, one entry per task (ps: none unless given)")
-    restart: Optional[RestartSpec] = None
-    kubernetes: Optional[PodSettings] = Field(
-        None, description="pod settings of this job (render k8s/jobset/trainjob), merged over kubernetes:")
-
-
-class DataServiceSpec(_Strict):
-    """The tf.data service (``data_service:``): a dispatcher and its workers, started with the
-    cluster as the jobs ``tfdata_dispatcher`` and ``tfdata_worker`` (pod settings, restart and
-    env through ``jobs.tfdata_dispatcher`` / ``jobs.tfdata_worker``)."""
-
-    dispatcher: Union[Literal[1], str] = Field(1, description="1 (a port assigned at launch) or host:port")
-    workers: Union[int, List[str]] = Field(1, description="a count, or a list of host:port")
-    work_dir: Optional[str] = Field(None, description="the dispatcher's journal folder (fault tolerance: "
-                                    "a restarted dispatcher recovers its jobs)")
-
-
-class RemoteSpec(_Strict):
-    """How to reach a host over ssh and run tasks there (``remote:`` defaults, ``hosts.<name>:``
-    per host; used by ``--backend ssh``)."""
-
-    ssh_host: Optional[str] = Field(None, description="address or ssh alias to connect to "
-                                    "(default: the host name from cluster:)")
-    user: Optional[str] = Field(None, description="ssh login user (default: ssh's own choice)")
-    port: Optional[int] = Field(None, ge=1, le=65535, description="ssh port (default 22)")
-    identity_file: Optional[str] = Field(None, description="private key file (~ is expanded)")
-    ssh_options: List[str] = Field(default_factory=list,
-                                   description="extra ssh -o options, e.g. StrictHostKeyChecking=yes")
-    python: Optional[str] = Field(None, description="remote interpreter for python/python3 commands "
-                                  "(default: python3)")
-    workdir: Optional[str] = Field(None, description="remote folder that mirrors this file's folder: "
-                                   "paths under it are mapped there, and tasks run there")
-    connect_timeout: Optional[int] = Field(None, ge=1, le=3600, description="seconds a host has "
-                                           "to answer at the start (ssh ConnectTimeout; default 10)")
-    alive_interval: Optional[int] = Field(None, ge=1, le=3600, description="seconds between "
-                                          "keep-alives to a host (ssh ServerAliveInterval; default 5)")
-    alive_count_max: Optional[int] = Field(None, ge=1, le=100, description="keep-alives a host may "
-                                           "leave unanswered (ssh ServerAliveCountMax; default 3): a "
-                                           "host lost mid-run is noticed within about "
-                                           "alive_interval x alive_count_max seconds")
-
-
-ClusterDict = Annotated[Dict[str, Union[List[str], Annotated[int, Field(ge=1)]]], SkipValidation]
-
-
-class ClusterFile(_Strict):
-    """A cluster.yaml file (version 1)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra={"title": "tfcluster cluster.yaml"})
-
-    version: Literal[1] = Field(1, description="file format version")
-    cluster: ClusterDict = Field(description="job -> list of host:port (TensorFlow's ClusterSpec "
-                                 "dict), or a task count whose endpoints the backend assigns")
-    program: ProgramSpec = Field(default_factory=ProgramSpec)
-    jobs: Dict[str, JobSpec] = Field(default_factory=dict)
-    success: Literal["chief", "all-workers"] = Field(
-        "chief", description="chief: the chief (or worker:0) exiting 0 ends the run; "
-        "all-workers: every worker must exit 0")
-    restart: RestartSpec = Field(default_factory=RestartSpec)
-    logdir: str = Field("runs", description="logs and run records go to <logdir>/<run-id>/")
-    grace: float = Field(DEFAULT_GRACE, ge=0, allow_inf_nan=False,
-                         description="seconds other workers get to finish "
-                         "after the run has succeeded")
-    base_port: int = Field(DEFAULT_BASE_PORT, ge=1, le=65535,
-                           description="first port tried for jobs given as a count (local backend)")
-    remote: RemoteSpec = Field(default_factory=RemoteSpec,
-                               description="ssh settings for every remote host (--backend ssh)")
-    hosts: Dict[str, RemoteSpec] = Field(default_factory=dict,
-                                         description="per-host ssh settings, merged over remote:")
-    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
-    slurm: SlurmSpec = Field(default_factory=SlurmSpec,
-                             description="Slurm scheduler options (render slurm, --backend slurm)")
-    backend: Optional[Literal["local", "ssh", "slurm", "ray"]] = Field(
-        None, description="the engine that runs the tasks (--backend wins; default: local, or ssh "
-        "for remote hosts)")
-    ray: RaySpec = Field(default_factory=RaySpec,
-                         description="Ray options (--backend ray): address, placement strategy, "
-                         "resources per job, runtime_env")
-    kubernetes: KubernetesSpec = Field(
-        default_factory=KubernetesSpec,
-        description="pod settings for every job (render k8s/jobset/trainjob): resources, "
-        "node_selector, tolerations, volumes, volume_mounts, service_account, image_pull_secrets, "
-        "priority_class, labels, annotations, queue")
-    data_service: Optional[DataServiceSpec] = Field(
-        None, description="the tf.data service: a dispatcher and workers started with the cluster; "
-        "every task gets TFCLUSTER_DATA_SERVICE=grpc://host:port")
-    secrets: List[str] = Field(
-        default_factory=list, description="names of environment variables whose values are secret: "
-        "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "
-        "(besides names that look secret, such as API_TOKEN)")
-
-
-def json_schema() -> Dict[str, Any]:
-    """JSON Schema of cluster.yaml (for editors: yaml-language-server)."""
-    schema = ClusterFile.model_json_schema()
-    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
-    return schema
 
 
 # --------------------------------------------------------------------------------------
@@ -287,7 +106,7 @@ class Task:
     task_flags: bool
     cwd: str
     gpus: Optional[str]                   # CUDA_VISIBLE_DEVICES, None: inherit
-    restart: RestartSpec
+    restart: Union[RestartSpec, quick.Section]   # the model, or the quick reader's section
 
     @property
     def id(self) -> TaskId:
@@ -306,11 +125,11 @@ class Cluster:
     base_dir: str
     jobs: Dict[str, List[Task]]           # file order
     success: str
-    restart: RestartSpec
+    restart: Union[RestartSpec, quick.Section]   # the model, or the quick reader's section
     logdir: str                           # absolute
     grace: float
     base_port: int
-    spec: ClusterFile = field(repr=False)
+    spec: Union[ClusterFile, quick.QuickSpec] = field(repr=False)   # the file's values
     count_jobs: Tuple[str, ...] = ()      # jobs given as a count in the file
     warnings: Tuple[str, ...] = ()        # legal but probably not meant (a job named 'PS')
 
@@ -589,15 +408,21 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     if "cluster" not in data:
         problems.append("cluster: required (job -> list of host:port), for example "
                         "cluster: {ps: [localhost:2222], worker: [localhost:2223]}")
-    try:
-        spec = ClusterFile.model_validate(data)
-    except ValidationError as e:
-        problems.extend(p for p in _pydantic_problems(e) if not p.startswith("cluster: required"))
-        spec = None
-    if spec is not None and isinstance(data.get("cluster"), dict):
-        problems.extend(k8s_options.check(spec.kubernetes, {
-            job: (spec.jobs[job].kubernetes if job in spec.jobs else None)
-            for job in data["cluster"] if isinstance(job, str)}))
+    spec: Any = None if problems else quick.read(data)
+    if spec is None:     # outside the quick subset, or something is wrong: the models say what
+        from pydantic import ValidationError
+
+        from tfcluster.spec import kubernetes as k8s_options
+        from tfcluster.spec.models import ClusterFile
+        try:
+            spec = ClusterFile.model_validate(data)
+        except ValidationError as e:
+            problems.extend(p for p in _pydantic_problems(e) if not p.startswith("cluster: required"))
+            spec = None
+        if spec is not None and isinstance(data.get("cluster"), dict):
+            problems.extend(k8s_options.check(spec.kubernetes, {
+                job: (spec.jobs[job].kubernetes if job in spec.jobs else None)
+                for job in data["cluster"] if isinstance(job, str)}))
     warnings: List[str] = []
     if "cluster" in data:
         problems.extend(_check_cluster(data["cluster"], warnings))
@@ -629,7 +454,12 @@ def _with_line(problem: str, lines: Dict[str, int]) -> str:
     return problem
 
 
-def _resolve(spec: ClusterFile, raw_cluster: Dict[str, Any], source: str,
+def _no_override() -> Any:
+    """A job without a ``jobs.<job>:`` entry: every key at the model's default."""
+    return quick.Section("JobSpec", quick.defaults("JobSpec"))
+
+
+def _resolve(spec: Any, raw_cluster: Dict[str, Any], source: str,
              base_dir: str) -> Tuple[Cluster, List[str]]:
     problems: List[str] = []
     jobs: Dict[str, List[Task]] = {}
@@ -640,7 +470,7 @@ def _resolve(spec: ClusterFile, raw_cluster: Dict[str, Any], source: str,
             endpoints: List[Optional[Endpoint]] = [None] * entries
         else:
             endpoints = [Endpoint(*parse_endpoint(e)) for e in entries]
-        override = spec.jobs.get(job, JobSpec())
+        override = spec.jobs.get(job) or _no_override()
         gpus = override.gpus
         command = override.command if override.command is not None else spec.program.command
         args = override.args if override.args is not None else spec.program.args
@@ -1129,6 +959,12 @@ def _resolve_command(command: Union[str, List[str], None], base_dir: str) -> Lis
 
 def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
     """Allowed keys at the mapping that holds loc[-1]."""
+    from tfcluster.spec import kubernetes as k8s_options
+    from tfcluster.spec.kubernetes import KubernetesSpec, PodSettings
+    from tfcluster.spec.models import (ClusterFile, JobSpec, ProgramSpec, RemoteSpec, RestartSpec,
+                                       WatchdogSpec)
+    from tfcluster.spec.ray import RaySpec
+    from tfcluster.spec.slurm import SlurmSpec
     parent = loc[:-1]
     model: Any = ClusterFile
     i = 0
@@ -1161,7 +997,7 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
     return list(model.model_fields)
 
 
-def _pydantic_problems(e: ValidationError) -> List[str]:
+def _pydantic_problems(e: Any) -> List[str]:
     problems = []
     for err in e.errors(include_url=False):
         loc = tuple(err.get("loc", ()))
@@ -1245,7 +1081,7 @@ def _gpu_str(entry: Union[int, str]) -> str:
     return str(entry).strip()
 
 
-def _env_str(value: EnvValue) -> str:
+def _env_str(value: Union[str, int, float, bool]) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -14,6 +14,10 @@ from typing import Iterable, Optional
 RESTART_POLICIES = ("never", "on-failure", "exit-code")
 #: success rules (``success:``, ``--success``)
 SUCCESS_RULES = ("chief", "all-workers")
+#: seconds other workers get to finish after the run has succeeded (``grace:``)
+DEFAULT_GRACE = 5.0
+#: the first port tried for jobs given as a count (``base_port:``)
+DEFAULT_BASE_PORT = 2222
 #: jobs with a meaning in TensorFlow's TF_CONFIG, in the order tfcluster lists them;
 #: other job names (the guide's "local") come after them, in file order
 KNOWN_JOBS = ("chief", "ps", "worker", "evaluator")

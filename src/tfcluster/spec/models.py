@@ -1,0 +1,294 @@
+"""The cluster file's structure as pydantic models: the one source of its keys, types,
+bounds and defaults, and of the JSON Schema editors use (``tfcluster schema``).
+
+Imported only where a file needs them: :func:`tfcluster.spec.config.from_dict` validates
+with them unless the file is in the plain subset :mod:`tfcluster.spec.quick` reads without
+them (its rules, ``quick_rules.json``, are made from these models by :func:`quick_rules`), and
+their messages name the field when something is wrong. Building these classes costs a
+launch ~0.15 s; the quick reader none.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Literal, Optional, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
+from typing_extensions import Annotated
+
+from tfcluster.spec.kubernetes import KubernetesSpec, PodSettings
+from tfcluster.spec.ray import RaySpec
+from tfcluster.spec.slurm import SlurmSpec
+from tfcluster.spec.vocabulary import DEFAULT_BASE_PORT, DEFAULT_GRACE
+
+# The file's structure. Unions are checked by hand (SkipValidation) for
+# clearer messages; the annotations still give the JSON Schema.
+
+EnvValue = Union[str, int, float, bool]
+Command = Annotated[Union[List[str], str, None], SkipValidation]
+GpuEntry = Union[int, str]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class RestartSpec(_Strict):
+    """What happens when a task fails (see docs/CLUSTER_YAML.md)."""
+
+    policy: Literal["never", "on-failure", "exit-code"] = Field(
+        "never", description="never | on-failure (any failure) | exit-code (TFJob: 1-127 permanent, "
+        "128-255 and signals retried)")
+    max_restarts: int = Field(3, ge=0, description="restarts allowed per task")
+    max_total_restarts: Optional[int] = Field(
+        None, ge=0, description="restarts allowed for the whole run (default: no limit beyond per task)")
+    backoff: float = Field(1.0, ge=0, allow_inf_nan=False,
+                           description="seconds before the first restart; doubles each time")
+    min_uptime: float = Field(1.0, ge=0, allow_inf_nan=False,
+                              description="a task whose first run fails within this many seconds "
+                              "is not restarted (a missing module or a bad flag fails the same way "
+                              "every time); 0 restarts it anyway")
+
+
+class WatchdogSpec(_Strict):
+    """No silent hangs: deadlines after which tfcluster names the task it waits for."""
+
+    startup_timeout: float = Field(
+        120.0, ge=0, allow_inf_nan=False,
+        description="seconds a ps/worker task gets to open its port (0: no check)")
+    waiting_timeout: float = Field(
+        120.0, ge=0, allow_inf_nan=False,
+        description="seconds a task may report 'CreateSession still waiting for "
+        "response from worker' about another task before that task is treated as failed (0: off)")
+    stall_timeout: float = Field(
+        300.0, ge=0, allow_inf_nan=False,
+        description="seconds the reported global step may stand still before the run "
+        "is treated as hung (0: off; only once a task has reported progress; a task at its "
+        "final step is under end_timeout instead)")
+    stall_warning: float = Field(
+        0.4, ge=0, le=1, allow_inf_nan=False,
+        description="fraction of stall_timeout after which a task whose own progress stopped "
+        "while others go on (or the whole run, standing still) is named on the console (0: off)")
+    end_timeout: float = Field(
+        60.0, ge=0, allow_inf_nan=False,
+        description="seconds a task that reported its final step (step = total) gets to exit by "
+        "itself, also after the run has succeeded, before it is killed (0: off)")
+
+
+class ProgramSpec(_Strict):
+    """What every task runs."""
+
+    command: Command = Field(None, description="argv (list) or shell-like string; relative paths "
+                             "resolve against the folder of this file; python/python3 means "
+                             "tfcluster's own interpreter")
+    args: List[str] = Field(default_factory=list, description="extra arguments after the command")
+    env: Dict[str, EnvValue] = Field(default_factory=dict, description="environment additions")
+    task_flags: bool = Field(False, description="append --job_name, --task_index and --<job>_hosts")
+    cwd: Optional[str] = Field(None, description="working folder (default: the folder of this file)")
+
+
+class JobSpec(_Strict):
+    """Per-job overrides of program keys, plus GPUs and restart policy."""
+
+    command: Command = None
+    args: Optional[List[str]] = None
+    env: Dict[str, EnvValue] = Field(default_factory=dict, description="merged over program.env")
+    task_flags: Optional[bool] = None
+    cwd: Optional[str] = None
+    gpus: Optional[List[GpuEntry]] = Field(
+        None, description="CUDA_VISIBLE_DEVICES per task, one entry per task (ps: none unless given)")
+    restart: Optional[RestartSpec] = None
+    kubernetes: Optional[PodSettings] = Field(
+        None, description="pod settings of this job (render k8s/jobset/trainjob), merged over kubernetes:")
+
+
+class DataServiceSpec(_Strict):
+    """The tf.data service (``data_service:``): a dispatcher and its workers, started with the
+    cluster as the jobs ``tfdata_dispatcher`` and ``tfdata_worker`` (pod settings, restart and
+    env through ``jobs.tfdata_dispatcher`` / ``jobs.tfdata_worker``)."""
+
+    dispatcher: Union[Literal[1], str] = Field(1, description="1 (a port assigned at launch) or host:port")
+    workers: Union[int, List[str]] = Field(1, description="a count, or a list of host:port")
+    work_dir: Optional[str] = Field(None, description="the dispatcher's journal folder (fault tolerance: "
+                                    "a restarted dispatcher recovers its jobs)")
+
+
+class RemoteSpec(_Strict):
+    """How to reach a host over ssh and run tasks there (``remote:`` defaults, ``hosts.<name>:``
+    per host; used by ``--backend ssh``)."""
+
+    ssh_host: Optional[str] = Field(None, description="address or ssh alias to connect to "
+                                    "(default: the host name from cluster:)")
+    user: Optional[str] = Field(None, description="ssh login user (default: ssh's own choice)")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="ssh port (default 22)")
+    identity_file: Optional[str] = Field(None, description="private key file (~ is expanded)")
+    ssh_options: List[str] = Field(default_factory=list,
+                                   description="extra ssh -o options, e.g. StrictHostKeyChecking=yes")
+    python: Optional[str] = Field(None, description="remote interpreter for python/python3 commands "
+                                  "(default: python3)")
+    workdir: Optional[str] = Field(None, description="remote folder that mirrors this file's folder: "
+                                   "paths under it are mapped there, and tasks run there")
+    connect_timeout: Optional[int] = Field(None, ge=1, le=3600, description="seconds a host has "
+                                           "to answer at the start (ssh ConnectTimeout; default 10)")
+    alive_interval: Optional[int] = Field(None, ge=1, le=3600, description="seconds between "
+                                          "keep-alives to a host (ssh ServerAliveInterval; default 5)")
+    alive_count_max: Optional[int] = Field(None, ge=1, le=100, description="keep-alives a host may "
+                                           "leave unanswered (ssh ServerAliveCountMax; default 3): a "
+                                           "host lost mid-run is noticed within about "
+                                           "alive_interval x alive_count_max seconds")
+
+
+ClusterDict = Annotated[Dict[str, Union[List[str], Annotated[int, Field(ge=1)]]], SkipValidation]
+
+
+class ClusterFile(_Strict):
+    """A cluster.yaml file (version 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"title": "tfcluster cluster.yaml"})
+
+    version: Literal[1] = Field(1, description="file format version")
+    cluster: ClusterDict = Field(description="job -> list of host:port (TensorFlow's ClusterSpec "
+                                 "dict), or a task count whose endpoints the backend assigns")
+    program: ProgramSpec = Field(default_factory=ProgramSpec)
+    jobs: Dict[str, JobSpec] = Field(default_factory=dict)
+    success: Literal["chief", "all-workers"] = Field(
+        "chief", description="chief: the chief (or worker:0) exiting 0 ends the run; "
+        "all-workers: every worker must exit 0")
+    restart: RestartSpec = Field(default_factory=RestartSpec)
+    logdir: str = Field("runs", description="logs and run records go to <logdir>/<run-id>/")
+    grace: float = Field(DEFAULT_GRACE, ge=0, allow_inf_nan=False,
+                         description="seconds other workers get to finish "
+                         "after the run has succeeded")
+    base_port: int = Field(DEFAULT_BASE_PORT, ge=1, le=65535,
+                           description="first port tried for jobs given as a count (local backend)")
+    remote: RemoteSpec = Field(default_factory=RemoteSpec,
+                               description="ssh settings for every remote host (--backend ssh)")
+    hosts: Dict[str, RemoteSpec] = Field(default_factory=dict,
+                                         description="per-host ssh settings, merged over remote:")
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec,
+                             description="Slurm scheduler options (render slurm, --backend slurm)")
+    backend: Optional[Literal["local", "ssh", "slurm", "ray"]] = Field(
+        None, description="the engine that runs the tasks (--backend wins; default: local, or ssh "
+        "for remote hosts)")
+    ray: RaySpec = Field(default_factory=RaySpec,
+                         description="Ray options (--backend ray): address, placement strategy, "
+                         "resources per job, runtime_env")
+    kubernetes: KubernetesSpec = Field(
+        default_factory=KubernetesSpec,
+        description="pod settings for every job (render k8s/jobset/trainjob): resources, "
+        "node_selector, tolerations, volumes, volume_mounts, service_account, image_pull_secrets, "
+        "priority_class, labels, annotations, queue")
+    data_service: Optional[DataServiceSpec] = Field(
+        None, description="the tf.data service: a dispatcher and workers started with the cluster; "
+        "every task gets TFCLUSTER_DATA_SERVICE=grpc://host:port")
+    secrets: List[str] = Field(
+        default_factory=list, description="names of environment variables whose values are secret: "
+        "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "
+        "(besides names that look secret, such as API_TOKEN)")
+
+
+def json_schema() -> Dict[str, Any]:
+    """JSON Schema of cluster.yaml (for editors: yaml-language-server)."""
+    schema = ClusterFile.model_json_schema()
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return schema
+
+
+# --------------------------------------------------------------------------------------
+# The quick reader's rules (tfcluster.spec.quick), made from the models above.
+
+#: the sections a launch reads, which :mod:`tfcluster.spec.quick` checks without pydantic; a
+#: file with any other section (kubernetes, slurm, ray, remote, hosts) is validated by the models
+QUICK_MODELS = (ClusterFile, ProgramSpec, JobSpec, RestartSpec, WatchdogSpec, DataServiceSpec)
+
+
+def quick_rules() -> Dict[str, Any]:
+    """The keys, types, bounds and defaults of :data:`QUICK_MODELS` as plain data (written to
+    ``src/tfcluster/spec/quick_rules.json``; a unit test keeps the two equal). Raises
+    ValueError for anything the quick reader cannot check as pydantic would: a validator, a
+    model that is not strict and closed, a constraint it does not know."""
+    return {"root": ClusterFile.__name__,
+            "models": {m.__name__: _model_rules(m) for m in QUICK_MODELS}}
+
+
+def _model_rules(model: type) -> Dict[str, Any]:
+    cfg = model.model_config
+    if cfg.get("extra") != "forbid" or cfg.get("strict") is not True:
+        raise ValueError(f"{model.__name__}: the quick reader needs extra='forbid', strict=True")
+    d = model.__pydantic_decorators__
+    if d.validators or d.field_validators or d.root_validators or d.model_validators:
+        raise ValueError(f"{model.__name__}: a validator; take it out of QUICK_MODELS")
+    fields: Dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if info.alias not in (None, name):
+            raise ValueError(f"{model.__name__}.{name}: an alias")
+        where = f"{model.__name__}.{name}"
+        skip = any(m is SkipValidation or isinstance(m, SkipValidation) for m in info.metadata)
+        bounds: Dict[str, Any] = {}
+        for m in ([] if skip else info.metadata):
+            bounds.update(_bounds(m, where))
+        rule: Dict[str, Any] = {"kind": {"t": "skip"} if skip else _kind(info.annotation, bounds, where)}
+        if info.is_required():
+            rule["required"] = True
+        elif info.default_factory is not None:
+            made = info.default_factory()
+            if isinstance(made, BaseModel):
+                rule["default_model"] = type(made).__name__
+                if made.model_dump() != type(made)().model_dump():
+                    raise ValueError(f"{model.__name__}.{name}: a default model with values of its own")
+            elif made in ([], {}):
+                rule["default"] = made
+            else:
+                raise ValueError(f"{model.__name__}.{name}: default {made!r}")
+        else:
+            if not (info.default is None or type(info.default) in (str, int, float, bool)):
+                raise ValueError(f"{model.__name__}.{name}: default {info.default!r}")
+            rule["default"] = info.default
+        fields[name] = rule
+    return {"fields": fields}
+
+
+def _bounds(meta: Any, where: str) -> Dict[str, Any]:
+    import annotated_types as at
+    if isinstance(meta, at.Ge):
+        return {"ge": meta.ge}
+    if isinstance(meta, at.Le):
+        return {"le": meta.le}
+    if type(meta).__name__ == "_PydanticGeneralMetadata" and set(vars(meta)) == {"allow_inf_nan"}:
+        return {} if meta.allow_inf_nan else {"finite": True}
+    raise ValueError(f"{where}: constraint {meta!r}")
+
+
+def _kind(ann: Any, bounds: Dict[str, Any], where: str) -> Dict[str, Any]:
+    """One annotation as a rule of the quick reader; ``bounds`` (ge, le, finite) go to its
+    numbers, as pydantic puts a field's constraints on the number inside an Optional."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Annotated:
+        if any(m is SkipValidation or isinstance(m, SkipValidation) for m in args[1:]):
+            return {"t": "skip"}
+        more = dict(bounds)
+        for m in args[1:]:
+            more.update(_bounds(m, where))
+        return _kind(args[0], more, where)
+    if ann in (int, float):
+        out = {"t": ann.__name__}
+        out.update({k: v for k, v in bounds.items() if k != "finite" or ann is float})
+        if any(math.isinf(v) for k, v in out.items() if k in ("ge", "le")):
+            raise ValueError(f"{where}: an infinite bound")
+        return out
+    if ann in (str, bool, type(None)):
+        return {"t": {str: "str", bool: "bool", type(None): "none"}[ann]}
+    if origin is Literal:
+        if not all(type(a) in (str, int) for a in args):
+            raise ValueError(f"{where}: Literal of {args!r}")
+        return {"t": "literal", "values": list(args)}
+    if origin is Union:
+        return {"t": "union", "of": [_kind(a, bounds, where) for a in args]}
+    if origin in (list, List):
+        return {"t": "list", "item": _kind(args[0], {}, where)}
+    if origin in (dict, Dict) and args[0] is str:
+        return {"t": "dict", "value": _kind(args[1], {}, where)}
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return {"t": "model", "name": ann.__name__} if ann in QUICK_MODELS else {"t": "slow"}
+    raise ValueError(f"{where}: annotation {ann!r}")
