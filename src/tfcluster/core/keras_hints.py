@@ -34,8 +34,11 @@ def tf_keras_install() -> str:
         return "pip install tf_keras"
 
 
-FIX = (f"install Keras 2 with `{tf_keras_install()}` (the tf_keras of your TensorFlow) and set "
-       "TF_USE_LEGACY_KERAS: \"1\" in the cluster file's env (docs/TF2_STRATEGIES.md)")
+def fix() -> str:
+    """How to run a Keras 2 program (read from the package metadata when a hint needs it:
+    ~20 ms, not at every launcher's start)."""
+    return (f"install Keras 2 with `{tf_keras_install()}` (the tf_keras of your TensorFlow) and "
+            "set TF_USE_LEGACY_KERAS: \"1\" in the cluster file's env (docs/TF2_STRATEGIES.md)")
 
 _FIND_SPEC = ("import importlib.util, sys; "
               "sys.exit(0 if importlib.util.find_spec('tf_keras') is not None else 1)")
@@ -140,7 +143,7 @@ def failure_hint(lines: Iterable[str]) -> Optional[str]:
                 keras3 = bool(_KERAS3_FRAME.search(text))
             if not keras3:
                 continue
-        return f"hint: {what}; {FIX}"
+        return f"hint: {what}; {fix()}"
     removed = _REMOVED_API.search(text)
     if removed and (removed.group(2) or _KERAS3_FRAME.search(text)
                     or removed.group(3) == "reset_states"):
@@ -148,7 +151,7 @@ def failure_hint(lines: Iterable[str]) -> Optional[str]:
         name = removed.group(3)
         instead = " (Keras 3 calls it reset_state)" if name == "reset_states" else ""
         return (f"hint: {owner} has no {name!r} in Keras 3 (TensorFlow's default tf.keras): "
-                f"the program was written for Keras 2{instead}; {FIX}")
+                f"the program was written for Keras 2{instead}; {fix()}")
     return None
 
 
