@@ -27,7 +27,7 @@ same second, a leftover, a planted link) the next free ``<id>-2``, ``<id>-3``, .
 explicit ``--run-id`` that exists is an error.
 
 Reading goes through this module too (:func:`open_regular`, :func:`read_bytes`,
-:func:`read_lines`, :func:`open_run_file`): regular files only (a FIFO, a device such as
+:func:`read_lines`, :func:`open_run_dir`): regular files only (a FIFO, a device such as
 ``/dev/zero`` or a folder is refused without blocking), no link followed where the file belongs
 to a run, sizes checked, and memory bounded by a window, never by the file's size. The reader
 of a run's files (``logs``, ``report``, ``stop``) checks who owns the folder and the record
