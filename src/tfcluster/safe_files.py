@@ -27,7 +27,7 @@ same second, a leftover, a planted link) the next free ``<id>-2``, ``<id>-3``, .
 explicit ``--run-id`` that exists is an error.
 
 Reading goes through this module too (:func:`open_regular`, :func:`read_bytes`,
-:func:`read_lines`, :func:`open_run_file`): regular files only (a FIFO, a device such as
+:func:`read_lines`, :func:`open_run_dir`): regular files only (a FIFO, a device such as
 ``/dev/zero`` or a folder is refused without blocking), no link followed where the file belongs
 to a run, sizes checked, and memory bounded by a window, never by the file's size. The reader
 of a run's files (``logs``, ``report``, ``stop``) checks who owns the folder and the record
@@ -459,7 +459,7 @@ def write_new_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None
     tmp = f".{name}.tmp{os.getpid()}"
     try:
         os.unlink(tmp, dir_fd=dir_fd)   # a leftover of a killed writer that had this pid (or a link)
-    except FileNotFoundError:
+    except FileNotFoundError:   # none left over (the usual case): nothing to clear
         pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
                  mode, dir_fd=dir_fd)
@@ -470,7 +470,7 @@ def write_new_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
+        except OSError:   # gone already, or not removable: the write's own error (raised) matters
             pass
         raise
 
@@ -498,6 +498,6 @@ def create_new(path: str, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         try:
             os.unlink(path)
-        except OSError:
+        except OSError:   # gone already, or not removable: the write's own error (raised) matters
             pass
         raise

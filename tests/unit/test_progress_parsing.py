@@ -107,6 +107,22 @@ def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
     assert contract._is_supervisor(me, {})
 
 
+def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_rays_actor_is_not(monkeypatch):
+    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh wrapper and the Slurm node wrapper are
+    known by their command lines (as they run them); Ray's actor, which Ray retitles
+    ``ray::TaskRunner`` and which holds no run folder, is not taken for a supervisor."""
+    from tfcluster.backends import ssh
+    from tfcluster.backends.slurm import launcher as slurm
+    me = os.getpid()
+    for argv in (["python3", "-I", "-c", ssh._BOOT],
+                 ["/usr/bin/python3", "-c", slurm.TASK_COMMAND],
+                 ["/venv/bin/python3", "/venv/bin/tfcluster", "launch", "cluster.yaml"]):
+        monkeypatch.setattr(contract, "_cmdline", lambda pid, a=argv: [w.encode() for w in a])
+        assert contract._is_supervisor(me, {}), argv[:2]
+    monkeypatch.setattr(contract, "_cmdline", lambda pid: [b"ray::TaskRunner", b""])
+    assert not contract._is_supervisor(me, {})
+
+
 # ---------------------------------------------------------------------------- Keras, TF1
 
 @pytest.mark.parametrize("name", ["keras3_verbose1.txt", "tf_keras_verbose1.txt",

@@ -4,6 +4,7 @@ connection)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -99,3 +100,26 @@ def test_dry_run_shows_the_placement_without_connecting(tmp_path, capsys, monkey
     assert "# ray: worker:1 bundle: CPU 2, GPU 1, memory 2.0 GB, accel 1" in out
     assert "# ray: ps:0 bundle: CPU 2\n" in out
     assert "(backend ray)" in out
+
+
+@pytest.mark.parametrize("backend_from", ["file", "flag"])
+def test_a_data_service_on_ray_is_one_line_exit_2_before_anything_starts(tmp_path, capsys,
+                                                                         monkeypatch, backend_from):
+    """docs/CLUSTER_YAML.md, the tf.data service: "Ray: not yet" -- launch refuses it, the dry
+    run too, naming data_service and the backend; no run folder is made."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    c = tmp_path / "cluster.yaml"
+    c.write_text("cluster: {worker: 2}\ndata_service: {dispatcher: 1, workers: 2}\n"
+                 "program: {command: [python, train.py]}\n"
+                 + ("backend: ray\n" if backend_from == "file" else ""))
+    flags = () if backend_from == "file" else ("--backend", "ray")
+    for dry in (("--dry-run",), ()):
+        rc, out, err = cli(capsys, "launch", str(c), *flags, *dry)
+        assert rc == 2 and out == "", (out, err)
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith("tfcluster: error: data_service:") and "--backend ray" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["cluster.yaml", "train.py"]     # no runs/ folder
+    rc, out, err = cli(capsys, "launch", str(c), "--backend", "local", "--dry-run")
+    assert rc == 0 and "tfdata_dispatcher:0" in out, err      # the other backends carry it

@@ -101,8 +101,9 @@ class Backend:
 class Launcher:
     """How a whole run plan is run: the one seam between the CLI (and the Python API) and a
     kind of backend. The local and ssh backends run under tfcluster's supervisor
-    (:class:`tfcluster.drivers.launcher.SupervisedLauncher`); Slurm submits one job whose node wrappers
-    drive the same run machine (:class:`tfcluster.backends.slurm.launcher.SlurmLauncher`). The CLI picks
+    (:class:`tfcluster.drivers.launcher.SupervisedLauncher`), and so does Ray once it has placed the
+    tasks (:class:`tfcluster.drivers.ray_launcher.RayLauncher`); Slurm submits one job whose node
+    wrappers drive the same run machine (:class:`tfcluster.backends.slurm.launcher.SlurmLauncher`). The CLI picks
     one by the plan's backend and asks it nothing else."""
 
     #: why ``launch --detach`` does not apply ("" when it does)

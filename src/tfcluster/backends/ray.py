@@ -186,6 +186,8 @@ class RayHandle(Handle):
         self.stdout = os.fdopen(r, "rb", buffering=0)
         self.progress = os.fdopen(pr, "rb", buffering=0)
         self._done = threading.Event()
+        self._closed = False                # close() was called: see there
+        self._close_lock = threading.Lock()
         self._thread = threading.Thread(target=self._pull, name=f"ray-{name}", daemon=True)
         self._thread.start()
 
@@ -206,8 +208,13 @@ class RayHandle(Handle):
             for fd in (self._out_w, self._prog_w):
                 os.close(fd)
             self.returncode = rc if rc is not None else -signal.SIGKILL
-            self._done.set()
-            os.write(self._exit_w, b"x")
+            with self._close_lock:
+                self._done.set()
+                left_to_me = self._closed
+                if not left_to_me:
+                    os.write(self._exit_w, b"x")
+            if left_to_me:   # closed before the task ended: the write end is this thread's to close
+                os.close(self._exit_w)
 
     def exit_fd(self) -> Optional[int]:
         return self._exit_r
@@ -224,11 +231,17 @@ class RayHandle(Handle):
             self.actor.signal.remote(int(sig))
 
     def close(self) -> None:
-        for fd in (self._exit_r, self._exit_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close the exit pipe, once: a second call closes nothing (by then those numbers may
+        name other files). While the pull thread still runs (Ray did not answer within the
+        backend's wait) the write end stays open for it: it closes it when it ends."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            done = self._done.is_set()
+        os.close(self._exit_r)
+        if done:
+            os.close(self._exit_w)
 
 
 def _write_all(fd: int, data: bytes) -> None:

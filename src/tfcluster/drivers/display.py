@@ -165,7 +165,7 @@ class Display:
                     s = stream or self.out
                     s.write(text + "\n")
                     s.flush()
-            except (BrokenPipeError, ValueError):
+            except (BrokenPipeError, ValueError):   # closed (`| head`): the logs keep the text
                 pass
 
     def _emit(self, stream, prefix: str, line: str, style: str) -> None:
@@ -179,5 +179,5 @@ class Display:
                 else:
                     stream.write(prefix + line + "\n")
                     stream.flush()
-            except (BrokenPipeError, ValueError):
+            except (BrokenPipeError, ValueError):   # closed (`| head`): the logs keep the text
                 pass

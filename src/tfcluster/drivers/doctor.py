@@ -41,7 +41,7 @@ def ver(*names):
     for n in names:
         try:
             return metadata.version(n)
-        except Exception:
+        except Exception:   # not installed under this name: try the next one
             pass
     return None
 def bind(port):
@@ -121,7 +121,7 @@ class Host:
         try:
             p.stdin.write((json.dumps(head) + "\n").encode())
             p.stdin.flush()
-        except OSError:
+        except OSError:   # the probe ended at once (ssh refused): _first_line reports its stderr
             pass
         return p
 
@@ -152,7 +152,7 @@ def _first_line(p: subprocess.Popen, timeout: float) -> Tuple[Optional[dict], fl
 def _finish(p: subprocess.Popen) -> None:
     try:
         p.stdin.close()
-    except OSError:
+    except OSError:   # the probe has exited (a broken pipe on the flush): waited for below
         pass
     try:
         p.wait(10)
@@ -232,7 +232,7 @@ def check(plan, cluster) -> Tuple[List[List[str]], List[str]]:
             for line in out.decode("utf-8", "replace").splitlines():
                 try:
                     got.append(json.loads(line))
-                except ValueError:
+                except ValueError:   # srun's own words: no answer at all is an error below
                     pass
             if not got:
                 h.error = (err.decode("utf-8", "replace").strip().splitlines() or ["srun failed"])[-1]

@@ -143,7 +143,7 @@ def choose_run(arg: Optional[str] = None, file: Optional[str] = None) -> Tuple[s
         from tfcluster.runs.status import find_run
         try:
             return os.path.abspath(find_run("runs", None)[0]), "the latest run in ./runs"
-        except UserError:
+        except UserError:   # no run of ours in ./runs: the index is asked next
             pass
     found, here = here_first(runs())
     if not found:

@@ -69,7 +69,7 @@ def _open_own_dir(path: str, parent_fd: Optional[int] = None, make: bool = False
     if make:
         try:
             os.mkdir(path, 0o700, dir_fd=parent_fd)
-        except FileExistsError:
+        except FileExistsError:   # made before: opened below without following a link, and checked
             pass
     fd = os.open(path, flags, dir_fd=parent_fd)
     if os.fstat(fd).st_uid != os.geteuid():

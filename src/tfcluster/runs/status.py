@@ -96,7 +96,7 @@ def missing_record(run_dir: str) -> Optional[Dict[str, Any]]:
                     record["tasks"] = [{"task": t, "state": "unknown"} for t in tasks[:100000]
                                        if isinstance(t, str)]
                 break
-    except UserError:
+    except UserError:   # events.jsonl a link, a FIFO or a bad line: still lost, without its tasks
         pass
     return record
 

@@ -16,7 +16,9 @@
   the loop instead of failing;
 * at a clean end, every replica tells the ps tasks it is done (:func:`signal_done`) so a
   ps started by hand ends by itself -- unless a supervising launcher will stop the ps
-  (:func:`tfcluster.plan.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names an ancestor).
+  (:func:`tfcluster.plan.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names the parent of
+  this task's process-group leader, and that process is a tfcluster supervisor: the launcher,
+  the ssh wrapper or the Slurm node wrapper).
 """
 from __future__ import annotations
 
@@ -308,10 +310,12 @@ class TrainingSession:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
         if self.stop_signal is not None:
             return suppress  # stopped, not done: the ps must not count this replica as finished
-        # Under a supervising tfcluster launcher (TFCLUSTER_LAUNCHER_PID names an ancestor) the
-        # launcher stops the ps tasks; telling them costs a new session (0.5-2 s) between the
-        # last step and the exit. Anywhere else -- `tfcluster commands` lines, pods, Slurm
-        # scripts, TFCLUSTER_TASK or not -- the ps ends only when every replica says done.
+        # Under a supervising tfcluster launcher (contract.supervised: TFCLUSTER_LAUNCHER_PID
+        # names the tfcluster supervisor that started this task's process group: the launcher,
+        # the ssh or Slurm node wrapper) it stops the ps tasks; telling them costs a new session
+        # (0.5-2 s) between the last step and the exit. Anywhere else -- `tfcluster commands`
+        # lines, pods, hand-written Slurm scripts, Ray's actors, TFCLUSTER_TASK or not -- the ps
+        # ends only when every replica says done.
         if exc_type is None and self.signal_done_at_end and not supervised():
             signal_done(self.ctx, self.target)
         return suppress

@@ -39,8 +39,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, IO, List, Optional, Sequence, Tuple
+from typing import Any, Dict, IO, Iterator, List, Optional, Sequence, Tuple
 
+from tfcluster import safe_files as runfs
 from tfcluster.core import rules
 from tfcluster.spec.config import check_text, printable
 from tfcluster.terminal import terminal_text
@@ -403,7 +404,7 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     tool = "srun" if inside else "sbatch"
     if not shutil.which(tool):
         raise UserError(f"--backend slurm: '{tool}' not found on PATH (is Slurm installed here?)")
-    from tfcluster import safe_files as runfs  # the logdir checked, the run folder made without following links
+    # the logdir checked, the run folder made without following links
     folder = runfs.make_run_folder(plan.logdir, plan.run_id, plan.run_id_given)
     if folder.path != run_dir:   # a default run id taken meanwhile: the next free one
         plan, run_dir = plan.with_run_dir(folder.path), folder.path
@@ -673,9 +674,7 @@ class _Follower:
         output = os.path.join(self.run_dir, "slurm-%j.out")
         script = batch_script(self.plan, name=name, output=output)
         path = os.path.join(self.run_dir, "job.sbatch")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(script)
+        write_batch_script(path, script)
         r = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=60,
                            env=self.env)
         if r.returncode != 0:
@@ -802,20 +801,64 @@ class _Follower:
             _info(f"first failure: {name} on {rec.get('host', '?')}: {rec.get('reason', '?')}")
             log = os.path.join(self.run_dir, f"{name.replace(':', '-')}.log")
             try:
-                with open(log, "rb") as f:
-                    lines = f.read().decode("utf-8", "replace").splitlines()[-10:]
-                for line in lines:
-                    _info(f"  | {line}")
-            except OSError:   # no log to show (never written, or removed): the reason is said
-                pass
+                lines = log_tail(log, 10)
+            except OSError:   # no log to show (unreadable, or removed meanwhile): the reason is said
+                lines = []
+            except UserError as e:   # a link or a FIFO planted under its name: not read
+                _info(f"  (its log is not shown: {e})")
+                lines = []
+            for line in lines:
+                _info(f"  | {terminal_text(line)}")   # task text: printable only
         return code
 
 
-def _read_exit_file(run_dir: str) -> Optional[int]:
+LOG_TAIL_WINDOW = 64 << 10   # bytes: the end of a failed task's log that its summary reads
+EXIT_FILE_LIMIT = 64         # bytes: the most the batch script's exit_code file may hold
+
+
+def write_batch_script(path: str, script: str) -> None:
+    """Write the batch script ``path`` (``job.sbatch`` in the new run folder) as a new file,
+    0600, through :func:`tfcluster.safe_files.create_new` (``O_CREAT | O_EXCL | O_NOFOLLOW``):
+    a file or a link planted under its name is refused with one line, never written through."""
     try:
-        with open(os.path.join(run_dir, "exit_code")) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
+        runfs.create_new(path, script.encode("utf-8"), 0o600)
+    except FileExistsError:
+        raise UserError(f"--backend slurm: {runfs.shown(path)} exists already in the new run "
+                        f"folder (a file or link planted there is not written through); is "
+                        f"someone else writing to {runfs.shown(os.path.dirname(path))}?")
+    except OSError as e:
+        raise UserError(f"--backend slurm: cannot write the batch script {runfs.shown(path)} "
+                        f"({e.strerror or e})")
+
+
+def log_tail(path: str, n: int = 10, window: int = LOG_TAIL_WINDOW) -> List[str]:
+    """The last ``n`` lines of a task's log, read from its last ``window`` bytes only (memory
+    bounded by the window, whatever the log's size; the first line of the window, cut, is left
+    out when others follow it). Opened through :func:`tfcluster.safe_files.open_regular`: no
+    link followed, regular files only, not a hard link to another file (a UserError naming
+    it); [] when there is no log."""
+    f = runfs.open_regular(path, what="a task's log is a plain file", single_link=True)
+    if f is None:
+        return []
+    with f:
+        start = max(0, os.fstat(f.fileno()).st_size - window)
+        f.seek(start)
+        data = f.read(window)
+    lines = data.decode("utf-8", "replace").splitlines()
+    if start > 0 and len(lines) > 1:
+        lines = lines[1:]
+    return lines[-n:]
+
+
+def _read_exit_file(run_dir: str) -> Optional[int]:
+    """The exit code the batch script left in the run folder (``exit_code``); None when it is
+    missing, not a number, larger than :data:`EXIT_FILE_LIMIT` or not a plain file (a link
+    planted there is not followed: Slurm's own exit code is used instead)."""
+    try:
+        data = runfs.read_bytes(os.path.join(run_dir, "exit_code"), EXIT_FILE_LIMIT,
+                                what="the job's exit_code is a plain file")
+        return int(data.strip()) if data is not None else None
+    except (OSError, UserError, ValueError):
         return None
 
 
@@ -871,26 +914,51 @@ def lost_nodes(nodes: Sequence[str]) -> List[Tuple[str, str]]:
 
 
 class _Tail:
-    """New complete lines of a file that another process appends to."""
+    """New complete lines of a file that another process appends to (the job's
+    ``slurm-JOB.out``). Each read opens it through :func:`tfcluster.safe_files.open_regular`
+    (no link followed, regular files only, without blocking) and reads ``window`` bytes at a
+    time; a line longer than the window comes in pieces, so memory never grows with the file.
+    Something other than a plain file under its name is not read, and said once."""
 
-    def __init__(self, path: str):
-        self.path, self.pos, self.rest = path, 0, b""
+    def __init__(self, path: str, window: int = runfs.WINDOW):
+        self.path, self.pos, self.rest, self.window = path, 0, b"", window
+        self.refused = False
 
-    def read(self, final: bool = False) -> List[str]:
+    def read(self, final: bool = False) -> Iterator[str]:
+        """The lines appended since the last read (without their newline), as they are read.
+        Not ``final``: up to the size the file had when opened (a fast writer cannot keep this
+        loop from the job's state); ``final``: to its end, and the last unended line too."""
         try:
-            with open(self.path, "rb") as f:
+            f = runfs.open_regular(self.path, what="the job's output file is a plain file")
+        except UserError as e:
+            f = None
+            if not self.refused:
+                self.refused = True
+                _info(f"the job's output is not shown: {e}")
+        except OSError:   # unreadable for now (Slurm is making it): the next read tries again
+            f = None
+        if f is not None:
+            with f:
+                end = None if final else os.fstat(f.fileno()).st_size
                 f.seek(self.pos)
-                data = f.read()
-                self.pos = f.tell()
-        except OSError:
-            data = b""
-        data = self.rest + data
-        lines = data.split(b"\n")
-        self.rest = lines.pop()
+                while end is None or self.pos < end:
+                    try:
+                        data = f.read(self.window if end is None else min(self.window, end - self.pos))
+                    except OSError:   # a read error: the next read goes on from here
+                        break
+                    if not data:
+                        break
+                    self.pos += len(data)
+                    lines = (self.rest + data).split(b"\n")
+                    self.rest = lines.pop()
+                    if len(self.rest) >= self.window:   # a line without end: in pieces
+                        lines.append(self.rest)
+                        self.rest = b""
+                    for line in lines:
+                        yield line.decode("utf-8", "replace")
         if final and self.rest:
-            lines.append(self.rest)
-            self.rest = b""
-        return [l.decode("utf-8", "replace") for l in lines]
+            rest, self.rest = self.rest, b""
+            yield rest.decode("utf-8", "replace")
 
 
 class _sigterm_as_interrupt:
