@@ -33,8 +33,9 @@ entry points, whose tasks must end by themselves):
                               there when the descriptor is still that pipe, else to stdout
 ``TFCLUSTER_LAUNCHER_PID``    the pid of the launcher that will stop the ps tasks at the end
                               (on ssh hosts and Slurm nodes: the wrapper that does it for the
-                              launcher, the program's parent); the runtime trusts it only while
-                              that process is its ancestor (:func:`supervised`)
+                              launcher; on Ray: the task's actor), the program's parent; the
+                              runtime trusts it only when that process started the task's
+                              process group and is a tfcluster supervisor (:func:`supervised`)
 
 and the file's (and job's) ``env``. ``python``/``python3`` as a task's command means "the
 interpreter that runs tfcluster" locally and the host's configured interpreter remotely:
