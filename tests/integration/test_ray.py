@@ -111,6 +111,18 @@ def test_trainer_reaches_its_target_on_ray_with_the_endpoints_ray_gave(ray_head,
     nothing_left(ray_head, rec)
 
 
+def test_a_task_on_ray_knows_it_is_supervised(ray_head, tmp_path):
+    """The actor that starts a task is its supervisor (TFCLUSTER_LAUNCHER_PID), as the launcher,
+    the ssh wrapper and the Slurm node wrapper are: replicas leave stopping the ps to tfcluster."""
+    prog = "from tfcluster.contract import supervised; print('supervised:', supervised())"
+    path = write(tmp_path, "cluster: {worker: 1}\n"
+                           f"program: {{command: [python, -c, {json.dumps(prog)}]}}")
+    rc, out = finish(launch(ray_head, path, "--backend", "ray"))
+    assert rc == 0, out[-4000:]
+    assert "supervised: True" in out, out[-4000:]
+    nothing_left(ray_head, record(tmp_path))
+
+
 def test_a_flaky_worker_is_restarted_and_sync_training_ends(ray_head, tmp_path):
     flaky = tmp_path / "flaky.py"
     flaky.write_text(

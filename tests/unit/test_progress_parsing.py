@@ -107,10 +107,10 @@ def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
     assert contract._is_supervisor(me, {})
 
 
-def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_rays_actor_is_not(monkeypatch):
-    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh wrapper and the Slurm node wrapper are
-    known by their command lines (as they run them); Ray's actor, which Ray retitles
-    ``ray::TaskRunner`` and which holds no run folder, is not taken for a supervisor."""
+def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_another_ray_actor_is_not(monkeypatch):
+    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh wrapper, the Slurm node wrapper and the
+    Ray actor (which Ray retitles ``ray::<its class name>``) are known by their command lines
+    (as they run them); another Ray actor, holding no run folder, is not taken for a supervisor."""
     from tfcluster.backends import ssh
     from tfcluster.backends.slurm import launcher as slurm
     me = os.getpid()
@@ -119,6 +119,11 @@ def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_rays_actor_is_no
                  ["/venv/bin/python3", "/venv/bin/tfcluster", "launch", "cluster.yaml"]):
         monkeypatch.setattr(contract, "_cmdline", lambda pid, a=argv: [w.encode() for w in a])
         assert contract._is_supervisor(me, {}), argv[:2]
+    from tfcluster.backends import ray as ray_backend
+    for title in (f"ray::{ray_backend.tfcluster_task.__name__}",
+                  f"ray::{ray_backend.tfcluster_task.__name__}.start()"):
+        monkeypatch.setattr(contract, "_cmdline", lambda pid, t=title: [t.encode(), b""])
+        assert contract._is_supervisor(me, {}), title
     monkeypatch.setattr(contract, "_cmdline", lambda pid: [b"ray::TaskRunner", b""])
     assert not contract._is_supervisor(me, {})
 

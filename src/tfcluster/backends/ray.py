@@ -150,9 +150,16 @@ class TaskRunner:
         self.backend.close()
 
 
+class tfcluster_task(TaskRunner):  # noqa: N801 - the name is what the node's process shows
+    """:class:`TaskRunner` under the name Ray gives its process: Ray retitles an actor's process
+    ``ray::<class name>``, and a task knows its supervisor by ``tfcluster`` in its command line
+    (:func:`tfcluster.plan.contract.supervised`), so a task on Ray is supervised, as on the
+    other backends: replicas leave stopping the ps to the launcher."""
+
+
 def _runner_class():
     import ray
-    return ray.remote(max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(TaskRunner)
+    return ray.remote(max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(tfcluster_task)
 
 
 def _ray():

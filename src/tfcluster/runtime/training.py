@@ -312,9 +312,9 @@ class TrainingSession:
             return suppress  # stopped, not done: the ps must not count this replica as finished
         # Under a supervising tfcluster launcher (contract.supervised: TFCLUSTER_LAUNCHER_PID
         # names the tfcluster supervisor that started this task's process group: the launcher,
-        # the ssh or Slurm node wrapper) it stops the ps tasks; telling them costs a new session
-        # (0.5-2 s) between the last step and the exit. Anywhere else -- `tfcluster commands`
-        # lines, pods, hand-written Slurm scripts, Ray's actors, TFCLUSTER_TASK or not -- the ps
+        # the ssh or Slurm node wrapper, the Ray actor) it stops the ps tasks; telling them costs
+        # a new session (0.5-2 s) between the last step and the exit. Anywhere else -- `tfcluster
+        # commands` lines, pods, hand-written Slurm scripts, TFCLUSTER_TASK or not -- the ps
         # ends only when every replica says done.
         if exc_type is None and self.signal_done_at_end and not supervised():
             signal_done(self.ctx, self.target)
