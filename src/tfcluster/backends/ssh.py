@@ -193,7 +193,7 @@ class SshHandle(Handle):
                     stdin.write(f"{int(sig)}\n".encode())
                     stdin.flush()
                 except (BrokenPipeError, OSError, ValueError):
-                    pass
+                    pass   # the session has ended: the remote side has stopped the task already
         if sig == signal.SIGKILL:
             self._close_stdin()
             timer = threading.Timer(3.0, self._kill_client)
@@ -205,7 +205,7 @@ class SshHandle(Handle):
             try:
                 self.proc.kill()
             except ProcessLookupError:
-                pass
+                pass   # the client exited between poll() and kill(): nothing left to kill
 
     def _close_stdin(self) -> None:
         with self._lock:
@@ -213,7 +213,7 @@ class SshHandle(Handle):
                 try:
                     self.proc.stdin.close()
                 except (BrokenPipeError, OSError):
-                    pass
+                    pass   # the session is gone: closing its stdin was only to end it
 
 
 class SshBackend(Backend):
