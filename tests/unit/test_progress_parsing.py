@@ -72,19 +72,30 @@ def test_the_progress_pipe_is_used_only_while_it_is_the_launchers(monkeypatch, c
 
 
 def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
-    me = os.getpid()
-    leader = int(contract.proc_stat(me)[2])            # this process group's leader
-    starter = int(contract.proc_stat(leader)[1])       # the process that started the group
+    """A process tree of its own (no real one: the test's own group leader may have exited, as
+    under a CI runner's subshell): a task (100) in a group whose leader (40) was started by the
+    launcher (30), under a login shell (20)."""
+    tree = {100: (50, 40), 50: (40, 40), 40: (30, 40), 30: (20, 30), 20: (1, 20)}   # pid: (ppid, pgrp)
+
+    def stat(pid="self"):
+        if int(pid) not in tree:
+            raise FileNotFoundError(pid)
+        ppid, pgrp = tree[int(pid)]
+        return [b"S", str(ppid).encode(), str(pgrp).encode()]
+    monkeypatch.setattr(contract, "proc_stat", stat)
     monkeypatch.setattr(contract, "_is_supervisor", lambda pid, env: True)
-    assert contract.supervised({contract.LAUNCHER_PID: str(starter)}, pid=me)
+    me = 100
+    assert contract.supervised({contract.LAUNCHER_PID: "30"}, pid=me)
     assert not contract.supervised({contract.LAUNCHER_PID: str(me)}, pid=me)
+    assert not contract.supervised({contract.LAUNCHER_PID: "40"}, pid=me)    # the leader itself
     assert not contract.supervised({contract.TASK: "worker:0"}, pid=me)   # commands' lines
     assert not contract.supervised({contract.LAUNCHER_PID: "1"}, pid=me)
     assert not contract.supervised({contract.LAUNCHER_PID: "x"}, pid=me)
     # issue 30: an ancestor above the group's starter (a login shell's $$) does not count
-    above = int(contract.proc_stat(starter)[1]) if starter > 1 else 0
-    if above > 1:
-        assert not contract.supervised({contract.LAUNCHER_PID: str(above)}, pid=me)
+    assert not contract.supervised({contract.LAUNCHER_PID: "20"}, pid=me)
+    # a group whose leader has exited: nothing to trust
+    del tree[40]
+    assert not contract.supervised({contract.LAUNCHER_PID: "30"}, pid=me)
 
 
 def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
