@@ -418,6 +418,56 @@ def read_lines(f: BinaryIO, window: int = WINDOW) -> Iterator[bytes]:
         yield line
 
 
+class LineTail:
+    """New lines of a file another process appends to (a Slurm job's output, a launcher's
+    log), read a window at a time: each read opens it with :func:`open_regular` (no link
+    followed, regular files only, without blocking), a line longer than ``window`` comes in
+    pieces, so memory never grows with the file. ``own``: a file of another user is refused."""
+
+    def __init__(self, path: str, window: int = WINDOW, own: bool = False,
+                 what: str = "a followed file is a plain file"):
+        self.path, self.window, self.own, self.what = path, window, own, what
+        self.pos, self.rest = 0, b""
+
+    def skip_to_end(self) -> None:
+        try:
+            self.pos = os.stat(self.path, follow_symlinks=False).st_size
+        except OSError:
+            self.pos = 0
+
+    def read(self, final: bool = False) -> Iterator[str]:
+        """The lines appended since the last read (without their newline), as they are read.
+        Not ``final``: up to the size the file had when opened (a fast writer cannot hold the
+        caller here); ``final``: to its end, and the last unended line too. Something other
+        than a plain file (of this user's, with ``own``) is a UserError at the first line."""
+        f = open_regular(self.path, what=self.what)
+        if f is not None:
+            with f:
+                st = os.fstat(f.fileno())
+                if self.own:
+                    check_own(self.path, st, self.what)
+                end = None if final else st.st_size
+                f.seek(self.pos)
+                while end is None or self.pos < end:
+                    try:
+                        data = f.read(self.window if end is None else min(self.window, end - self.pos))
+                    except OSError:   # a read error: the next read goes on from here
+                        break
+                    if not data:
+                        break
+                    self.pos += len(data)
+                    lines = (self.rest + data).split(b"\n")
+                    self.rest = lines.pop()
+                    if len(self.rest) >= self.window:   # a line without end: in pieces
+                        lines.append(self.rest)
+                        self.rest = b""
+                    for line in lines:
+                        yield line.decode("utf-8", "replace")
+        if final and self.rest:
+            rest, self.rest = self.rest, b""
+            yield rest.decode("utf-8", "replace")
+
+
 def check_own(path: str, st: os.stat_result, what: str) -> None:
     """Raise UserError unless ``st`` (of ``path``) belongs to this user: a record or run folder
     another user made is not trusted (it could name any process or file)."""

@@ -7,22 +7,11 @@ from __future__ import annotations
 from typing import List
 
 from tfcluster.backends.base import Launcher
-from tfcluster.errors import UserError
-
-
-def check_plan(plan) -> None:
-    """What the Ray backend cannot run yet, refused (exit 2, one line naming the field) before
-    anything starts or is shown: the tf.data service (``data_service:``; docs/CLUSTER_YAML.md)."""
-    from tfcluster.spec.vocabulary import DATA_SERVICE_JOBS
-    if any(t.job in DATA_SERVICE_JOBS for t in plan.tasks):
-        raise UserError("data_service: the tf.data service does not run with --backend ray yet; "
-                        "use --backend local, ssh or slurm, or leave data_service: out")
 
 
 class RayLauncher(Launcher):
     def __init__(self, plan, cluster):
         from tfcluster.spec.ray import RaySpec
-        check_plan(plan)
         self.plan = plan
         self.spec = getattr(cluster.spec, "ray", None) or RaySpec()
         self.base_dir = cluster.base_dir

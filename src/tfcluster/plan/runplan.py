@@ -302,6 +302,9 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         if opts.hosts:
             raise UserError(f"--host: per-host mode does not apply to --backend {backend} "
                             f"({backend.capitalize()} chooses the nodes)")
+    if backend == "ray" and any(job in vocabulary.DATA_SERVICE_JOBS for job in cluster.jobs):
+        raise UserError("data_service: the tf.data service does not run with --backend ray yet; "
+                        "use --backend local, ssh or slurm, or leave data_service: out")
     if backend == "slurm":
         pass
     elif not cluster.resolved:

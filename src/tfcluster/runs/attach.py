@@ -11,56 +11,29 @@ run ends, with the run's final table and ``status``'s exit code.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
 from typing import Callable, Dict, Optional
 
 from tfcluster.errors import UserError
+from tfcluster.safe_files import LineTail
 
 POLL = 0.5            # seconds between looks at run.json and launcher.log
 PLAIN_EVERY = 10.0    # seconds between tables when the output is not a terminal
 
 
-class LineFollower:
-    """New whole lines of a file of the caller's, opened without following a link."""
+class LineFollower(LineTail):
+    """New whole lines of a file of the caller's (:class:`tfcluster.safe_files.LineTail`); a
+    link, another user's file or something other than a plain file gives nothing."""
 
     def __init__(self, path: str):
-        self.path = path
-        self.offset = 0
-        self.partial = b""
+        super().__init__(path, own=True, what="the launcher's log is a plain file of yours")
 
-    def skip_to_end(self) -> None:
-        self.offset = self._size()
-
-    def _size(self) -> int:
+    def read(self, final: bool = False) -> list:
         try:
-            return os.stat(self.path, follow_symlinks=False).st_size
-        except OSError:
-            return 0
-
-    def read(self) -> list:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            return list(super().read(final))
+        except UserError:
             return []
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                return []
-            os.lseek(fd, self.offset, os.SEEK_SET)
-            data = b""
-            while True:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    break
-                data += chunk
-        finally:
-            os.close(fd)
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        return [line.decode("utf-8", "replace") for line in lines]
 
 
 def table_text(record: Dict, now: float) -> str:

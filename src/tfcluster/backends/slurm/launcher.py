@@ -913,52 +913,21 @@ def lost_nodes(nodes: Sequence[str]) -> List[Tuple[str, str]]:
     return out
 
 
-class _Tail:
-    """New complete lines of a file that another process appends to (the job's
-    ``slurm-JOB.out``). Each read opens it through :func:`tfcluster.safe_files.open_regular`
-    (no link followed, regular files only, without blocking) and reads ``window`` bytes at a
-    time; a line longer than the window comes in pieces, so memory never grows with the file.
-    Something other than a plain file under its name is not read, and said once."""
+class _Tail(runfs.LineTail):
+    """The job's ``slurm-JOB.out``, followed (:class:`tfcluster.safe_files.LineTail`);
+    something other than a plain file under its name is not read, and said once."""
 
     def __init__(self, path: str, window: int = runfs.WINDOW):
-        self.path, self.pos, self.rest, self.window = path, 0, b"", window
+        super().__init__(path, window, what="the job's output file is a plain file")
         self.refused = False
 
     def read(self, final: bool = False) -> Iterator[str]:
-        """The lines appended since the last read (without their newline), as they are read.
-        Not ``final``: up to the size the file had when opened (a fast writer cannot keep this
-        loop from the job's state); ``final``: to its end, and the last unended line too."""
         try:
-            f = runfs.open_regular(self.path, what="the job's output file is a plain file")
+            yield from super().read(final)
         except UserError as e:
-            f = None
             if not self.refused:
                 self.refused = True
                 _info(f"the job's output is not shown: {e}")
-        except OSError:   # unreadable for now (Slurm is making it): the next read tries again
-            f = None
-        if f is not None:
-            with f:
-                end = None if final else os.fstat(f.fileno()).st_size
-                f.seek(self.pos)
-                while end is None or self.pos < end:
-                    try:
-                        data = f.read(self.window if end is None else min(self.window, end - self.pos))
-                    except OSError:   # a read error: the next read goes on from here
-                        break
-                    if not data:
-                        break
-                    self.pos += len(data)
-                    lines = (self.rest + data).split(b"\n")
-                    self.rest = lines.pop()
-                    if len(self.rest) >= self.window:   # a line without end: in pieces
-                        lines.append(self.rest)
-                        self.rest = b""
-                    for line in lines:
-                        yield line.decode("utf-8", "replace")
-        if final and self.rest:
-            rest, self.rest = self.rest, b""
-            yield rest.decode("utf-8", "replace")
 
 
 class _sigterm_as_interrupt:
