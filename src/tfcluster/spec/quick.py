@@ -83,10 +83,7 @@ class QuickSpec(Section):
         return getattr(full, name)
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {**self.__dict__, "_full": None}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        return {**self.__dict__, "_full": None}   # the models are built again where it lands
 
 
 def read(data: Any) -> Optional[QuickSpec]:
@@ -171,7 +168,8 @@ def _bounded(kind: Dict[str, Any], v: Any) -> Any:
 
 
 def _copy(value: Any) -> Any:
-    return [] if value == [] and type(value) is list else {} if type(value) is dict else value
+    """A default of its own for each file (a list or dict default is [] or {})."""
+    return type(value)(value) if isinstance(value, (list, dict)) else value
 
 
 def _dump(v: Any) -> Any:
