@@ -134,8 +134,7 @@ def train(ctx, server, data) -> int:
         if sync:
             opt = rt.make_sync_optimizer(opt, ctx, FLAGS.replicas_to_aggregate or None,
                                          backup_workers=FLAGS.backup_workers)
-        from tensorflow.python.util import deprecation
-        with deprecation.silence():   # SyncReplicasOptimizer builds TF's own (deprecated) QueueRunner
+        with rt.quiet_deprecations():   # SyncReplicasOptimizer builds TF's own (deprecated) QueueRunner
             train_op = opt.minimize(loss, global_step=global_step)
 
         # held-out evaluation (fed from numpy by the chief at the end)

@@ -20,6 +20,8 @@ import argparse
 import re
 from typing import Dict, List
 
+from tfcluster.cli.parser_kit import RecordingParser
+
 RUN_COMMANDS = ("logs", "stop", "status", "report", "tensorboard", "stack", "attach", "profile")
 #: commands whose first positional is a run and whose next ones are task names
 RUN_TASK_COMMANDS = ("logs", "stack")
@@ -27,28 +29,25 @@ RUN_TASK_COMMANDS = ("logs", "stack")
 FIXED_CHOICES = {"completion": ["bash", "zsh"], "help": ["security"]}
 
 
-def fixed_choices(subs: Dict[str, argparse.ArgumentParser]) -> Dict[str, List[str]]:
+def fixed_choices(subs: Dict[str, RecordingParser]) -> Dict[str, List[str]]:
     """The fixed first words of each subcommand: the parser's own ``choices`` for its first
     positional (``render``'s kinds), else :data:`FIXED_CHOICES`."""
     out = dict(FIXED_CHOICES)
     for name, sp in subs.items():
-        for a in sp._actions:
+        for a in sp.actions:
             if not a.option_strings and a.choices:
                 out[name] = [str(c) for c in a.choices]
                 break
     return out
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentParser]:
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            return dict(a.choices)
-    return {}
+def subcommands(parser: RecordingParser) -> Dict[str, RecordingParser]:
+    return dict(parser.subcommands)
 
 
-def _flags(parser: argparse.ArgumentParser) -> List[str]:
+def _flags(parser: RecordingParser) -> List[str]:
     out: List[str] = []
-    for a in parser._actions:
+    for a in parser.actions:
         if a.help == argparse.SUPPRESS:
             continue
         for s in a.option_strings:
@@ -57,21 +56,21 @@ def _flags(parser: argparse.ArgumentParser) -> List[str]:
     return out
 
 
-def _value_flags(subs: Dict[str, argparse.ArgumentParser]) -> List[str]:
+def _value_flags(subs: Dict[str, RecordingParser]) -> List[str]:
     """Flags that take a value (the word after them is not a positional)."""
     out: List[str] = []
     for sp in subs.values():
-        for a in sp._actions:
+        for a in sp.actions:
             if a.option_strings and a.nargs != 0:
                 out.extend(s for s in a.option_strings if s not in out)
     return out
 
 
-def _flag_choices(subs: Dict[str, argparse.ArgumentParser]) -> List[str]:
+def _flag_choices(subs: Dict[str, RecordingParser]) -> List[str]:
     """bash ``case`` arms ``CMD:FLAG) _tfcluster_reply 'CHOICES'`` for value flags with choices."""
     out: List[str] = []
     for name, sp in subs.items():
-        for a in sp._actions:
+        for a in sp.actions:
             if a.option_strings and a.choices and a.help != argparse.SUPPRESS:
                 words = " ".join(str(c) for c in a.choices)
                 for flag in a.option_strings:
@@ -79,8 +78,8 @@ def _flag_choices(subs: Dict[str, argparse.ArgumentParser]) -> List[str]:
     return out
 
 
-def bash_script(parser: argparse.ArgumentParser) -> str:
-    subs = _subparsers(parser)
+def bash_script(parser: RecordingParser) -> str:
+    subs = subcommands(parser)
     flag_choices = "\n".join(_flag_choices(subs))
     vflags = " ".join(_value_flags(subs))
     names = " ".join(n for n in subs if n != "serve")
@@ -185,7 +184,7 @@ complete -o default -F _tfcluster tfcluster
 """
 
 
-def zsh_script(parser: argparse.ArgumentParser) -> str:
+def zsh_script(parser: RecordingParser) -> str:
     return ("# tfcluster shell completion (zsh). Install: eval \"$(tfcluster completion zsh)\" in "
             "~/.zshrc, after compinit\n"
             "autoload -U +X bashcompinit && bashcompinit\n"

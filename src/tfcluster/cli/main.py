@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from tfcluster import __version__
 from tfcluster.core import messages as notes, rules
+from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.errors import UserError, print_error
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
 
@@ -28,8 +29,8 @@ Run distributed TensorFlow (ps / worker / chief / evaluator tasks) from one YAML
 EPILOG = "Exit codes: 0 success, 1 a task failed, 2 bad input (file, flag, port), 128+N stopped by signal N."
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> RecordingParser:
+    p = RecordingParser(
         prog="tfcluster", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"tfcluster {__version__}")
@@ -374,14 +375,15 @@ def console() -> None:
     code = main()
     import atexit
     import threading
-    shutdown = getattr(threading, "_shutdown", None)    # what the interpreter's exit does first:
-    if shutdown is not None:                            # its exit hooks (concurrent.futures),
-        shutdown()                                      # then join the non-daemon threads
-    else:
-        for t in threading.enumerate():
-            if t is not threading.main_thread() and not t.daemon:
-                t.join()
-    atexit._run_exitfuncs()
+    # what the interpreter's exit does first: its exit hooks (concurrent.futures), then join the
+    # non-daemon threads, then the atexit functions. These are not public names of threading and
+    # atexit: where a Python release lacks them, the interpreter's own (slower) exit does it all.
+    shutdown = getattr(threading, "_shutdown", None)
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    if shutdown is None or run_exitfuncs is None:
+        sys.exit(code)
+    shutdown()
+    run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -1018,8 +1020,7 @@ def cmd_help(args) -> int:
     if args.topic in notes.TOPICS:
         print(notes.TOPICS[args.topic], end="")
         return 0
-    from tfcluster.cli.completion import _subparsers
-    subs = _subparsers(parser)
+    subs = parser.subcommands
     if args.topic in subs:
         subs[args.topic].print_help()
         return 0

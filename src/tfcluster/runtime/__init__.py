@@ -34,6 +34,7 @@ _LAZY = {
     "PrefetchCache": "prefetch",
     # training
     "TrainingSession": "training", "make_sync_optimizer": "training",
+    "quiet_deprecations": "training",
     "ProgressReporter": "training", "summary_line": "training",
     "DEFAULT_OPERATION_TIMEOUT_MS": "training",
     # flags

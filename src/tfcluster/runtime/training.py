@@ -22,10 +22,11 @@
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
-from typing import Iterable, Optional
+from typing import ContextManager, Iterable, Optional
 
 from tfcluster.plan.contract import supervised
 from tfcluster.runtime.context import TaskContext
@@ -51,10 +52,21 @@ def make_sync_optimizer(optimizer, ctx: TaskContext, replicas_to_aggregate: Opti
         replicas_to_aggregate = max(1, total - int(backup_workers))
     if replicas_to_aggregate > total and total_num_replicas is None:
         total = replicas_to_aggregate
-    from tensorflow.python.util import deprecation
-    with deprecation.silence():   # its notice points to tf.contrib, which is gone
+    with quiet_deprecations():   # its notice points to tf.contrib, which is gone
         return tf.compat.v1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=int(replicas_to_aggregate), total_num_replicas=total)
+
+
+def quiet_deprecations() -> ContextManager[object]:
+    """TensorFlow's deprecation notices silenced while the block runs, where the notice points
+    to something gone (``tf.contrib``) or to TensorFlow's own code. The switch lives in
+    ``tensorflow.python.util.deprecation``, which is not TensorFlow's public API: where a
+    release moves it, the notices are printed and nothing fails."""
+    try:
+        from tensorflow.python.util import deprecation
+        return deprecation.silence()
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext()
 
 
 def is_sync_optimizer(opt) -> bool:
@@ -278,8 +290,7 @@ class TrainingSession:
             # variables are restored.
             self.restored_from = tf.train.latest_checkpoint(self.checkpoint_dir)
             self.restored_step = _checkpoint_step(tf, self.restored_from)
-        from tensorflow.python.util import deprecation
-        with deprecation.silence():   # TF's own restore path calls get_checkpoint_mtimes
+        with quiet_deprecations():   # TF's own restore path calls get_checkpoint_mtimes
             self._sess = tf.compat.v1.train.MonitoredSession(
                 session_creator=self._creator, hooks=self.hooks,
                 stop_grace_period_secs=self.stop_grace_period_secs)

@@ -250,14 +250,36 @@ def _model_rules(model: type) -> Dict[str, Any]:
 
 
 def _bounds(meta: Any, where: str) -> Dict[str, Any]:
+    """One constraint of a field as the quick reader's bounds. Only public names are read:
+    annotated-types' ``Ge`` and ``Le``; any other constraint is tried on pydantic's public
+    ``TypeAdapter``, and one that refuses exactly the non-finite floats (``allow_inf_nan=False``,
+    whatever class a pydantic release gives it) is ``finite``. Anything else is refused with
+    its name, so a constraint the quick reader does not know keeps its field with the models."""
     import annotated_types as at
     if isinstance(meta, at.Ge):
         return {"ge": meta.ge}
     if isinstance(meta, at.Le):
         return {"le": meta.le}
-    if type(meta).__name__ == "_PydanticGeneralMetadata" and set(vars(meta)) == {"allow_inf_nan"}:
-        return {} if meta.allow_inf_nan else {"finite": True}
+    if _refuses_only_non_finite(meta):
+        return {"finite": True}
     raise ValueError(f"{where}: constraint {meta!r}")
+
+
+def _refuses_only_non_finite(meta: Any) -> bool:
+    from pydantic import TypeAdapter, ValidationError
+    try:
+        adapter = TypeAdapter(Annotated[float, meta])
+    except Exception:   # not a constraint pydantic applies to a float: not this one
+        return False
+
+    def accepts(v: float) -> bool:
+        try:
+            adapter.validate_python(v)
+            return True
+        except ValidationError:
+            return False
+    return (all(accepts(v) for v in (0.0, -1.5, 1e300, -1e300, 3))
+            and not any(accepts(v) for v in (math.inf, -math.inf, math.nan)))
 
 
 def _kind(ann: Any, bounds: Dict[str, Any], where: str) -> Dict[str, Any]:
