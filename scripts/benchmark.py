@@ -113,7 +113,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))  # run from a checkout without ins
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [os.path.join(ROOT, "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 from tfcluster.backends.base import stop_group  # noqa: E402
-from tfcluster.spec.hosts import free_ports  # noqa: E402
+from tfcluster.net.ports import free_ports  # noqa: E402
 CPU_BOUND = 0.8  # a links cell whose tasks use this share of the cores is CPU-bound (issue 24)
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
@@ -791,7 +791,7 @@ def bench_scale_tf(cfg, tmp, out, notes) -> None:
 
 
 def render_and_validate(tmp: str, notes: List[str], tasks: int = 1000) -> Dict[str, Any]:
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
 
     num_ps = 16
     data = {"cluster": {"ps": [f"ps-{i}.example.com:2222" for i in range(num_ps)],

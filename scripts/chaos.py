@@ -40,7 +40,7 @@ TASKS = ["ps:0", "worker:0", "worker:1"]
 
 def free_ports(n: int) -> List[int]:
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from tfcluster.spec.hosts import free_ports as free
+    from tfcluster.net.ports import free_ports as free
     return free(n)
 
 
@@ -66,7 +66,7 @@ def read_record(runs: str) -> Optional[dict]:
 
 def leftovers(trial_dir: str, ports: List[int]) -> List[str]:
     import psutil
-    from tfcluster.spec.hosts import port_in_use
+    from tfcluster.net.ports import port_in_use
     left = []
     for p in psutil.process_iter(["pid", "environ", "cmdline"]):
         try:

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from tfcluster.spec.hosts import free_ports  # noqa: E402
+from tfcluster.net.ports import free_ports  # noqa: E402
 
 
 def one(workdir: str, stall: float, epochs: int, steps: int) -> tuple:

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from tfcluster.spec.hosts import free_ports, port_in_use
+from tfcluster.net.ports import free_ports, port_in_use
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

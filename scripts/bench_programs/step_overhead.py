@@ -28,7 +28,7 @@ def main():
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
-    from tfcluster.spec.hosts import free_ports
+    from tfcluster.net.ports import free_ports
     from tfcluster.runtime import TrainingSession, parse_tf_config
 
     addr = "localhost:%d" % free_ports(1)[0]

@@ -9,8 +9,8 @@ __version__ = "0.1.0"
 # it light. The file model (pydantic), the launcher and the run index load on first use
 # (PEP 562), which saves each task about a quarter of a second of CPU before its first step.
 _LAZY = {
-    "Cluster": "spec.config", "Task": "spec.config", "TaskId": "spec.config", "load": "spec.config",
-    "loads": "spec.config", "from_dict": "spec.config", "ConfigError": "errors", "UserError": "errors",
+    "Cluster": "clusterfile.config", "Task": "clusterfile.config", "TaskId": "clusterfile.config", "load": "clusterfile.config",
+    "loads": "clusterfile.config", "from_dict": "clusterfile.config", "ConfigError": "errors", "UserError": "errors",
     "report_progress": "plan.progress", "resolve_run": "runs.index",
 }
 

@@ -21,7 +21,7 @@ SHARED = os.path.join(ROOT, "..", "shared")
 
 def load(text: str, tmp_path, name="cluster.yaml"):
     """Write ``text`` (dedented) to tmp_path/name and load it as a cluster file."""
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     p = tmp_path / name
     p.write_text(textwrap.dedent(text))
     return config.load(str(p))

@@ -5,7 +5,7 @@ import io
 import signal
 import textwrap
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.backends.base import Backend, Handle
 from tfcluster.drivers.supervisor import Supervisor, View
 from tfcluster.plan.runplan import LaunchOptions, build_plan

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers import SHARED
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(SHARED, "k8s")

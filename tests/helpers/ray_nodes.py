@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 import psutil
 
-from tfcluster.spec.hosts import free_ports
+from tfcluster.net.ports import free_ports
 
 # Ray's command as this interpreter runs it: its console script beside the interpreter when pip
 # put it there, else its module (a virtualenv that borrows the system's site-packages has no

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tfcluster.spec.hosts import free_port_run
+from tfcluster.net.ports import free_port_run
 
 # Time limits: sbatch takes the good ones (checked on the real Slurm in tests/integration)
 GOOD_TIMES = ["30", "0:30", "5:30", "1:00:00", "100:00:00", "2-0", "2-12", "1-12:30", "1-0:0:1",

@@ -115,7 +115,7 @@ class ThreeNodeSlurm(SlurmQueue):
                                f"--key-file={key}", f"--pid-file={d}/munged.pid",
                                f"--log-file={d}/log/munged.log", f"--seed-file={d}/munged.seed"])
         self._wait(lambda: os.path.exists(f"{d}/munge.sock"), "munged did not create its socket")
-        from tfcluster.spec.hosts import free_port_run
+        from tfcluster.net.ports import free_port_run
         ctld_port = free_port_run(1, 17800 + os.getpid() % 1000)
         nodes = "\n".join(f"NodeName={n} NodeAddr={a} CPUs=2 State=UNKNOWN"
                           for n, a in self.addr.items())

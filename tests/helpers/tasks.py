@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tfcluster.spec.hosts import free_ports
+from tfcluster.net.ports import free_ports
 
 from helpers import ROOT
 

@@ -11,7 +11,7 @@ from helpers import ROOT
 
 
 def test_cli_paths_do_not_import_tensorflow():
-    code = ("import sys, tfcluster.cli.main as c, tfcluster.spec.config, tfcluster.spec.hosts, tfcluster.drivers.supervisor, tfcluster.runs.status\n"
+    code = ("import sys, tfcluster.cli.main as c, tfcluster.clusterfile.config, tfcluster.net.addresses, tfcluster.drivers.supervisor, tfcluster.runs.status\n"
             "rc = c.main(['validate', 'cluster.yaml'])\n"
             "c.main(['tf-config', 'cluster.yaml', 'worker:1']); c.main(['commands', 'cluster.yaml'])\n"
             "c.main(['schema'])\n"

@@ -12,7 +12,7 @@ import json, sys
 import {module}
 heavy = sorted(m for m in sys.modules
                if m.split(".")[0] in ("pydantic", "yaml", "rich", "psutil")
-               or m.startswith(("tfcluster.spec.config", "tfcluster.launch", "tfcluster.backends",
+               or m.startswith(("tfcluster.clusterfile.config", "tfcluster.launch", "tfcluster.backends",
                                 "tfcluster.plan.runplan", "tfcluster.cli.main")))
 print(json.dumps(heavy))
 """
@@ -32,7 +32,7 @@ def test_the_in_task_runtime_loads_nothing_of_the_launcher():
 
 def test_the_package_names_load_on_first_use_and_launch_stays_callable(tmp_path):
     code = ("import tfcluster, tfcluster.drivers.supervisor, tfcluster.cli.main\n"
-            "assert callable(tfcluster.launch) and tfcluster.load.__module__ == 'tfcluster.spec.config'\n"
+            "assert callable(tfcluster.launch) and tfcluster.load.__module__ == 'tfcluster.clusterfile.config'\n"
             "from tfcluster import Cluster, UserError, report_progress, resolve_run\n"
             "(open('cluster.yaml', 'w').write('cluster: {worker: 1}\\n'\n"
             "                                 'program: {command: [python, -c, pass]}\\n'))\n"

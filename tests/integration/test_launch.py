@@ -292,7 +292,7 @@ def test_non_chief_still_waiting_when_chief_ends(tmp_path, ports):
 @pytest.mark.tf
 def test_ci_smoke_launch_on_2222_2223(tmp_path):
     """The CI smoke test: tfcluster launch, 1 ps + 1 worker on localhost:2222/2223."""
-    from tfcluster.spec.hosts import describe_port_holder, port_in_use
+    from tfcluster.net.ports import describe_port_holder, port_in_use
     for port in (2222, 2223):
         assert not port_in_use(port), f"port {port} is in use{describe_port_holder(port)}"
     f = write_cluster(tmp_path, [2222, 2223], ["python", os.path.join(PROGRAMS, "tfconfig_program.py")])

@@ -10,7 +10,7 @@ import sys
 
 from helpers.memcg import memory_cgroup
 
-from tfcluster.spec.hosts import free_port_run
+from tfcluster.net.ports import free_port_run
 
 HOG = """\
 import time

@@ -15,7 +15,7 @@ import pytest
 from tfcluster.drivers.pump import OutputPump, join_readers
 from tfcluster.core.task_output import MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen
 from tfcluster.plan.progress import format_progress
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -46,7 +46,7 @@ def read(data: bytes, log_path=None, side: bytes = None, noise=None, log_file=No
     reader = OutputReader("worker:0", os.fdopen(r, "rb"), log_path, seen, threading.RLock(),
                           lambda s: s, time.monotonic, sink,
                           side=os.fdopen(sr, "rb") if sr is not None else None, noise=noise,
-                          log_file=log_file, open_log=runfs.open_append_fd)
+                          log_file=log_file, open_log=safe_files.open_append_fd)
     pump = OutputPump()
     if via == "thread":
         reader.start()
@@ -186,7 +186,7 @@ import os, resource, sys, threading, time
 sys.path.insert(0, {SRC!r})
 from tfcluster.drivers.pump import join_readers
 from tfcluster.core.task_output import OutputReader, Seen
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 r, w = os.pipe()
 def write():
     chunk = b"y" * (1 << 20)
@@ -198,7 +198,7 @@ t = threading.Thread(target=write); t.start()
 shown = []
 reader = OutputReader("worker:0", os.fdopen(r, "rb"), {str(log)!r}, Seen(), threading.RLock(),
                       lambda s: s, time.monotonic, lambda line, p: shown.append(len(line)),
-                      open_log=runfs.open_append_fd)
+                      open_log=safe_files.open_append_fd)
 reader.start(); t.join(); assert join_readers([reader]) == []
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, len(shown))
 """
@@ -227,7 +227,7 @@ def test_one_pump_reads_600_tasks_past_descriptor_1024_and_survives_a_broken_rea
         sink = Sink()
         reader = OutputReader(f"worker:{i}", os.fdopen(r, "rb"), str(tmp_path / f"w{i}.log"),
                               Seen(), threading.RLock(), lambda s: s, time.monotonic, sink,
-                              side=os.fdopen(sr, "rb"), open_log=runfs.open_append_fd)
+                              side=os.fdopen(sr, "rb"), open_log=safe_files.open_append_fd)
         if i == 7:
             def broken(data):
                 raise RuntimeError("a bug in one reader")

@@ -18,4 +18,4 @@ def test_a_launch_of_a_plain_file_never_imports_pydantic(tmp_path):
                 if line.startswith("import time:")]
     assert "tfcluster.plan.runplan" in imported
     assert not [m for m in imported if m.split(".")[0] == "pydantic"
-                or m in ("tfcluster.spec.models", "tfcluster.spec.slurm", "tfcluster.spec.kubernetes")]
+                or m in ("tfcluster.clusterfile.models", "tfcluster.clusterfile.slurm", "tfcluster.clusterfile.kubernetes")]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from helpers.k8s_pods import PRINTER, ROOT, crd_validator, load, pod_env, run_container, validate
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.k8s import render
 from tfcluster.errors import UserError
 

@@ -20,7 +20,7 @@ import pytest
 
 from helpers import PROGRAMS, ROOT
 
-from tfcluster.spec.hosts import free_port_run
+from tfcluster.net.ports import free_port_run
 
 
 # A tiny between-graph training program (ps serves, workers train a few steps).

@@ -24,7 +24,7 @@ import pytest
 from helpers import PROGRAMS, netns
 from helpers.netns import NamespaceHosts, _status
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
 
 

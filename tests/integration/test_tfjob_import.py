@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from helpers.k8s_pods import ROOT, crd_validator, validate
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.k8s import render
 from tfcluster.cli.main import main
 from tfcluster.k8s.jobset import jobset

@@ -15,9 +15,9 @@ from helpers.k8s_pods import (PRINTER, ROOT, crd_validator, expected_contract, j
                          pod_env, run_container, validate)
 from helpers import doc_blocks
 from tfcluster.k8s import jobset, render, trainjob
-from tfcluster.spec import kubernetes as k8s_options
+from tfcluster.clusterfile import kubernetes as k8s_options
 from tfcluster.cli.main import main
-from tfcluster.spec.config import loads
+from tfcluster.clusterfile.config import loads
 from tfcluster.errors import ConfigError, UserError
 
 SETTINGS = """\

@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from tfcluster.spec.hosts import free_ports  # noqa: E402
+from tfcluster.net.ports import free_ports  # noqa: E402
 from tfcluster.runtime import TrainingSession, make_sync_optimizer, parse_tf_config  # noqa: E402
 from tfcluster.runtime.server import session_config  # noqa: E402
 

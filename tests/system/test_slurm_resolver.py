@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.backends.slurm import launcher as slurm
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfcluster.spec.hosts import describe_port_holder, port_in_use
+from tfcluster.net.ports import describe_port_holder, port_in_use
 
 SCRIPT = r"""
 import os

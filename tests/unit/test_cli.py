@@ -9,7 +9,7 @@ from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
 from tfcluster.cli import main as cli
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tfcluster.cli.completion import values
 from tfcluster.runs import index as runindex
-from tfcluster.spec.config import CLUSTER_FILE_LIMIT
+from tfcluster.clusterfile.config import CLUSTER_FILE_LIMIT
 
 CLUSTER = ("cluster:\n  ps: [localhost:2222]\n  worker: [localhost:2223, localhost:2224]\n"
            "program: {command: [python, t.py]}\n")

@@ -7,8 +7,8 @@ import pytest
 
 from helpers import ROOT
 
-from tfcluster.spec import config, models
-from tfcluster.spec.config import TaskId, loads, parse_endpoint
+from tfcluster.clusterfile import config, models
+from tfcluster.clusterfile.config import TaskId, loads, parse_endpoint
 from tfcluster.errors import ConfigError, UserError
 
 
@@ -248,7 +248,7 @@ def test_hostile_and_careless_files(text, expected):
     "@hostname", "@address"])
 def test_one_local_port_under_two_names_is_a_duplicate(alias):
     import socket
-    from tfcluster.spec.hosts import local_names
+    from tfcluster.net.addresses import local_names
     if alias == "@hostname":
         alias = socket.gethostname()
     elif alias == "@address":
@@ -261,7 +261,7 @@ def test_one_local_port_under_two_names_is_a_duplicate(alias):
 
 
 def test_endpoint_key():
-    from tfcluster.spec.hosts import endpoint_key
+    from tfcluster.net.addresses import endpoint_key
     assert endpoint_key("localhost", 1) == endpoint_key("::ffff:127.0.0.1", 1) == ("<local>", 1)
     assert endpoint_key("Node1.Example.", 5) == endpoint_key("node1.example", 5) == ("node1.example", 5)
     assert endpoint_key("10.255.0.9", 5) != endpoint_key("10.255.0.9", 6)

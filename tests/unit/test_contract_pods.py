@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tfcluster.plan import contract
-from tfcluster.spec.config import loads
+from tfcluster.clusterfile.config import loads
 
 SEED = """
 cluster:

@@ -27,8 +27,8 @@ import yaml
 from helpers import ROOT
 
 from tfcluster.cli import main as cli
-from tfcluster.spec import config
-from tfcluster.spec.hosts import endpoint_key
+from tfcluster.clusterfile import config
+from tfcluster.net.addresses import endpoint_key
 
 SEED = int(os.environ.get("TFCLUSTER_FUZZ_SEED", "14"))
 BUDGET_S = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "20"))

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from tfcluster.spec import config, hosts
+from tfcluster.clusterfile import config
+from tfcluster.net import addresses
 from tfcluster.errors import ConfigError
 
 
@@ -111,13 +112,13 @@ def test_good_gpu_ids_are_kept():
 @pytest.mark.parametrize("host", ["127.1", "2130706433", "0x7f.1", "0177.0.0.1", "127.0.0.1",
                                   "localhost.", "::ffff:127.0.0.1"])
 def test_other_spellings_of_loopback_are_this_machine(host):
-    assert hosts.is_loopback(host) and hosts.is_local(host) and config.is_loopback(host)
-    assert hosts.endpoint_key(host, 2222) == ("<local>", 2222)
+    assert addresses.is_loopback(host) and addresses.is_local(host) and config.is_loopback(host)
+    assert addresses.endpoint_key(host, 2222) == ("<local>", 2222)
 
 
 @pytest.mark.parametrize("host", ["10.0.0.1", "node1", "1.2.3.4.5", "example.com"])
 def test_other_hosts_are_not_loopback(host):
-    assert not hosts.is_loopback(host)
+    assert not addresses.is_loopback(host)
 
 
 def test_mixing_127_1_with_localhost_is_not_called_another_machine():

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from tfcluster.spec import hosts
+from tfcluster.net import addresses
 
 
 def _addr(ip, family=socket.AF_INET):
@@ -23,13 +23,13 @@ def _addr(ip, family=socket.AF_INET):
     (None, True),                   # cannot be listed: assume reachable, the note is shown
 ])
 def test_reachable_beyond_loopback_reads_the_interfaces(monkeypatch, table, reachable):
-    monkeypatch.setattr(hosts, "_interfaces", lambda: table)
-    assert hosts.reachable_beyond_loopback() is reachable
+    monkeypatch.setattr(addresses, "_interfaces", lambda: table)
+    assert addresses.reachable_beyond_loopback() is reachable
 
 
 def test_a_bug_while_reading_the_interfaces_is_not_taken_for_an_answer(monkeypatch):
     def broken():
         raise RuntimeError("a bug")
-    monkeypatch.setattr(hosts, "_interfaces", broken)
+    monkeypatch.setattr(addresses, "_interfaces", broken)
     with pytest.raises(RuntimeError):
-        hosts.reachable_beyond_loopback()
+        addresses.reachable_beyond_loopback()

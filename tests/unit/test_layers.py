@@ -17,9 +17,9 @@ SRC = os.path.join(helpers.SRC, "tfcluster")
 FLOORS = [
     # 0: the ground every layer stands on: one-line user errors, text made safe for a terminal,
     # files opened safely (no link followed, bounded reads: run folders and cluster files)
-    ["errors", "terminal", "safe_files"],
+    ["errors", "terminal", "safe_files", "net"],
     # 1: the cluster file
-    ["spec"],
+    ["clusterfile"],
     # 2: the resolved run and the task contract
     ["plan"],
     # 3: the run core (pure) and what runs inside a task
@@ -121,8 +121,8 @@ def test_no_import_circles():
 
 def test_the_checker_counts_type_checking_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tfcluster.spec.config import Cluster\n")
-    assert "spec.config" in imports("m", str(f))
+    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tfcluster.clusterfile.config import Cluster\n")
+    assert "clusterfile.config" in imports("m", str(f))
 
 
 def test_the_checker_sees_function_level_imports_and_circles():

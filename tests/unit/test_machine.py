@@ -539,7 +539,7 @@ def test_a_finished_task_note_carries_the_signal():
 
 
 def test_from_plan_reads_the_plan(tmp_path):
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     p = tmp_path / "c.yaml"
     p.write_text("cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}\n"

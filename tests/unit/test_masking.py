@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from tfcluster.cli import main as cli
-from tfcluster.spec import config, secrets
+from tfcluster.clusterfile import config, secrets
 from tfcluster.k8s import render
 from tfcluster.backends.slurm import launcher as slurm
 from tfcluster.plan.runplan import LaunchOptions, build_plan

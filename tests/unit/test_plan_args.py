@@ -4,7 +4,7 @@ import pytest
 
 from helpers import ROOT, run_cli
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.core import messages as notes
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, apply_args, build_plan, parse_args
@@ -84,7 +84,7 @@ def test_render_slurm_carries_the_edit_and_k8s_refuses_it():
 
 
 def test_a_port_holders_command_is_cut_at_a_word():
-    from tfcluster.spec.hosts import short_command
+    from tfcluster.net.ports import short_command
     cmd = ("/opt/py/bin/python3 /work/trainer.py --train_steps=2000 --checkpoint_dir=runs/checkpoints "
            "--job_name=ps --task_index=0 --ps_hosts=localhost:2222,localhost:2223")
     got = short_command(cmd)

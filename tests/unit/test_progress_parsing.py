@@ -101,14 +101,14 @@ def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
 def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
     """TFCLUSTER_LAUNCHER_PID=$$ in a shell (issue 30): the named process must run tfcluster or
     hold the run folder open, as a launcher does."""
-    from tfcluster import safe_files as runfs
+    from tfcluster import safe_files
     me = os.getpid()
     monkeypatch.setattr(contract, "_cmdline", lambda pid: [b"bash", b"-i"])
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     env = {contract.RUN_DIR: str(run_dir)}
     assert not contract._is_supervisor(me, env)          # a shell holding nothing
-    fd = runfs.open_run_dir(str(run_dir))                # what a launcher holds for its run
+    fd = safe_files.open_run_dir(str(run_dir))                # what a launcher holds for its run
     try:
         assert contract._is_supervisor(me, env)
     finally:

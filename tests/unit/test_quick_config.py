@@ -1,4 +1,4 @@
-"""The quick reader of cluster files (tfcluster.spec.quick, issue 35): a launch reads the plain
+"""The quick reader of cluster files (tfcluster.clusterfile.quick, issue 35): a launch reads the plain
 subset of a file without building pydantic's models, and it never accepts what the models
 reject, nor reads a value other than theirs."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import helpers
 from tfcluster.errors import ConfigError
-from tfcluster.spec import config, models, quick
+from tfcluster.clusterfile import config, models, quick
 
 ROOT = os.path.dirname(helpers.SRC)
 RULES = quick.rules()
@@ -21,8 +21,8 @@ RULES = quick.rules()
 
 def test_the_rules_file_is_made_from_the_models():
     assert quick.rules() == json.loads(json.dumps(models.quick_rules())), (
-        "run: python -c \"import json; from tfcluster.spec import models; print(json.dumps("
-        "models.quick_rules(), indent=1, sort_keys=True))\" > src/tfcluster/spec/quick_rules.json")
+        "run: python -c \"import json; from tfcluster.clusterfile import models; print(json.dumps("
+        "models.quick_rules(), indent=1, sort_keys=True))\" > src/tfcluster/clusterfile/quick_rules.json")
 
 
 def test_a_model_outside_what_the_quick_reader_checks_is_refused(monkeypatch):

@@ -12,7 +12,7 @@ from helpers import cli, load
 from tfcluster.plan import contract
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, build_plan
-from tfcluster.spec.ray import RaySpec, address, bundles, describe_bundle, runtime_env
+from tfcluster.clusterfile.ray import RaySpec, address, bundles, describe_bundle, runtime_env
 
 FILE = """
 backend: ray

@@ -1,4 +1,4 @@
-"""Secrets stay secret and hostile names stay inert: the masking policy (tfcluster.spec.secrets) and
+"""Secrets stay secret and hostile names stay inert: the masking policy (tfcluster.clusterfile.secrets) and
 what validate, commands and render print. No TensorFlow, no task processes."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tfcluster.cli import main as cli
-from tfcluster.spec import config, secrets
+from tfcluster.clusterfile import config, secrets
 from tfcluster.k8s import render
 from tfcluster.errors import UserError
 

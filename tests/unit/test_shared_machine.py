@@ -12,7 +12,7 @@ import time
 import pytest
 
 from helpers.records import good_record, make
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.errors import UserError
 from tfcluster.core.output_patterns import clean_segment
 from tfcluster.terminal import decode, printable, terminal_text
@@ -73,7 +73,7 @@ def test_the_reader_shows_and_logs_hostile_output_as_printable_text(tmp_path):
     shown = []
     log = tmp_path / "w.log"
     r = OutputReader("worker:0", None, str(log), Seen(), threading.RLock(), lambda s: s,
-                     time.time, lambda text, p: shown.append(text), open_log=runfs.open_append_fd)
+                     time.time, lambda text, p: shown.append(text), open_log=safe_files.open_append_fd)
     r.begin()
     r.feed("".join(f"{n}:{s}end\n" for n, s in HOSTILE.items()).encode())
     r.feed(b"\x1bc\r\x1b]0;t\x07bar\n")
@@ -95,7 +95,7 @@ def test_invalid_utf8_does_not_make_a_log_larger_than_the_output(tmp_path):
                  for _ in range(200_000)) + b"\n"
     log = tmp_path / "w.log"
     r = OutputReader("worker:0", None, str(log), Seen(), threading.RLock(), lambda s: s,
-                     time.time, lambda text, p: None, open_log=runfs.open_append_fd)
+                     time.time, lambda text, p: None, open_log=safe_files.open_append_fd)
     r.begin()
     r.feed(data)
     r.end()
@@ -123,7 +123,7 @@ def _plant_sparse_gb(path):
                                          (_plant_dev_zero, "a device, not a regular file"),
                                          (_plant_sparse_gb, "more than the 4.0 MiB")])
 def test_a_cluster_file_that_is_no_file_is_refused_at_once_unread(tmp_path, plant, words):
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     path = tmp_path / "cluster.yaml"
     plant(path)
     t = time.time()
@@ -214,7 +214,7 @@ def test_follow_reads_a_window_at_a_time(tmp_path):
     from tfcluster.runs import logs
     d = make(tmp_path)
     with open(os.path.join(d, "worker-0.log"), "wb") as f:
-        f.write(b"a\n" + b"z" * (3 * runfs.WINDOW) + b"\nend")
+        f.write(b"a\n" + b"z" * (3 * safe_files.WINDOW) + b"\nend")
 
     class Out:
         def __init__(self):
@@ -229,9 +229,9 @@ def test_follow_reads_a_window_at_a_time(tmp_path):
     calls = iter([True, False])
     assert logs.follow(d, good_record(), "worker:0", lambda: next(calls), out=out,
                        sleep=lambda s: None) == 0
-    assert max(len(p) for p in out.parts) <= runfs.WINDOW + 1
+    assert max(len(p) for p in out.parts) <= safe_files.WINDOW + 1
     text = "".join(out.parts)
-    assert text.startswith("a\n") and text.endswith("end\n") and text.count("z") == 3 * runfs.WINDOW
+    assert text.startswith("a\n") and text.endswith("end\n") and text.count("z") == 3 * safe_files.WINDOW
 
 
 # ------------------------------------------------------------------ finding 3: report
@@ -286,7 +286,7 @@ def test_a_failed_report_write_leaves_no_temporary_file(tmp_path, monkeypatch):
             def write(self, data):
                 raise OSError(28, "No space left on device")
         return Full()
-    monkeypatch.setattr(runfs.os, "fdopen", full)
+    monkeypatch.setattr(safe_files.os, "fdopen", full)
     with pytest.raises(UserError, match="No space left"):
         report.write_report(d)
     monkeypatch.undo()
@@ -305,7 +305,7 @@ def test_launch_save_refuses_a_planted_dangling_link(tmp_path, capsys, monkeypat
 
 def test_launch_save_runs_the_text_it_wrote_not_the_file_read_again(tmp_path, monkeypatch):
     from tfcluster.cli import main as cli
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     monkeypatch.chdir(tmp_path)
     reads = []
     real = config.load
@@ -327,12 +327,12 @@ def test_a_huge_quick_cluster_is_one_line(flag, capsys):
 
 
 def test_no_free_ports_is_one_line(capsys, monkeypatch):
-    from tfcluster.spec import hosts
     from tfcluster.cli.main import main
+    from tfcluster.net import ports
 
     def none(n):
         raise OSError(f"could not find {n} free ports")
-    monkeypatch.setattr(hosts, "free_ports", none)
+    monkeypatch.setattr(ports, "free_ports", none)
     assert main(["launch", "--workers", "1000", "--dry-run", "--", "python", "t.py"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tfcluster: error: --ps/--workers: could not find 1000 free ports")
@@ -361,7 +361,7 @@ def test_detach_is_stripped_from_bundled_short_flags(argv, want):
 
 # ------------------------------------------------------------------ finding 12: secrets
 def test_a_secret_quoted_inside_another_variable_is_masked_everywhere(tmp_path, capsys):
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     from tfcluster.cli.main import main
     f = tmp_path / "cluster.yaml"
     f.write_text("cluster: {worker: [localhost:2223]}\nprogram:\n  command: [python, t.py]\n"
@@ -400,7 +400,7 @@ def test_a_run_folder_without_run_json_is_lost_and_reportable(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ the Slurm node's files
-def test_the_slurm_node_files_go_through_runfs(tmp_path):
+def test_the_slurm_node_files_go_through_safe_files(tmp_path):
     from tfcluster.backends.slurm.mailbox import RunFolder
     d = tmp_path / "run"
     d.mkdir(mode=0o700)

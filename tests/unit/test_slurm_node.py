@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.core import machine as mc, rules
 from tfcluster.backends.slurm import launcher as slurm
 from tfcluster.backends.slurm.mailbox import RunFolder

@@ -14,7 +14,7 @@ from helpers.slurm import BAD_TIMES, GOOD_TIMES
 
 from tfcluster.k8s import render
 from tfcluster.errors import UserError
-from tfcluster.spec.slurm import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
+from tfcluster.clusterfile.slurm import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
                                      task_gpus)
 
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 from tfcluster.backends.slurm import launcher as slurm
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 

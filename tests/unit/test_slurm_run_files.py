@@ -15,12 +15,12 @@ from tfcluster.backends.slurm import launcher as slurm
 from tfcluster.backends.slurm.mailbox import RunFolder
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, build_plan
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 
 from helpers import attack
 from helpers.attack import mode as _mode, untouched as _untouched
 
-logdir, victim = attack.logdir, attack.victim     # the fixtures, shared with tests/unit/test_runfs.py
+logdir, victim = attack.logdir, attack.victim     # the fixtures, shared with tests/unit/test_safe_files.py
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ real sshd tests: tests/integration/test_ssh.py).
 """
 from __future__ import annotations
 
-from tfcluster.spec import config
+from tfcluster.clusterfile import config
 
 
 def test_remote_settings_merge_and_ssh_argv(tmp_path):

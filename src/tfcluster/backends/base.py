@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from tfcluster.spec.hosts import accepts
+from tfcluster.net.ports import accepts
 
 
 @dataclass

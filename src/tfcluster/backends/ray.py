@@ -8,7 +8,7 @@ the events are the run machine's (:mod:`tfcluster.core.machine`), not this modul
 What Ray does here:
 
 * **placement**: one placement group for the run, one bundle per task (``ray:`` in the file:
-  resources per job, the strategy; :mod:`tfcluster.spec.ray`). A run Ray cannot place within
+  resources per job, the strategy; :mod:`tfcluster.clusterfile.ray`). A run Ray cannot place within
   ``ray.placement_timeout`` seconds ends with exit 2 naming the resources and the tasks.
 * **one actor per task**, in the task's bundle, owned by the launcher's job (not detached: when
   the launcher ends, however it ends, Ray ends its actors and its placement group). The actor
@@ -384,11 +384,11 @@ class RayPlacement:
         self.backend: Optional[RayBackend] = None
 
     def bundles(self) -> List[Dict[str, float]]:
-        from tfcluster.spec.ray import bundles
+        from tfcluster.clusterfile.ray import bundles
         return bundles(self.spec, [t.job for t in self.plan.selected_tasks])
 
     def __enter__(self) -> "RayPlacement":
-        from tfcluster.spec.ray import address, runtime_env
+        from tfcluster.clusterfile.ray import address, runtime_env
         ray = _ray()
         where = address(self.spec)
         env = self.env = runtime_env(self.spec, self.base_dir)
@@ -443,7 +443,7 @@ class RayPlacement:
         """One placement group for the run, ready within ray.placement_timeout (UserError
         naming what each task needs otherwise)."""
         from ray.util.placement_group import placement_group, remove_placement_group
-        from tfcluster.spec.ray import describe_bundle
+        from tfcluster.clusterfile.ray import describe_bundle
         tasks = self.plan.selected_tasks
         bundles = self.bundles()
         pg = placement_group(bundles, strategy=self.spec.strategy,

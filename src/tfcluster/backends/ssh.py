@@ -38,10 +38,10 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from tfcluster.spec.config import Cluster
-from tfcluster.spec.models import RemoteSpec
+from tfcluster.clusterfile.config import Cluster
+from tfcluster.clusterfile.models import RemoteSpec
 from tfcluster.errors import UserError
-from tfcluster.spec.hosts import is_local
+from tfcluster.net.addresses import is_local
 from tfcluster.backends.base import Backend, Handle, ProcessSpec, start_child
 from tfcluster.backends.local import LocalBackend
 

@@ -222,7 +222,7 @@ def _values(kind: str, file: str = None, run: str = None) -> List[str]:
                 return [t["task"] for t in record.get("tasks") or []
                         if isinstance(t.get("task"), str)] + ["launcher"]
             # ``stack worker:1 <TAB>``: the word is a task of the latest run, not a run
-        from tfcluster.spec import config
+        from tfcluster.clusterfile import config
         cluster = config.load(file or "cluster.yaml")
         if not cluster.resolved:
             from tfcluster.plan.runplan import assign_local_ports

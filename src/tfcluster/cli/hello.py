@@ -53,8 +53,9 @@ def hello(path: Optional[str] = None) -> int:
     the first."""
     cluster = None
     if path:
-        from tfcluster.spec.config import load
-        from tfcluster.spec.hosts import is_local, port_in_use, describe_port_holder
+        from tfcluster.clusterfile.config import load
+        from tfcluster.net.addresses import is_local
+        from tfcluster.net.ports import port_in_use, describe_port_holder
         cluster = load(path)
         if not cluster.resolved:
             from tfcluster.plan.runplan import assign_local_ports

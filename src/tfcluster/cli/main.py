@@ -355,9 +355,9 @@ def _glue_arg_values(argv: List[str]) -> List[str]:
 
 
 def slurm_options_from_args(cluster, args):
-    """The run's :class:`~tfcluster.spec.slurm.SlurmSpec`: the file's ``slurm:`` with the flags
+    """The run's :class:`~tfcluster.clusterfile.slurm.SlurmSpec`: the file's ``slurm:`` with the flags
     of :func:`add_slurm_flags` over it. Raises UserError naming the flag (exit 2)."""
-    from tfcluster.spec.slurm import from_flags
+    from tfcluster.clusterfile.slurm import from_flags
     return from_flags(cluster.spec.slurm, partition=args.partition, time=args.time,
                       account=args.account, qos=args.qos, constraint=args.constraint,
                       gpus_per_task=args.gpus_per_task, gres=args.gres, sbatch=args.sbatch,
@@ -478,7 +478,7 @@ def cluster_file(path: Optional[str]) -> str:
 
 
 def _load(path: Optional[str], assign_counts: bool = False):
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     cluster = config.load(cluster_file(path))
     if assign_counts and not cluster.resolved:
         from tfcluster.plan.runplan import assign_local_ports
@@ -490,9 +490,9 @@ def _load(path: Optional[str], assign_counts: bool = False):
 
 
 def cmd_validate(args) -> int:
-    from tfcluster.spec.config import printable
-    from tfcluster.spec.hosts import is_local
-    from tfcluster.spec import secrets
+    from tfcluster.clusterfile.config import printable
+    from tfcluster.net.addresses import is_local
+    from tfcluster.clusterfile import secrets
     cluster = _load(args.file)
     declared = cluster.secret_names
     for w in cluster.warnings:
@@ -584,8 +584,8 @@ def cmd_commands(args) -> int:
     line and nothing raw reaches the terminal; a secret variable is read from the environment of
     the shell the line is pasted into (``"K=${K:?set K}"``) instead of printing its value."""
     import re
-    from tfcluster.spec import secrets
-    from tfcluster.spec.config import printable
+    from tfcluster.clusterfile import secrets
+    from tfcluster.clusterfile.config import printable
 
     def word(w: str) -> str:
         if printable(w) == w:
@@ -624,13 +624,13 @@ def cmd_commands(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from tfcluster.spec.models import json_schema
+    from tfcluster.clusterfile.models import json_schema
     print(json.dumps(json_schema(), indent=2))
     return 0
 
 
 def cmd_import(args) -> int:
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     from tfcluster.k8s.tfjob_import import MAX_BYTES, import_tfjob, render_file
     source = "<stdin>" if args.tfjob == "-" else args.tfjob
     try:
@@ -674,7 +674,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     from tfcluster.k8s import render
     cluster = config.load(cluster_file(args.file))
     if args.kind != "slurm":
@@ -777,8 +777,8 @@ def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) 
 
 def _quick_cluster(request: LaunchRequest):
     """The cluster of ``--ps/--workers`` (written to ``--save`` when given) and its text."""
-    from tfcluster.spec import config
-    from tfcluster.spec.hosts import free_ports
+    from tfcluster.clusterfile import config
+    from tfcluster.net.ports import free_ports
     q = request.quick
     if request.file:
         raise UserError(f"{request.file}: give a cluster file or --ps/--workers, not both")
@@ -844,7 +844,7 @@ def run_launch(request: LaunchRequest) -> int:
     """Carry out a launch request: load, check, plan, then dry run, detach, or run to the end.
     The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
     (:class:`tfcluster.backends.base.Launcher`)."""
-    from tfcluster.spec import config
+    from tfcluster.clusterfile import config
     from tfcluster.drivers.supervisor import View
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     quick_text = None
@@ -949,7 +949,7 @@ def cmd_logs(args) -> int:
     run_dir, how = choose_run(run)
     record = read_run(run_dir)
     if how:       # without RUN: say which run this is (the index holds every folder's runs)
-        from tfcluster.spec.config import printable
+        from tfcluster.clusterfile.config import printable
         print(printable(f"tfcluster: logs of run {record.get('run_id') or os.path.basename(run_dir)} "
                         f"({how}): {run_dir}"), file=sys.stderr)
     if args.follow:

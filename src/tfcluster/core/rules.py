@@ -15,8 +15,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 
 # ---------------------------------------------------------------------------- vocabulary
 # The words a cluster file and a run share (jobs, policies, success rules, backends) live in
-# tfcluster.spec.vocabulary, below both the file model and the rules; re-exported here.
-from tfcluster.spec.vocabulary import (BACKENDS, KNOWN_JOBS, REPLICA_JOBS, RESTART_POLICIES,  # noqa: E402,F401
+# tfcluster.clusterfile.vocabulary, below both the file model and the rules; re-exported here.
+from tfcluster.clusterfile.vocabulary import (BACKENDS, KNOWN_JOBS, REPLICA_JOBS, RESTART_POLICIES,  # noqa: E402,F401
                          SINGLE_TASK_JOBS, SUCCESS_RULES, DATA_DISPATCHER,
                          DATA_WORKER, DATA_SERVICE_JOBS, SERVICE_JOBS, RestartRule, job_rank,
                          sort_jobs)

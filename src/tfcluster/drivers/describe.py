@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from tfcluster.plan import contract
-from tfcluster.spec import secrets
+from tfcluster.clusterfile import secrets
 from tfcluster.backends.base import Backend, ProcessSpec
 from tfcluster.plan.runplan import RunPlan
 

@@ -175,7 +175,7 @@ def program_files(plan) -> List[Tuple[str, str]]:
 
 def hosts_of(plan, cluster) -> List[Host]:
     """The places to probe, from the plan: this machine and every ssh host."""
-    from tfcluster.spec.hosts import is_local
+    from tfcluster.net.addresses import is_local
     files = [p for _, p in program_files(plan)]
     here = [sys.executable, "-I", "-c", PROBE]
     by_host: Dict[str, Dict[int, str]] = {}

@@ -9,7 +9,7 @@ from tfcluster.plan import contract
 from tfcluster.backends.base import Backend
 from tfcluster.errors import UserError
 from tfcluster.plan.gpus import gpu_warnings
-from tfcluster.spec.hosts import is_local
+from tfcluster.net.addresses import is_local
 from tfcluster.core.keras_hints import legacy_keras_problem, python_interpreter
 from tfcluster.plan.runplan import RunPlan
 

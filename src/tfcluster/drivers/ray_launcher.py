@@ -11,7 +11,7 @@ from tfcluster.backends.base import Launcher
 
 class RayLauncher(Launcher):
     def __init__(self, plan, cluster):
-        from tfcluster.spec.ray import RaySpec
+        from tfcluster.clusterfile.ray import RaySpec
         self.plan = plan
         self.spec = getattr(cluster.spec, "ray", None) or RaySpec()
         self.base_dir = cluster.base_dir
@@ -20,7 +20,7 @@ class RayLauncher(Launcher):
         """The placement asked for, then each task as a local launch shows it (the endpoints
         are placeholders until Ray has placed the tasks)."""
         from tfcluster.backends.ray import RayBackend
-        from tfcluster.spec.ray import address, bundles, describe_bundle, runtime_env
+        from tfcluster.clusterfile.ray import address, bundles, describe_bundle, runtime_env
         from tfcluster.drivers.describe import describe
         out = [f"# ray: address {address(self.spec) or '(Ray default: a cluster on this machine)'}; "
                f"one placement group, strategy {self.spec.strategy}, placement timeout "

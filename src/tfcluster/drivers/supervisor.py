@@ -21,7 +21,7 @@ from typing import Callable, Deque, Dict, List, Optional, Tuple
 from tfcluster.plan import contract
 from tfcluster.core import rules
 from tfcluster.runs import index as runindex
-from tfcluster.spec import secrets
+from tfcluster.clusterfile import secrets
 from tfcluster.runs.control import prepared_run_dir
 from tfcluster.runs.control import summaries_line
 from tfcluster.core.messages import security_note
@@ -30,13 +30,14 @@ from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import EventLog
 from tfcluster.core.keras_hints import failure_hint
 from tfcluster.backends.oom import OomWatch
-from tfcluster.spec.hosts import describe_port_holder, is_local, port_in_use, reachable_beyond_loopback
+from tfcluster.net.addresses import is_local, reachable_beyond_loopback
+from tfcluster.net.ports import describe_port_holder, port_in_use
 from tfcluster.core.machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortOpen, Progressed, Regroup,
                        Regrouped, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
                        input_fields, line_events)
 from tfcluster.plan.runplan import RunPlan, TaskPlan
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY, Progress
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.runs.record import run_record, task_row, write_record
 from tfcluster.runs.status import HEADER, ago, format_duration, format_table, shlex_quote, task_rows
 from tfcluster.drivers.display import Display
@@ -280,7 +281,7 @@ class Supervisor:
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
     def _make_run_dir(self) -> None:
-        folder = runfs.make_run_folder(self.plan.logdir, self.plan.run_id, self.plan.run_id_given,
+        folder = safe_files.make_run_folder(self.plan.logdir, self.plan.run_id, self.plan.run_id_given,
                                        adopt=prepared_run_dir)   # launch --detach made it
         if folder.path != self.plan.run_dir:   # a default run id taken meanwhile: the next free one
             self.plan = self.plan.with_run_dir(folder.path)
@@ -468,7 +469,7 @@ class Supervisor:
         tr.reader = OutputReader(tr.name, handle.stdout, tr.log_path or None, tr.seen, self.lock,
                                  self.mask, self.clock, lambda line, p, tr=tr: self._on_line(tr, line, p),
                                  banner=banner, side=getattr(handle, "progress", None),
-                                 noise=self.noise, open_log=runfs.open_append_fd)
+                                 noise=self.noise, open_log=safe_files.open_append_fd)
         if not self.pump.add(tr.reader):
             tr.reader.start()         # a stream without a descriptor: a thread of its own
 

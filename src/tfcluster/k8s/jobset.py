@@ -19,7 +19,7 @@ The mapping
     rest of the task contract (``TFCLUSTER_RESTART_COUNT`` from JobSet's
     ``jobset.sigs.k8s.io/restart-attempt`` annotation) and execs the program. The image needs
     tfcluster installed (``pip install tfcluster``).
-  * Pod settings: the file's ``kubernetes:`` section (:mod:`tfcluster.spec.kubernetes`) in every
+  * Pod settings: the file's ``kubernetes:`` section (:mod:`tfcluster.clusterfile.kubernetes`) in every
     Job's pod template; ``kubernetes.queue`` as the JobSet's Kueue label.
   * :func:`jobset_spec` is also the template of ``render trainjob``'s runtime
     (:mod:`tfcluster.k8s.trainjob`).
@@ -52,14 +52,14 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.spec.config import Cluster, Task
+from tfcluster.clusterfile.config import Cluster, Task
 from tfcluster.errors import UserError
 from tfcluster.plan import contract
-from tfcluster.spec import kubernetes as k8s_options
+from tfcluster.clusterfile import kubernetes as k8s_options
 from tfcluster.k8s import pod
 from tfcluster.k8s.render import (_header, backoff_limit, check_image, finish_pod, job_image, k8s_metadata, k8s_name,
                      pod_entry)
-from tfcluster.spec import secrets
+from tfcluster.clusterfile import secrets
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 PORT = 2222

@@ -21,13 +21,13 @@ import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from tfcluster.plan import contract
-from tfcluster.spec import kubernetes as k8s_options, secrets
-from tfcluster.spec.config import Cluster, Task, printable
-from tfcluster.spec.models import JobSpec
+from tfcluster.clusterfile import kubernetes as k8s_options, secrets
+from tfcluster.clusterfile.config import Cluster, Task, printable
+from tfcluster.clusterfile.models import JobSpec
 from tfcluster.errors import UserError
 
 if TYPE_CHECKING:
-    from tfcluster.spec.slurm import SlurmSpec
+    from tfcluster.clusterfile.slurm import SlurmSpec
 
 # TFJob replica types (training-operator: pkg/apis/kubeflow.org/v1/tensorflow_types.go).
 TFJOB_REPLICA_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"}
@@ -342,10 +342,10 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
     ``args`` (``--arg`` words) change its flags.
     The script carries the same run plan that ``launch --backend slurm`` submits; scheduler
     options: ``slurm`` (default: the file's ``slurm:``), with ``partition``/``time`` over it, all
-    validated (:mod:`tfcluster.spec.slurm`)."""
+    validated (:mod:`tfcluster.clusterfile.slurm`)."""
     from tfcluster.backends.slurm import launcher as backend
     from tfcluster.plan.runplan import LaunchOptions, build_plan
-    from tfcluster.spec.slurm import from_flags
+    from tfcluster.clusterfile.slurm import from_flags
     options = from_flags(slurm if slurm is not None else cluster.spec.slurm, partition=partition, time=time)
     plan = build_plan(cluster, LaunchOptions(backend="slurm", command=tuple(command or ()),
                                              args=tuple(args), task_flags=task_flags,

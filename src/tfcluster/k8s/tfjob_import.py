@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from tfcluster.errors import UserError
-from tfcluster.spec.kubernetes import VOLUME_SOURCES
+from tfcluster.clusterfile.kubernetes import VOLUME_SOURCES
 
 MAX_BYTES = 16 << 20                    # a manifest bigger than this is not a TFJob
 API_VERSIONS = ("kubeflow.org/v1", "kubeflow.org/v1beta2", "kubeflow.org/v1beta1")
@@ -74,7 +74,7 @@ def read_documents(text: str, source: str) -> List[Any]:
     """Every YAML document of ``text`` (aliases limited as in cluster files)."""
     import yaml
 
-    from tfcluster.spec.config import _loader_class, printable
+    from tfcluster.clusterfile.config import _loader_class, printable
 
     if len(text) > MAX_BYTES:
         raise UserError(f"{printable(source)}: larger than {MAX_BYTES >> 20} MiB; not a TFJob manifest")
@@ -428,7 +428,7 @@ def render_file(data: Dict[str, Any], left_out: List[str], meta: Dict[str, Any],
     """The cluster file's text: a header, the comment block of what was left out, the YAML."""
     import yaml
 
-    from tfcluster.spec.config import printable
+    from tfcluster.clusterfile.config import printable
 
     name = meta.get("name", "")
     lines = [f"# Imported by tfcluster from {printable(source)} (TFJob '{printable(name)}'"
@@ -460,5 +460,5 @@ def _mapping(value: Any, where: str) -> Dict[str, Any]:
 
 
 def _text(value: Any) -> str:
-    from tfcluster.spec.config import printable
+    from tfcluster.clusterfile.config import printable
     return printable(str(value))[:200]

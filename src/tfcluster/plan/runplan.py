@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tfcluster.plan import contract
-from tfcluster.spec import vocabulary
-from tfcluster.spec.config import Cluster, Endpoint, Task, check_text
+from tfcluster.clusterfile import vocabulary
+from tfcluster.clusterfile.config import Cluster, Endpoint, Task, check_text
 from tfcluster.errors import UserError
-from tfcluster.spec.hosts import free_port_run, is_local
+from tfcluster.net.addresses import is_local
+from tfcluster.net.ports import free_port_run
 
 PLAN_VERSION = 2
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -168,8 +169,8 @@ class RunPlan:
     def secret_values(self, environ=None) -> List[str]:
         """What is masked in output, logs and records: secret values of the tasks' env, of the
         declared names in ``environ`` (the launcher's environment, which tasks inherit), and of
-        secret-looking flags in the tasks' argv (one masking policy: tfcluster.spec.secrets)."""
-        from tfcluster.spec import secrets
+        secret-looking flags in the tasks' argv (one masking policy: tfcluster.clusterfile.secrets)."""
+        from tfcluster.clusterfile import secrets
         values = secrets.values_to_mask([dict(t.env) for t in self.tasks], self.secret_names,
                                         os.environ if environ is None else environ)
         for t in self.tasks:
@@ -408,9 +409,9 @@ def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, i
 
 
 def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[TaskPlan, ...], Dict[str, Any]]:
-    """Slurm's scheduler options and GPU binding (tfcluster.spec.slurm): the #SBATCH lines,
+    """Slurm's scheduler options and GPU binding (tfcluster.clusterfile.slurm): the #SBATCH lines,
     GPUs per task, and each task's CUDA_VISIBLE_DEVICES (None: the one Slurm binds)."""
-    from tfcluster.spec import slurm as slurm_options
+    from tfcluster.clusterfile import slurm as slurm_options
     spec = spec if spec is not None else cluster.spec.slurm
     gpus = slurm_options.task_gpus(cluster, spec)
     tasks = tuple(replace(t, gpus=gpus[t.job][t.index]) if t.job in gpus else t for t in tasks)

@@ -115,10 +115,10 @@ def read_own_run(run_dir: str):
     """(run.json of ``run_dir``, the folder's stat), when the folder and the record are the
     caller's (opened without following a link); else UserError: a record another user wrote
     can name any process, and is not acted on."""
-    from tfcluster import safe_files as runfs
+    from tfcluster import safe_files
     from tfcluster.runs.status import read_run
     from tfcluster.safe_files import RUN_FILE
-    dfd = runfs.open_run_dir(run_dir, own=True)
+    dfd = safe_files.open_run_dir(run_dir, own=True)
     try:
         folder = os.fstat(dfd)
         try:
@@ -126,7 +126,7 @@ def read_own_run(run_dir: str):
         except FileNotFoundError:
             st = None
         if st is not None:
-            runfs.check_own(os.path.join(run_dir, RUN_FILE), st,
+            safe_files.check_own(os.path.join(run_dir, RUN_FILE), st,
                             "a record another user wrote is not acted on; nothing signalled")
     finally:
         os.close(dfd)
@@ -230,9 +230,9 @@ def detach(argv: Sequence[str], program: Sequence[str], run_dir: str, run_id: st
     planted in the current folder is not imported). ``saved_text``: the cluster file that
     ``--ps/--workers --save`` wrote, copied into the run folder, which the launcher runs: the
     saved file, in a folder others may write to, is not read again."""
-    from tfcluster import safe_files as runfs
+    from tfcluster import safe_files
     logdir = os.path.dirname(run_dir) or "."
-    folder = runfs.make_run_folder(logdir, os.path.basename(run_dir), explicit=explicit)
+    folder = safe_files.make_run_folder(logdir, os.path.basename(run_dir), explicit=explicit)
     try:
         run_dir = folder.path
         run_id = os.path.basename(run_dir)

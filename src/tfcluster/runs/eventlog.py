@@ -62,8 +62,8 @@ def _clean(value: Any) -> Any:
 
 def _open_private(path: str):
     """Append to ``path`` (0600), relative to the open run folder, following no link."""
-    from tfcluster import safe_files as runfs
-    return runfs.append_text(path)
+    from tfcluster import safe_files
+    return safe_files.append_text(path)
 
 
 class EventLog:

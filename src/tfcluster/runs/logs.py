@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.errors import UserError
 from tfcluster.terminal import decode, printable, terminal_text
 
@@ -34,7 +34,7 @@ def _log_name(run_dir: str, name: str, log: object) -> Optional[str]:
     ``.log`` name: a record cannot point ``logs`` at a file outside its run folder
     (``/etc/shadow``, ``../../etc/passwd``)."""
     if isinstance(log, str) and log:
-        base = runfs.plain_name(os.path.basename(log))
+        base = safe_files.plain_name(os.path.basename(log))
         if base and base.endswith(".log"):
             return base
     if TASK.match(name):
@@ -95,7 +95,7 @@ def _open(path: str):
     """A run's log for reading: in the run folder, never through a link, a regular file only
     (a FIFO or a device planted under its name is refused without blocking); None when
     missing."""
-    return runfs.open_regular(path, what="a task's log is a plain file", single_link=True)
+    return safe_files.open_regular(path, what="a task's log is a plain file", single_link=True)
 
 
 def log_lines(path: str) -> Iterator[str]:
@@ -105,7 +105,7 @@ def log_lines(path: str) -> Iterator[str]:
     if f is None:
         return
     with f:
-        for raw in runfs.read_lines(f):
+        for raw in safe_files.read_lines(f):
             yield _safe(raw)
 
 
@@ -179,8 +179,8 @@ def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[]
     def emit(name: str, raw: bytes) -> None:
         head = f"[{printable(name)}] " if prefix else ""
         view = views[name]
-        for i in range(0, max(1, len(raw)), runfs.WINDOW):   # a longer line: in pieces
-            line = _safe(raw[i:i + runfs.WINDOW])
+        for i in range(0, max(1, len(raw)), safe_files.WINDOW):   # a longer line: in pieces
+            line = _safe(raw[i:i + safe_files.WINDOW])
             for shown in ([line] if view is None else view.feed(line)):
                 out.write(head + shown + "\n")
 
@@ -192,14 +192,14 @@ def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[]
             with f:
                 f.seek(offsets[name])
                 while True:
-                    data = f.read(runfs.WINDOW)
+                    data = f.read(safe_files.WINDOW)
                     if not data:
                         break
                     offsets[name] += len(data)
                     data = partial[name] + data
                     lines = data.split(b"\n")
                     partial[name] = lines.pop()
-                    if len(partial[name]) >= runfs.WINDOW:     # a line without end: in pieces
+                    if len(partial[name]) >= safe_files.WINDOW:     # a line without end: in pieces
                         lines.append(partial[name])
                         partial[name] = b""
                     for raw in lines:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.plan.contract import proc_stat
 from tfcluster.safe_files import RUN_FILE
 
@@ -83,4 +83,4 @@ def reserve_for(data: Dict[str, Any]) -> int:
 
 def write_record(run_dir: str, data: Dict[str, Any]) -> None:
     """Write ``run.json`` atomically (owner-only, no link followed). Raises OSError."""
-    runfs.write_json(os.path.join(run_dir, RUN_FILE), data, reserve=reserve_for(data))
+    safe_files.write_json(os.path.join(run_dir, RUN_FILE), data, reserve=reserve_for(data))

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from tfcluster.spec.config import printable
+from tfcluster.clusterfile.config import printable
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event, iter_events
 from tfcluster.core.rules import exit_words
@@ -879,18 +879,18 @@ def write_report(run_dir: str, output: Optional[str] = None) -> str:
     report (a link planted at either name is never written through, only replaced); removed
     when the write fails (a full disk). Into a run folder only when it is the caller's: a run
     folder another user made is theirs to fill with links."""
-    from tfcluster import safe_files as runfs
+    from tfcluster import safe_files
     page = render_html(build_model(run_dir)).encode("utf-8")
     path = os.path.abspath(output or os.path.join(run_dir, REPORT_FILE))
     try:
         if output:
-            runfs.write_file(path, page)
+            safe_files.write_file(path, page)
         else:
-            fd = runfs.open_run_dir(run_dir, own=False)
+            fd = safe_files.open_run_dir(run_dir, own=False)
             try:
-                runfs.check_own(run_dir, os.fstat(fd), "the report is not written into another "
+                safe_files.check_own(run_dir, os.fstat(fd), "the report is not written into another "
                                 "user's run folder; give --output FILE")
-                runfs.write_new_at(fd, REPORT_FILE, page)
+                safe_files.write_new_at(fd, REPORT_FILE, page)
             finally:
                 os.close(fd)
     except OSError as e:

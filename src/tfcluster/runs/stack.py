@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfcluster.plan.contract import proc_stat
 from tfcluster.errors import UserError
-from tfcluster.spec.hosts import is_local
+from tfcluster.net.addresses import is_local
 
 DUMP_TIMEOUT = 30.0      # seconds for one py-spy dump (a process with many threads)
 

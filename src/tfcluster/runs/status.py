@@ -31,8 +31,8 @@ STARTED_SLACK = 1.0  # seconds: psutil create_time() is exact to the clock tick;
 def write_json_private(path: str, data: Any) -> None:
     """Write JSON atomically, readable by its owner only, following no link (relative to the
     open run folder; tfcluster.safe_files). A failed write (disk full) leaves no temporary file."""
-    from tfcluster import safe_files as runfs
-    runfs.write_json(path, data)
+    from tfcluster import safe_files
+    safe_files.write_json(path, data)
 
 
 RUN_FILE_LIMIT = 64 << 20   # bytes: a run.json larger than this is not read (10,000 tasks take ~5 MiB)
@@ -177,7 +177,7 @@ def _short(x: Any, limit: int = 60) -> str:
 
 def printable(text: Any) -> str:
     """``text`` for a terminal line: control characters escaped (see config.printable)."""
-    from tfcluster.spec.config import printable as _printable
+    from tfcluster.clusterfile.config import printable as _printable
     return _printable(str(text))
 
 
@@ -394,10 +394,10 @@ def _default_place(file: Optional[str]) -> Tuple[str, Optional[str]]:
     if file:
         if not os.path.isfile(file):
             raise UserError(f"--file: {printable(file)}: no such file")
-        from tfcluster.spec.config import load
+        from tfcluster.clusterfile.config import load
         return load(file).logdir, os.path.abspath(file)
     if os.path.isfile("cluster.yaml"):
-        from tfcluster.spec.config import load
+        from tfcluster.clusterfile.config import load
         return load("cluster.yaml").logdir, os.path.abspath("cluster.yaml")
     if not os.path.isdir("runs"):
         raise UserError(f"no ./cluster.yaml and no ./runs folder in {printable(os.getcwd())}: give "

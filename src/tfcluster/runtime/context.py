@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
 from tfcluster.errors import UserError
-from tfcluster.spec.hosts import host_of, is_local
-from tfcluster.spec.vocabulary import REPLICA_JOBS, job_rank
+from tfcluster.net.addresses import host_of, is_local
+from tfcluster.clusterfile.vocabulary import REPLICA_JOBS, job_rank
 
 
 

@@ -170,7 +170,7 @@ def port_holder(port: Optional[int]) -> str:
 
 
 def _port_taken(port: Optional[int]) -> bool:
-    from tfcluster.spec.hosts import port_in_use
+    from tfcluster.net.ports import port_in_use
 
     return bool(port) and port_in_use(port)
 

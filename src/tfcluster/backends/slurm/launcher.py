@@ -41,9 +41,9 @@ import threading
 import time
 from typing import Any, Dict, IO, Iterator, List, Optional, Sequence, Tuple
 
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.core import rules
-from tfcluster.spec.config import check_text, printable
+from tfcluster.clusterfile.config import check_text, printable
 from tfcluster.terminal import terminal_text
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import RunPlan
@@ -94,13 +94,13 @@ def argv_var(job: str, i: int) -> str:
 
 
 def hold_back_secrets(data: Dict[str, Any]) -> Dict[str, str]:
-    """Take secret values (tfcluster.spec.secrets' policy) out of the plan data, in place: a secret
+    """Take secret values (tfcluster.clusterfile.secrets' policy) out of the plan data, in place: a secret
     env value becomes null in the script; a program argument that holds one (``--api-key=V``,
     ``--password V``, ``DB_TOKEN=V``, or a word holding a secret env value) is shown masked,
     and its index is listed in the job's ``held_argv``. Returns {carrier variable: value} for
     the submitting environment (sbatch and srun pass it on); the job gets the real values back
     from there (:func:`fill_secrets`)."""
-    from tfcluster.spec import secrets
+    from tfcluster.clusterfile import secrets
     declared = data.get("secret_names") or ()
     carried: Dict[str, str] = {}
     for job, j in data["jobs"].items():
@@ -405,7 +405,7 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
     if not shutil.which(tool):
         raise UserError(f"--backend slurm: '{tool}' not found on PATH (is Slurm installed here?)")
     # the logdir checked, the run folder made without following links
-    folder = runfs.make_run_folder(plan.logdir, plan.run_id, plan.run_id_given)
+    folder = safe_files.make_run_folder(plan.logdir, plan.run_id, plan.run_id_given)
     if folder.path != run_dir:   # a default run id taken meanwhile: the next free one
         plan, run_dir = plan.with_run_dir(folder.path), folder.path
         data = plan_data(plan)
@@ -821,13 +821,13 @@ def write_batch_script(path: str, script: str) -> None:
     0600, through :func:`tfcluster.safe_files.create_new` (``O_CREAT | O_EXCL | O_NOFOLLOW``):
     a file or a link planted under its name is refused with one line, never written through."""
     try:
-        runfs.create_new(path, script.encode("utf-8"), 0o600)
+        safe_files.create_new(path, script.encode("utf-8"), 0o600)
     except FileExistsError:
-        raise UserError(f"--backend slurm: {runfs.shown(path)} exists already in the new run "
+        raise UserError(f"--backend slurm: {safe_files.shown(path)} exists already in the new run "
                         f"folder (a file or link planted there is not written through); is "
-                        f"someone else writing to {runfs.shown(os.path.dirname(path))}?")
+                        f"someone else writing to {safe_files.shown(os.path.dirname(path))}?")
     except OSError as e:
-        raise UserError(f"--backend slurm: cannot write the batch script {runfs.shown(path)} "
+        raise UserError(f"--backend slurm: cannot write the batch script {safe_files.shown(path)} "
                         f"({e.strerror or e})")
 
 
@@ -837,7 +837,7 @@ def log_tail(path: str, n: int = 10, window: int = LOG_TAIL_WINDOW) -> List[str]
     out when others follow it). Opened through :func:`tfcluster.safe_files.open_regular`: no
     link followed, regular files only, not a hard link to another file (a UserError naming
     it); [] when there is no log."""
-    f = runfs.open_regular(path, what="a task's log is a plain file", single_link=True)
+    f = safe_files.open_regular(path, what="a task's log is a plain file", single_link=True)
     if f is None:
         return []
     with f:
@@ -855,7 +855,7 @@ def _read_exit_file(run_dir: str) -> Optional[int]:
     missing, not a number, larger than :data:`EXIT_FILE_LIMIT` or not a plain file (a link
     planted there is not followed: Slurm's own exit code is used instead)."""
     try:
-        data = runfs.read_bytes(os.path.join(run_dir, "exit_code"), EXIT_FILE_LIMIT,
+        data = safe_files.read_bytes(os.path.join(run_dir, "exit_code"), EXIT_FILE_LIMIT,
                                 what="the job's exit_code is a plain file")
         return int(data.strip()) if data is not None else None
     except (OSError, UserError, ValueError):
@@ -913,11 +913,11 @@ def lost_nodes(nodes: Sequence[str]) -> List[Tuple[str, str]]:
     return out
 
 
-class _Tail(runfs.LineTail):
+class _Tail(safe_files.LineTail):
     """The job's ``slurm-JOB.out``, followed (:class:`tfcluster.safe_files.LineTail`);
     something other than a plain file under its name is not read, and said once."""
 
-    def __init__(self, path: str, window: int = runfs.WINDOW):
+    def __init__(self, path: str, window: int = safe_files.WINDOW):
         super().__init__(path, window, what="the job's output file is a plain file")
         self.refused = False
 

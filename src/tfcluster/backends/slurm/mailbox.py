@@ -27,7 +27,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.errors import UserError
 
 OVER_MARK = "run_over"
@@ -79,7 +79,7 @@ class RunFolder:
     def request_kill(self, task: str, reason: str) -> Optional[str]:
         """Ask the wrapper of ``task`` to kill its program; the error, if it could not."""
         try:
-            runfs.write_file(self._p(f".kill-{stem(task)}"), reason.encode("utf-8", "replace"))
+            safe_files.write_file(self._p(f".kill-{stem(task)}"), reason.encode("utf-8", "replace"))
             return None
         except OSError as e:
             return str(e)
@@ -88,7 +88,7 @@ class RunFolder:
         """The reason of a kill request for ``task`` (removed once read), or None."""
         path = self._p(f".kill-{stem(task)}")
         try:
-            data = runfs.read_bytes(path, SMALL)
+            data = safe_files.read_bytes(path, SMALL)
             if data is None:
                 return None
             os.unlink(path)
@@ -122,7 +122,7 @@ class RunFolder:
     def write_exit(self, task: str, record: Dict[str, Any]) -> Optional[str]:
         """Write ``task``'s end record (atomically); the error, if it could not be written."""
         try:   # a temporary file made O_EXCL|O_NOFOLLOW, renamed (tfcluster.safe_files)
-            runfs.write_file(self._p(stem(task) + EXIT_SUFFIX), json.dumps(record).encode())
+            safe_files.write_file(self._p(stem(task) + EXIT_SUFFIX), json.dumps(record).encode())
         except OSError as e:
             return str(e)
         return None
@@ -138,7 +138,7 @@ class RunFolder:
             if not n.endswith(EXIT_SUFFIX):
                 continue
             try:
-                rec = json.loads(runfs.read_bytes(self._p(n), SMALL) or b"null")
+                rec = json.loads(safe_files.read_bytes(self._p(n), SMALL) or b"null")
             except (OSError, ValueError, UserError):
                 continue
             if isinstance(rec, dict) and isinstance(rec.get("task"), str) and (
@@ -167,11 +167,11 @@ class RunFolder:
             if not n.endswith(EVENTS_SUFFIX):
                 continue
             try:
-                f = runfs.open_regular(self._p(n))
+                f = safe_files.open_regular(self._p(n))
                 if f is None:
                     continue
                 with f:
-                    for line in runfs.read_lines(f):     # a window at a time
+                    for line in safe_files.read_lines(f):     # a window at a time
                         try:
                             ev = json.loads(line)
                         except ValueError:

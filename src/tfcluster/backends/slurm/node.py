@@ -28,10 +28,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from tfcluster.plan import contract
 from tfcluster.core import machine as mc, rules
-from tfcluster import safe_files as runfs
-from tfcluster.spec import secrets
+from tfcluster import safe_files
+from tfcluster.clusterfile import secrets
 from tfcluster.runs.eventlog import EventLog
-from tfcluster.spec.hosts import accepts
+from tfcluster.net.ports import accepts
 from tfcluster.backends.oom import OomWatch
 from tfcluster.plan.runplan import RunPlan
 from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
@@ -151,7 +151,7 @@ class Task:
         if self.run_dir:
             try:
                 os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
-                self.log = runfs.open_log(os.path.join(self.run_dir, stem(self.name) + ".log"))
+                self.log = safe_files.open_log(os.path.join(self.run_dir, stem(self.name) + ".log"))
             except OSError as e:
                 _err(f"cannot write the log in {self.run_dir}: {e}", self.prefix, self.out)
             self.events = EventLog(self.run_dir, clock=clock,

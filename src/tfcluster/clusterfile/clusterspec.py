@@ -1,13 +1,13 @@
 """TensorFlow's shapes of a cluster: the ClusterSpec dict, a task's TF_CONFIG, and which task
 is the chief. Pure functions of the cluster's endpoints, below both the cluster file's model
-(:mod:`tfcluster.spec.config`) and the task contract (:mod:`tfcluster.plan.contract`, which hands them to
+(:mod:`tfcluster.clusterfile.config`) and the task contract (:mod:`tfcluster.plan.contract`, which hands them to
 every task)."""
 from __future__ import annotations
 
 import json
 from typing import Dict, List, Mapping, Sequence
 
-from tfcluster.spec.vocabulary import DATA_DISPATCHER, DATA_WORKER
+from tfcluster.clusterfile.vocabulary import DATA_DISPATCHER, DATA_WORKER
 
 
 def cluster_dict(endpoints: Mapping[str, Sequence[str]]) -> Dict[str, List[str]]:

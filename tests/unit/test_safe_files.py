@@ -1,12 +1,12 @@
 """Run folders that cannot be redirected (tfcluster.safe_files, issue 22): the review's symlink swap,
 unsafe log folders, run ids that never collide. Pure: no TensorFlow, no process
-(tests/integration/test_runfs_processes.py has the launches)."""
+(tests/integration/test_safe_files_processes.py has the launches)."""
 import json
 import os
 
 import pytest
 
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import EventLog
 from tfcluster.runs.status import write_json_private
@@ -17,7 +17,7 @@ from helpers.attack import mode as _mode, untouched as _untouched
 
 
 def test_run_folder_and_its_files_are_private(logdir):
-    with runfs.make_run_folder(str(logdir), "r1") as f:
+    with safe_files.make_run_folder(str(logdir), "r1") as f:
         assert f.path == str(logdir / "r1") and _mode(f.path) == 0o700
         with f.open_log("worker-0.log") as log:
             log.write(b"line\n")
@@ -35,11 +35,11 @@ def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
     """Another user replaces the run folder with a link (during a restart backoff, between two
     opens): the task log, run.json and the event log still go to the folder that was made."""
     run = logdir / "r1"
-    folder = runfs.make_run_folder(str(logdir), "r1")
+    folder = safe_files.make_run_folder(str(logdir), "r1")
     events = EventLog(str(run))
     events.emit("run_started", run_id="r1")
     write_json_private(str(run / "run.json"), {"result": "running"})
-    with runfs.open_log(str(run / "worker-0.log")) as log:
+    with safe_files.open_log(str(run / "worker-0.log")) as log:
         log.write(b"first attempt\n")
 
     moved = logdir / "moved-away"
@@ -48,7 +48,7 @@ def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
     os.symlink(victim / "bashrc", victim / "worker-0.log")
     os.unlink(victim / "worker-0.log")               # (a link there would be followed by path)
 
-    with runfs.open_log(str(run / "worker-0.log")) as log:   # the restarted task's output
+    with safe_files.open_log(str(run / "worker-0.log")) as log:   # the restarted task's output
         log.write(b"second attempt\n")
     with folder.open_log("worker-1.log") as log:
         log.write(b"another task\n")
@@ -68,14 +68,14 @@ def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
 
     # Without the open folder (another process: a Slurm task), writes by path refuse the link.
     with pytest.raises(OSError):
-        runfs.open_log(str(run / "worker-0.log"))
+        safe_files.open_log(str(run / "worker-0.log"))
     with pytest.raises(OSError):
         write_json_private(str(run / "run.json"), {"result": "x"})
     _untouched(victim)
 
 
 def test_links_and_fifos_inside_the_run_folder_are_not_followed(logdir, victim):
-    with runfs.make_run_folder(str(logdir), "r1") as f:
+    with safe_files.make_run_folder(str(logdir), "r1") as f:
         os.symlink(victim / "bashrc", os.path.join(f.path, "worker-0.log"))
         with pytest.raises(OSError):
             f.open_log("worker-0.log")
@@ -92,12 +92,12 @@ def test_links_and_fifos_inside_the_run_folder_are_not_followed(logdir, victim):
 
 
 def test_a_failed_run_json_write_leaves_no_temporary_file(logdir, monkeypatch):
-    with runfs.make_run_folder(str(logdir), "r1") as f:
+    with safe_files.make_run_folder(str(logdir), "r1") as f:
         f.write_json("run.json", {"n": 1})
 
         def full(*a, **k):
             raise OSError(28, "No space left on device")
-        monkeypatch.setattr(runfs.os, "replace", full)
+        monkeypatch.setattr(safe_files.os, "replace", full)
         with pytest.raises(OSError, match="No space"):     # longer than the old one: no room
             f.write_json("run.json", {"n": 1, "more": "x" * 100})
         f.write_json("run.json", {"n": 2})                 # as long: written in place
@@ -112,7 +112,7 @@ def test_a_failed_run_json_write_leaves_no_temporary_file(logdir, monkeypatch):
 def test_a_logdir_others_can_change_is_refused(logdir, mode, words):
     os.chmod(logdir, mode)
     with pytest.raises(UserError) as e:
-        runfs.make_run_folder(str(logdir), "r1")
+        safe_files.make_run_folder(str(logdir), "r1")
     msg = e.value.message
     assert msg.startswith(f"logdir: {logdir} is ") and words in msg and "sticky" in msg
     assert "\n" not in msg and e.value.exit_code == 2
@@ -121,7 +121,7 @@ def test_a_logdir_others_can_change_is_refused(logdir, mode, words):
 
 def test_a_sticky_world_writable_logdir_is_accepted(logdir):
     os.chmod(logdir, 0o1777)
-    with runfs.make_run_folder(str(logdir), "r1") as f:
+    with safe_files.make_run_folder(str(logdir), "r1") as f:
         assert os.path.isdir(f.path)
 
 
@@ -129,31 +129,31 @@ def test_a_sticky_world_writable_logdir_is_accepted(logdir):
 def test_a_logdir_owned_by_another_user_is_refused(logdir):
     os.chown(logdir, 65534, 65534)
     with pytest.raises(UserError, match=r"^logdir: .* is owned by another user \(uid 65534\)"):
-        runfs.make_run_folder(str(logdir), "r1")
+        safe_files.make_run_folder(str(logdir), "r1")
 
 
 def test_logdir_dev_null_says_it_is_not_a_folder(tmp_path):
     with pytest.raises(UserError) as e:
-        runfs.make_run_folder("/dev/null", "r1", explicit=False)
+        safe_files.make_run_folder("/dev/null", "r1", explicit=False)
     assert e.value.message == "logdir: /dev/null is not a folder"
     f = tmp_path / "plain"
     f.write_text("")
     with pytest.raises(UserError, match="is not a folder"):
-        runfs.make_run_folder(str(f / "sub"), "r1", explicit=False)
+        safe_files.make_run_folder(str(f / "sub"), "r1", explicit=False)
 
 
 def test_a_dangling_link_at_the_default_run_id_is_stepped_over(logdir, victim):
     os.symlink(victim / "nothing-here", logdir / "20260101-000000")
-    with runfs.make_run_folder(str(logdir), "20260101-000000", explicit=False) as f:
+    with safe_files.make_run_folder(str(logdir), "20260101-000000", explicit=False) as f:
         assert f.path == str(logdir / "20260101-000000-2")
     assert not os.path.exists(victim / "nothing-here")
     with pytest.raises(UserError, match="--run-id: .* exists already"):
-        runfs.make_run_folder(str(logdir), "20260101-000000", explicit=True)
+        safe_files.make_run_folder(str(logdir), "20260101-000000", explicit=True)
 
 
 def test_two_default_runs_in_one_second_get_two_folders(logdir):
-    a = runfs.make_run_folder(str(logdir), "20260101-000000", explicit=False)
-    b = runfs.make_run_folder(str(logdir), "20260101-000000", explicit=False)
+    a = safe_files.make_run_folder(str(logdir), "20260101-000000", explicit=False)
+    b = safe_files.make_run_folder(str(logdir), "20260101-000000", explicit=False)
     assert a.path != b.path and os.path.basename(b.path) == "20260101-000000-2"
     a.close()
     b.close()
@@ -169,7 +169,7 @@ def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, mon
     import json as _json
 
     from tfcluster.runs import record
-    from tfcluster import safe_files as _runfs
+    from tfcluster import safe_files as sf
     d = tmp_path / "run"
     d.mkdir(mode=0o700)
     record.write_record(str(d), {"result": "running", "ended": None})
@@ -178,7 +178,7 @@ def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, mon
 
     def full(*a, **k):
         raise OSError(_errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(_runfs, "_write_replace", full)
+    monkeypatch.setattr(sf, "_write_replace", full)
     record.write_record(str(d), {"result": "succeeded", "ended": 1764500000.25, "exit_code": 0})
     assert _json.loads((d / "run.json").read_text()) == {
         "result": "succeeded", "ended": 1764500000.25, "exit_code": 0}
@@ -195,7 +195,7 @@ def test_the_reserve_grows_with_the_tasks_so_a_closed_512_task_record_fits_on_a_
     import json as _json
 
     from tfcluster.runs import record
-    from tfcluster import safe_files as _runfs
+    from tfcluster import safe_files as sf
 
     def rows(state, ended, exit_code, exit):
         return [record.task_row(f"worker:{i}", host="localhost", endpoint=f"localhost:{20000 + i}",
@@ -207,7 +207,7 @@ def test_the_reserve_grows_with_the_tasks_so_a_closed_512_task_record_fits_on_a_
     d.mkdir(mode=0o700)
     record.write_record(str(d), {"result": "running", "ended": None,
                                  "tasks": rows("running", None, None, "")})
-    monkeypatch.setattr(_runfs, "_write_replace",
+    monkeypatch.setattr(sf, "_write_replace",
                         lambda *a, **k: (_ for _ in ()).throw(OSError(_errno.ENOSPC, "full")))
     closed = {"result": "failed", "ended": 1764500100.5, "exit_code": 1,
               "tasks": rows("stopped", 1764500100.25, -15, "SIGTERM")}

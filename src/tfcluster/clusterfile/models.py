@@ -1,8 +1,8 @@
 """The cluster file's structure as pydantic models: the one source of its keys, types,
 bounds and defaults, and of the JSON Schema editors use (``tfcluster schema``).
 
-Imported only where a file needs them: :func:`tfcluster.spec.config.from_dict` validates
-with them unless the file is in the plain subset :mod:`tfcluster.spec.quick` reads without
+Imported only where a file needs them: :func:`tfcluster.clusterfile.config.from_dict` validates
+with them unless the file is in the plain subset :mod:`tfcluster.clusterfile.quick` reads without
 them (its rules, ``quick_rules.json``, are made from these models by :func:`quick_rules`), and
 their messages name the field when something is wrong. Building these classes costs a
 launch ~0.15 s; the quick reader none.
@@ -15,10 +15,10 @@ from typing import Any, Dict, List, Literal, Optional, Union, get_args, get_orig
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 from typing_extensions import Annotated
 
-from tfcluster.spec.kubernetes import KubernetesSpec, PodSettings
-from tfcluster.spec.ray import RaySpec
-from tfcluster.spec.slurm import SlurmSpec
-from tfcluster.spec.vocabulary import DEFAULT_BASE_PORT, DEFAULT_GRACE
+from tfcluster.clusterfile.kubernetes import KubernetesSpec, PodSettings
+from tfcluster.clusterfile.ray import RaySpec
+from tfcluster.clusterfile.slurm import SlurmSpec
+from tfcluster.clusterfile.vocabulary import DEFAULT_BASE_PORT, DEFAULT_GRACE
 
 # The file's structure. Unions are checked by hand (SkipValidation) for
 # clearer messages; the annotations still give the JSON Schema.
@@ -196,16 +196,16 @@ def json_schema() -> Dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------
-# The quick reader's rules (tfcluster.spec.quick), made from the models above.
+# The quick reader's rules (tfcluster.clusterfile.quick), made from the models above.
 
-#: the sections a launch reads, which :mod:`tfcluster.spec.quick` checks without pydantic; a
+#: the sections a launch reads, which :mod:`tfcluster.clusterfile.quick` checks without pydantic; a
 #: file with any other section (kubernetes, slurm, ray, remote, hosts) is validated by the models
 QUICK_MODELS = (ClusterFile, ProgramSpec, JobSpec, RestartSpec, WatchdogSpec, DataServiceSpec)
 
 
 def quick_rules() -> Dict[str, Any]:
     """The keys, types, bounds and defaults of :data:`QUICK_MODELS` as plain data (written to
-    ``src/tfcluster/spec/quick_rules.json``; a unit test keeps the two equal). Raises
+    ``src/tfcluster/clusterfile/quick_rules.json``; a unit test keeps the two equal). Raises
     ValueError for anything the quick reader cannot check as pydantic would: a validator, a
     model that is not strict and closed, a constraint it does not know."""
     return {"root": ClusterFile.__name__,

@@ -1,7 +1,7 @@
 """The words of a cluster and its run: jobs, restart policies (and a task's restart settings),
 success rules, backends.
 
-Plain data with no rule in it, below both the cluster file's model (:mod:`tfcluster.spec.config`)
+Plain data with no rule in it, below both the cluster file's model (:mod:`tfcluster.clusterfile.config`)
 and the rulebook (:mod:`tfcluster.core.rules`, which re-exports it), so that the file model reads
 the words without importing the rules.
 """

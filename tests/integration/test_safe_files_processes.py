@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tfcluster.cli import main as cli
-from tfcluster import safe_files as runfs
+from tfcluster import safe_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +21,7 @@ from helpers.attack import untouched as _untouched
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 def test_in_a_sticky_logdir_another_user_cannot_swap_the_run_folder(logdir, victim):
     os.chmod(logdir, 0o1777)
-    folder = runfs.make_run_folder(str(logdir), "r1")
+    folder = safe_files.make_run_folder(str(logdir), "r1")
     pid = os.fork()
     if pid == 0:   # the other user
         code = 0

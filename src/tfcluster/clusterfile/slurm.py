@@ -1,7 +1,7 @@
 """Slurm scheduler options: the file's ``slurm:`` section and the matching flags, validated once.
 
 Pure: no Slurm command is run here. ``cluster`` arguments need only ``.tasks`` whose items have
-``.job``, ``.index`` and ``.gpus`` (a :class:`~tfcluster.spec.config.Cluster`, or a run plan). :class:`SlurmSpec` is the model (pydantic, part of
+``.job``, ``.index`` and ``.gpus`` (a :class:`~tfcluster.clusterfile.config.Cluster`, or a run plan). :class:`SlurmSpec` is the model (pydantic, part of
 ``cluster.yaml``); :func:`from_flags` merges command-line flags over the file's section (flags
 win) and names the flag in its errors; :func:`sbatch_options` gives the options for ``sbatch``
 (:func:`sbatch_lines` as ``#SBATCH`` lines) including the GPU binding, and :func:`task_gpus` the
@@ -49,7 +49,7 @@ class _Task(Protocol):
 
 
 class HasTasks(Protocol):
-    """What these functions read of a cluster (a :class:`tfcluster.spec.config.Cluster` or a run
+    """What these functions read of a cluster (a :class:`tfcluster.clusterfile.config.Cluster` or a run
     plan): its tasks' job, index and GPUs. A protocol, so that this module, which config
     imports for the file's ``slurm:`` section, imports nothing of config."""
 

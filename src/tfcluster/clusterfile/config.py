@@ -22,12 +22,12 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from tfcluster.spec import clusterspec, quick, vocabulary
+from tfcluster.clusterfile import clusterspec, quick, vocabulary
 from tfcluster.errors import ConfigError, UserError
-from tfcluster.spec.vocabulary import KNOWN_JOBS, SINGLE_TASK_JOBS
+from tfcluster.clusterfile.vocabulary import KNOWN_JOBS, SINGLE_TASK_JOBS
 
 if TYPE_CHECKING:
-    from tfcluster.spec.models import ClusterFile, RestartSpec
+    from tfcluster.clusterfile.models import ClusterFile, RestartSpec
 
 VERSION = 1
 # TensorFlow's rule for job names (tensorflow/core/util/device_name_utils.cc: IsJobName):
@@ -136,8 +136,8 @@ class Cluster:
     @functools.cached_property
     def secret_names(self) -> frozenset:
         """Variables declared secret in the file (``secrets:``), and those whose value holds a
-        secret variable's value (:func:`tfcluster.spec.secrets.holders`)."""
-        from tfcluster.spec import secrets
+        secret variable's value (:func:`tfcluster.clusterfile.secrets.holders`)."""
+        from tfcluster.clusterfile import secrets
         declared = frozenset(self.spec.secrets)
         envs = {t.env for t in self.tasks}
         return declared | frozenset(secrets.holders((dict(e) for e in envs), declared))
@@ -163,7 +163,7 @@ class Cluster:
     @property
     def chief(self) -> TaskId:
         """TensorFlow's rule: the chief task, else worker:0; else task 0 of the first job other
-        than ps and evaluator (:func:`tfcluster.spec.clusterspec.chief_task`)."""
+        than ps and evaluator (:func:`tfcluster.clusterfile.clusterspec.chief_task`)."""
         return TaskId.parse(clusterspec.chief_task(self.jobs))
 
     @property
@@ -183,7 +183,7 @@ class Cluster:
         return tf.train.ClusterSpec(clusterspec.tf_cluster(self.cluster_spec_dict(), "worker"))
 
     def tf_config(self, task_id: Union[str, TaskId]) -> Dict[str, Any]:
-        """The TF_CONFIG dict of a task (:func:`tfcluster.spec.clusterspec.tf_config`)."""
+        """The TF_CONFIG dict of a task (:func:`tfcluster.clusterfile.clusterspec.tf_config`)."""
         task = self.task(task_id)
         return clusterspec.tf_config(self.cluster_spec_dict(), task.job, task.index)
 
@@ -412,8 +412,8 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     if spec is None:     # outside the quick subset, or something is wrong: the models say what
         from pydantic import ValidationError
 
-        from tfcluster.spec import kubernetes as k8s_options
-        from tfcluster.spec.models import ClusterFile
+        from tfcluster.clusterfile import kubernetes as k8s_options
+        from tfcluster.clusterfile.models import ClusterFile
         try:
             spec = ClusterFile.model_validate(data)
         except ValidationError as e:
@@ -534,7 +534,7 @@ def _with_data_service(data: Dict[str, Any], problems: List[str]) -> Dict[str, A
 
 def _duplicate_endpoints(cluster: Cluster) -> List[str]:
     """The same port twice on one host (TensorFlow binds 0.0.0.0:<port>, so host aliases clash too)."""
-    from tfcluster.spec.hosts import endpoint_key
+    from tfcluster.net.addresses import endpoint_key
     seen: Dict[Tuple[str, int], str] = {}
     problems = []
     for job, tasks in cluster.jobs.items():
@@ -552,9 +552,9 @@ def _duplicate_endpoints(cluster: Cluster) -> List[str]:
 
 
 def is_loopback(host: str) -> bool:
-    """True for names that mean "this machine" wherever they are read (tfcluster.spec.hosts.is_loopback:
+    """True for names that mean "this machine" wherever they are read (tfcluster.net.addresses.is_loopback:
     ``localhost``, 127.0.0.0/8 in any spelling, ``::1``, ``0.0.0.0``, ``::``)."""
-    from tfcluster.spec.hosts import is_loopback as loopback
+    from tfcluster.net.addresses import is_loopback as loopback
     return loopback(host)
 
 
@@ -574,7 +574,7 @@ def _job_hint(job: str) -> Optional[str]:
 
 
 def _check_cluster(raw: Any, warnings: Optional[List[str]] = None) -> List[str]:
-    from tfcluster.spec.hosts import endpoint_key
+    from tfcluster.net.addresses import endpoint_key
     if not isinstance(raw, dict):
         return [f"cluster: must be a mapping of job -> list of host:port, not {_kind(raw)}"]
     if not raw:
@@ -959,12 +959,12 @@ def _resolve_command(command: Union[str, List[str], None], base_dir: str) -> Lis
 
 def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
     """Allowed keys at the mapping that holds loc[-1]."""
-    from tfcluster.spec import kubernetes as k8s_options
-    from tfcluster.spec.kubernetes import KubernetesSpec, PodSettings
-    from tfcluster.spec.models import (ClusterFile, JobSpec, ProgramSpec, RemoteSpec, RestartSpec,
+    from tfcluster.clusterfile import kubernetes as k8s_options
+    from tfcluster.clusterfile.kubernetes import KubernetesSpec, PodSettings
+    from tfcluster.clusterfile.models import (ClusterFile, JobSpec, ProgramSpec, RemoteSpec, RestartSpec,
                                        WatchdogSpec)
-    from tfcluster.spec.ray import RaySpec
-    from tfcluster.spec.slurm import SlurmSpec
+    from tfcluster.clusterfile.ray import RaySpec
+    from tfcluster.clusterfile.slurm import SlurmSpec
     parent = loc[:-1]
     model: Any = ClusterFile
     i = 0
@@ -988,7 +988,7 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
             model = SlurmSpec
         elif model is ClusterFile and part == "ray":
             model = RaySpec
-        elif part == "kubernetes":   # its own nested models: tfcluster.spec.kubernetes
+        elif part == "kubernetes":   # its own nested models: tfcluster.clusterfile.kubernetes
             return k8s_options.keys_for(KubernetesSpec if model is ClusterFile else PodSettings,
                                         parent[i + 1:])
         else:

@@ -1,11 +1,11 @@
 """The plain subset of a cluster file, read without pydantic: the launch's quick path.
 
-Building the file's pydantic models (:mod:`tfcluster.spec.models`) costs every command that
+Building the file's pydantic models (:mod:`tfcluster.clusterfile.models`) costs every command that
 loads a file ~0.15 s, and importing pydantic ~0.05 s more: a quarter of a launch's start on
 these machines (docs/BENCHMARKS.md, issue 35). Most files use only the sections a launch reads
 (``cluster``, ``program``, ``jobs``, ``restart``, ``watchdog``, ``success``, ``logdir``,
 ``grace``, ``base_port``, ``backend``, ``data_service``, ``secrets``); :func:`read` checks
-those with the models' own keys, types, bounds and defaults, which :func:`tfcluster.spec.models.quick_rules`
+those with the models' own keys, types, bounds and defaults, which :func:`tfcluster.clusterfile.models.quick_rules`
 writes to ``quick_rules.json`` (a unit test keeps the file equal to the models).
 
 It decides nothing the models would not: it says only "this file is valid, and these are its
@@ -77,7 +77,7 @@ class QuickSpec(Section):
             raise AttributeError(name)
         full = self.__dict__.get("_full")
         if full is None:
-            from tfcluster.spec import models
+            from tfcluster.clusterfile import models
             full = models.ClusterFile.model_validate(self.__dict__["_data"])
             self.__dict__["_full"] = full
         return getattr(full, name)

@@ -1,0 +1,105 @@
+"""Ports on this machine, said once: whether TensorFlow could bind a port, who holds it, free
+ports for a cluster, and whether something accepts connections. No TensorFlow here."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import List, Optional, Tuple
+
+from tfcluster.net.addresses import is_local
+
+
+def port_holder(port: int) -> Optional[Tuple[int, str]]:
+    """(pid, command line) of the process listening on TCP ``port``, when it can be found."""
+    try:
+        import psutil
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                if conn.pid:
+                    try:
+                        cmd = " ".join(psutil.Process(conn.pid).cmdline()) or psutil.Process(conn.pid).name()
+                    except psutil.Error:
+                        cmd = "?"
+                    return conn.pid, cmd
+                return None
+    except Exception:
+        return None
+    return None
+
+
+def port_in_use(port: int) -> bool:
+    """True when TensorFlow could not bind ``port`` (it binds the wildcard address, v4 and v6)."""
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind((addr, port))
+        except OSError:
+            return True
+        finally:
+            s.close()
+    return False
+
+
+def describe_port_holder(port: int) -> str:
+    holder = port_holder(port)
+    if holder is None:
+        return ""
+    pid, cmd = holder
+    return f" by pid {pid} ({short_command(cmd)})"
+
+
+def short_command(cmd: str, width: int = 100) -> str:
+    """A command line cut at a word, never inside an argument: the program's name without its
+    folder, then whole words while they fit in ``width``, then how many were left out."""
+    words = cmd.split()
+    if not words:
+        return "?"
+    out = [os.path.basename(words[0]) or words[0]]
+    for i, w in enumerate(words[1:], 1):
+        if len(" ".join(out + [w])) > width:
+            return " ".join(out) + f" ... ({len(words) - i} more argument{'s' if len(words) - i > 1 else ''})"
+        out.append(w)
+    return " ".join(out)
+
+
+def free_port_run(count: int, start: int, host: str = "localhost") -> int:
+    """The first port >= start such that start..start+count-1 are all free."""
+    port = start
+    while port + count - 1 <= 65535:
+        busy = next((p for p in range(port, port + count) if port_in_use(p)), None)
+        if busy is None:
+            return port
+        port = busy + 1
+    raise OSError(f"no run of {count} free ports from {start}")
+
+
+def free_ports(n: int) -> List[int]:
+    """``n`` distinct TCP ports that a TensorFlow server could bind right now (chosen by the
+    kernel, then checked on the IPv4 and IPv6 wildcard addresses)."""
+    ports: List[int] = []
+    for _ in range(max(1000, 3 * n)):
+        if len(ports) == n:
+            return ports
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if port not in ports and not port_in_use(port):
+            ports.append(port)
+    raise OSError(f"could not find {n} free ports")
+
+
+def accepts(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    if is_local(host):
+        host = "localhost"
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
