@@ -14,6 +14,7 @@ from tfcluster import __version__
 from tfcluster.core import messages as notes, rules
 from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.errors import UserError, print_error
+from tfcluster.terminal import printable
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
 
 DESCRIPTION = """\
@@ -490,7 +491,7 @@ def _load(path: Optional[str], assign_counts: bool = False):
 
 
 def cmd_validate(args) -> int:
-    from tfcluster.clusterfile.config import printable
+    from tfcluster.terminal import printable
     from tfcluster.net.addresses import is_local
     from tfcluster.clusterfile import secrets
     cluster = _load(args.file)
@@ -585,7 +586,7 @@ def cmd_commands(args) -> int:
     the shell the line is pasted into (``"K=${K:?set K}"``) instead of printing its value."""
     import re
     from tfcluster.clusterfile import secrets
-    from tfcluster.clusterfile.config import printable
+    from tfcluster.terminal import printable
 
     def word(w: str) -> str:
         if printable(w) == w:
@@ -640,19 +641,19 @@ def cmd_import(args) -> int:
             with open(args.tfjob, "r", encoding="utf-8") as f:
                 text = f.read(MAX_BYTES + 1)
     except UnicodeDecodeError as e:
-        raise UserError(f"{config.printable(source)}: not a text file ({e.reason} at byte {e.start})")
+        raise UserError(f"{printable(source)}: not a text file ({e.reason} at byte {e.start})")
     except OSError as e:
-        raise UserError(f"{config.printable(source)}: cannot be read ({e.strerror or e})")
+        raise UserError(f"{printable(source)}: cannot be read ({e.strerror or e})")
     data, left_out, meta = import_tfjob(text, source, name=args.name)
     config.from_dict(data, source=f"{source} (imported)")      # the result must validate
     out = render_file(data, left_out, meta, source)
     for item in left_out:
-        print(f"tfcluster import: left out: {config.printable(item)}", file=sys.stderr)
+        print(f"tfcluster import: left out: {printable(item)}", file=sys.stderr)
     if args.output:
         try:
             fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         except OSError as e:
-            raise UserError(f"{config.printable(args.output)}: cannot be written ({e.strerror or e})")
+            raise UserError(f"{printable(args.output)}: cannot be written ({e.strerror or e})")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(out)
     else:
@@ -797,12 +798,12 @@ def _quick_cluster(request: LaunchRequest):
         try:   # O_EXCL | O_NOFOLLOW: an existing name or a planted (dangling) link is refused
             create_new(q.save, text.encode("utf-8"))
         except FileExistsError:
-            raise UserError(f"--save: {config.printable(q.save)} exists already; choose another "
+            raise UserError(f"--save: {printable(q.save)} exists already; choose another "
                             f"file name")
         except OSError as e:
-            raise UserError(f"--save: cannot write {config.printable(q.save)} ({e.strerror or e})")
-        print(f"tfcluster: wrote {config.printable(q.save)}; run it again with: tfcluster launch "
-              f"{config.printable(shlex.quote(q.save))}", file=sys.stderr)
+            raise UserError(f"--save: cannot write {printable(q.save)} ({e.strerror or e})")
+        print(f"tfcluster: wrote {printable(q.save)}; run it again with: tfcluster launch "
+              f"{printable(shlex.quote(q.save))}", file=sys.stderr)
         # the text written, not the file read back: someone could swap it in a shared folder
         return config.loads(text, source=q.save,
                             base_dir=os.path.dirname(os.path.abspath(q.save))), text
@@ -855,7 +856,7 @@ def run_launch(request: LaunchRequest) -> int:
     else:
         cluster = config.load(cluster_file(request.file))
     for w in cluster.warnings:
-        print(f"tfcluster: warning: {config.printable(cluster.source)}: {w}", file=sys.stderr)
+        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
     options = request.options or LaunchOptions()
     flags = dict(request.slurm_flags)
     if flags:   # else the plan reads the file's slurm: itself (only --backend slurm needs it)
@@ -949,7 +950,7 @@ def cmd_logs(args) -> int:
     run_dir, how = choose_run(run)
     record = read_run(run_dir)
     if how:       # without RUN: say which run this is (the index holds every folder's runs)
-        from tfcluster.clusterfile.config import printable
+        from tfcluster.terminal import printable
         print(printable(f"tfcluster: logs of run {record.get('run_id') or os.path.basename(run_dir)} "
                         f"({how}): {run_dir}"), file=sys.stderr)
     if args.follow:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from tfcluster.plan import contract
 from tfcluster.clusterfile import kubernetes as k8s_options, secrets
-from tfcluster.clusterfile.config import Cluster, Task, printable
+from tfcluster.clusterfile.config import Cluster, Task
+from tfcluster.terminal import printable
 from tfcluster.clusterfile.models import JobSpec
 from tfcluster.errors import UserError
 

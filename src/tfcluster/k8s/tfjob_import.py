@@ -74,7 +74,8 @@ def read_documents(text: str, source: str) -> List[Any]:
     """Every YAML document of ``text`` (aliases limited as in cluster files)."""
     import yaml
 
-    from tfcluster.clusterfile.config import _loader_class, printable
+    from tfcluster.clusterfile.config import _loader_class
+    from tfcluster.terminal import printable
 
     if len(text) > MAX_BYTES:
         raise UserError(f"{printable(source)}: larger than {MAX_BYTES >> 20} MiB; not a TFJob manifest")
@@ -428,7 +429,7 @@ def render_file(data: Dict[str, Any], left_out: List[str], meta: Dict[str, Any],
     """The cluster file's text: a header, the comment block of what was left out, the YAML."""
     import yaml
 
-    from tfcluster.clusterfile.config import printable
+    from tfcluster.terminal import printable
 
     name = meta.get("name", "")
     lines = [f"# Imported by tfcluster from {printable(source)} (TFJob '{printable(name)}'"
@@ -460,5 +461,5 @@ def _mapping(value: Any, where: str) -> Dict[str, Any]:
 
 
 def _text(value: Any) -> str:
-    from tfcluster.clusterfile.config import printable
+    from tfcluster.terminal import printable
     return printable(str(value))[:200]

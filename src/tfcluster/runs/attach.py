@@ -56,8 +56,9 @@ def attach(run_dir: str, out=None, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep, live: Optional[bool] = None,
            every: float = PLAIN_EVERY) -> int:
     """Show the run until it ends (exit code as ``status``), or until Ctrl-C (0, detached)."""
-    from tfcluster.runs.status import (STATUS_EXIT, derive_result, printable, read_run, running_record,
-                            stop_hint)
+    from tfcluster.runs.status import (STATUS_EXIT, derive_result, read_run, running_record,
+                                       stop_hint)
+    from tfcluster.terminal import printable
     out = out or sys.stdout
     record, run_id = running_record(run_dir, "attach", "tfcluster status shows how it ended")
     tty = bool(getattr(out, "isatty", lambda: False)()) if live is None else live

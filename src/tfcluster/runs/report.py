@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from tfcluster.clusterfile.config import printable
+from tfcluster.terminal import printable
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event, iter_events
 from tfcluster.core.rules import exit_words

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from tfcluster.terminal import printable
 from tfcluster.errors import UserError
 from tfcluster.core.rules import format_duration  # noqa: F401 (re-exported: one wording of a duration)
 from tfcluster.safe_files import RUN_FILE
@@ -173,12 +174,6 @@ def _check_record(record: Any) -> Optional[str]:
 def _short(x: Any, limit: int = 60) -> str:
     text = printable(repr(x))
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def printable(text: Any) -> str:
-    """``text`` for a terminal line: control characters escaped (see config.printable)."""
-    from tfcluster.clusterfile.config import printable as _printable
-    return _printable(str(text))
 
 
 # ------------------------------------------------------------------ is the launcher alive?
