@@ -63,27 +63,67 @@ def _trusted_owner(uid: int) -> bool:
     return uid == os.geteuid() or uid == 0
 
 
-def check_folder_stat(st: os.stat_result, where: str, path: str) -> None:
+def check_folder_stat(st: os.stat_result, where: str, path: str, what: str = "a run folder",
+                      instead: str = "use another logdir") -> None:
     """Raise UserError (one line naming ``where``) unless ``st`` is a folder that only this user
-    (or root) can change the entries of."""
+    (or root) can change the entries of. ``what`` others could swap there, and what to do
+    ``instead``, are said in the message."""
     if not stat.S_ISDIR(st.st_mode):
         raise UserError(f"{where}: {path} is not a folder")
     if not _trusted_owner(st.st_uid):
-        raise UserError(f"{where}: {path} is owned by another user (uid {st.st_uid}); a run "
-                        f"folder there could be swapped for a link. Use a folder of your own")
+        raise UserError(f"{where}: {path} is owned by another user (uid {st.st_uid}); {what} "
+                        f"there could be swapped for a link. Use a folder of your own")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
         who = "group- and world-writable" if st.st_mode & stat.S_IWOTH and st.st_mode & stat.S_IWGRP \
             else ("world-writable" if st.st_mode & stat.S_IWOTH else "group-writable")
         raise UserError(f"{where}: {path} is {who} without the sticky bit (mode "
-                        f"{stat.S_IMODE(st.st_mode):04o}); others could swap a run folder for a "
-                        f"link. Run 'chmod go-w {path}' (or 'chmod +t') or use another logdir")
+                        f"{stat.S_IMODE(st.st_mode):04o}); others could swap {what} for a "
+                        f"link. Run 'chmod go-w {path}' (or 'chmod +t') or {instead}")
+
+
+def check_links(path: str, where: str) -> None:
+    """Raise UserError (one line naming ``where``) when a part of ``path`` is a symbolic link
+    that another user made (not this user, not root): a link planted in a shared folder
+    (``/tmp/shared/runs -> /elsewhere``) is not followed. Links of this user's or root's
+    (``/home -> /data/home``) are."""
+    cur = os.path.abspath(path)
+    parts = []
+    while os.path.dirname(cur) != cur:
+        parts.append(cur)
+        cur = os.path.dirname(cur)
+    for p in reversed(parts):
+        try:
+            st = os.lstat(p)
+        except OSError:         # missing (made next) or unreadable (the open says why)
+            return
+        if stat.S_ISLNK(st.st_mode) and not _trusted_owner(st.st_uid):
+            raise UserError(f"{where}: {p} is a link made by another user (uid {st.st_uid}); "
+                            f"not followed")
+
+
+def make_private_folders(path: str) -> None:
+    """``os.makedirs`` with mode 0700 at every level it makes, whatever the umask (makedirs
+    gives the levels above the last the umask's default, 0777 under umask 000)."""
+    missing = []
+    cur = os.path.abspath(path)
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        cur = os.path.dirname(cur)
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:     # made meanwhile (another launch): checked as it is
+            continue
+        os.chmod(p, 0o700)
 
 
 def open_logdir(logdir: str) -> int:
-    """Make ``logdir`` when missing (mode 0700) and open it; raise UserError (one line, field
-    ``logdir``) when it is not a folder or not safe (:func:`check_folder_stat`)."""
+    """Make ``logdir`` when missing (mode 0700 at every level) and open it; raise UserError (one
+    line, field ``logdir``) when a part of it is a link another user made
+    (:func:`check_links`), or it is not a folder or not safe (:func:`check_folder_stat`)."""
+    check_links(logdir, "logdir")
     try:
-        os.makedirs(logdir, mode=0o700, exist_ok=True)
+        make_private_folders(logdir)
     except FileExistsError:
         raise UserError(f"logdir: {logdir} is not a folder")
     except NotADirectoryError:

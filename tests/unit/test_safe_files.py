@@ -132,6 +132,41 @@ def test_a_logdir_owned_by_another_user_is_refused(logdir):
         safe_files.make_run_folder(str(logdir), "r1")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a link another user owns")
+def test_a_logdir_link_another_user_planted_is_not_followed(tmp_path, victim):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)                 # /tmp-style: anyone may add a name
+    link = shared / "runs"
+    link.symlink_to(victim)
+    os.lchown(link, 65534, 65534)            # planted by another user
+    with pytest.raises(UserError, match=r"^logdir: .*/shared/runs is a link made by another "
+                       r"user \(uid 65534\); not followed"):
+        safe_files.make_run_folder(str(link), "r1", explicit=False)
+    with pytest.raises(UserError, match="a link made by another user"):
+        safe_files.make_run_folder(str(link / "deeper"), "r1", explicit=False)
+    _untouched(victim)
+
+
+def test_a_logdir_link_of_ones_own_is_followed(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "mine").symlink_to(real)
+    with safe_files.make_run_folder(str(tmp_path / "mine"), "r1") as f:
+        assert os.path.isdir(real / "r1") and f.path.endswith("r1")
+
+
+def test_under_umask_000_a_new_logdir_is_0700_at_every_level(tmp_path):
+    old = os.umask(0)
+    try:
+        with safe_files.make_run_folder(str(tmp_path / "a" / "b" / "runs"), "r1"):
+            pass
+    finally:
+        os.umask(old)
+    for p in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "runs"):
+        assert _mode(p) == 0o700, p
+
+
 def test_logdir_dev_null_says_it_is_not_a_folder(tmp_path):
     with pytest.raises(UserError) as e:
         safe_files.make_run_folder("/dev/null", "r1", explicit=False)

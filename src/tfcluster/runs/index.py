@@ -6,15 +6,24 @@ Directory rule). ``tfcluster logs/stop/tensorboard`` (and ``status``/``runs``/``
 :func:`resolve_run`) turn a run id into its folder with it. The index is a convenience: a run
 folder is still the record, and a line whose folder is gone is skipped.
 
+The state folder is the caller's alone: each folder of it that is missing is made with mode 0700
+whatever the umask, and before the index is read or written, the state folder and every folder
+above it up to the home folder must be the caller's (or root's), not changeable by others, and
+no link that another user made; the index file must be a regular file of the caller's that
+nobody else can write. Anything else is one line (exit 2) naming the folder and the fix: a state
+folder another user can swap would let them choose which folder ``logs RUN`` reads.
+
 No TensorFlow, no subprocess: pure file handling.
 """
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from tfcluster import safe_files
 from tfcluster.errors import UserError
 
 INDEX = "runs.jsonl"
@@ -34,6 +43,61 @@ def index_path() -> str:
     return os.path.join(state_dir(), INDEX)
 
 
+def _guarded_folders(folder: str) -> List[str]:
+    """``folder`` and the folders above it that guard it: up to the home folder (not included)
+    when it lies under home (``~/.local/state/tfcluster``: ``.local``, ``state``, ``tfcluster``),
+    else ``$XDG_STATE_HOME`` itself and ``tfcluster`` in it."""
+    home = os.path.abspath(os.path.expanduser("~"))
+    folder = os.path.abspath(folder)
+    if not folder.startswith(os.path.join(home, "")):
+        return [folder, os.path.dirname(folder)]
+    out, cur = [], folder
+    while cur != home and os.path.dirname(cur) != cur:
+        out.append(cur)
+        cur = os.path.dirname(cur)
+    return out
+
+
+def trusted_state_dir(create: bool = False) -> str:
+    """The state folder, checked (see the module's docstring) and, with ``create``, made where
+    missing (0700 at each level). Raises UserError naming the folder when it is not safe;
+    returns its path (which may not exist when ``create`` is off)."""
+    folder = state_dir()
+    safe_files.check_links(folder, "run index")
+    for path in reversed(_guarded_folders(folder)):     # outermost first
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if not create:
+                return folder
+            try:
+                safe_files.make_private_folders(path)
+            except OSError as e:
+                raise UserError(f"run index: cannot create {path} ({e.strerror or e})")
+            st = os.lstat(path)
+        if os.path.islink(path):        # one of ours or root's (check_links)
+            st = os.stat(path)
+        safe_files.check_folder_stat(st, "run index", path, what="the run index",
+                                     instead="set XDG_STATE_HOME to a folder of your own")
+    return folder
+
+
+def _open_index(flags: int) -> int:
+    """The index file opened with ``flags`` (no link followed), after the state folder's check;
+    refused (UserError) when it is not a regular file of the caller's that only they can write."""
+    trusted_state_dir(create=bool(flags & os.O_CREAT))
+    path = index_path()
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o600)
+    st = os.fstat(fd)
+    why = ("is not a regular file" if not stat.S_ISREG(st.st_mode) else
+           f"belongs to another user (uid {st.st_uid})" if st.st_uid not in (os.geteuid(), 0) else
+           "can be written by others" if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else "")
+    if why:
+        os.close(fd)
+        raise UserError(f"run index: {path} {why}; not used. Remove it (a new one is made)")
+    return fd
+
+
 def register(run_dir: str, run_id: Optional[str] = None, file: Optional[str] = None,
              now: Optional[float] = None) -> Optional[str]:
     """Add a run folder to the index. Returns None, or why it could not be added (the run goes
@@ -44,12 +108,13 @@ def register(run_dir: str, run_id: Optional[str] = None, file: Optional[str] = N
              "registered": time.time() if now is None else now}
     path = index_path()
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = _open_index(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, (json.dumps(entry) + "\n").encode())
         finally:
             os.close(fd)
+    except UserError as e:
+        return f"the run index {path} cannot be written ({str(e).replace('run index: ', '')})"
     except OSError as e:
         return f"the run index {path} cannot be written ({e.strerror or e})"
     return None
@@ -58,12 +123,13 @@ def register(run_dir: str, run_id: Optional[str] = None, file: Optional[str] = N
 def entries() -> List[Dict[str, Any]]:
     """Every readable line of the index, newest first (a bad line is skipped)."""
     try:
-        with open(index_path(), encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
+        fd = _open_index(os.O_RDONLY)
     except FileNotFoundError:
         return []
     except OSError as e:
         raise UserError(f"the run index {index_path()} cannot be read ({e.strerror or e})")
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
     out = []
     for line in lines:
         try:
@@ -82,13 +148,22 @@ def runs(limit: Optional[int] = None) -> List[Tuple[str, Dict[str, Any]]]:
     seen, out = set(), []
     for e in entries():
         d = e["run_dir"]
-        if d in seen or not is_run_dir(d):
+        if d in seen or not is_run_dir(d) or not _ours(d):
             continue
         seen.add(d)
         out.append((d, e))
         if limit is not None and len(out) >= limit:
             break
     return out
+
+
+def _ours(path: str) -> bool:
+    """The run folder belongs to the caller (or root): an index line never leads to another
+    user's folder."""
+    try:
+        return os.stat(path).st_uid in (os.geteuid(), 0)
+    except OSError:
+        return False
 
 
 def is_run_dir(path: str) -> bool:
@@ -183,12 +258,8 @@ def run_ids() -> List[str]:
 # ------------------------------------------------------------------ per-file notes
 def noted(kind: str, key: str) -> bool:
     """Whether note ``kind`` (e.g. ``security``) was already shown for ``key`` (a file path)."""
-    try:
-        with open(os.path.join(state_dir(), f"noted-{kind}.json"), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and key in data
+    data = _read_noted(kind)
+    return key in data
 
 
 def first_time(kind: str, key: str) -> bool:
@@ -202,20 +273,27 @@ def first_time(kind: str, key: str) -> bool:
 def note_shown(kind: str, key: str, now: Optional[float] = None) -> None:
     """Remember that note ``kind`` was shown for ``key``; a state folder that cannot be written
     only means the note is shown again next time."""
-    path = os.path.join(state_dir(), f"noted-{kind}.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
+    data = _read_noted(kind)
     data[key] = time.time() if now is None else now
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        folder = trusted_state_dir(create=True)
+        path = os.path.join(folder, f"noted-{kind}.json")
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)
         os.replace(tmp, path)
-    except OSError:
+    except (OSError, UserError):   # the note is only shown again next time
         return
+
+
+def _read_noted(kind: str) -> Dict[str, Any]:
+    try:
+        f = safe_files.open_regular(os.path.join(trusted_state_dir(), f"noted-{kind}.json"))
+        if f is None:
+            return {}
+        with f:
+            data = json.loads(f.read(1 << 20) or b"{}")
+    except (OSError, ValueError, UserError):    # missing, unreadable or not ours: not noted
+        return {}
+    return data if isinstance(data, dict) else {}
