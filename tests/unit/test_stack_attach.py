@@ -69,3 +69,25 @@ def test_the_line_follower_reads_whole_new_lines_of_the_callers_file(tmp_path):
     assert f.read() == ["two"]
     os.symlink(p, tmp_path / "link")
     assert LineFollower(str(tmp_path / "link")).read() == []     # no link followed
+
+
+def test_a_record_naming_another_live_process_as_its_launcher_reads_no_stack(tmp_path, monkeypatch):
+    """A record of the caller's own that names pid 1 (or any live process) with that process's
+    own start time: the launcher check of ``stop`` applies (it must hold the run folder open),
+    so py-spy is never run on it."""
+    import json
+    import socket
+
+    import psutil
+    run = tmp_path / "r1"
+    run.mkdir(mode=0o700)
+    target = os.getppid()               # a live process that does not hold this folder open
+    rec = record(launcher_pid=target, launcher_started=psutil.Process(target).create_time(),
+                 launcher_host=socket.gethostname(), result="running", run_dir=str(run),
+                 tasks=[{"task": "ps:0", "host": "localhost", "state": "running", "pid": target}])
+    (run / "run.json").write_text(json.dumps(rec))
+    ran = []
+    monkeypatch.setattr(stack, "py_spy", lambda: ran.append(1) or "/bin/true")
+    with pytest.raises(UserError, match="is not the launcher of this run folder .*no stack read"):
+        stack.show_stacks(str(run), ["ps:0"])
+    assert not ran

@@ -51,54 +51,57 @@ def _holds_folder(pid: int, folder: os.stat_result) -> bool:
     return False
 
 
-def check_launcher(record: Dict, folder: os.stat_result) -> None:
+def check_launcher(record: Dict, folder: os.stat_result, nothing: str = "nothing signalled") -> None:
     """Raise UserError unless the process run.json names is this run's launcher, and the
     caller's: started at ``launcher_started``, run by the caller's user, and holding this run
-    folder open. (``pid`` must be pinned by a pidfd already: then it cannot change under us.)"""
+    folder open. (``pid`` must be pinned by a pidfd already: then it cannot change under us.)
+    ``nothing``: what the message says was not done (``stop``: nothing signalled)."""
     from tfcluster.runs.status import launcher_alive
     import psutil
     run_id = printable(record.get("run_id"))
     pid = record["launcher_pid"]
     if record.get("launcher_started") is None:
         raise UserError(f"run {run_id}: run.json has no launcher_started, so pid {pid} cannot be "
-                        f"told to be its launcher; nothing signalled")
+                        f"told to be its launcher; {nothing}")
     if launcher_alive(record) is not True:
         raise UserError(f"run {run_id}: pid {pid} is no longer its launcher "
-                        f"(the run is lost); nothing signalled")
+                        f"(the run is lost); {nothing}")
     try:
         uids = psutil.Process(pid).uids()
     except psutil.Error:
-        raise UserError(f"run {run_id}: pid {pid} cannot be checked; nothing signalled")
+        raise UserError(f"run {run_id}: pid {pid} cannot be checked; {nothing}")
     if uids.real != os.getuid() or uids.effective != os.geteuid():
         raise UserError(f"run {run_id}: pid {pid} belongs to another user (uid {uids.real}); "
-                        f"nothing signalled")
+                        f"{nothing}")
     if not _holds_folder(pid, folder):
         raise UserError(f"run {run_id}: pid {pid} is not the launcher of this run folder (it does "
-                        f"not hold it open); nothing signalled")
+                        f"not hold it open); {nothing}")
 
 
-def open_launcher(record: Dict, folder: Optional[os.stat_result] = None) -> int:
+def open_launcher(record: Dict, folder: Optional[os.stat_result] = None, command: str = "stop",
+                  nothing: str = "nothing signalled") -> int:
     """A pidfd of the run's live launcher. Raises UserError when the run is not running here,
     its launcher is gone (the pid reused by another process counts as gone), or the process is
-    not this run's launcher and the caller's (:func:`check_launcher`)."""
+    not this run's launcher and the caller's (:func:`check_launcher`). ``command`` is the
+    tfcluster command to run on the launcher's host instead; ``nothing``, what was not done."""
     pid = record.get("launcher_pid")
     host = record.get("launcher_host")
     run_id = printable(record.get("run_id"))
     if host and host != socket.gethostname():
         raise UserError(f"run {run_id}: its launcher runs on {printable(host)}; "
-                        f"run tfcluster stop there")
+                        f"run tfcluster {command} there")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
         raise UserError(f"run {run_id}: run.json names no launcher pid")
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         raise UserError(f"run {run_id}: its launcher (pid {pid}) is gone "
-                        f"(the run is lost); nothing to stop")
+                        f"(the run is lost); nothing to {command}")
     # The pid is pinned by the pidfd now: check it is still the launcher that wrote the record.
     try:
         if folder is None:
             folder = os.stat(record.get("run_dir") or ".")
-        check_launcher(record, folder)
+        check_launcher(record, folder, nothing)
     except BaseException:
         os.close(fd)
         raise
@@ -111,7 +114,7 @@ def wait_pidfd(fd: int, timeout: float) -> bool:
     return bool(ready)
 
 
-def read_own_run(run_dir: str):
+def read_own_run(run_dir: str, nothing: str = "nothing signalled"):
     """(run.json of ``run_dir``, the folder's stat), when the folder and the record are the
     caller's (opened without following a link); else UserError: a record another user wrote
     can name any process, and is not acted on."""
@@ -127,7 +130,7 @@ def read_own_run(run_dir: str):
             st = None
         if st is not None:
             safe_files.check_own(os.path.join(run_dir, RUN_FILE), st,
-                            "a record another user wrote is not acted on; nothing signalled")
+                            f"a record another user wrote is not acted on; {nothing}")
     finally:
         os.close(dfd)
     return read_run(run_dir), folder

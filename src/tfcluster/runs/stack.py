@@ -97,20 +97,14 @@ def dump_argv(tool: str, pid: int, native: bool = False) -> List[str]:
 def show_stacks(run_dir: str, names: Sequence[str] = (), native: bool = False) -> int:
     """Print the stacks of the run's tasks. Exit code: 0 every stack shown, 1 some could not be
     read; UserError (2) for a run that is not live or not the caller's, or no py-spy."""
-    from tfcluster.runs.status import launcher_alive, running_record
+    from tfcluster.runs.control import open_launcher, read_own_run
+    from tfcluster.runs.status import running_record
     from tfcluster.terminal import printable
-    from tfcluster.safe_files import RUN_FILE
-    try:
-        st = os.stat(os.path.join(run_dir, RUN_FILE), follow_symlinks=False)
-    except OSError:
-        st = None
-    if st is not None and st.st_uid != os.geteuid():
-        raise UserError(f"stack: {run_dir} is another user's run (uid {st.st_uid}); only your "
-                        f"own runs' tasks are read")
+    _, folder = read_own_run(run_dir, nothing="no stack read")
     record, run_id = running_record(run_dir, "stack", "stacks are read from live tasks only")
-    if launcher_alive(record) is not True:
-        raise UserError(f"stack: run {run_id}: its launcher cannot be checked from here "
-                        f"(launcher host {record.get('launcher_host') or '?'})")
+    # the launcher is checked as stop checks it (the caller's, started when the record says,
+    # holding this run folder open): a record naming any other process (pid 1) reads no stack
+    os.close(open_launcher(record, folder, command="stack", nothing="no stack read"))
     tool = py_spy()
     if tool is None:
         raise UserError("stack: py-spy is not installed: pip install py-spy (or "
