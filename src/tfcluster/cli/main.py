@@ -766,7 +766,7 @@ def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) 
                 show_tf_noise=args.show_tf_noise,
                 output=OutputOptions.parse(tasks=args.tasks, timestamps=args.timestamps,
                                            security_note=not args.no_security_note))
-    slurm_flags = tuple((k, getattr(args, k)) for k in SLURM_FLAGS if getattr(args, k))
+    slurm_flags = tuple((k, getattr(args, k)) for k in SLURM_FLAGS if getattr(args, k) not in (None, []))
     quick = None
     if args.ps is not None or args.workers is not None or args.chief or args.evaluator or args.save:
         quick = QuickCluster(ps=args.ps or 0, workers=args.workers or 0, chief=args.chief,
