@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Tuple
 
-from tfcluster import __version__
+from tfcluster.version import __version__
 from tfcluster.core import messages as notes, rules
 from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.errors import UserError, print_error
