@@ -866,7 +866,7 @@ def run_launch(request: LaunchRequest) -> int:
     _check_script(cluster, options)
     plan = build_plan(cluster, options)
     launcher = make_launcher(plan, cluster)
-    if flags and not launcher.takes_slurm_options:
+    if flags and "slurm" not in launcher.scheduler_flags:
         first = next(iter(flags))
         raise UserError(f"--{first.replace('_', '-')}: Slurm options apply to --backend slurm only, "
                         f"not --backend {plan.backend}")
