@@ -3,11 +3,13 @@
 Importing tfcluster does not import TensorFlow; the parts that need it import it inside
 the functions that use it.
 """
-__version__ = "0.1.0"
+from tfcluster.version import __version__  # noqa: F401 (tfcluster.__version__)
 
 # Every task that imports tfcluster.runtime (trainer.py, examples) runs this file first: keep
-# it light. The file model (pydantic), the launcher and the run index load on first use
-# (PEP 562), which saves each task about a quarter of a second of CPU before its first step.
+# it light. The names below load their modules on first use (PEP 562: the file model with
+# pydantic, the errors, the progress protocol, the run index), and launch() imports the launcher
+# only when it is called: that saves each task about a quarter of a second of CPU before its
+# first step.
 _LAZY = {
     "Cluster": "clusterfile.config", "Task": "clusterfile.config", "TaskId": "clusterfile.config", "load": "clusterfile.config",
     "loads": "clusterfile.config", "from_dict": "clusterfile.config", "ConfigError": "errors", "UserError": "errors",
@@ -34,8 +36,5 @@ def launch(path_or_cluster=None, options=None, view=None, dry_run: bool = False)
     return the exit code, as ``tfcluster launch`` does: the same warnings, checks, dry run and
     records. ``options``: :class:`tfcluster.plan.runplan.LaunchOptions`; ``view``:
     :class:`tfcluster.drivers.supervisor.View`."""
-    from tfcluster.cli.main import launch as _launch
+    from tfcluster.cli.launching import launch as _launch
     return _launch(path_or_cluster, options=options, view=view, dry_run=dry_run)
-
-
-_launch_function = launch   # tfcluster.launch stays callable once the subpackage loads

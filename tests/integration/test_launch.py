@@ -12,7 +12,7 @@ import pytest
 
 from helpers import PROGRAMS, write_cluster
 
-from tfcluster.cli.main import launch
+from tfcluster.cli.launching import launch
 from tfcluster.drivers.supervisor import View
 from tfcluster.plan.runplan import LaunchOptions
 

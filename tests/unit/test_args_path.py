@@ -12,9 +12,10 @@ import pytest
 from test_layers import floor_of
 
 from tfcluster.cli import main as cli
+from tfcluster.cli.launching import LaunchRequest
 from tfcluster.plan.runplan import LaunchOptions, RunPlan
 
-FOLLOWED = (argparse.Namespace, cli.LaunchRequest, LaunchOptions, RunPlan)
+FOLLOWED = (argparse.Namespace, LaunchRequest, LaunchOptions, RunPlan)
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
 
 

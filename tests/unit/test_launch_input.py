@@ -122,3 +122,25 @@ def test_launch_usage_shows_the_program_and_hints_at_the_double_dash(tmp_path, p
     r = tfcluster("launch", f, "python", "my_trainer.py")
     assert r.returncode == 2
     assert "hint: put the program after '--': tfcluster launch FILE -- python my_trainer.py" in r.stderr
+
+
+SLURM_FILE = ("cluster:\n  ps: 1\n  worker: 2\nprogram:\n  command: [python, t.py]\n"
+              "slurm:\n  time: '10'\n  requeue: true\n  gpus_per_task: 1\n")
+
+
+def test_slurm_flags_that_say_no_or_zero_override_the_file_as_render_does(tmp_path, monkeypatch):
+    """--no-requeue and --gpus-per-task 0 are flags given: launch lays them over the file's
+    slurm: section as render slurm does, and refuses them for another backend."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    (tmp_path / "c.yaml").write_text(SLURM_FILE)
+    (tmp_path / "t.py").write_text("")
+    flags = ("--no-requeue", "--gpus-per-task", "0")
+    launch = tfcluster("launch", "c.yaml", "--backend", "slurm", "--dry-run", *flags, cwd=tmp_path)
+    render = tfcluster("render", "slurm", "c.yaml", *flags, cwd=tmp_path)
+    for r in (launch, render):
+        assert r.returncode == 0, r.stderr
+        assert "#SBATCH --requeue" not in r.stdout and "--gpus-per-task=1" not in r.stdout
+    local = tfcluster("launch", "c.yaml", "--dry-run", "--no-requeue", cwd=tmp_path)
+    assert local.returncode == 2
+    assert local.stderr.strip() == ("tfcluster: error: --requeue: Slurm options apply to "
+                                    "--backend slurm only, not --backend local")

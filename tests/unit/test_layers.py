@@ -13,11 +13,12 @@ SRC = os.path.join(helpers.SRC, "tfcluster")
 
 # Floor of each module: the layer folders of src/tfcluster (docs/PLAN.md draws them). A name is
 # a package (every module in it) or a module. Lower floors never import higher ones; the CLI is
-# the composition root on top.
+# the composition root, and only the package's __init__ (tfcluster.launch) stands above it.
 FLOORS = [
     # 0: the ground every layer stands on: one-line user errors, text made safe for a terminal,
-    # files opened safely (no link followed, bounded reads: run folders and cluster files)
-    ["errors", "terminal", "safe_files", "net"],
+    # files opened safely (no link followed, bounded reads: run folders and cluster files), this
+    # machine's names and ports, the version
+    ["errors", "terminal", "safe_files", "net", "version"],
     # 1: the cluster file
     ["clusterfile"],
     # 2: the resolved run and the task contract
@@ -33,7 +34,9 @@ FLOORS = [
     # 7: renders for Kubernetes
     ["k8s"],
     # 8: the command line (the composition root), and the public import paths kept for programs
-    ["cli", "__main__", "__init__", "progress", "keras", "contract"],
+    ["cli", "__main__", "progress", "keras", "contract"],
+    # 9: the package's __init__: its names, loaded on first use, and tfcluster.launch (the CLI's)
+    ["__init__"],
 ]
 
 
@@ -78,14 +81,16 @@ def imports(module: str, path: str):
                 if os.path.exists(os.path.join(SRC, *cand.split("."))) or \
                         os.path.exists(os.path.join(SRC, *cand.split(".")) + ".py"):
                     out.add(cand)
-                elif target:
-                    out.add(".".join(target))
+                else:   # a name of a module; "from tfcluster import __version__": the __init__
+                    out.add(".".join(target) or "__init__")
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("tfcluster."):
                     out.add(a.name[len("tfcluster."):])
+                elif a.name == "tfcluster":
+                    out.add("__init__")
     out.discard(module)
-    return {m for m in out if m and m != "__init__"}
+    return {m for m in out if m}
 
 
 GRAPH = {m: imports(m, p) for m, p in modules()}
@@ -123,6 +128,13 @@ def test_the_checker_counts_type_checking_imports(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tfcluster.clusterfile.config import Cluster\n")
     assert "clusterfile.config" in imports("m", str(f))
+
+
+def test_the_checker_sees_names_taken_from_the_package_itself(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import tfcluster\ndef v():\n    from tfcluster import __version__\n")
+    assert imports("m", str(f)) == {"__init__"}
+    assert floor_of("__init__") > floor_of("cli.main")     # the package's face, above the CLI
 
 
 def test_the_checker_sees_function_level_imports_and_circles():

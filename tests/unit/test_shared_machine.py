@@ -305,6 +305,7 @@ def test_launch_save_refuses_a_planted_dangling_link(tmp_path, capsys, monkeypat
 
 def test_launch_save_runs_the_text_it_wrote_not_the_file_read_again(tmp_path, monkeypatch):
     from tfcluster.cli import main as cli
+    from tfcluster.cli.launching import _quick_cluster
     from tfcluster.clusterfile import config
     monkeypatch.chdir(tmp_path)
     reads = []
@@ -312,7 +313,7 @@ def test_launch_save_runs_the_text_it_wrote_not_the_file_read_again(tmp_path, mo
     monkeypatch.setattr(config, "load", lambda p: reads.append(p) or real(p))
     args = cli.build_parser().parse_args(["launch", "--workers", "1", "--save", "s.yaml"])
     request = cli.launch_request(args, program=["python", "t.py"])
-    cluster, text = cli._quick_cluster(request)
+    cluster, text = _quick_cluster(request)
     assert reads == [] and open("s.yaml").read() == text
     assert [t.name for t in cluster.tasks] == ["worker:0"]
 

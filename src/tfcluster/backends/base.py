@@ -108,8 +108,10 @@ class Launcher:
 
     #: why ``launch --detach`` does not apply ("" when it does)
     no_detach = ""
-    #: the scheduler flags (``--partition``, ``--time``, ...) apply to this launcher
-    takes_slurm_options = False
+    #: the groups of scheduler flags this launcher reads (from the plan), by the CLI's name of
+    #: each group ("slurm": ``--partition``, ``--time``, ...); the CLI refuses the flags of a
+    #: group that is not here
+    scheduler_flags: Tuple[str, ...] = ()
 
     def describe(self) -> str:
         """What a run would do, for ``--dry-run``: starts nothing, writes nothing."""

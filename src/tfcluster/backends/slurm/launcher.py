@@ -453,7 +453,7 @@ class SlurmLauncher(Launcher):
     allocation) whose node wrappers drive the run machine; the launcher follows it."""
 
     no_detach = "with --backend slurm the job runs under Slurm already; leave --detach out"
-    takes_slurm_options = True
+    scheduler_flags = ("slurm",)
 
     def __init__(self, plan: RunPlan):
         self.plan = plan

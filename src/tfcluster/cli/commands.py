@@ -1,0 +1,403 @@
+"""The handlers of the ``tfcluster`` subcommands, one ``cmd_*`` function each, taking the parsed
+command line and returning the exit code (a UserError is exit 2); :data:`COMMANDS` names them.
+``launch`` is carried out by :mod:`tfcluster.cli.launching`; TensorFlow is imported only by the
+subcommands that run it (``hello``, ``serve``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+
+from tfcluster.cli.launching import cluster_file, launch_request, run_launch
+from tfcluster.cli.parser import build_parser
+from tfcluster.cli.slurm_flags import SlurmFlags
+from tfcluster.core import messages as notes
+from tfcluster.errors import UserError
+from tfcluster.terminal import printable
+
+if TYPE_CHECKING:
+    from tfcluster.clusterfile.config import Cluster
+
+
+# ------------------------------------------------------------------ launch
+def cmd_launch(args: argparse.Namespace) -> int:
+    """``tfcluster launch`` (main passes the program after '--' through :func:`launch_request`)."""
+    return run_launch(launch_request(args))
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``tfcluster doctor [FILE]``: every host of the file checked the way the tasks meet it."""
+    from tfcluster.drivers import doctor
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    cluster = _load(args.file)
+    return doctor.run(build_plan(cluster, LaunchOptions(backend=args.backend)), cluster)
+
+
+# ------------------------------------------------------------------ the cluster file
+def _load(path: Optional[str], assign_counts: bool = False) -> Cluster:
+    """The cluster file (:func:`~tfcluster.cli.launching.cluster_file`), loaded; with
+    ``assign_counts``, a job given as a count gets the ports the local backend would give it."""
+    from tfcluster.clusterfile import config
+    cluster = config.load(cluster_file(path))
+    if assign_counts and not cluster.resolved:
+        from tfcluster.plan.runplan import assign_local_ports
+        cluster = assign_local_ports(cluster)
+        print(f"tfcluster: note: {', '.join(cluster.count_jobs)} given as a count; "
+              f"ports assigned as the local backend would (from {cluster.base_port})",
+              file=sys.stderr)
+    return cluster
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tfcluster.net.addresses import is_local
+    from tfcluster.clusterfile import secrets
+    cluster = _load(args.file)
+    declared = cluster.secret_names
+    for w in cluster.warnings:
+        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
+    refused = _launch_checks(cluster)
+    if refused:   # the file is valid; launching it here is not (yet): say so, not "ok" alone
+        for line in refused.splitlines():
+            print(printable(f"tfcluster: warning: launch would refuse this file here: {line}"),
+                  file=sys.stderr)
+    if args.json:
+        out = {"source": cluster.source, "success": cluster.success, "chief": str(cluster.chief),
+               "logdir": cluster.logdir, "secrets": sorted(declared),
+               "warnings": list(cluster.warnings), "tasks": []}
+        for t in cluster.tasks:
+            env = dict(t.env)
+            out["tasks"].append({
+                "task": t.name, "endpoint": str(t.endpoint) if t.endpoint else None,
+                "local": bool(t.endpoint and is_local(t.endpoint.host)),
+                "argv": secrets.mask_argv(list(t.command) + list(t.args), declared,
+                                          secrets.secret_values(env, declared=declared)),
+                "cwd": t.cwd, "task_flags": t.task_flags,
+                "gpus": t.gpus, "env": secrets.mask_env(env, declared), "restart": t.restart.policy})
+        if cluster.resolved:
+            out["cluster_spec"] = cluster.cluster_spec_dict()
+        print(json.dumps(out, indent=2))
+        return 0
+    n = len(cluster.tasks)
+    verdict = "valid, but launch would refuse it here (see the warning)" if refused else "ok"
+    print(printable(f"{cluster.source}: {verdict} — {n} task{'s' if n != 1 else ''} in "
+                    f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
+                    f"chief: {cluster.chief}; success: {cluster.success}; "
+                    f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
+    width = max(len(t.name) for t in cluster.tasks)
+    for t in cluster.tasks:
+        ep = str(t.endpoint) if t.endpoint else "(assigned at launch)"
+        where = "" if not t.endpoint else ("" if is_local(t.endpoint.host) else "  [remote]")
+        argv = secrets.mask_argv(list(t.command) + list(t.args), declared,
+                                 secrets.secret_values(dict(t.env), declared=declared))
+        run = " ".join(shlex.quote(w) for w in argv) if argv else "(no program: give one after --)"
+        if t.task_flags:
+            run += " + task flags"
+        extra = []
+        if t.gpus is not None:
+            extra.append(f"CUDA_VISIBLE_DEVICES={t.gpus!r}")
+        if t.env:
+            extra.append("env: " + ", ".join(k + (" (secret)" if secrets.is_secret(k, declared) else "")
+                                             for k, _ in t.env))
+        print(printable(f"  {t.name:<{width}}  {ep:<22}{where}  {run}"
+                        + (f"  ({'; '.join(extra)})" if extra else "")))
+    if "evaluator" in cluster.jobs:
+        print("  (evaluator gets TF_CONFIG but is left out of the ClusterSpec, TensorFlow's rule)")
+    return 0
+
+
+def _launch_checks(cluster: Cluster) -> Optional[str]:
+    """What ``launch FILE`` would refuse here before starting anything (None: nothing), so that
+    validate does not say a bare ok for it: the plan's checks (a count job on ssh, no task on
+    this machine, the file's slurm: options) and, when the file has a program, the program
+    checks on this machine's tasks (a missing program, script or folder; legacy Keras without
+    tf_keras)."""
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    try:
+        slurm = SlurmFlags().over(cluster.spec.slurm)     # the file's slurm:, checked
+        plan = build_plan(cluster, LaunchOptions(run_id="validate", slurm=slurm), need_program=False)
+    except UserError as e:
+        return e.message
+    if plan.backend != "local" or any(not t.argv for t in plan.tasks):
+        return None
+    from tfcluster.backends.local import LocalBackend
+    from tfcluster.drivers.preflight import program_problems
+    return "\n".join(program_problems(plan, LocalBackend())) or None
+
+
+def cmd_tf_config(args: argparse.Namespace) -> int:
+    file, task = args.file, args.task
+    if task is None and file is not None and ":" in file and not os.path.exists(file):
+        file, task = None, file        # tfcluster tf-config worker:1 (./cluster.yaml)
+    if task is None:
+        raise UserError("tf-config: give a task, JOB:INDEX, for example: tfcluster tf-config worker:1")
+    cluster = _load(file, assign_counts=True)
+    print(json.dumps(cluster.tf_config(task), indent=2))
+    return 0
+
+
+def cmd_commands(args: argparse.Namespace) -> int:
+    """One shell line per task. Every word is quoted (keys too: ``'K=V'``); a word with a control
+    character (a newline, ESC) is written in bash's ``$'...'`` form, so that each task stays one
+    line and nothing raw reaches the terminal; a secret variable is read from the environment of
+    the shell the line is pasted into (``"K=${K:?set K}"``) instead of printing its value."""
+    import re
+    from tfcluster.clusterfile import secrets
+
+    def word(w: str) -> str:
+        if printable(w) == w:
+            return shlex.quote(w)
+        out = []
+        for ch in w:
+            if printable(ch) != ch:
+                out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+            else:
+                out.append("\\" + ch if ch in "\\'" else ch)
+        return "$'" + "".join(out) + "'"
+
+    from tfcluster.plan import contract
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    cluster = _load(args.file, assign_counts=True)
+    declared = cluster.secret_names
+    plan = build_plan(cluster, LaunchOptions(task_flags=args.task_flags, args=tuple(args.arg)),
+                      need_program=False)
+    for t in plan.tasks:
+        task = t if t.argv else replace(t, argv=(contract.PYTHON, "my_trainer.py"))
+        argv = contract.display_argv(plan.argv(task))
+        env = plan.env(task)
+        env.pop(contract.RUN_DIR, None)   # a run by hand has no run folder
+        assigns = []
+        for k, v in env.items():
+            if v and secrets.is_secret(k, declared):
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                    assigns.append(f'"{k}=${{{k}:?set {k} (secret)}}"')
+                else:  # not a shell variable name: it cannot be read from the shell
+                    assigns.append(word(f"{k}={secrets.MASK}"))
+            else:
+                assigns.append(word(f"{k}={v}"))
+        print(f"# {t.name} — on {t.host}")
+        print(f"cd {word(t.cwd)} && env " + " ".join(assigns) + " " + " ".join(word(w) for w in argv))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from tfcluster.clusterfile.models import json_schema
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from tfcluster.clusterfile import config
+    from tfcluster.k8s.tfjob_import import MAX_BYTES, import_tfjob, render_file
+    source = "<stdin>" if args.tfjob == "-" else args.tfjob
+    try:
+        if args.tfjob == "-":
+            text = sys.stdin.read(MAX_BYTES + 1)
+        else:
+            with open(args.tfjob, "r", encoding="utf-8") as f:
+                text = f.read(MAX_BYTES + 1)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{printable(source)}: not a text file ({e.reason} at byte {e.start})")
+    except OSError as e:
+        raise UserError(f"{printable(source)}: cannot be read ({e.strerror or e})")
+    data, left_out, meta = import_tfjob(text, source, name=args.name)
+    config.from_dict(data, source=f"{source} (imported)")      # the result must validate
+    out = render_file(data, left_out, meta, source)
+    for item in left_out:
+        print(f"tfcluster import: left out: {printable(item)}", file=sys.stderr)
+    if args.output:
+        try:
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            raise UserError(f"{printable(args.output)}: cannot be written ({e.strerror or e})")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(out)
+    else:
+        print(out, end="")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from tfcluster.clusterfile import config
+    from tfcluster.k8s import render
+    cluster = config.load(cluster_file(args.file))
+    if args.kind != "slurm":
+        if args.arg:
+            raise UserError(f"render {args.kind}: --arg is for render slurm and launch only; edit "
+                            f"program.args in the file (the pods run the file's program)")
+        if (args.runtime_name or args.namespaced) and args.kind != "trainjob":
+            flag = "--runtime-name" if args.runtime_name else "--namespaced"
+            raise UserError(f"render {args.kind}: {flag} is for render trainjob only")
+        if args.kind == "k8s":
+            text = render.render_k8s(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        elif args.kind == "jobset":
+            from tfcluster.k8s.jobset import render_jobset
+            text = render_jobset(cluster, image=args.image, name=args.name, namespace=args.namespace)
+        else:
+            from tfcluster.k8s.trainjob import render_trainjob
+            text = render_trainjob(cluster, image=args.image, name=args.name, namespace=args.namespace,
+                                   runtime_name=args.runtime_name, namespaced=args.namespaced)
+        print(text, end="")
+    else:
+        slurm = SlurmFlags.from_args(args).over(cluster.spec.slurm)
+        print(render.render_slurm(cluster, name=args.name, slurm=slurm, args=args.arg), end="")
+    return 0
+
+
+# ------------------------------------------------------------------ runs from anywhere
+def _run_record(run: Optional[str]) -> Tuple[str, dict]:
+    from tfcluster.runs.index import resolve_run
+    from tfcluster.runs.status import read_run
+    run_dir = resolve_run(run)
+    return run_dir, read_run(run_dir)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from tfcluster.runs import logs
+    run, task = args.run, args.task
+    if task is None and run is not None and logs.looks_like_task(run):
+        from tfcluster.runs.index import is_run_dir, lookup
+        if not is_run_dir(run) and lookup(run) is None:
+            run, task = None, run          # tfcluster logs worker:1 (the latest run)
+    from tfcluster.runs.index import choose_run
+    from tfcluster.runs.status import read_run
+    run_dir, how = choose_run(run)
+    record = read_run(run_dir)
+    if how:       # without RUN: say which run this is (the index holds every folder's runs)
+        print(printable(f"tfcluster: logs of run {record.get('run_id') or os.path.basename(run_dir)} "
+                        f"({how}): {run_dir}"), file=sys.stderr)
+    if args.follow:
+        if args.attempt is not None:
+            raise UserError("--attempt: -f follows the current attempt; give one or the other")
+        from tfcluster.runs.status import derive_result, read_run
+
+        def running() -> bool:
+            return derive_result(read_run(run_dir)) == "running"
+        return logs.follow(run_dir, record, task, running, raw=args.raw)
+    return logs.show(run_dir, record, task, args.attempt, raw=args.raw)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from tfcluster.runs.control import stop_run
+    from tfcluster.runs.index import resolve_run
+    return stop_run(resolve_run(args.run), timeout=args.timeout)
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    from tfcluster.runs import logs
+    from tfcluster.runs.index import is_run_dir, lookup, resolve_run
+    from tfcluster.runs.stack import show_stacks
+    run, tasks = args.run, list(args.tasks)
+    if run is not None and logs.looks_like_task(run) and not is_run_dir(run) and lookup(run) is None:
+        run, tasks = None, [run] + tasks        # tfcluster stack worker:1 (the latest run)
+    return show_stacks(resolve_run(run), tasks, native=args.native)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from tfcluster.runs.attach import attach
+    from tfcluster.runs.index import resolve_run
+    return attach(resolve_run(args.run))
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from tfcluster.runs.control import tensorboard
+    run_dir, record = _run_record(args.run)
+    return tensorboard(run_dir, record, port=args.port, host=args.bind, print_only=args.print_only,
+                       profile=args.profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from tfcluster.runs.profile import profile_run
+    run_dir, record = _run_record(args.run)
+    tasks = [t.strip() for t in (args.tasks or "").split(",") if t.strip()]
+    return profile_run(run_dir, record, seconds=args.seconds, tasks=tasks, run_arg=args.run)
+
+
+def _run_arg(run: Optional[str]) -> Optional[str]:
+    """A run folder or logdir as given, else a run id from the user's run index."""
+    if run and not os.path.exists(run):
+        from tfcluster.runs.index import lookup
+        return lookup(run) or run
+    return run
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tfcluster.runs.status import print_status
+    return print_status(_run_arg(args.run_dir), args.file, as_json=args.json)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from tfcluster.runs.index import here_first, index_path, runs
+    from tfcluster.runs.status import print_runs
+
+    def indexed():
+        found, here = here_first(runs())
+        return [d for d, _ in found], (f"runs of this folder in your run index, {index_path()}"
+                                       if here else f"runs of every folder in your run index, "
+                                       f"{index_path()} (none of this folder)")
+    return print_runs(args.logdir, args.file, as_json=args.json, indexed=indexed)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tfcluster.runs.report import write_report
+    from tfcluster.runs.status import find_run
+    run_dir, _ = find_run(_run_arg(args.run_dir), args.file)
+    print(write_report(run_dir, args.output))
+    return 0
+
+
+# ------------------------------------------------------------------ help, completion, built-in programs
+def cmd_help(args: argparse.Namespace) -> int:
+    parser = build_parser()
+    if not args.topic:
+        parser.print_help()
+        print("\nTopics: tfcluster help security")
+        return 0
+    if args.topic in notes.TOPICS:
+        print(notes.TOPICS[args.topic], end="")
+        return 0
+    subs = parser.subcommands
+    if args.topic in subs:
+        subs[args.topic].print_help()
+        return 0
+    raise UserError(f"help: no topic or command '{args.topic}' (topics: {', '.join(notes.TOPICS)}; "
+                    f"commands: {', '.join(n for n in subs if n != 'serve')})")
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from tfcluster.cli import completion
+    if args.values:
+        print("\n".join(completion.values(args.values, file=args.file or args.shell, run=args.run)))
+        return 0
+    if args.shell not in ("bash", "zsh"):
+        raise UserError("completion: give a shell, bash or zsh: eval \"$(tfcluster completion bash)\"")
+    script = completion.bash_script if args.shell == "bash" else completion.zsh_script
+    print(script(build_parser()), end="")
+    return 0
+
+
+def cmd_hello(args: argparse.Namespace) -> int:
+    from tfcluster.cli.hello import hello
+    return hello(args.file)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tfcluster.runtime import exit_now
+    from tfcluster.runtime.serve import main as serve_main
+    # A live TensorFlow server makes interpreter teardown slow: end the process at once.
+    exit_now(int(serve_main(args.rest) or 0))
+    return 0
+
+
+#: each subcommand's handler, by name (:func:`tfcluster.cli.main.build_parser` binds them)
+COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
+    "launch": cmd_launch, "doctor": cmd_doctor, "validate": cmd_validate, "tf-config": cmd_tf_config,
+    "commands": cmd_commands, "status": cmd_status, "runs": cmd_runs, "report": cmd_report,
+    "hello": cmd_hello, "logs": cmd_logs, "stop": cmd_stop, "stack": cmd_stack, "attach": cmd_attach,
+    "tensorboard": cmd_tensorboard, "profile": cmd_profile, "completion": cmd_completion,
+    "help": cmd_help, "render": cmd_render, "import": cmd_import, "schema": cmd_schema,
+    "serve": cmd_serve,
+}

@@ -1,0 +1,253 @@
+"""One launch, from request to exit code: the command line of ``launch`` read once into a
+:class:`LaunchRequest` (:func:`launch_request`), and :func:`run_launch`, which carries a request
+out for the CLI and for the Python API (:func:`launch`, ``tfcluster.launch``) alike: load the
+file (or make the ``--ps/--workers`` cluster), plan, pick the launcher of the plan's backend
+(:data:`LAUNCHERS`), then dry run, detach, or run to the end. No TensorFlow: the tasks import it."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple, Union
+
+from tfcluster.cli.slurm_flags import GROUP as SLURM_GROUP, SlurmFlags
+from tfcluster.core import messages as notes
+from tfcluster.errors import UserError
+from tfcluster.terminal import printable
+
+if TYPE_CHECKING:
+    from tfcluster.backends.base import Launcher
+    from tfcluster.clusterfile.config import Cluster
+    from tfcluster.drivers.supervisor import View
+    from tfcluster.plan.runplan import LaunchOptions, RunPlan
+
+DEFAULT_FILE = "cluster.yaml"
+
+
+def cluster_file(path: Optional[str]) -> str:
+    """The cluster file a subcommand reads: FILE, else ./cluster.yaml when it exists; else a
+    one-line UserError saying where it looked (exit 2)."""
+    if path:
+        return path
+    if os.path.isfile(DEFAULT_FILE):
+        return DEFAULT_FILE
+    raise UserError(f"no FILE given and no {DEFAULT_FILE} in {os.getcwd()}; give a cluster file "
+                    f"(tfcluster launch also takes --ps N --workers N for a cluster on this machine)")
+
+
+@dataclass(frozen=True)
+class QuickCluster:
+    """``launch --ps N --workers N [--chief] [--evaluator]``: a cluster on this machine."""
+
+    ps: int = 0
+    workers: int = 0
+    chief: bool = False
+    evaluator: bool = False
+    save: Optional[str] = None
+
+    def text(self, program: Sequence[str], ports: Sequence[int] = ()) -> str:
+        """The cluster file this stands for: free ports on localhost, or without ``ports`` task
+        counts (the file ``--save`` writes: each launch of it takes free ports then, not the
+        ones this run happened to get)."""
+        it = iter(ports)
+        lines = ["# written by tfcluster launch --ps/--workers", "version: 1", "cluster:"]
+        for job, n in (("chief", int(self.chief)), ("ps", self.ps), ("worker", self.workers),
+                       ("evaluator", int(self.evaluator))):
+            if n and not ports:
+                lines.append(f"  {job}: {n}")
+            elif n:
+                lines.append(f"  {job}: [{', '.join(f'localhost:{next(it)}' for _ in range(n))}]")
+        lines.append("program:")
+        lines.append(f"  command: {json.dumps(list(program))}")
+        lines.append("logdir: runs")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def tasks(self) -> int:
+        return self.ps + self.workers + int(self.chief) + int(self.evaluator)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything the command line says about one launch, read from argparse once
+    (:func:`launch_request`); :func:`run_launch` carries it out for the CLI and the Python API."""
+
+    file: Optional[str] = None                 # cluster file (None: ./cluster.yaml or ``quick``)
+    cluster: Optional[Cluster] = None          # a loaded Cluster instead of a file (Python API)
+    options: Optional[LaunchOptions] = None    # None: the defaults; its slurm is filled by run_launch
+    slurm_flags: SlurmFlags = SlurmFlags()     # the Slurm flags given (none: the file's slurm:)
+    view: Optional[View] = None                # None: the default View
+    dry_run: bool = False
+    detach: bool = False
+    quick: Optional[QuickCluster] = None       # a cluster on this machine instead of a file
+    argv: Tuple[str, ...] = ()                 # the launch command line, for --detach
+    doctor: bool = False                       # run tfcluster doctor first
+
+
+def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
+                   argv: Sequence[str] = ()) -> LaunchRequest:
+    """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
+    from tfcluster.drivers.supervisor import View
+    from tfcluster.drivers.display import OutputOptions
+    from tfcluster.plan.runplan import LaunchOptions
+    options = LaunchOptions(
+        command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
+        args=tuple(args.arg or ()),
+        success=args.success, grace=args.grace, restart=args.restart,
+        max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
+        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
+    view = View(quiet=args.quiet, live=False if args.no_live else None,
+                progress_every=args.progress_interval, echo_progress=args.echo_progress,
+                show_tf_noise=args.show_tf_noise,
+                output=OutputOptions.parse(tasks=args.tasks, timestamps=args.timestamps,
+                                           security_note=not args.no_security_note))
+    quick = None
+    if args.ps is not None or args.workers is not None or args.chief or args.evaluator or args.save:
+        quick = QuickCluster(ps=args.ps or 0, workers=args.workers or 0, chief=args.chief,
+                             evaluator=args.evaluator, save=args.save)
+    return LaunchRequest(file=args.file, options=options, slurm_flags=SlurmFlags.from_args(args),
+                         view=view, dry_run=args.dry_run, detach=args.detach, quick=quick,
+                         argv=tuple(argv), doctor=getattr(args, "doctor", False))
+
+
+def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
+    """The cluster of ``--ps/--workers`` (written to ``--save`` when given) and its text."""
+    from tfcluster.clusterfile import config
+    from tfcluster.net.ports import free_ports
+    q = request.quick
+    if request.file:
+        raise UserError(f"{request.file}: give a cluster file or --ps/--workers, not both")
+    if not q.workers and not q.chief:
+        raise UserError("--workers: a cluster on this machine needs at least one worker (--workers N)")
+    program = request.options.command if request.options else ()
+    if not program:
+        raise UserError("--ps/--workers: give the program after '--': tfcluster launch --ps 1 "
+                        "--workers 2 -- python train.py")
+    for flag, n in (("--ps", q.ps), ("--workers", q.workers)):
+        if n < 0 or n > config.MAX_JOB_TASKS:
+            raise UserError(f"{flag}: {n} tasks; give 0 to {config.MAX_JOB_TASKS}")
+    if q.save:
+        text = q.text(program)      # task counts: the file picks free ports each time it runs
+        from tfcluster.safe_files import create_new
+        try:   # O_EXCL | O_NOFOLLOW: an existing name or a planted (dangling) link is refused
+            create_new(q.save, text.encode("utf-8"))
+        except FileExistsError:
+            raise UserError(f"--save: {printable(q.save)} exists already; choose another "
+                            f"file name")
+        except OSError as e:
+            raise UserError(f"--save: cannot write {printable(q.save)} ({e.strerror or e})")
+        print(f"tfcluster: wrote {printable(q.save)}; run it again with: tfcluster launch "
+              f"{printable(shlex.quote(q.save))}", file=sys.stderr)
+        # the text written, not the file read back: someone could swap it in a shared folder
+        return config.loads(text, source=q.save,
+                            base_dir=os.path.dirname(os.path.abspath(q.save))), text
+    try:
+        text = q.text(program, free_ports(q.tasks))
+    except OSError as e:
+        raise UserError(f"--ps/--workers: {e}")
+    return config.loads(text, source="", base_dir=os.getcwd()), text
+
+
+def _supervised(plan: RunPlan, cluster: Cluster) -> Launcher:
+    from tfcluster.drivers.launcher import SupervisedLauncher
+    if plan.backend == "ssh":
+        from tfcluster.backends.ssh import SshBackend
+        return SupervisedLauncher(plan, SshBackend(cluster, stop_timeout=plan.stop_timeout))
+    from tfcluster.backends.local import LocalBackend
+    return SupervisedLauncher(plan, LocalBackend())
+
+
+def _slurm(plan: RunPlan, cluster: Cluster) -> Launcher:
+    from tfcluster.backends.slurm.launcher import SlurmLauncher
+    return SlurmLauncher(plan)
+
+
+def _ray(plan: RunPlan, cluster: Cluster) -> Launcher:
+    from tfcluster.drivers.ray_launcher import RayLauncher
+    return RayLauncher(plan, cluster)
+
+
+#: the composition root's one choice: which launcher runs a plan of each backend
+LAUNCHERS: Dict[str, Callable[[RunPlan, Cluster], Launcher]] = {
+    "local": _supervised, "ssh": _supervised, "slurm": _slurm, "ray": _ray}
+
+
+def make_launcher(plan: RunPlan, cluster: Cluster) -> Launcher:
+    return LAUNCHERS[plan.backend](plan, cluster)
+
+
+def run_launch(request: LaunchRequest) -> int:
+    """Carry out a launch request: load, check, plan, then dry run, detach, or run to the end.
+    The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
+    (:class:`tfcluster.backends.base.Launcher`)."""
+    from tfcluster.clusterfile import config
+    from tfcluster.drivers.supervisor import View
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    quick_text = None
+    if request.cluster is not None:
+        cluster = request.cluster
+    elif request.quick is not None:
+        cluster, quick_text = _quick_cluster(request)
+    else:
+        cluster = config.load(cluster_file(request.file))
+    for w in cluster.warnings:
+        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
+    options = request.options or LaunchOptions()
+    slurm_flags = request.slurm_flags.given()
+    if slurm_flags:   # else the plan reads the file's slurm: itself (only --backend slurm needs it)
+        options = replace(options, slurm=request.slurm_flags.over(cluster.spec.slurm))
+    _check_script(cluster, options)
+    plan = build_plan(cluster, options)
+    launcher = make_launcher(plan, cluster)
+    if slurm_flags and SLURM_GROUP not in launcher.scheduler_flags:
+        raise UserError(f"{slurm_flags[0]}: Slurm options apply to --backend slurm only, "
+                        f"not --backend {plan.backend}")
+    view = request.view or View()
+    if request.detach and launcher.no_detach:
+        raise UserError(f"--detach: {launcher.no_detach}")
+    if getattr(view, "output", None) is not None:
+        view.output.check(t.name for t in plan.selected_tasks)
+    if request.dry_run:
+        print(launcher.describe(), end="")
+        return 0
+    if request.detach:
+        from tfcluster.runs.control import detach
+        saved = request.quick is not None and request.quick.save
+        return detach(request.argv, options.command, plan.run_dir, plan.run_id,
+                      saved_text=quick_text if saved else None,
+                      explicit=plan.run_id_given)
+    for w in launcher.warnings():
+        print(f"tfcluster: warning: {w}", file=sys.stderr)
+    if request.doctor:
+        from tfcluster.drivers import doctor
+        if doctor.run(plan, cluster, out=sys.stderr) != 0:
+            print("tfcluster: launch not started: tfcluster doctor found problems (above)",
+                  file=sys.stderr)
+            return 1
+    return launcher.run(view)
+
+
+def _check_script(cluster: Cluster, options: LaunchOptions) -> None:
+    """A relative script after '--' that is beside the cluster file but not here: did you mean."""
+    if not options.command:
+        return
+    cwd = options.command_cwd or os.getcwd()
+    hint = notes.script_hint(options.command, cluster.base_dir if cluster.source else None, cwd)
+    if hint:
+        raise UserError(hint)
+
+
+def launch(path_or_cluster: Union[str, Cluster, None] = None, options: Optional[LaunchOptions] = None,
+           view: Optional[View] = None, dry_run: bool = False) -> int:
+    """Run a cluster file (or a loaded Cluster; default ./cluster.yaml) to the end; returns the
+    exit code. The Python API of ``tfcluster launch`` (``options``:
+    :class:`tfcluster.plan.runplan.LaunchOptions`, ``view``: :class:`tfcluster.drivers.supervisor.View`): the same
+    checks, warnings and dry run as the command line."""
+    if path_or_cluster is None or isinstance(path_or_cluster, str):
+        request = LaunchRequest(file=path_or_cluster, options=options, view=view, dry_run=dry_run)
+    else:
+        request = LaunchRequest(cluster=path_or_cluster, options=options, view=view, dry_run=dry_run)
+    return run_launch(request)
