@@ -12,6 +12,7 @@ import yaml
 
 from helpers.k8s_pods import ROOT, crd_validator, validate
 from tfcluster.clusterfile import config
+from tfcluster.clusterfile.cluster import Endpoint
 from tfcluster.k8s import render
 from tfcluster.cli.main import main
 from tfcluster.k8s.jobset import jobset
@@ -110,7 +111,7 @@ def test_import_validates_and_gives_the_operators_tf_config(name, tmp_path):
     tfjob = original(name)
     counts = {TYPES[t]: r.get("replicas", 1) for t, r in tfjob["spec"]["tfReplicaSpecs"].items()}
     assert {job: len(tasks) for job, tasks in cluster.jobs.items()} == counts
-    resolved = cluster.with_endpoints(lambda t: config.Endpoint("localhost", 20000 + 10 * list(counts).index(t.job) + t.index))
+    resolved = cluster.with_endpoints(lambda t: Endpoint("localhost", 20000 + 10 * list(counts).index(t.job) + t.index))
     for task in resolved.tasks:
         tf_config = resolved.tf_config(f"{task.job}:{task.index}")
         # the operator's shape: lower-cased replica types with their counts, Evaluator outside

@@ -7,8 +7,9 @@ import pytest
 
 from helpers import ROOT
 
-from tfcluster.clusterfile import config, models
-from tfcluster.clusterfile.config import TaskId, loads, parse_endpoint
+from tfcluster.clusterfile import config, models, wording
+from tfcluster.clusterfile.cluster import Endpoint, parse_endpoint
+from tfcluster.clusterfile.config import TaskId, loads
 from tfcluster.errors import ConfigError, UserError
 
 
@@ -52,7 +53,7 @@ def test_counts_are_assigned_later():
     with pytest.raises(UserError, match="count"):
         c.cluster_spec_dict()
     ports = iter(range(5000, 5003))
-    r = c.with_endpoints(lambda t: config.Endpoint("localhost", next(ports)))
+    r = c.with_endpoints(lambda t: Endpoint("localhost", next(ports)))
     assert r.cluster_spec_dict() == {"ps": ["localhost:5000"], "worker": ["localhost:5001", "localhost:5002"]}
 
 
@@ -304,7 +305,7 @@ def test_error_values_are_short_however_big():
     big = "cluster: {worker: [a:1]}\nsuccess: [" + ", ".join(["[x, y, z]"] * 5000) + "]\n"
     found = problems(big)
     assert len(found) == 1 and len(found[0]) < 200, found
-    assert config._short(list(range(10 ** 6))) .startswith("[0, 1, 2, 3")
+    assert wording.short(list(range(10 ** 6))) .startswith("[0, 1, 2, 3")
 
 
 def test_secrets_key():

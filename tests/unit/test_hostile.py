@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tfcluster.clusterfile import config
+from tfcluster.clusterfile import checks, config
 from tfcluster.net import addresses
 from tfcluster.errors import ConfigError
 
@@ -41,11 +41,11 @@ def test_a_100kb_alias_string_file_is_rejected_fast(where):
 
 def test_the_text_check_looks_at_each_aliased_string_once(monkeypatch):
     calls = []
-    real = config._bad_text
-    monkeypatch.setattr(config, "_bad_text", lambda t: calls.append(len(t)) or real(t))
+    real = checks._bad_text
+    monkeypatch.setattr(checks, "_bad_text", lambda t: calls.append(len(t)) or real(t))
     value = "x" * 1000
     data = {"cluster": {"worker": ["localhost:2222"]}, "program": {"args": [value] * 500}}
-    assert config._check_strings(data) == []
+    assert checks.check_strings(data) == []
     assert calls.count(1000) == 1
 
 
@@ -112,8 +112,12 @@ def test_good_gpu_ids_are_kept():
 @pytest.mark.parametrize("host", ["127.1", "2130706433", "0x7f.1", "0177.0.0.1", "127.0.0.1",
                                   "localhost.", "::ffff:127.0.0.1"])
 def test_other_spellings_of_loopback_are_this_machine(host):
-    assert addresses.is_loopback(host) and addresses.is_local(host) and config.is_loopback(host)
+    assert addresses.is_loopback(host) and addresses.is_local(host)
     assert addresses.endpoint_key(host, 2222) == ("<local>", 2222)
+    # the cluster file's check reads them the same way
+    entry = f"[{host}]:2222" if ":" in host else f"{host}:2222"
+    found = problems(f'cluster: {{ps: ["{entry}"], worker: ["node1:2223"]}}\n')
+    assert "is this machine's loopback address" in found[0], found
 
 
 @pytest.mark.parametrize("host", ["10.0.0.1", "node1", "1.2.3.4.5", "example.com"])

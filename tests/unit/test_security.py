@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tfcluster.cli import main as cli
-from tfcluster.clusterfile import config, secrets
+from tfcluster.clusterfile import checks, config, secrets
 from tfcluster.k8s import render
 from tfcluster.errors import UserError
 
@@ -176,8 +176,8 @@ def test_errors_about_a_file_with_a_newline_in_its_path_stay_one_line(tmp_path, 
 
 
 def test_check_text_for_script_lines():
-    assert config.check_text("--partition", "gpu") == "gpu"
-    assert config.check_text("--time", None) is None
+    assert checks.check_text("--partition", "gpu") == "gpu"
+    assert checks.check_text("--time", None) is None
     for bad in ("gpu\nrm -rf ~", "a\rb", "x\x00", "\x1b[2J"):
         with pytest.raises(UserError, match="--partition: .* contains a control character"):
-            config.check_text("--partition", bad)
+            checks.check_text("--partition", bad)

@@ -116,6 +116,7 @@ def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
 def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
     """The cluster of ``--ps/--workers`` (written to ``--save`` when given) and its text."""
     from tfcluster.clusterfile import config
+    from tfcluster.clusterfile.checks import MAX_JOB_TASKS
     from tfcluster.net.ports import free_ports
     q = request.quick
     if request.file:
@@ -127,8 +128,8 @@ def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
         raise UserError("--ps/--workers: give the program after '--': tfcluster launch --ps 1 "
                         "--workers 2 -- python train.py")
     for flag, n in (("--ps", q.ps), ("--workers", q.workers)):
-        if n < 0 or n > config.MAX_JOB_TASKS:
-            raise UserError(f"{flag}: {n} tasks; give 0 to {config.MAX_JOB_TASKS}")
+        if n < 0 or n > MAX_JOB_TASKS:
+            raise UserError(f"{flag}: {n} tasks; give 0 to {MAX_JOB_TASKS}")
     if q.save:
         text = q.text(program)      # task counts: the file picks free ports each time it runs
         from tfcluster.safe_files import create_new

@@ -1,7 +1,7 @@
 """TensorFlow's shapes of a cluster: the ClusterSpec dict, a task's TF_CONFIG, and which task
-is the chief. Pure functions of the cluster's endpoints, below both the cluster file's model
-(:mod:`tfcluster.clusterfile.config`) and the task contract (:mod:`tfcluster.plan.contract`, which hands them to
-every task)."""
+is the chief. Pure functions of the cluster's endpoints, below both the resolved cluster
+(:mod:`tfcluster.clusterfile.cluster`) and the task contract (:mod:`tfcluster.plan.contract`,
+which hands them to every task)."""
 from __future__ import annotations
 
 import json

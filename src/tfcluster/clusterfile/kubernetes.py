@@ -596,6 +596,6 @@ def workload_labels(file: Optional[KubernetesSpec]) -> Dict[str, str]:
 
 
 def settings_for(spec: Any, job: str) -> Resolved:
-    """The resolved pod settings of ``job`` from a parsed file (``config.ClusterFile``)."""
+    """The resolved pod settings of ``job`` from a parsed file (``models.ClusterFile``)."""
     own = spec.jobs.get(job)
     return resolve(spec.kubernetes, own.kubernetes if own is not None else None)

@@ -2,7 +2,7 @@
 
 Building the file's pydantic models (:mod:`tfcluster.clusterfile.models`) costs every command that
 loads a file ~0.15 s, and importing pydantic ~0.05 s more: a quarter of a launch's start on
-these machines (docs/BENCHMARKS.md, issue 35). Most files use only the sections a launch reads
+these machines (docs/BENCHMARKS.md). Most files use only the sections a launch reads
 (``cluster``, ``program``, ``jobs``, ``restart``, ``watchdog``, ``success``, ``logdir``,
 ``grace``, ``base_port``, ``backend``, ``data_service``, ``secrets``); :func:`read` checks
 those with the models' own keys, types, bounds and defaults, which :func:`tfcluster.clusterfile.models.quick_rules`

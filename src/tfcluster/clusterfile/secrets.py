@@ -144,7 +144,7 @@ def is_secret(name: str, declared: Collection[str] = ()) -> bool:
 def holders(envs: Iterable[Mapping[str, str]], declared: Collection[str] = ()) -> Set[str]:
     """Names of variables that are not secret by name but whose value holds the value of a
     secret variable of the same environment (``CURL_ARGS: "-H 'Authorization: $TOKEN'"`` with
-    the token written out): they are secret too (issue 30), so their whole value is masked in
+    the token written out): they are secret too, so their whole value is masked in
     run.json, ``validate``, dry runs and the Slurm script, and a render puts them in the Secret.
     A value is looked for as in task output (:func:`maskable_in_text`)."""
     out: Set[str] = set()

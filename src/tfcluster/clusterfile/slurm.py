@@ -1,8 +1,8 @@
 """Slurm scheduler options: the file's ``slurm:`` section and the matching flags, validated once.
 
 Pure: no Slurm command is run here. ``cluster`` arguments need only ``.tasks`` whose items have
-``.job``, ``.index`` and ``.gpus`` (a :class:`~tfcluster.clusterfile.config.Cluster`, or a run plan). :class:`SlurmSpec` is the model (pydantic, part of
-``cluster.yaml``); :func:`from_flags` merges command-line flags over the file's section (flags
+``.job``, ``.index`` and ``.gpus`` (a :class:`~tfcluster.clusterfile.cluster.Cluster`, or a run
+plan). :class:`SlurmSpec` is the model (pydantic, part of ``cluster.yaml``); :func:`from_flags` merges command-line flags over the file's section (flags
 win) and names the flag in its errors; :func:`sbatch_options` gives the options for ``sbatch``
 (:func:`sbatch_lines` as ``#SBATCH`` lines) including the GPU binding, and :func:`task_gpus` the
 ``CUDA_VISIBLE_DEVICES`` each task's wrapper must set under that binding.
@@ -49,9 +49,9 @@ class _Task(Protocol):
 
 
 class HasTasks(Protocol):
-    """What these functions read of a cluster (a :class:`tfcluster.clusterfile.config.Cluster` or a run
-    plan): its tasks' job, index and GPUs. A protocol, so that this module, which config
-    imports for the file's ``slurm:`` section, imports nothing of config."""
+    """What these functions read of a cluster (a :class:`tfcluster.clusterfile.cluster.Cluster` or a
+    run plan): its tasks' job, index and GPUs. A protocol, so that this module, which the file's
+    models import for the ``slurm:`` section, imports nothing of the resolved cluster."""
 
     @property
     def tasks(self) -> Iterable[_Task]: ...

@@ -1,9 +1,9 @@
 """The words of a cluster and its run: jobs, restart policies (and a task's restart settings),
 success rules, backends.
 
-Plain data with no rule in it, below both the cluster file's model (:mod:`tfcluster.clusterfile.config`)
-and the rulebook (:mod:`tfcluster.core.rules`, which re-exports it), so that the file model reads
-the words without importing the rules.
+Plain data with no rule in it, below both the cluster file (its models and the resolved
+:mod:`~tfcluster.clusterfile.cluster`) and the rulebook (:mod:`tfcluster.core.rules`, which
+re-exports it), so that the cluster file reads the words without importing the rules.
 """
 from __future__ import annotations
 

@@ -74,12 +74,12 @@ def read_documents(text: str, source: str) -> List[Any]:
     """Every YAML document of ``text`` (aliases limited as in cluster files)."""
     import yaml
 
-    from tfcluster.clusterfile.config import _loader_class
+    from tfcluster.clusterfile.yaml_lines import safe_loader
     from tfcluster.terminal import printable
 
     if len(text) > MAX_BYTES:
         raise UserError(f"{printable(source)}: larger than {MAX_BYTES >> 20} MiB; not a TFJob manifest")
-    loader = _loader_class()(text)
+    loader = safe_loader(text)
     docs: List[Any] = []
     try:
         while loader.check_node():

@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tfcluster.plan import contract
 from tfcluster.clusterfile import vocabulary
-from tfcluster.clusterfile.config import Cluster, Endpoint, Task, check_text
+from tfcluster.clusterfile.checks import check_text
+from tfcluster.clusterfile.cluster import Cluster, Endpoint, Task
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
 from tfcluster.net.ports import free_port_run

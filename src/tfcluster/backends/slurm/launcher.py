@@ -43,7 +43,7 @@ from typing import Any, Dict, IO, Iterator, List, Optional, Sequence, Tuple
 
 from tfcluster import safe_files
 from tfcluster.core import rules
-from tfcluster.clusterfile.config import check_text
+from tfcluster.clusterfile.checks import check_text
 from tfcluster.terminal import printable
 from tfcluster.terminal import terminal_text
 from tfcluster.errors import UserError
