@@ -1,5 +1,7 @@
 """``--arg NAME=VALUE`` (issue 32): one argument of the program changed in the resolved plan,
 so that launch, its dry run, ``commands`` and the Slurm script all run the same argv."""
+import json
+
 import pytest
 
 from helpers import ROOT, run_cli
@@ -93,12 +95,16 @@ def test_a_port_holders_command_is_cut_at_a_word():
     assert short_command("nc -l 2222") == "nc -l 2222"
 
 
-def test_validate_does_not_say_a_bare_ok_for_a_file_launch_refuses(tmp_path):
+def test_validate_exits_2_for_a_file_launch_refuses_here(tmp_path):
     (tmp_path / "c.yaml").write_text("cluster: {ps: [localhost:2222], worker: [localhost:2223]}\n"
                                      "program: {command: [python, nothere.py]}\n")
     r = run_cli("validate", "c.yaml", cwd=tmp_path)
-    assert r.returncode == 0 and "ok —" not in r.stdout and "launch would refuse it here" in r.stdout
-    assert "launch would refuse this file here: ps:0: program script not found" in r.stderr
+    assert r.returncode == 2 and "ok —" not in r.stdout and "launch would refuse it here" in r.stdout
+    assert "error: launch would refuse this file here: ps:0: program script not found" in r.stderr
+    r = run_cli("validate", "--file-only", "c.yaml", cwd=tmp_path)      # the file alone: valid
+    assert r.returncode == 0 and ": ok —" in r.stdout and "refuse" not in r.stderr
+    r = run_cli("validate", "--json", "c.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "program script not found" in json.loads(r.stdout)["launch_refused"]
     # (launch's preflight says the same words: launch/preflight.program_problems, one check)
     r = run_cli("validate", "cluster.yaml", cwd=ROOT)
     assert r.returncode == 0 and ": ok —" in r.stdout and "refuse" not in r.stderr

@@ -89,14 +89,14 @@ secrets: [BUCKET_URL]
 
 def test_validate_masks_secret_values(tmp_path, capsys):
     path = _file(tmp_path, SECRET_FILE)
-    assert cli.main(["validate", "--json", path]) == 0
+    assert cli.main(["validate", "--file-only", "--json", path]) == 0
     out = capsys.readouterr().out
     assert SECRET not in out
     data = json.loads(out)
     env = data["tasks"][0]["env"]
     assert env == {"HF_TOKEN": "****", "BUCKET_URL": "****", "LR": "0.1", "TOKENIZERS_PARALLELISM": "false"}
     assert data["tasks"][0]["argv"][-1] == "--api-key=****" and data["secrets"] == ["BUCKET_URL"]
-    assert cli.main(["validate", path]) == 0
+    assert cli.main(["validate", "--file-only", path]) == 0
     out = capsys.readouterr().out
     assert SECRET not in out and "HF_TOKEN (secret)" in out and "BUCKET_URL (secret)" in out
     assert "TOKENIZERS_PARALLELISM," in out or "TOKENIZERS_PARALLELISM)" in out
@@ -106,7 +106,7 @@ def test_validate_escapes_terminal_control_characters(tmp_path, capsys):
     path = _file(tmp_path, 'cluster: {worker: [localhost:2223]}\n'
                            'program: {command: [python, "t.py\\e[2J\\e]0;pwned\\a"], '
                            'args: ["line\\nbreak"]}\n')
-    assert cli.main(["validate", path]) == 0
+    assert cli.main(["validate", "--file-only", path]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\a" not in out and "\\x1b[2J" in out
     assert len(out.splitlines()) == 2  # the header and one task: the newline did not add a line

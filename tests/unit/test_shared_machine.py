@@ -369,7 +369,7 @@ def test_a_secret_quoted_inside_another_variable_is_masked_everywhere(tmp_path, 
                  "  env: {HF_TOKEN: hf_abcdefgh12345, "
                  "CURL_ARGS: \"-H 'Authorization: Bearer hf_abcdefgh12345'\", OTHER: plain}\n")
     assert "CURL_ARGS" in config.load(str(f)).secret_names
-    for cmd in (["validate", str(f)], ["validate", str(f), "--json"],
+    for cmd in (["validate", "--file-only", str(f)], ["validate", "--file-only", str(f), "--json"],
                 ["launch", str(f), "--dry-run"], ["render", "slurm", str(f)],
                 ["render", "k8s", str(f), "--image", "x"]):
         assert main(cmd) == 0, cmd

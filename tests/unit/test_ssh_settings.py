@@ -20,3 +20,39 @@ def test_remote_settings_merge_and_ssh_argv(tmp_path):
     assert argv[-1] == "10.0.0.2" and "BatchMode=yes" in argv and ["-p", "2200"] == argv[argv.index("-p"):][:2]
     assert ["-l", "bob"] == argv[argv.index("-l"):][:2] and "A=b" in argv
     assert remote_command(s1).startswith("/opt/venv/bin/python -I -c '\"tfcluster ssh wrapper\";import base64;exec(")
+
+
+# ---- ssh options that run a command on this machine (ProxyCommand, ...): only when allowed by name
+import pytest  # noqa: E402
+
+from helpers import cli  # noqa: E402
+
+
+@pytest.mark.parametrize("option", ["ProxyCommand=sh -c 'id > /tmp/PWN_%h'", "proxycommand nc %h %p",
+                                    "LocalCommand=touch /tmp/x", "PermitLocalCommand=yes",
+                                    "KnownHostsCommand=/bin/id", "PKCS11Provider=/tmp/evil.so"])
+def test_an_ssh_option_that_runs_a_command_is_refused_unless_allowed(tmp_path, capsys, option):
+    p = tmp_path / "c.yaml"
+    p.write_text("cluster: {ps: [node1:2222], worker: [node2:2222]}\nbackend: ssh\n"
+                 f"remote: {{ssh_options: [{option!r}]}}\n".replace("'", '"', 2) if "'" not in option
+                 else "cluster: {ps: [node1:2222], worker: [node2:2222]}\nbackend: ssh\n"
+                 f'remote: {{ssh_options: ["{option}"]}}\n')
+    key = option.replace("=", " ").split()[0]
+    for cmd in (["validate", str(p)], ["doctor", str(p)], ["launch", str(p), "--dry-run", "--", "python", "t.py"],
+                ["commands", str(p)]):
+        code, out, err = cli(capsys, *cmd)
+        assert code == 2 and "Traceback" not in err, (cmd, err)
+        assert f"remote.ssh_options[0]: {key.lower()}" in err.lower() and "allow_ssh_commands" in err, err
+    # named in allow_ssh_commands: accepted, and validate shows the whole ssh command line
+    text = p.read_text().rstrip("}\n") + f", allow_ssh_commands: [{key}]}}\n"
+    p.write_text(text)
+    code, out, err = cli(capsys, "validate", "--file-only", str(p))
+    assert code == 0, err
+    assert "ssh to node1: ssh " in out and option.split("=")[0].split()[0] in out
+
+
+def test_allow_ssh_commands_names_only_options_that_run_commands(tmp_path, capsys):
+    p = tmp_path / "c.yaml"
+    p.write_text("cluster: {worker: [node1:2222]}\nbackend: ssh\nremote: {allow_ssh_commands: [ForwardAgent]}\n")
+    code, _, err = cli(capsys, "validate", str(p))
+    assert code == 2 and "remote.allow_ssh_commands[0]: 'ForwardAgent' is not an ssh option that runs a command" in err

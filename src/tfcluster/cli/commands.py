@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from tfcluster.cli.launching import cluster_file, launch_request, run_launch
 from tfcluster.cli.parser import build_parser
@@ -59,10 +59,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     declared = cluster.secret_names
     for w in cluster.warnings:
         print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
-    refused = _launch_checks(cluster)
-    if refused:   # the file is valid; launching it here is not (yet): say so, not "ok" alone
+    refused = None if args.file_only else _launch_checks(cluster)
+    if refused:   # the file is valid; launching it here is not (yet): say so, and exit 2 below
         for line in refused.splitlines():
-            print(printable(f"tfcluster: warning: launch would refuse this file here: {line}"),
+            print(printable(f"tfcluster: error: launch would refuse this file here: {line}"),
                   file=sys.stderr)
     if args.json:
         out = {"source": cluster.source, "success": cluster.success, "chief": str(cluster.chief),
@@ -79,10 +79,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "gpus": t.gpus, "env": secrets.mask_env(env, declared), "restart": t.restart.policy})
         if cluster.resolved:
             out["cluster_spec"] = cluster.cluster_spec_dict()
+        out["ssh"] = {h: argv for h, argv in _ssh_commands(cluster)}
+        out["launch_refused"] = refused
         print(json.dumps(out, indent=2))
-        return 0
+        return 2 if refused else 0
     n = len(cluster.tasks)
-    verdict = "valid, but launch would refuse it here (see the warning)" if refused else "ok"
+    verdict = ("valid as a file, but launch would refuse it here (see the error; --file-only "
+               "checks the file alone)") if refused else "ok"
     print(printable(f"{cluster.source}: {verdict} — {n} task{'s' if n != 1 else ''} in "
                     f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
                     f"chief: {cluster.chief}; success: {cluster.success}; "
@@ -106,7 +109,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
                         + (f"  ({'; '.join(extra)})" if extra else "")))
     if "evaluator" in cluster.jobs:
         print("  (evaluator gets TF_CONFIG but is left out of the ClusterSpec, TensorFlow's rule)")
-    return 0
+    for host, argv in _ssh_commands(cluster):
+        print(printable(f"  ssh to {host}: {' '.join(shlex.quote(w) for w in argv)}"))
+    return 2 if refused else 0
+
+
+def _ssh_commands(cluster: Cluster) -> List[Tuple[str, List[str]]]:
+    """(host, the ssh client's argv) for every remote host of an ssh file: every option shows."""
+    from tfcluster.plan.runplan import default_backend
+    if (cluster.spec.backend or default_backend(cluster)) != "ssh":
+        return []
+    from tfcluster.backends.ssh import remote_settings, ssh_argv
+    from tfcluster.net.addresses import is_local
+    hosts = []
+    for t in cluster.tasks:
+        h = t.endpoint.host if t.endpoint else None
+        if h and h not in hosts and (h in cluster.spec.hosts or not is_local(h)):
+            hosts.append(h)
+    return [(h, ssh_argv(remote_settings(cluster, h), h)) for h in hosts]
 
 
 def _launch_checks(cluster: Cluster) -> Optional[str]:

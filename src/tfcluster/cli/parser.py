@@ -111,9 +111,14 @@ def build_parser() -> RecordingParser:
     s.add_argument("--backend", choices=["local", "ssh", "slurm"],
                    help="how the hosts are reached (default: as launch would)")
 
-    s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster")
+    s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster",
+                       epilog="Exit codes: 0 the file is valid and launch would start it here; "
+                       "2 the file is not valid, or launch would refuse it on this machine (a "
+                       "missing program or script, a taken port): --file-only checks the file alone.")
     s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
     s.add_argument("--json", action="store_true", help="print the resolved cluster as JSON")
+    s.add_argument("--file-only", action="store_true",
+                   help="check the file alone, not what launch would meet on this machine")
 
     s = sub.add_parser("tf-config", help="print one task's TF_CONFIG as JSON",
                        usage="tfcluster tf-config [FILE] TASK")

@@ -219,6 +219,10 @@ def _check_command(where: str, value: Any) -> List[str]:
 
 # Names that end in a shell line, an ssh argv or a script: no control characters, no leading '-'.
 _NAME_FIELDS = ("ssh_host", "user")
+#: ssh options that run a command (or load code) on this machine when ssh connects, as ssh
+#: spells them (matched without case); ``allow_ssh_commands`` names the ones a file may use
+SSH_COMMAND_OPTIONS = ("ProxyCommand", "LocalCommand", "PermitLocalCommand", "KnownHostsCommand",
+                       "PKCS11Provider", "SecurityKeyProvider", "Match", "Include")
 _PATH_FIELDS = ("identity_file", "workdir")
 
 
@@ -259,10 +263,23 @@ def _check_names(data: Dict[str, Any]) -> List[str]:
             if isinstance(spec.get(key), str):
                 problems.extend(_check_path(f"{where}.{key}", spec[key]))
         options = spec.get("ssh_options")
+        allowed = _allowed_ssh_commands(spec) | _allowed_ssh_commands(data.get("remote"))
         for i, opt in enumerate(options if isinstance(options, list) else []):
             if isinstance(opt, str) and (has_control(opt) or opt.startswith("-")):
                 problems.append(f"{where}.ssh_options[{i}]: {short(opt)} is not an ssh -o option "
                                 f"(Key=value, no control characters)")
+            elif isinstance(opt, str):
+                key = ssh_option_key(opt)
+                known = next((k for k in SSH_COMMAND_OPTIONS if k.lower() == key.lower()), None)
+                if known and known.lower() not in allowed:
+                    problems.append(f"{where}.ssh_options[{i}]: {known} runs a command on this "
+                                    f"machine when ssh connects (launch, doctor); allow it by "
+                                    f"name: {where}.allow_ssh_commands: [{known}]")
+        names = spec.get("allow_ssh_commands")
+        for i, name in enumerate(names if isinstance(names, list) else []):
+            if isinstance(name, str) and name.lower() not in {k.lower() for k in SSH_COMMAND_OPTIONS}:
+                problems.append(f"{where}.allow_ssh_commands[{i}]: {short(name)} is not an ssh "
+                                f"option that runs a command ({', '.join(SSH_COMMAND_OPTIONS)})")
         python = spec.get("python")
         if isinstance(python, str):
             try:
@@ -275,6 +292,16 @@ def _check_names(data: Dict[str, Any]) -> List[str]:
                 elif has_control(python):
                     problems.append(f"{where}.python: contains a control character")
     return problems
+
+
+def ssh_option_key(option: str) -> str:
+    """The option's name in an ssh ``-o`` word (``Key=value`` or ``Key value``)."""
+    return option.strip().replace("=", " ", 1).split(" ", 1)[0].strip()
+
+
+def _allowed_ssh_commands(spec: Any) -> set:
+    names = spec.get("allow_ssh_commands") if isinstance(spec, dict) else None
+    return {n.lower() for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 def _check_path(where: str, value: str) -> List[str]:

@@ -122,7 +122,14 @@ class RemoteSpec(_Strict):
     port: Optional[int] = Field(None, ge=1, le=65535, description="ssh port (default 22)")
     identity_file: Optional[str] = Field(None, description="private key file (~ is expanded)")
     ssh_options: List[str] = Field(default_factory=list,
-                                   description="extra ssh -o options, e.g. StrictHostKeyChecking=yes")
+                                   description="extra ssh -o options, e.g. StrictHostKeyChecking=yes; "
+                                   "an option that runs a command on this machine (ProxyCommand, "
+                                   "LocalCommand, KnownHostsCommand, ...) only when named in "
+                                   "allow_ssh_commands")
+    allow_ssh_commands: List[str] = Field(
+        default_factory=list, description="ssh options that run a command on this machine when ssh "
+        "connects (launch, doctor), allowed by name, e.g. [ProxyCommand]: a file from elsewhere "
+        "cannot run commands here without saying so")
     python: Optional[str] = Field(None, description="remote interpreter for python/python3 commands "
                                   "(default: python3)")
     workdir: Optional[str] = Field(None, description="remote folder that mirrors this file's folder: "
