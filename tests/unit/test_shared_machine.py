@@ -430,3 +430,43 @@ def test_stop_and_tensorboard_print_record_strings_as_printable_text(tmp_path, c
     assert main(["tensorboard", d, "--print"]) == 0
     out = capsys.readouterr()
     assert "r1" in out.err and raw_control(out.out + out.err) is None, out
+
+
+# ---- a ./cluster.yaml another user planted (a shared folder) runs only when named
+PLANTED = "cluster: {worker: [localhost:2222]}\nprogram: {command: [python, t.py]}\n"
+
+
+@pytest.mark.parametrize("cmd", [["launch", "--dry-run"], ["doctor"]])
+def test_a_world_writable_default_file_is_not_run_unless_named(tmp_path, monkeypatch, capsys, cmd):
+    from tfcluster.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    f = tmp_path / "cluster.yaml"
+    f.write_text(PLANTED)
+    os.chmod(f, 0o666)
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tfcluster: error: ./cluster.yaml can be written by every user (mode 0666): "
+                          "it is not run unless you name it (tfcluster launch ./cluster.yaml)"), err
+    assert main(["status"]) in (0, 2) and "not run unless" not in capsys.readouterr().err  # reading is fine
+    if cmd[0] == "launch":
+        assert main(["launch", "cluster.yaml", "--dry-run"]) == 0      # named: the caller chose it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_a_default_file_another_user_owns_is_not_launched(tmp_path, monkeypatch, capsys):
+    from tfcluster.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "cluster.yaml"
+    f.write_text(PLANTED)
+    os.chown(f, 65534, 65534)
+    assert main(["launch", "--dry-run"]) == 2
+    assert "./cluster.yaml belongs to another user (uid 65534)" in capsys.readouterr().err
+
+
+def test_a_default_file_in_the_callers_private_group_is_run(tmp_path, monkeypatch):
+    from tfcluster.cli.launching import foreign_file
+    f = tmp_path / "cluster.yaml"
+    f.write_text(PLANTED)
+    os.chmod(f, 0o644)
+    assert foreign_file(str(f)) is None

@@ -27,15 +27,50 @@ if TYPE_CHECKING:
 DEFAULT_FILE = "cluster.yaml"
 
 
-def cluster_file(path: Optional[str]) -> str:
+def cluster_file(path: Optional[str], runs: bool = False) -> str:
     """The cluster file a subcommand reads: FILE, else ./cluster.yaml when it exists; else a
-    one-line UserError saying where it looked (exit 2)."""
+    one-line UserError saying where it looked (exit 2). ``runs``: the command runs what the file
+    says (launch, doctor), so a ./cluster.yaml that another user owns or can write (a shared
+    folder: anyone may plant one) is refused unless named (:func:`foreign_file`)."""
     if path:
         return path
     if os.path.isfile(DEFAULT_FILE):
+        why = foreign_file(DEFAULT_FILE) if runs else None
+        if why:
+            raise UserError(f"./{DEFAULT_FILE} {why}: it is not run unless you name it "
+                            f"(tfcluster launch ./{DEFAULT_FILE})")
         return DEFAULT_FILE
     raise UserError(f"no FILE given and no {DEFAULT_FILE} in {os.getcwd()}; give a cluster file "
                     f"(tfcluster launch also takes --ps N --workers N for a cluster on this machine)")
+
+
+def foreign_file(path: str) -> Optional[str]:
+    """Why another user could have chosen what ``path`` says (None: only the caller or root):
+    it, or the link at its name, belongs to another user, or another user can write it (group
+    write counts unless the group is the caller's own private group)."""
+    import grp
+    import pwd
+    import stat
+    try:
+        link, st = os.lstat(path), os.stat(path)
+    except OSError:
+        return None
+    me = os.geteuid()
+    for s in (link, st):
+        if s.st_uid not in (me, 0):
+            return f"belongs to another user (uid {s.st_uid})"
+    if st.st_mode & stat.S_IWOTH:
+        return f"can be written by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+    if st.st_mode & stat.S_IWGRP:
+        try:
+            members = set(grp.getgrgid(st.st_gid).gr_mem)
+            mine = pwd.getpwuid(me).pw_name
+            private = st.st_gid == os.getegid() and members <= {mine}
+        except KeyError:
+            private = False
+        if not private:
+            return f"can be written by its group (gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -193,7 +228,7 @@ def run_launch(request: LaunchRequest) -> int:
     elif request.quick is not None:
         cluster, quick_text = _quick_cluster(request)
     else:
-        cluster = config.load(cluster_file(request.file))
+        cluster = config.load(cluster_file(request.file, runs=True))
     for w in cluster.warnings:
         print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
     options = request.options or LaunchOptions()
