@@ -470,3 +470,42 @@ def test_a_default_file_in_the_callers_private_group_is_run(tmp_path, monkeypatc
     f.write_text(PLANTED)
     os.chmod(f, 0o644)
     assert foreign_file(str(f)) is None
+
+
+# ---- tfcluster import: only regular files read; -o writes only a new file of the caller's
+def _tfjob():
+    import helpers
+    return os.path.join(helpers.ROOT, "tests", "data", "tfjob", "simple.yaml")
+
+
+def test_import_of_a_fifo_is_refused_at_once(tmp_path, capsys):
+    from tfcluster.cli.main import main
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    assert main(["import", str(fifo)]) == 2           # no writer: reading it would hang
+    err = capsys.readouterr().err
+    assert "is a FIFO" in err and "not a regular file" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["planted", "fifo", "link"])
+def test_import_o_never_writes_into_an_existing_file(tmp_path, capsys, kind):
+    from tfcluster.cli.main import main
+    out = tmp_path / "cluster.yaml"
+    target = tmp_path / "elsewhere"
+    target.write_text("mine\n")
+    if kind == "planted":           # another user's file, made first and world-writable
+        out.write_text("# mallory's\n")
+        os.chmod(out, 0o666)
+        if os.geteuid() == 0:
+            os.chown(out, 65534, 65534)
+    elif kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.symlink_to(target)
+    assert main(["import", _tfjob(), "-o", str(out)]) == 2
+    assert "exists already" in capsys.readouterr().err
+    assert target.read_text() == "mine\n"
+    if kind == "planted":
+        assert out.read_text() == "# mallory's\n"
+    fresh = tmp_path / "new.yaml"
+    assert main(["import", _tfjob(), "-o", str(fresh)]) == 0 and fresh.stat().st_uid == os.geteuid()

@@ -217,9 +217,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         if args.tfjob == "-":
             text = sys.stdin.read(MAX_BYTES + 1)
-        else:
-            with open(args.tfjob, "r", encoding="utf-8") as f:
-                text = f.read(MAX_BYTES + 1)
+        else:   # a regular file only: a FIFO or a device is refused at once, never waited on
+            from tfcluster import safe_files
+            data_bytes = safe_files.read_bytes(args.tfjob, MAX_BYTES, follow=True,
+                                               what="give a manifest file, or - for stdin")
+            if data_bytes is None:
+                raise UserError(f"{printable(source)}: no such file")
+            text = data_bytes.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{printable(source)}: not a text file ({e.reason} at byte {e.start})")
     except OSError as e:
@@ -230,8 +234,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     for item in left_out:
         print(f"tfcluster import: left out: {printable(item)}", file=sys.stderr)
     if args.output:
+        # a new file of the caller's: one that exists (another user's 0666 file made first, a
+        # FIFO, a link) is never written into
         try:
-            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            raise UserError(f"-o: {printable(args.output)} exists already; choose another name, "
+                            f"or remove it first")
         except OSError as e:
             raise UserError(f"{printable(args.output)}: cannot be written ({e.strerror or e})")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
