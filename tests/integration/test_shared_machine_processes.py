@@ -241,7 +241,7 @@ def test_the_old_helper_commands_would_have_run_them(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     plant(tmp_path, out, "tfcluster/")
-    subprocess.run([sys.executable, "-m", "tfcluster.backends.slurm.node"], cwd=tmp_path,
+    subprocess.run([sys.executable, "-m", "tfcluster.backends.agent.node"], cwd=tmp_path,
                    capture_output=True, timeout=60)
     assert os.listdir(out) == ["PWN-tfcluster"]
 

@@ -64,7 +64,7 @@ def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
 def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
     """render slurm and launch --backend slurm (dry run): a secret value (by name or declared in
     secrets:) is null in the script's plan, the header names the variable that carries it, and
-    the node wrapper puts it back from the environment sbatch passes on."""
+    the node agent puts it back from the environment sbatch passes on."""
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], "
                  "env: {API_TOKEN: hunter2hunter2, BUCKET: gs://private, LEVEL: '3'}}\n"

@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from tfcluster.backends.slurm import launcher as slurm
-from tfcluster.backends.slurm.mailbox import RunFolder
+from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 from tfcluster.clusterfile import config
@@ -154,7 +154,7 @@ def test_the_cut_first_line_of_the_window_is_left_out(run_dir):
 
 def test_the_failure_summary_does_not_read_a_planted_link(tmp_path, run_dir, victim, said):
     os.symlink(victim / "bashrc", run_dir / "worker-0.log")
-    RunFolder(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
+    FolderChannel(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
                                                     "reason": "exited with code 1", "host": "n1"})
     assert _follower(tmp_path, run_dir)._result(1, "srun exited with 1") != 0
     assert any("first failure: worker:0" in line for line in said), said
@@ -165,7 +165,7 @@ def test_the_failure_summary_does_not_read_a_planted_link(tmp_path, run_dir, vic
 
 def test_the_failure_summary_shows_the_end_of_the_log_as_printable_text(tmp_path, run_dir, said):
     (run_dir / "worker-0.log").write_bytes(b"early\n" * 50 + b"Boom\x1b[2J here\n")
-    RunFolder(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
+    FolderChannel(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
                                                     "reason": "exited with code 1", "host": "n1"})
     _follower(tmp_path, run_dir)._result(1, "srun exited with 1")
     shown = [line for line in said if line.startswith("  | ")]

@@ -1,7 +1,7 @@
-"""The Slurm node wrapper reads a task's output with the local launcher's own reader
-(tfcluster.core.task_output): progress reports anywhere in a line, Keras bars and TF1 hook lines as signs
-of life, long lines in pieces, a redraw read before its line ends, one source of steps per task
-(issue 19: the same progress and liveness on every backend). No Slurm, no processes."""
+"""The node agent on Slurm reads a task's output with the local launcher's own reader
+(tfcluster.core.task_output): progress reports anywhere in a line, Keras bars and TF1 hook
+lines as signs of life, long lines in pieces, a redraw read before its line ends, one source of
+steps per task (the same progress and liveness on every backend). No Slurm, no processes."""
 from __future__ import annotations
 
 import io
@@ -14,19 +14,19 @@ import types
 import pytest
 
 from tfcluster.core import machine as mc
-from tfcluster.backends.slurm.node import MAX_LINE
+from tfcluster.backends.agent.node import MAX_LINE
 
 from test_slurm_node import Node
 
 
 @pytest.fixture
 def task(tmp_path):
-    """worker:0's wrapper, built without Slurm (test_slurm_node.Node); what it shows is kept."""
+    """worker:0's agent, built without Slurm (test_slurm_node.Node); what it shows is kept."""
     node = Node(tmp_path, rank=1)
     shown = []
-    node.task.emit = shown.append
-    node.task.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
-    return node.task, shown
+    node.agent.emit = shown.append
+    node.agent.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
+    return node.agent, shown
 
 
 @pytest.fixture

@@ -1,2 +1,2 @@
-"""Slurm: the submitting side (launcher), the node driver (node) and the run-folder mailbox
-the nodes share."""
+"""Slurm: the submitting side (:mod:`.launcher`). The node agent that runs each Slurm task is
+:mod:`tfcluster.backends.agent.node`."""

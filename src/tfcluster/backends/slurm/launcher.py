@@ -4,8 +4,8 @@ What runs where
   * ``tfcluster launch FILE --backend slurm`` (this module's :func:`launch`) submits a batch
     script with ``sbatch`` -- or, inside an allocation (``SLURM_JOB_ID`` set), runs ``srun``
     directly -- then follows the job, streams its output and returns its result.
-  * The job runs ``srun ... python -m tfcluster.backends.slurm.node`` (:mod:`.slurm_task`), one
-    Slurm task per TensorFlow task. Each works out its job and index from ``SLURM_PROCID``,
+  * The job runs ``srun ... python -c <TASK_COMMAND>``, which runs the node agent
+    (:mod:`tfcluster.backends.agent.node`), one Slurm task per TensorFlow task. Each works out its job and index from ``SLURM_PROCID``,
     sets ``TF_CONFIG`` and runs the program as a child in its own process group.
 
 Hosts, counts and ports (as TensorFlow's ``SlurmClusterResolver``)
@@ -51,11 +51,11 @@ from tfcluster.plan.runplan import RunPlan
 from tfcluster.plan.progress import split_progress
 from tfcluster.core.task_output import NoiseFold
 from tfcluster.backends.base import Launcher, start_child
-from tfcluster.backends.slurm.mailbox import RunFolder
+from tfcluster.backends.agent.folder import FolderChannel
 
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
-TASK_MODULE = "tfcluster.backends.slurm.node"
+TASK_MODULE = "tfcluster.backends.agent.node"
 # The node's Python runs the wrapper with the current folder off its module path (what -P does
 # on 3.11+, for any Python 3): a tfcluster.py or runpy.py planted in the job's folder is never
 # imported. PYTHONPATH (an HPC module's TensorFlow) still counts, unlike with -I.
@@ -474,7 +474,7 @@ class _Record:
 
     def __init__(self, plan: RunPlan):
         self.plan, self.started = plan, time.time()
-        self.folder = RunFolder(plan.run_dir)
+        self.channel = FolderChannel(plan.run_dir)
         self.write("running", None, None)
 
     def close(self, code: Optional[int], job_id: Optional[str], segments: int = 0,
@@ -489,7 +489,7 @@ class _Record:
               ended: Optional[float] = None) -> None:
         from tfcluster.plan.contract import profiler_port
         from tfcluster.runs.record import run_record, task_row, write_record
-        ends = self.folder.exits()
+        ends = self.channel.exits()
         tasks = []
         for t in self.plan.tasks:
             rec = ends.get(t.name) or {}
@@ -506,7 +506,7 @@ class _Record:
                 log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log"),
                 note=str(rec.get("note") or ""),
                 profiler_port=profiler_port(rec.get("port"), t.job)))
-        failures = self.folder.failures()
+        failures = self.channel.failures()
         # the verdict's words, from the node that reached it (the machine's end_row)
         decided = sorted((r for r in ends.values() if isinstance(r.get("decision"), str)),
                          key=lambda r: r.get("time") or 0)
@@ -524,7 +524,7 @@ class _Record:
         data = run_record(
             self.plan, backend="slurm", started=self.started, ended=ended, result=result,
             exit_code=code, decision=decided[0]["decision"] if decided else None, root_cause=root,
-            total_restarts=self.folder.restarts_claimed() or sum(t["restarts"] for t in tasks),
+            total_restarts=self.channel.restarts_claimed() or sum(t["restarts"] for t in tasks),
             tasks=tasks, slurm_job=job_id, segments=getattr(self, "segments", 0) or None,
             lost_nodes=lost or None)
         try:
@@ -534,7 +534,7 @@ class _Record:
 
     def _merge_events(self) -> None:
         """The tasks' events (written on their nodes) into the run's events.jsonl."""
-        events = self.folder.task_events()
+        events = self.channel.task_events()
         events += [{"event": "node_lost", "task": t, **{k: v for k, v in n.items() if k != "tasks"}}
                    for n in getattr(self, "lost", []) for t in (n["tasks"] or [None])]
         events.sort(key=lambda e: e.get("time") or 0)
@@ -746,7 +746,7 @@ class _Follower:
         if not down:
             return
         where = {}
-        for ev in RunFolder(self.run_dir).task_events():
+        for ev in FolderChannel(self.run_dir).task_events():
             if ev.get("event") == "task_started" and isinstance(ev.get("host"), str):
                 where[ev.get("task")] = ev["host"]
         action = "failed the job" if state in TERMINAL_STATES else "requeued the job"
@@ -771,7 +771,7 @@ class _Follower:
         _info(f"interrupted: stopping Slurm job {job_id} in order (chief first, ps last; up to "
               f"{wait:g}s; Ctrl-C again cancels it at once)")
         for seg in range(max(1, self.segments)):
-            err = RunFolder(self.run_dir, seg).request_stop()
+            err = FolderChannel(self.run_dir, seg).request_stop()
             if err:
                 _info(f"cannot ask segment {seg} to stop in order ({err}); waiting, then cancelling")
         deadline = time.time() + wait
@@ -790,7 +790,7 @@ class _Follower:
         return False
 
     def _result(self, rc: int, what: str) -> int:
-        failed = RunFolder(self.run_dir).failures()
+        failed = FolderChannel(self.run_dir).failures()
         verdict, code = rules.job_verdict(rc, len(failed), lost_nodes=len(self.lost))
         _info(f"run {verdict}: {what}")
         if verdict != "failed":
