@@ -190,7 +190,7 @@ def test_tfjob_secret_variables_come_from_a_secret(tmp_path, tfjob_schema):
 # Slurm
 
 def _plan_from_script(script: str):
-    from tfcluster.backends.slurm.launcher import PLAN_ENV
+    from tfcluster.backends.slurm.batch import PLAN_ENV
     for line in script.splitlines():
         if line.startswith(f"export {PLAN_ENV}="):
             return json.loads(shlex.split(line[len("export "):])[0].split("=", 1)[1])

@@ -200,7 +200,7 @@ def plant(folder, out, *names):
 
 
 def test_no_module_planted_in_the_current_folder_runs(tmp_path, state, ports, monkeypatch):
-    from tfcluster.backends.slurm.launcher import TASK_COMMAND
+    from tfcluster.backends.slurm.batch import TASK_COMMAND
     from tfcluster.runs.control import tensorboard_argv
     out = tmp_path / "out"
     out.mkdir()

@@ -11,11 +11,12 @@ import os
 import signal
 import textwrap
 
-import pytest
-
 from tfcluster.clusterfile import config
 from tfcluster.core import machine as mc, rules
-from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.backends.slurm.batch import plan_data
+from tfcluster.backends.slurm.launcher import _Record
+from tfcluster.backends.slurm.layout import rank_table
+from tfcluster.backends.slurm.nodes import _expand_hostlist_py
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.agent.node import NodeAgent, Signals
 from tfcluster.plan.runplan import LaunchOptions, build_plan
@@ -56,8 +57,8 @@ class Node:
         path.write_text(text)
         plan = build_plan(config.load(str(path)), LaunchOptions(backend="slurm", run_id="r1",
                                                                        stop_timeout=3.0))
-        data = slurm.plan_data(plan)
-        n = len(slurm.rank_table(data))
+        data = plan_data(plan)
+        n = len(rank_table(data))
         env = {"SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": f"n[1-{n}]",
                "SLURM_STEP_TASKS_PER_NODE": f"1(x{n})", "SLURM_JOB_ID": "77",
                "SLURM_STEP_ID": "0", "SLURMD_NODENAME": f"n{rank + 1}", "SLURM_LOCALID": "0",
@@ -68,7 +69,7 @@ class Node:
         self.procs = []
         self.agent = NodeAgent(json.loads(json.dumps(data)), env, clock=self.clock, out=self.out,
                          signals=self.signals, spawn=self._spawn, kill=self._kill,
-                         probe=lambda host, port: False, hostlist=slurm._expand_hostlist_py,
+                         probe=lambda host, port: False, hostlist=_expand_hostlist_py,
                          oom=type("NoOom", (), {"words": staticmethod(lambda rc: "")})(),
                          signal_step=self.step_signalled.append,
                          ignored=lambda pid, sig: ignores_term and sig == TERM)
@@ -316,7 +317,7 @@ def test_the_slurm_record_rows_say_what_the_local_record_says(tmp_path):
     ps.turn()
     ps.turn()
     ps.exits(-HUP)
-    record = slurm._Record(chief.agent.plan)
+    record = _Record(chief.agent.plan)
     record.close(3, "77")
     rec = json.loads(open(os.path.join(chief.agent.run_dir, "run.json")).read())
     rows = {t["task"]: t for t in rec["tasks"]}

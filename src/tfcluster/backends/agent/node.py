@@ -1,9 +1,9 @@
 """The node agent: the process on a node that starts and supervises tasks for the launcher.
 
 Today it runs on Slurm, one per Slurm task (``srun ... python -c <the batch script's command>``
-runs this module, :mod:`tfcluster.backends.slurm.launcher`), for that one TensorFlow task. It reads
+runs this module, :mod:`tfcluster.backends.slurm.batch`), for that one TensorFlow task. It reads
 the plan from ``TFCLUSTER_SLURM_PLAN``, works out its TensorFlow job and index from
-``SLURM_PROCID`` and the step's node list (:mod:`tfcluster.backends.slurm.launcher`), sets
+``SLURM_PROCID`` and the step's node list (:mod:`tfcluster.backends.slurm.layout`), sets
 ``TF_CONFIG``, runs the program in its own process group, prefixes its output lines with
 ``[job:index]`` (and copies them to ``<run_dir>/<job>-<index>.log``). It is a driver of the run
 machine (:mod:`tfcluster.core.machine`), the same one the local launcher drives: restarts, the
@@ -40,9 +40,12 @@ from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
 from tfcluster.terminal import decode
 from tfcluster.backends.base import ignores, signal_group, start_child
 from tfcluster.backends.agent.folder import EVENTS_SUFFIX, FolderChannel, stem
-from tfcluster.backends.slurm.launcher import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL,
-                                               expand_hostlist, expand_tasks_per_node,
-                                               fill_secrets, layout)
+from tfcluster.backends.slurm.batch import PLAN_ENV
+from tfcluster.backends.slurm.held_secrets import SECRET_PREFIX, fill_secrets
+from tfcluster.backends.slurm.layout import layout
+from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_node
+
+STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
 
 
 class Signals:
@@ -55,7 +58,7 @@ class Signals:
         self.cancelled: List[int] = []
 
     def install(self) -> None:
-        signal.signal(signal.SIGURG, lambda signum, frame: self.over.set())
+        signal.signal(STOP_SIGNAL, lambda signum, frame: self.over.set())
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, lambda signum, frame: self.cancelled.append(signum))
 
