@@ -12,7 +12,7 @@ import pytest
 from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
-from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.runs.status import decide_result, write_json_private
 
 
 

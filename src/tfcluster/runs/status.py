@@ -21,6 +21,7 @@ from tfcluster.terminal import printable
 from tfcluster.errors import UserError
 from tfcluster.core.rules import format_duration  # noqa: F401 (re-exported: one wording of a duration)
 from tfcluster.safe_files import RUN_FILE
+from tfcluster.runs.slurm_job import is_live, job_state, slurm_job_id
 
 RESULTS = ("running", "succeeded", "failed", "interrupted")
 #: Exit code of ``tfcluster status`` per result (2 is bad input, as everywhere in tfcluster).
@@ -230,87 +231,32 @@ def owned_by_caller(run_dir: str) -> bool:
         return False
 
 
-#: Slurm job states in which the job's tasks still run or will run (squeue's %T words).
-SLURM_LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
-                        "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
-                        "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
-
-
-def decide_result(recorded: Any, alive: Optional[bool], slurm_job: Optional[str] = None,
-                  job_state: Optional[str] = None) -> str:
+def decide_result(recorded: Any, alive: Optional[bool], job_id: Optional[str] = None,
+                  slurm_state: Optional[str] = None) -> str:
     """The result status shows, from what it knows (pure: no process, no Slurm call).
 
     ``recorded``: run.json's ``result``; ``alive``: whether its launcher runs (None: cannot be
-    told); ``slurm_job``: the Slurm job the launcher submitted, if any; ``job_state``: what Slurm
-    says of that job -- a state word (``RUNNING``), ``""`` when Slurm no longer knows the job,
-    None when Slurm could not be asked (no squeue/sacct here, or they failed).
+    told); ``job_id``: the Slurm job the launcher submitted, if any; ``slurm_state``: what Slurm
+    says of that job (:func:`tfcluster.runs.slurm_job.job_state`) -- a state word (``RUNNING``),
+    ``""`` when Slurm no longer knows the job, None when Slurm could not be asked (no
+    squeue/sacct here, or they failed).
 
     A ``running`` record whose launcher is gone is ``lost``, except a Slurm run: its tasks live
     in the job, not in the launcher. Its result is ``running`` while Slurm says the job is live,
     ``lost`` once the job ended (or Slurm forgot it), ``unknown`` when Slurm cannot be asked."""
     if recorded != "running" or alive is not False:
         return str(recorded)
-    if not slurm_job:
+    if not job_id:
         return "lost"
-    if job_state is None:
+    if slurm_state is None:
         return "unknown"
-    word = job_state.strip().split(" ")[0].upper().rstrip("+")
-    return "running" if word in SLURM_LIVE else "lost"
+    return "running" if is_live(slurm_state) else "lost"
 
 
-def slurm_job_id(record: Dict[str, Any], run_dir: Optional[str] = None) -> Optional[str]:
-    """The Slurm job of a ``--backend slurm`` run: the record's ``slurm_job`` when it looks like
-    a job id (``123``, ``123_4``); else, for a record written before the job id was known (a
-    launcher killed while following its job), the id in the name of the job's output file in the
-    run folder (``slurm-123.out``, written by Slurm once the job starts). None when neither."""
-    import re
-    job = record.get("slurm_job")
-    if job is not None and not isinstance(job, bool):
-        job = str(job)
-        return job if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", job) else None
-    if record.get("backend") != "slurm" or not run_dir:
-        return None
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return None
-    ids = [m.group(1) for m in (re.fullmatch(r"slurm-([0-9]{1,12})\.out", n) for n in names) if m]
-    return max(ids, key=int) if ids else None
-
-
-def slurm_job_state(job_id: str, timeout: float = 10.0) -> Optional[str]:
-    """What Slurm says of ``job_id``: squeue's state (``RUNNING``), else sacct's (``COMPLETED``,
-    ``CANCELLED``); ``""`` when it answers but does not know the job; None when neither tool is
-    here or answers (then nobody can tell)."""
-    import shutil
-    import subprocess
-
-    def ask(argv):
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return r
-
-    answered = False
-    squeue = shutil.which("squeue")
-    if squeue:
-        r = ask([squeue, "-h", "-j", job_id, "-o", "%T"])
-        if r is not None:
-            words = r.stdout.split()
-            if r.returncode == 0 and words:
-                return words[0]
-            answered = r.returncode == 0 or "invalid job id" in (r.stderr + r.stdout).lower()
-    sacct = shutil.which("sacct")
-    if sacct:
-        r = ask([sacct, "-n", "-X", "-P", "-j", job_id, "-o", "State"])
-        if r is not None and r.returncode == 0:
-            words = r.stdout.split()
-            if words:
-                return words[0]
-            answered = True
-    return "" if answered else None
+def slurm_says(job_id: str) -> Optional[str]:
+    """What Slurm says of a run's job, for ``status``: the state word of the one job-state query
+    (squeue, then sacct; ``""``: Slurm does not know the job; None: it cannot be asked)."""
+    return job_state(job_id).word
 
 
 def derive_result(record: Dict[str, Any], alive: Optional[bool] = None,
@@ -318,14 +264,14 @@ def derive_result(record: Dict[str, Any], alive: Optional[bool] = None,
     """The run's result as status reports it (:func:`decide_result`): the record's, ``lost``
     for a ``running`` record whose launcher is gone, and for a Slurm run whose launcher is gone,
     what Slurm says of its job. ``alive`` overrides the launcher check (for callers that already
-    did it); ``probe(job_id)`` replaces :func:`slurm_job_state` (tests)."""
+    did it); ``probe(job_id)`` replaces the question to Slurm (:func:`slurm_says`)."""
     result = record.get("result")
     if result != "running":
         return result
     if alive is None:
         alive = launcher_alive(record)
     job = slurm_job_id(record, run_dir) if alive is False else None
-    state = (probe or slurm_job_state)(job) if job else None
+    state = (probe or slurm_says)(job) if job else None
     return decide_result(result, alive, job, state)
 
 
@@ -500,7 +446,7 @@ def assess(record: Dict[str, Any], probe=None, run_dir: Optional[str] = None) ->
     gone, ``slurm_job`` and ``slurm_state`` (null when Slurm cannot be asked)."""
     alive = launcher_alive(record) if record.get("result") == "running" else None
     job = slurm_job_id(record, run_dir) if alive is False else None
-    state = (probe or slurm_job_state)(job) if job else None
+    state = (probe or slurm_says)(job) if job else None
     out = {"result": decide_result(record.get("result"), alive, job, state),
            "launcher_alive": alive}
     if job:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, IO, Iterator, List, Optional, Tuple
+from typing import Any, Dict, IO, Iterator, List, Optional
 
 from tfcluster import safe_files
 from tfcluster.core import rules
@@ -25,9 +25,8 @@ from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.base import start_child
 from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, srun_argv, write_batch_script
 from tfcluster.backends.slurm.nodes import job_nodes, lost_nodes
+from tfcluster.runs.slurm_job import ENDED, FOLLOW_TOOLS, JobState, job_state
 
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-                   "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED")
 EXIT_INTERRUPTED = rules.signal_exit_code(signal.SIGINT)
 _TASK_LINE = re.compile(r"^\[([A-Za-z][A-Za-z0-9_]*:\d+)\] (.*)$")
 
@@ -172,15 +171,16 @@ class Follower:
         out_path = output.replace("%j", job_id)
         info(f"submitted Slurm job {job_id} ({name}); output: {out_path}; stop it with: scancel {job_id}")
         tail = _Tail(out_path)
-        state, exit_code = "PENDING", None
+        st = JobState("PENDING")
         try:
             with _sigterm_as_interrupt():
                 last = ""
                 while True:
                     for line in tail.read():
                         self._line(line)
-                    state, exit_code = job_state(job_id)
-                    if last == "RUNNING" and state not in ("RUNNING", "COMPLETING", "UNKNOWN"):
+                    st = follow_state(job_id)
+                    state = st.word
+                    if last == "RUNNING" and state not in ("RUNNING", "COMPLETING", None):
                         self._note_lost_nodes(job_id, state)   # the segment has ended
                     if state != last and state in ("PENDING", "RUNNING", "REQUEUED"):
                         if state == "RUNNING":
@@ -192,7 +192,7 @@ class Follower:
                         info(f"job {job_id} is {state.lower()}"
                              + (f" (segment {self.segments})" if self.segments > 1 and state == "RUNNING" else ""))
                         last = state
-                    if state is None or state in TERMINAL_STATES:
+                    if st.over:
                         break
                     time.sleep(0.5)
         except KeyboardInterrupt:
@@ -202,14 +202,14 @@ class Follower:
             subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
             deadline = time.time() + 60
             while time.time() < deadline:
-                st, _ = job_state(job_id)
-                if st is None or st in TERMINAL_STATES:
+                if follow_state(job_id).over:
                     break
                 time.sleep(0.5)
             for line in tail.read(final=True):
                 self._line(line)
             return EXIT_INTERRUPTED
         # the output file may lag behind the job's end by a moment
+        state, exit_code = st
         deadline = time.time() + 5
         rc = _read_exit_file(self.run_dir)
         while rc is None and state == "COMPLETED" and time.time() < deadline:
@@ -222,7 +222,7 @@ class Follower:
             rc = exit_code if exit_code is not None else (0 if state == "COMPLETED" else 1)
         return self._result(rc, f"Slurm job {job_id} {(state or 'ended').lower()}, exit code {rc}")
 
-    def _note_lost_nodes(self, job_id: str, state: Optional[str]) -> None:
+    def _note_lost_nodes(self, job_id: str, state: str) -> None:
         """The segment just ended: name its nodes that Slurm now has down (a node lost mid-run:
         its slurmd stopped answering), the tasks that ran there, and what Slurm did with the
         job -- requeued it (``--requeue``: ``slurm.requeue``, or the cluster's JobRequeue) or
@@ -234,12 +234,12 @@ class Follower:
         for ev in FolderChannel(self.run_dir).task_events():
             if ev.get("event") == "task_started" and isinstance(ev.get("host"), str):
                 where[ev.get("task")] = ev["host"]
-        action = "failed the job" if state in TERMINAL_STATES else "requeued the job"
+        action = "failed the job" if state in ENDED else "requeued the job"
         for node, reason in down:
             tasks = sorted(str(t) for t, h in where.items() if h == node)
             self.lost.append({"node": node, "reason": reason, "tasks": tasks,
                               "segment": max(self.segments - 1, 0), "time": time.time(),
-                              "slurm": action.split()[0], "job_state": state})
+                              "slurm": action.split()[0], "job_state": state or None})
             info(f"node {node} was lost mid-run ({reason or 'down'})"
                  + (f"; it ran {', '.join(tasks)}" if tasks else "")
                  + f": Slurm {action} ({(state or 'gone').lower()})")
@@ -248,8 +248,7 @@ class Follower:
         """Ctrl-C (or SIGTERM, ``tfcluster stop``) on the launcher: ask the running job to stop in
         order through the run folder (chief and workers first, ps last), as Slurm's time-limit
         warning does; True once the job has ended, False to cancel it outright."""
-        state, _ = job_state(job_id)
-        if state != "RUNNING":
+        if follow_state(job_id).word != "RUNNING":
             return False
         wait = rules.ordered_stop_wait(float(self.plan.get("grace", 5.0)),
                                        float(self.plan.get("stop_timeout", 5.0)))
@@ -264,8 +263,7 @@ class Follower:
             while time.time() < deadline:
                 for line in tail.read():
                     self._line(line)
-                st, _ = job_state(job_id)
-                if st is None or st in TERMINAL_STATES:
+                if follow_state(job_id).over:
                     for line in tail.read(final=True):
                         self._line(line)
                     return True
@@ -333,23 +331,9 @@ def _read_exit_file(run_dir: str) -> Optional[int]:
         return None
 
 
-def job_state(job_id: str) -> Tuple[Optional[str], Optional[int]]:
-    """(JobState, exit code) from ``scontrol show job``; (None, None) once Slurm forgot the job."""
-    try:
-        r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
-                           text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return "UNKNOWN", None
-    if r.returncode != 0:
-        if "Invalid job id" in (r.stderr + r.stdout):
-            return None, None
-        return "UNKNOWN", None
-    state = re.search(r"\bJobState=(\S+)", r.stdout)
-    code = re.search(r"\bExitCode=(\d+):(\d+)", r.stdout)
-    exit_code = None
-    if code:
-        exit_code = int(code.group(1)) or (128 + int(code.group(2)) if int(code.group(2)) else 0)
-    return (state.group(1) if state else "UNKNOWN"), exit_code
+def follow_state(job_id: str) -> JobState:
+    """What Slurm says of the job being followed (scontrol, which also gives its exit code)."""
+    return job_state(job_id, ask=FOLLOW_TOOLS, timeout=30.0)
 
 
 class _Tail(safe_files.LineTail):
