@@ -6,7 +6,7 @@ import time
 import psutil
 import pytest
 from tfcluster.cli.main import main
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 
 def write_cluster(folder, name="cluster.yaml"):
@@ -33,7 +33,7 @@ def write_run(logdir, run_id, file, result="succeeded", started=1000.0, duration
                    "exit": "", "restarts": restarts, "started": started, "ended": None}],
     }
     record.update(extra)
-    write_json_private(str(d / "run.json"), record)
+    write_json(str(d / "run.json"), record)
     return d
 
 

@@ -15,15 +15,15 @@ import psutil
 
 from helpers import ROOT, cli
 
-from tfcluster.runs.status import STATUS_EXIT
+from tfcluster.runs.result import STATUS_EXIT
 
 
 FAKE_LAUNCHER = """
 import os, sys, time, psutil
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 d = sys.argv[1]
 os.makedirs(d, exist_ok=True)
-write_json_private(os.path.join(d, "run.json"), {
+write_json(os.path.join(d, "run.json"), {
     "run_id": "r", "file": None, "launcher_pid": os.getpid(),
     "launcher_started": psutil.Process().create_time(), "started": time.time(), "ended": None,
     "result": "running", "exit_code": None, "tasks": []})

@@ -10,7 +10,7 @@ from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
 from tfcluster.runs.slurm_job import FOLLOW_TOOLS, JobState, job_state
-from tfcluster.runs.status import STATUS_EXIT
+from tfcluster.runs.result import STATUS_EXIT
 
 
 @pytest.mark.parametrize("squeue, sacct, state", [

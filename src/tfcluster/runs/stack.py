@@ -97,7 +97,8 @@ def dump_argv(tool: str, pid: int, native: bool = False) -> List[str]:
 def show_stacks(run_dir: str, names: Sequence[str] = (), native: bool = False) -> int:
     """Print the stacks of the run's tasks. Exit code: 0 every stack shown, 1 some could not be
     read; UserError (2) for a run that is not live or not the caller's, or no py-spy."""
-    from tfcluster.runs.status import launcher_alive, running_record
+    from tfcluster.runs.find import running_record
+    from tfcluster.runs.liveness import launcher_alive
     from tfcluster.terminal import printable
     from tfcluster.safe_files import RUN_FILE
     try:
