@@ -262,11 +262,15 @@ def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, ignore: 
     return subprocess.Popen([tool, "--pdeathsig", name, "--", *argv], **popen)
 
 
-def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 10.0) -> None:
-    """Stop a child started in its own process group: SIGTERM to the group, up to ``timeout``
-    seconds, then SIGKILL; and SIGKILL to whatever is left of the group after its leader."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, kill_wait)):
-        signal_group(proc.pid, sig)
+def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 10.0,
+               ask: Optional[int] = signal.SIGTERM) -> None:
+    """Stop a child started in its own process group: ``ask`` (SIGTERM) to the group, up to
+    ``timeout`` seconds, then SIGKILL; and SIGKILL to whatever is left of the group after its
+    leader. ``ask`` None: the group was asked to stop another way (``scancel``), and is only
+    waited for before the SIGKILL."""
+    for sig, wait in ((ask, timeout), (signal.SIGKILL, kill_wait)):
+        if sig is not None:
+            signal_group(proc.pid, sig)
         try:
             proc.wait(wait)
             break

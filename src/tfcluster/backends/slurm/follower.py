@@ -22,7 +22,7 @@ from tfcluster.errors import UserError
 from tfcluster.plan.progress import split_progress
 from tfcluster.terminal import terminal_text
 from tfcluster.backends.agent.folder import FolderChannel
-from tfcluster.backends.base import start_child
+from tfcluster.backends.base import start_child, stop_group
 from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, srun_argv, write_batch_script
 from tfcluster.backends.slurm.nodes import job_nodes, lost_nodes
 from tfcluster.runs.slurm_job import ENDED, FOLLOW_TOOLS, JobState, job_state
@@ -143,16 +143,9 @@ class Follower:
             pass
         if step:
             subprocess.run(["scancel", step], capture_output=True, timeout=30)
-        else:
-            try:
-                os.kill(proc.pid, signal.SIGTERM)  # srun forwards SIGTERM to the tasks
-            except ProcessLookupError:   # srun has ended already
-                pass
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        # else SIGTERM to srun (a session of its own), which forwards it to the tasks;
+        # SIGKILL after 60 s either way
+        stop_group(proc, timeout=60.0, ask=None if step else signal.SIGTERM)
 
     # ---- outside: sbatch and follow
     def run_sbatch(self, name: str) -> int:
