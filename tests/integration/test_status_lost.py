@@ -61,7 +61,7 @@ def test_a_launcher_killed_with_sigkill_is_reported_lost(tmp_path, capsys):
 
 
 def test_kill_9_of_a_real_launcher_is_lost(tmp_path, ports):
-    """The issue's case: `tfcluster launch`, then kill -9 of the launcher; status says lost."""
+    """`tfcluster launch`, then kill -9 of the launcher: status says lost."""
     port = ports(1)[0]
     listener = os.path.join(ROOT, "tests", "programs", "listener.py")
     f = tmp_path / "cluster.yaml"

@@ -58,7 +58,7 @@ def test_an_older_record_without_launcher_started(tmp_path, capsys, monkeypatch)
               launcher_pid=os.getpid(), launcher_started=None)
     assert cli(capsys, "status", str(d))[0] == 5
     monkeypatch.undo()
-    # issue 30: any older process (pid 1, this test) that is not tfcluster is not the launcher
+    # any older process (pid 1, this test) that is not tfcluster is not the launcher
     for pid in (1, os.getpid()):
         write_run(tmp_path / "runs", "old", None, result="running", started=time.time(),
                   launcher_pid=pid, launcher_started=None)
@@ -279,7 +279,7 @@ def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
 
 
 def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
-    """A Slurm job requeued before its time limit is one run with its segments (issue 21)."""
+    """A Slurm job requeued before its time limit is one run with its segments."""
     f = write_cluster(tmp_path)
     d = write_run(tmp_path / "runs", "s1", f)
     rec = json.loads((d / "run.json").read_text())
@@ -291,7 +291,7 @@ def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
 
 def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, capsys, monkeypatch):
     """A run started elsewhere (registered in the user's run index, as every launch does) is
-    found by its id from a folder with no cluster.yaml, and listed by `runs` there (issue 23)."""
+    found by its id from a folder with no cluster.yaml, and listed by `runs` there."""
     from tfcluster.runs import index as runindex
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     (tmp_path / "proj").mkdir()
@@ -310,8 +310,8 @@ def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, ca
 
 
 def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
-    """Issue 32: a watchdog kill is not drawn as a planned stop; the decision's rule is said in
-    words; an exit label never runs past the chart's right edge."""
+    """A watchdog kill is not drawn as a planned stop; the decision's rule is said in words; an
+    exit label never runs past the chart's right edge."""
     import json as _json
     from tfcluster.runs.report import WIDTH, build_model, render_html, timeline_svg
     d = tmp_path / "r"

@@ -19,9 +19,9 @@ MAX_STEP = 1 << 62
 def read_run(run_dir: str) -> Dict[str, Any]:
     """run.json of ``run_dir``, checked: a broken record is a UserError naming the file and field.
 
-    Read defensively (see :mod:`tfcluster.runs.eventlog`): a regular file only, at most RUN_FILE_LIMIT
-    bytes, NaN/Infinity/overflowing numbers as null, nesting bounded, and every field that
-    status, runs and report use checked for its type and range."""
+    Read defensively (see :mod:`tfcluster.runs.eventlog`): a regular file only, at most
+    RUN_FILE_LIMIT bytes, NaN/Infinity/overflowing numbers as null, nesting bounded, and every
+    field that status, runs and report use checked for its type and range."""
     from tfcluster.runs.eventlog import _shown, parse_json, read_limited
     path = os.path.join(run_dir, RUN_FILE)
     data = read_limited(path, RUN_FILE_LIMIT)
@@ -53,9 +53,9 @@ def is_run_folder(run_dir: str) -> bool:
 def missing_record(run_dir: str) -> Optional[Dict[str, Any]]:
     """The record of a run folder that has no run.json (see :func:`is_run_folder`), from what
     its launcher left: its tasks and start from events.jsonl's ``run_started`` when readable.
-    Its result is ``lost`` (:func:`launcher_alive` says False): a launcher writes run.json as
-    soon as its folder is made, so one that never did was killed or could not write. None when
-    the folder is no run folder."""
+    Its result is ``lost`` (:func:`tfcluster.runs.liveness.launcher_alive` says False): a
+    launcher writes run.json as soon as its folder is made, so one that never did was killed or
+    could not write. None when the folder is no run folder."""
     if not any(os.path.lexists(os.path.join(run_dir, n)) for n in RUN_TRACES):
         return None
     record: Dict[str, Any] = {"run_id": os.path.basename(os.path.normpath(run_dir)),

@@ -25,7 +25,8 @@ from tfcluster.runs.table import HEADER, LIVE_HEADER, format_table, stop_hint, t
 
 def status_record(run_dir: str, record: Dict[str, Any], probe=None) -> Dict[str, Any]:
     """The record as ``status --json`` prints it: ``result`` derived (``lost`` included),
-    ``launcher_alive`` and ``run_dir`` added (and ``slurm_state``: :func:`tfcluster.runs.result.assess`)."""
+    ``launcher_alive`` and ``run_dir`` added (and ``slurm_state``:
+    :func:`tfcluster.runs.result.assess`)."""
     out = dict(record)
     out.update(assess(record, probe, run_dir))
     out["run_dir"] = os.path.abspath(run_dir)
