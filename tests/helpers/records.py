@@ -10,7 +10,7 @@ import sys
 import time
 import pytest
 from tfcluster.cli.main import main
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 T0 = 1_764_500_000.0
 
@@ -64,7 +64,7 @@ def make(tmp, name="r1", record=None, events=None, raw_record=None):
         with open(os.path.join(d, "run.json"), "w") as f:
             f.write(raw_record)
     else:
-        write_json_private(os.path.join(d, "run.json"), good_record(name) if record is None else record)
+        write_json(os.path.join(d, "run.json"), good_record(name) if record is None else record)
     if events is not None:
         write_events(d, events)
     return d

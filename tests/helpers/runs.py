@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfcluster.runs.eventlog import EventLog
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 T0 = 1_764_500_000.0
 
@@ -30,7 +30,7 @@ def make_run(folder, events=True, result="failed", file=None, run_id="20261130-1
              "exit": "SIGTERM", "restarts": 1, "started": T0 + 22, "ended": T0 + 61,
              "progress": {"step": 300, "total": 1000, "at": T0 + 40}},
         ]}
-    write_json_private(str(d / "run.json"), record)
+    write_json(str(d / "run.json"), record)
     if not events:
         return d
     log = EventLog(str(d))

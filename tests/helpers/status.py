@@ -6,7 +6,7 @@ import time
 import psutil
 import pytest
 from tfcluster.cli.main import main
-from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.safe_files import write_json
 
 
 def write_cluster(folder, name="cluster.yaml"):
@@ -33,7 +33,7 @@ def write_run(logdir, run_id, file, result="succeeded", started=1000.0, duration
                    "exit": "", "restarts": restarts, "started": started, "ended": None}],
     }
     record.update(extra)
-    write_json_private(str(d / "run.json"), record)
+    write_json(str(d / "run.json"), record)
     return d
 
 
@@ -43,10 +43,10 @@ def cli(capsys, *args):
     return rc, out.out, out.err
 
 
-def fake_tools(folder, squeue=None, sacct=None):
-    """A bin folder with fake squeue/sacct: (stdout, exit code) each, or absent."""
+def fake_tools(folder, squeue=None, sacct=None, scontrol=None):
+    """A bin folder with fake squeue/sacct/scontrol: (stdout, exit code) each, or absent."""
     folder.mkdir(exist_ok=True)
-    for name, answer in (("squeue", squeue), ("sacct", sacct)):
+    for name, answer in (("squeue", squeue), ("sacct", sacct), ("scontrol", scontrol)):
         if answer is not None:
             out, code = answer
             p = folder / name

@@ -16,7 +16,7 @@ from tfcluster.cli.main import main
 
 from helpers import ROOT
 from helpers.records import T0, good_record, make
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 
 GEN = r"""

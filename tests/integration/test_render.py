@@ -190,7 +190,7 @@ def test_tfjob_secret_variables_come_from_a_secret(tmp_path, tfjob_schema):
 # Slurm
 
 def _plan_from_script(script: str):
-    from tfcluster.backends.slurm.launcher import PLAN_ENV
+    from tfcluster.backends.slurm.batch import PLAN_ENV
     for line in script.splitlines():
         if line.startswith(f"export {PLAN_ENV}="):
             return json.loads(shlex.split(line[len("export "):])[0].split("=", 1)[1])
@@ -210,7 +210,7 @@ def test_slurm_script(tmp_path):
                  "#SBATCH --partition=gpu", "#SBATCH --time=01:00:00"):
         assert line in script.splitlines()
     assert "#   0        chief:0" in script and "#   2-4      worker:0..worker:2" in script
-    assert "del sys.path[0]" in script and "tfcluster.backends.slurm.node" in script
+    assert "del sys.path[0]" in script and "tfcluster.backends.agent.node" in script
     assert "--distribution=block" in script
     r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
     assert r.returncode == 0, r.stderr

@@ -20,7 +20,7 @@ from tfcluster.cli.main import main
 from tfcluster.runs.eventlog import EventLog
 from tfcluster.runs import report
 from tfcluster.runs.report import build_model, render_html, write_report
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 T0 = 1_764_500_000.0
 from helpers.runs import make_run  # noqa: E402 (the documented run folder)
@@ -382,7 +382,7 @@ def make_hostile_run(folder):
                          "note": h(), "argv": [h()], "env": {h(): h()},
                          "progress": {"step": 5, "total": 10, "at": T0 + 5, h(): h()}}
                         for t in tasks]}
-    write_json_private(str(d / "run.json"), record)
+    write_json(str(d / "run.json"), record)
     lines = [
         {"event": "run_started", "task": None, "run_id": h(), "file": h(), "backend": h(),
          "tasks": tasks, "chief": tasks[0]},
@@ -471,7 +471,7 @@ def make_outcomes_run(folder, result="failed"):
               "exit_code": None if result == "running" else 1, "root_cause": "worker:1 exit 3",
               "total_restarts": 1,
               "tasks": [{"task": t, "state": "running", "restarts": 0} for t in names]}
-    write_json_private(str(d / "run.json"), record)
+    write_json(str(d / "run.json"), record)
     log = EventLog(str(d))
     e = log.emit
     e("run_started", time=T0, run_id=d.name, file=record["file"], backend="local", tasks=names,

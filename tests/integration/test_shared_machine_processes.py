@@ -200,7 +200,7 @@ def plant(folder, out, *names):
 
 
 def test_no_module_planted_in_the_current_folder_runs(tmp_path, state, ports, monkeypatch):
-    from tfcluster.backends.slurm.launcher import TASK_COMMAND
+    from tfcluster.backends.slurm.batch import TASK_COMMAND
     from tfcluster.runs.control import tensorboard_argv
     out = tmp_path / "out"
     out.mkdir()
@@ -241,7 +241,7 @@ def test_the_old_helper_commands_would_have_run_them(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     plant(tmp_path, out, "tfcluster/")
-    subprocess.run([sys.executable, "-m", "tfcluster.backends.slurm.node"], cwd=tmp_path,
+    subprocess.run([sys.executable, "-m", "tfcluster.backends.agent.node"], cwd=tmp_path,
                    capture_output=True, timeout=60)
     assert os.listdir(out) == ["PWN-tfcluster"]
 

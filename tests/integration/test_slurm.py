@@ -132,7 +132,7 @@ import os, sys, time
 task = os.environ["TFCLUSTER_TASK"]
 print("hello from", task, os.environ["TF_CONFIG"], flush=True)
 from tfcluster.plan.contract import supervised
-print("supervised:", supervised(), flush=True)   # the node wrapper stops the ps for the launcher
+print("supervised:", supervised(), flush=True)   # the node agent stops the ps for the launcher
 if task == "worker:0":
     time.sleep(1)
     sys.exit(0)
@@ -337,7 +337,7 @@ time.sleep(300)
 
 def test_slurm_honours_the_watchdog(slurm_cluster, tmp_path):
     """watchdog: on Slurm as locally -- a global step that stands still fails the run, naming
-    the watchdog (the node wrapper applies the rulebook's checks)."""
+    the watchdog (the node agent applies the rulebook's checks)."""
     (tmp_path / "prog.py").write_text(STALL_PROGRAM)
     (tmp_path / "cluster.yaml").write_text(
         "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, prog.py]}\n"
@@ -421,7 +421,7 @@ def test_slurm_scancel_usr1_stops_the_chief_before_the_ps_and_keeps_its_last_che
 def test_slurm_plain_scancel_stops_the_chief_before_the_ps_and_keeps_its_last_checkpoint(slurm_cluster, tmp_path):
     """A plain ``scancel JOB`` -- what a preemption (PreemptMode CANCEL or REQUEUE) and a time
     limit without ``--signal`` do too -- sends SIGTERM to every process of the job at once. The
-    ps ignores it (its wrapper started it so) and is stopped by its wrapper once the chief has
+    ps ignores it (its agent started it so) and is stopped by its agent once the chief has
     ended: the chief saves its final checkpoint through the ps, within KillWait (5 s here)."""
     events, out, rec = _stop_a_training_job(slurm_cluster, tmp_path, [])
     chief_end = [e["time"] for e in events if e["task"] == "worker:0" and e["event"] == "task_exited"]

@@ -317,7 +317,7 @@ def test_slurm_partition_preemption_stops_trainer_in_order_and_the_requeued_job_
     """A real partition preemption of a running trainer.py cluster (ps and two workers on three
     nodes, ``slurm.partition: low``, ``slurm.requeue: true``): a ``high`` job (PriorityTier 10)
     takes the nodes. Slurm SIGTERMs the tasks at once (GraceTime 20 s); the chief and the other
-    worker end first, the chief with its final checkpoint, the ps after them (its wrapper's
+    worker end first, the chief with its final checkpoint, the ps after them (its agent's
     SIGHUP). The job is requeued, and once the high job is done the next segment restores that
     checkpoint, trains on from its global step and the run succeeds."""
     ckpt = _trainer_file(tmp_path, 2, 15000, "partition: low, requeue: true, max_segments: 3, ")
@@ -359,7 +359,7 @@ def test_slurm_time_limit_without_signal_stops_trainer_in_order(slurm3, tmp_path
     """A time limit reached without ``--signal`` (no ``slurm.time``; the limit is set on the
     running job with ``scontrol update TimeLimit=1``): Slurm ends the job itself (TIMEOUT),
     SIGTERM to every task at once and SIGKILL after KillWait. The chief (one node) stops and
-    writes its final checkpoint before its ps (another node) is stopped by its wrapper."""
+    writes its final checkpoint before its ps (another node) is stopped by its agent."""
     ckpt = _trainer_file(tmp_path, 1, 100000000, "")
     p = _popen(tmp_path / "cluster.yaml", "--run-id", "t2")
     run_dir = tmp_path / "runs" / "t2"

@@ -15,15 +15,15 @@ import psutil
 
 from helpers import ROOT, cli
 
-from tfcluster.runs.status import STATUS_EXIT
+from tfcluster.runs.result import STATUS_EXIT
 
 
 FAKE_LAUNCHER = """
 import os, sys, time, psutil
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 d = sys.argv[1]
 os.makedirs(d, exist_ok=True)
-write_json_private(os.path.join(d, "run.json"), {
+write_json(os.path.join(d, "run.json"), {
     "run_id": "r", "file": None, "launcher_pid": os.getpid(),
     "launcher_started": psutil.Process().create_time(), "started": time.time(), "ended": None,
     "result": "running", "exit_code": None, "tasks": []})
@@ -61,7 +61,7 @@ def test_a_launcher_killed_with_sigkill_is_reported_lost(tmp_path, capsys):
 
 
 def test_kill_9_of_a_real_launcher_is_lost(tmp_path, ports):
-    """The issue's case: `tfcluster launch`, then kill -9 of the launcher; status says lost."""
+    """`tfcluster launch`, then kill -9 of the launcher: status says lost."""
     port = ports(1)[0]
     listener = os.path.join(ROOT, "tests", "programs", "listener.py")
     f = tmp_path / "cluster.yaml"

@@ -9,7 +9,8 @@ import pytest
 from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
-from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.runs.slurm_job import FOLLOW_TOOLS, JobState, job_state
+from tfcluster.runs.result import STATUS_EXIT
 
 
 @pytest.mark.parametrize("squeue, sacct, state", [
@@ -22,7 +23,25 @@ from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, w
 ])
 def test_slurm_probe(tmp_path, monkeypatch, squeue, sacct, state):
     monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", squeue, sacct))
-    assert slurm_job_state("42") == state
+    assert job_state("42").word == state
+
+
+@pytest.mark.parametrize("scontrol, state, over", [
+    (("JobId=42 JobName=t JobState=RUNNING Reason=None ExitCode=0:0", 0), JobState("RUNNING", 0), False),
+    (("JobId=42 JobState=COMPLETED ExitCode=3:0", 0), JobState("COMPLETED", 3), True),
+    (("JobId=42 JobState=CANCELLED ExitCode=0:15", 0), JobState("CANCELLED", 143), True),
+    (("JobId=42 JobState=SPECIAL_EXIT ExitCode=0:0", 0), JobState("SPECIAL_EXIT", 0), True),
+    (("slurm_load_jobs error: Invalid job id specified", 1), JobState(""), True),
+    (("slurm_load_jobs error: Unable to contact slurm controller", 1), JobState(None), False),
+    (("JobId=42", 0), JobState(None), False),
+    (None, JobState(None), False),
+])
+def test_the_launcher_asks_scontrol_in_the_same_words(tmp_path, monkeypatch, scontrol, state, over):
+    """The launcher follows its job with the same query, asked of scontrol (which gives the exit
+    code too): the same words, "" for a job Slurm forgot, None when Slurm cannot be asked."""
+    monkeypatch.setenv("PATH", fake_tools(tmp_path / "bin", ("RUNNING", 0), ("RUNNING", 0), scontrol))
+    got = job_state("42", ask=FOLLOW_TOOLS, timeout=30.0)
+    assert got == state and got.over == over
 
 
 @pytest.mark.parametrize("squeue, sacct, rc, words", [

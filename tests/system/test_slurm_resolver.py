@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 
 from tfcluster.clusterfile import config
-from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.backends.slurm.batch import plan_data
+from tfcluster.backends.slurm.layout import layout
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 
@@ -16,7 +17,7 @@ def _cluster(text: str, tmp_path) -> config.Cluster:
 
 
 def _plan(c, **opts):
-    return slurm.plan_data(build_plan(c, LaunchOptions(backend="slurm", **opts)))
+    return plan_data(build_plan(c, LaunchOptions(backend="slurm", **opts)))
 
 
 def test_layout_matches_slurm_cluster_resolver(tmp_path, monkeypatch):
@@ -28,7 +29,7 @@ def test_layout_matches_slurm_cluster_resolver(tmp_path, monkeypatch):
     """, tmp_path)
     plan = _plan(c)
     nodes, per_node = ["n1", "n2", "n3"], [3, 3, 2]
-    ours = slurm.layout(plan, nodes, per_node)
+    ours = layout(plan, nodes, per_node)
     assert [(j, i) for j, i, _, _ in ours][:4] == [("chief", 0), ("evaluator", 0), ("ps", 0), ("ps", 1)]
     from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import SlurmClusterResolver
     for rank in range(8):

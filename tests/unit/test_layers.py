@@ -27,7 +27,7 @@ FLOORS = [
     ["core", "runtime"],
     # 4: what a run leaves behind, and the commands that read it
     ["runs"],
-    # 5: backends: processes on hosts (I/O only)
+    # 5: backends: processes on hosts (I/O only); backends.agent, the node agent, is one of them
     ["backends"],
     # 6: the launcher's driver over a backend
     ["drivers"],
@@ -141,3 +141,15 @@ def test_the_checker_sees_function_level_imports_and_circles():
     assert "cli.main" not in GRAPH["cli.hello"]        # hello once imported cli (a circle)
     assert "plan.runplan" in GRAPH["cli.hello"]        # a function-level import is seen
     assert "backends.base" in GRAPH["drivers.supervisor"]
+
+
+def test_the_node_agent_shares_pieces_with_the_launcher_not_the_launcher_itself():
+    """The node agent runs on every node: it imports the Slurm pieces it shares with the launcher
+    (their own modules), never the launcher's side (launcher, follower); the launcher reads the
+    agents' folder channel."""
+    launcher_side = {"backends.slurm.launcher", "backends.slurm.follower"}
+    agent = [m for m in GRAPH if m.startswith("backends.agent")]
+    assert "backends.agent.node" in agent and "backends.agent.folder" in agent
+    for m in agent:
+        assert not GRAPH[m] & launcher_side, m
+    assert "backends.agent.folder" in GRAPH["backends.slurm.launcher"]

@@ -12,7 +12,9 @@ import pytest
 from tfcluster.cli import main as cli
 from tfcluster.clusterfile import config, secrets
 from tfcluster.k8s import render
-from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.backends.slurm.batch import PLAN_ENV, plan_data
+from tfcluster.backends.slurm.held_secrets import fill_secrets, hold_back_secrets
+from tfcluster.backends.slurm.launcher import launch
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 from tfcluster.plan.progress import parse_progress
 
@@ -84,7 +86,7 @@ def _cluster(tmp_path, text=ARGV_FILE):
 
 
 def _plan_from_script(script):
-    line = next(l for l in script.splitlines() if l.startswith(f"export {slurm.PLAN_ENV}="))
+    line = next(l for l in script.splitlines() if l.startswith(f"export {PLAN_ENV}="))
     return json.loads(shlex.split(line.split("=", 1)[1])[0])
 
 
@@ -97,15 +99,15 @@ def test_render_slurm_masks_secret_arguments_and_the_job_gets_them_back(tmp_path
                                               "****", "DB_TOKEN=****", "--lr=0.1"]
     assert "TFCLUSTER_SECRET__worker__ARGV2" in script
     # the submitting environment carries the real words; the node wrapper puts them back
-    carried = slurm.hold_back_secrets(slurm.plan_data(build_plan(
+    carried = hold_back_secrets(plan_data(build_plan(
         _cluster(tmp_path), LaunchOptions(backend="slurm", run_id="s1", logdir=str(tmp_path)))))
-    assert slurm.fill_secrets(data, carried) == []
+    assert fill_secrets(data, carried) == []
     assert data["jobs"]["worker"]["argv"][2:6] == ["--api-key=abcdef123456", "--password",
                                                    "hunter2hunter2", "DB_TOKEN=tok_zzzz9999"]
     assert "held_argv" not in data["jobs"]["worker"]
     # without them, the wrapper names what is missing
     data = _plan_from_script(script)
-    missing = slurm.fill_secrets(data, {})
+    missing = fill_secrets(data, {})
     assert "TFCLUSTER_SECRET__ps__ARGV4" in missing
 
 
@@ -115,7 +117,7 @@ def test_launch_slurm_dry_run_masks_secret_arguments(tmp_path, monkeypatch):
                                                         logdir=str(tmp_path / "logs")))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert slurm.launch(plan, dry_run=True) == 0
+        assert launch(plan, dry_run=True) == 0
     for v in HIDDEN:
         assert v not in buf.getvalue()
     assert "umask 077" in buf.getvalue() and "export SLURM_UMASK=0077" in buf.getvalue()

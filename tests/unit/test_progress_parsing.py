@@ -123,10 +123,10 @@ def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_another_ray_acto
     Ray actor (which Ray retitles ``ray::<its class name>``) are known by their command lines
     (as they run them); another Ray actor, holding no run folder, is not taken for a supervisor."""
     from tfcluster.backends import ssh
-    from tfcluster.backends.slurm import launcher as slurm
+    from tfcluster.backends.slurm.batch import TASK_COMMAND
     me = os.getpid()
     for argv in (["python3", "-I", "-c", ssh._BOOT],
-                 ["/usr/bin/python3", "-c", slurm.TASK_COMMAND],
+                 ["/usr/bin/python3", "-c", TASK_COMMAND],
                  ["/venv/bin/python3", "/venv/bin/tfcluster", "launch", "cluster.yaml"]):
         monkeypatch.setattr(contract, "_cmdline", lambda pid, a=argv: [w.encode() for w in a])
         assert contract._is_supervisor(me, {}), argv[:2]

@@ -18,7 +18,7 @@ import pytest
 from tfcluster.cli.main import main
 
 from helpers.records import good_events, good_record, make, write_events  # noqa: F401
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 1_764_500_000.0
@@ -376,7 +376,7 @@ def test_every_run_json_key_with_every_hostile_value(tmp_path, capsys):
             for k in path[:-1]:
                 parent = parent[k]
             parent[path[-1]] = value
-            write_json_private(os.path.join(d, "run.json"), record)
+            write_json(os.path.join(d, "run.json"), record)
             for argv in (["status", d], ["status", "--json", d], ["runs", str(tmp_path)],
                          ["report", d, "-o", out]):
                 args = parser.parse_args(argv)

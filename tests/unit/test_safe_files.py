@@ -9,7 +9,7 @@ import pytest
 from tfcluster import safe_files
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import EventLog
-from tfcluster.runs.status import write_json_private
+from tfcluster.safe_files import write_json
 
 
 from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
@@ -38,7 +38,7 @@ def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
     folder = safe_files.make_run_folder(str(logdir), "r1")
     events = EventLog(str(run))
     events.emit("run_started", run_id="r1")
-    write_json_private(str(run / "run.json"), {"result": "running"})
+    write_json(str(run / "run.json"), {"result": "running"})
     with safe_files.open_log(str(run / "worker-0.log")) as log:
         log.write(b"first attempt\n")
 
@@ -52,7 +52,7 @@ def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
         log.write(b"second attempt\n")
     with folder.open_log("worker-1.log") as log:
         log.write(b"another task\n")
-    write_json_private(str(run / "run.json"), {"result": "succeeded"})
+    write_json(str(run / "run.json"), {"result": "succeeded"})
     events.emit("run_ended", result="succeeded", exit_code=0)
     events.close()
     assert events.error is None
@@ -70,7 +70,7 @@ def test_the_review_symlink_swap_redirects_no_write(logdir, victim):
     with pytest.raises(OSError):
         safe_files.open_log(str(run / "worker-0.log"))
     with pytest.raises(OSError):
-        write_json_private(str(run / "run.json"), {"result": "x"})
+        write_json(str(run / "run.json"), {"result": "x"})
     _untouched(victim)
 
 

@@ -402,12 +402,12 @@ def test_a_run_folder_without_run_json_is_lost_and_reportable(tmp_path, capsys):
 
 # ------------------------------------------------------------------ the Slurm node's files
 def test_the_slurm_node_files_go_through_safe_files(tmp_path):
-    from tfcluster.backends.slurm.mailbox import RunFolder
+    from tfcluster.backends.agent.folder import FolderChannel
     d = tmp_path / "run"
     d.mkdir(mode=0o700)
     victim = tmp_path / "victim"
     victim.write_text("theirs\n")
-    folder = RunFolder(str(d))
+    folder = FolderChannel(str(d))
     os.symlink(victim, d / "worker-0.exit.json")          # a planted link at an exit record
     os.mkfifo(d / "worker-1.exit.json")                     # a FIFO: never waited on
     os.mkfifo(d / ".kill-worker-1")

@@ -1,4 +1,4 @@
-"""The Slurm node driver (tfcluster.backends.slurm.node.Task) built without Slurm: Slurm's
+"""The node agent on Slurm (tfcluster.backends.agent.node.NodeAgent) built without Slurm: Slurm's
 environment, the clock, the program, signals and the step's scancel come in as fakes, and the
 run folder is a real folder shared by the nodes of a test. Tables of what happens on a node --
 exits, signals, peer reports, restart claims, requeue segments -- and what the driver does.
@@ -11,13 +11,14 @@ import os
 import signal
 import textwrap
 
-import pytest
-
 from tfcluster.clusterfile import config
 from tfcluster.core import machine as mc, rules
-from tfcluster.backends.slurm import launcher as slurm
-from tfcluster.backends.slurm.mailbox import RunFolder
-from tfcluster.backends.slurm.node import Signals, Task
+from tfcluster.backends.slurm.batch import plan_data
+from tfcluster.backends.slurm.launcher import _Record
+from tfcluster.backends.slurm.layout import rank_table
+from tfcluster.backends.slurm.nodes import _expand_hostlist_py
+from tfcluster.backends.agent.folder import FolderChannel
+from tfcluster.backends.agent.node import NodeAgent, Signals
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 TERM, KILL, HUP = signal.SIGTERM, signal.SIGKILL, signal.SIGHUP
@@ -42,7 +43,7 @@ class Proc:
 
 
 class Node:
-    """One Slurm task's wrapper with its fakes."""
+    """One Slurm task's node agent with its fakes."""
 
     def __init__(self, tmp_path, rank, cluster="{ps: 1, worker: 1}", restart="", segment=0,
                  output=b"", extra="", ignores_term=True):
@@ -56,8 +57,8 @@ class Node:
         path.write_text(text)
         plan = build_plan(config.load(str(path)), LaunchOptions(backend="slurm", run_id="r1",
                                                                        stop_timeout=3.0))
-        data = slurm.plan_data(plan)
-        n = len(slurm.rank_table(data))
+        data = plan_data(plan)
+        n = len(rank_table(data))
         env = {"SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": f"n[1-{n}]",
                "SLURM_STEP_TASKS_PER_NODE": f"1(x{n})", "SLURM_JOB_ID": "77",
                "SLURM_STEP_ID": "0", "SLURMD_NODENAME": f"n{rank + 1}", "SLURM_LOCALID": "0",
@@ -66,27 +67,27 @@ class Node:
         self.out, self.killed, self.spawned, self.step_signalled = io.BytesIO(), [], [], []
         self.output = output
         self.procs = []
-        self.task = Task(json.loads(json.dumps(data)), env, clock=self.clock, out=self.out,
+        self.agent = NodeAgent(json.loads(json.dumps(data)), env, clock=self.clock, out=self.out,
                          signals=self.signals, spawn=self._spawn, kill=self._kill,
-                         probe=lambda host, port: False, hostlist=slurm._expand_hostlist_py,
+                         probe=lambda host, port: False, hostlist=_expand_hostlist_py,
                          oom=type("NoOom", (), {"words": staticmethod(lambda rc: "")})(),
                          signal_step=self.step_signalled.append,
                          ignored=lambda pid, sig: ignores_term and sig == TERM)
         self.actions = []
-        handle = self.task.machine.handle
+        handle = self.agent.machine.handle
 
         def recorded(*events):   # every action the machine answers, for the replay test
             got = handle(*events)
             self.actions += got
             return got
-        self.task.machine.handle = recorded
-        began = self.task.machine.begin
+        self.agent.machine.handle = recorded
+        began = self.agent.machine.begin
 
         def recorded_begin(now):
             got = began(now)
             self.actions += got
             return got
-        self.task.machine.begin = recorded_begin
+        self.agent.machine.begin = recorded_begin
 
     def _spawn(self, argv, **kw):
         p = Proc(4000 + len(self.procs), self.output)
@@ -102,19 +103,19 @@ class Node:
         return self.procs[-1]
 
     def start(self):
-        self.task.begin()
-        self.task.reader.join(5)
+        self.agent.begin()
+        self.agent.reader.join(5)
 
     def turn(self, dt=0.6):
         self.clock.t += dt
-        self.task.turn()
+        self.agent.turn()
 
     def exits(self, rc, dt=0.6):
         self.proc.rc = rc
         self.turn(dt)
 
     def record(self):
-        return RunFolder(self.task.run_dir).exits()[self.task.name]
+        return FolderChannel(self.agent.run_dir).exits()[self.agent.name]
 
     def said(self):
         return self.out.getvalue().decode()
@@ -122,13 +123,13 @@ class Node:
 
 def test_the_chief_exits_0_the_run_succeeds_and_the_step_hears_it(tmp_path):
     n = Node(tmp_path, rank=1)          # worker:0 (the chief); ps:0 runs on the other node
-    assert n.task.name == "worker:0" and n.task.host == "n2"
+    assert n.agent.name == "worker:0" and n.agent.host == "n2"
     n.start()
     assert n.spawned[0]["ignore"] == ()               # a worker obeys Slurm's SIGTERM
     n.exits(0)
-    assert n.task.machine.finished and n.task.machine.exit_code_of("worker:0") == 0
+    assert n.agent.machine.finished and n.agent.machine.exit_code_of("worker:0") == 0
     assert n.step_signalled == ["77.0"]               # the other tasks: the run is over
-    assert RunFolder(n.task.run_dir).over()
+    assert FolderChannel(n.agent.run_dir).over()
     rec = n.record()
     assert (rec["state"], rec["ok"], rec["failed"], rec["final"]) == ("succeeded", True, False, True)
     assert rec["exit"] == "exit 0" and rec["decision"] == "worker:0 exited 0"
@@ -138,7 +139,7 @@ def test_a_failing_chief_exits_with_its_own_code_and_its_record_names_the_failur
     n = Node(tmp_path, rank=1)
     n.start()
     n.exits(3)
-    m = n.task.machine
+    m = n.agent.machine
     assert m.result == mc.RunState.FAILED and m.exit_code_of("worker:0") == 3
     rec = n.record()
     assert rec["failed"] and rec["exit_code"] == 3 and rec["exit"] == "exit 3"
@@ -149,26 +150,26 @@ def test_a_task_killed_by_a_signal_exits_128_plus_n(tmp_path):
     n = Node(tmp_path, rank=1)
     n.start()
     n.exits(-9)
-    assert n.task.machine.exit_code_of("worker:0") == 137
+    assert n.agent.machine.exit_code_of("worker:0") == 137
     assert n.record()["exit"] == "SIGKILL"
 
 
 def test_slurm_sigterm_stops_the_ps_after_the_chief_has_ended_and_with_sighup(tmp_path):
     """A plain scancel, a preemption or a time limit: SIGTERM to every process of the step.
-    The ps ignores it (started so) and its wrapper stops it once the chief's wrapper has
+    The ps ignores it (started so) and its agent stops it once the chief's agent has
     recorded its end."""
     ps = Node(tmp_path, rank=0)
-    assert ps.task.name == "ps:0"
+    assert ps.agent.name == "ps:0"
     ps.start()
     assert ps.spawned[0]["ignore"] == (TERM,)
     ps.signals.cancelled.append(TERM)
     ps.turn()
-    m = ps.task.machine
+    m = ps.agent.machine
     assert m.result == mc.RunState.INTERRUPTED and ps.killed == []   # waits for worker:0
     assert "waiting up to 10s for worker:0 to stop before the ps" in ps.said()
     ps.turn()
     assert ps.killed == []
-    RunFolder(ps.task.run_dir).write_exit("worker:0", {"task": "worker:0", "ok": False,
+    FolderChannel(ps.agent.run_dir).write_exit("worker:0", {"task": "worker:0", "ok": False,
                                                        "state": "stopped", "segment": 0})
     ps.turn()
     assert ps.killed == [(ps.proc.pid, HUP)]           # not SIGTERM: the ps ignores that
@@ -179,11 +180,11 @@ def test_slurm_sigterm_stops_the_ps_after_the_chief_has_ended_and_with_sighup(tm
 
 def test_a_ps_that_handles_sigterm_itself_is_stopped_with_sigterm(tmp_path):
     """A ps program that installed a SIGTERM handler of its own (to end gracefully) no longer
-    ignores it: its wrapper's ordered stop is the SIGTERM it expects."""
+    ignores it: its agent's ordered stop is the SIGTERM it expects."""
     ps = Node(tmp_path, rank=0, ignores_term=False)
     ps.start()
     ps.signals.over.set()                         # the run is over: the chief exited 0
-    RunFolder(ps.task.run_dir).write_exit("worker:0", {"task": "worker:0", "ok": True,
+    FolderChannel(ps.agent.run_dir).write_exit("worker:0", {"task": "worker:0", "ok": True,
                                                        "state": "succeeded", "segment": 0})
     ps.turn()
     assert ps.killed == [(ps.proc.pid, TERM)]
@@ -217,17 +218,17 @@ def test_the_run_over_elsewhere_ends_this_node_with_0_and_tells_no_one(tmp_path)
     w1.start()
     w1.signals.over.set()                                        # SIGURG
     w1.turn()
-    assert w1.task.machine.decided and not w1.task.machine.decided_here
+    assert w1.agent.machine.decided and not w1.agent.machine.decided_here
     assert "giving worker:1 2s to finish" in w1.said() and w1.step_signalled == []
     w1.exits(0)
-    assert w1.task.machine.exit_code_of("worker:1") == 0
+    assert w1.agent.machine.exit_code_of("worker:1") == 0
     assert w1.record()["decision"] is None
 
 
 def test_a_kill_request_from_another_node_kills_the_task(tmp_path):
     n = Node(tmp_path, rank=1)
     n.start()
-    assert RunFolder(n.task.run_dir, 0).request_kill("worker:0", "watchdog: ps:0 waited") is None
+    assert FolderChannel(n.agent.run_dir, 0).request_kill("worker:0", "watchdog: ps:0 waited") is None
     n.turn()
     assert n.killed == [(n.proc.pid, KILL)]
     n.exits(-9)
@@ -240,12 +241,12 @@ def test_restart_claims_share_the_runs_budget_and_a_refused_claim_fails_the_task
     n = Node(tmp_path, rank=1, restart=restart)
     n.start()
     n.exits(1)
-    m = n.task.machine
+    m = n.agent.machine
     assert m.tasks["worker:0"].state == mc.TaskState.RESTARTING
-    assert RunFolder(n.task.run_dir).restarts_claimed() == 1
+    assert FolderChannel(n.agent.run_dir).restarts_claimed() == 1
     n.turn(1.1)
     assert len(n.procs) == 2 and m.tasks["worker:0"].restarts == 1
-    n.task.reader.join(5)
+    n.agent.reader.join(5)
     n.exits(1)                                   # the run's one restart is spent
     assert m.result == mc.RunState.FAILED and m.tasks["worker:0"].state == mc.TaskState.FAILED
     assert "restart budget is spent" in n.record()["note"]
@@ -253,17 +254,17 @@ def test_restart_claims_share_the_runs_budget_and_a_refused_claim_fails_the_task
 
 def test_a_requeued_segment_counts_as_a_restart_and_reads_only_its_own_records(tmp_path):
     ps = Node(tmp_path, rank=0, segment=1)
-    assert ps.task.env(0)["TFCLUSTER_RESTART_COUNT"] == "1"
-    RunFolder(ps.task.run_dir, 0).write_exit("worker:0", {"task": "worker:0", "ok": True,
+    assert ps.agent.env(0)["TFCLUSTER_RESTART_COUNT"] == "1"
+    FolderChannel(ps.agent.run_dir, 0).write_exit("worker:0", {"task": "worker:0", "ok": True,
                                                           "segment": 0})
     ps.start()
     ps.turn()
-    assert "worker:0" not in ps.task.machine.peer_ok     # the last segment's end is not news
-    RunFolder(ps.task.run_dir, 1).write_exit("worker:0", {"task": "worker:0", "ok": True,
+    assert "worker:0" not in ps.agent.machine.peer_ok     # the last segment's end is not news
+    FolderChannel(ps.agent.run_dir, 1).write_exit("worker:0", {"task": "worker:0", "ok": True,
                                                           "segment": 1})
     ps.turn()
-    assert ps.task.machine.peer_ok == {"worker:0": True}
-    assert ps.task.machine.decided                        # the chief (elsewhere) exited 0
+    assert ps.agent.machine.peer_ok == {"worker:0": True}
+    assert ps.agent.machine.decided                        # the chief (elsewhere) exited 0
     ps.exits(-HUP)
     assert ps.record()["segment"] == 1
 
@@ -274,8 +275,8 @@ def test_output_lines_reach_the_machine_as_the_local_launcher_reads_them(tmp_pat
     n = Node(tmp_path, rank=1, output=out)
     n.start()
     n.turn()
-    assert n.task.machine.tasks["worker:0"].step == 5
-    assert n.task.machine.tasks["worker:0"].port_conflict
+    assert n.agent.machine.tasks["worker:0"].step == 5
+    assert n.agent.machine.tasks["worker:0"].port_conflict
 
 
 def test_a_slurm_run_replays_from_its_events_to_the_same_decisions(tmp_path):
@@ -287,20 +288,20 @@ def test_a_slurm_run_replays_from_its_events_to_the_same_decisions(tmp_path):
     n.turn()
     n.exits(1)
     n.turn(1.1)
-    n.task.reader.join(5)
+    n.agent.reader.join(5)
     n.turn(0.2)
     n.signals.cancelled.append(TERM)
     n.turn()
     n.exits(-TERM)
-    assert n.task.machine.finished
-    path = os.path.join(n.task.run_dir, "worker-0.events.jsonl")
+    assert n.agent.machine.finished
+    path = os.path.join(n.agent.run_dir, "worker-0.events.jsonl")
     rows = [json.loads(line) for line in open(path)]
     began = next(r["now"] for r in rows if r["event"] == "input" and r["input"] == "begin")
     inputs = [mc.input_from_fields(r) for r in rows if r["event"] == "input" and r["input"] != "begin"]
     assert any(isinstance(e, mc.Exited) for e in inputs) and any(isinstance(e, mc.Tick) for e in inputs)
-    fresh = mc.RunMachine.from_plan(n.task.plan, ["worker:0"], shared=True)
-    fresh.where = dict(n.task.where)
-    fresh.tasks["worker:0"].port = n.task.port
+    fresh = mc.RunMachine.from_plan(n.agent.plan, ["worker:0"], shared=True)
+    fresh.where = dict(n.agent.where)
+    fresh.tasks["worker:0"].port = n.agent.port
     assert mc.replay(fresh, began, inputs) == n.actions
     assert fresh.result == mc.RunState.INTERRUPTED and fresh.exit_code == 143
 
@@ -316,9 +317,9 @@ def test_the_slurm_record_rows_say_what_the_local_record_says(tmp_path):
     ps.turn()
     ps.turn()
     ps.exits(-HUP)
-    record = slurm._Record(chief.task.plan)
+    record = _Record(chief.agent.plan)
     record.close(3, "77")
-    rec = json.loads(open(os.path.join(chief.task.run_dir, "run.json")).read())
+    rec = json.loads(open(os.path.join(chief.agent.run_dir, "run.json")).read())
     rows = {t["task"]: t for t in rec["tasks"]}
     assert rec["result"] == "failed" and rec["exit_code"] == 3
     assert rec["decision"] == "worker:0 failed (exit 3)"

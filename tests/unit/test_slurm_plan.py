@@ -11,18 +11,22 @@ import textwrap
 import pytest
 
 from tfcluster.clusterfile import config
-from tfcluster.backends.slurm import launcher as slurm
+from tfcluster.backends.slurm.batch import PLAN_ENV, dry_run_text, plan_data
+from tfcluster.backends.slurm.held_secrets import fill_secrets
+from tfcluster.backends.slurm.launcher import launch
+from tfcluster.backends.slurm.layout import layout
+from tfcluster.backends.slurm.nodes import _expand_hostlist_py, expand_tasks_per_node
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 
 def test_expand_hostlist_and_tasks_per_node():
-    assert slurm._expand_hostlist_py("n[1-2],m5,o[3-4,6,7-9]") == \
+    assert _expand_hostlist_py("n[1-2],m5,o[3-4,6,7-9]") == \
         ["n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"]
-    assert slurm._expand_hostlist_py("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
-    assert slurm._expand_hostlist_py("localhost") == ["localhost"]
-    assert slurm.expand_tasks_per_node("3(x2),2,1") == [3, 3, 2, 1]
+    assert _expand_hostlist_py("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
+    assert _expand_hostlist_py("localhost") == ["localhost"]
+    assert expand_tasks_per_node("3(x2),2,1") == [3, 3, 2, 1]
     with pytest.raises(ValueError):
-        slurm.expand_tasks_per_node("two")
+        expand_tasks_per_node("two")
 
 
 def _cluster(text: str, tmp_path) -> config.Cluster:
@@ -34,7 +38,7 @@ def _cluster(text: str, tmp_path) -> config.Cluster:
 def test_layout_rejects_wrong_task_count(tmp_path):
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
     with pytest.raises(ValueError, match="3 TensorFlow tasks"):
-        slurm.layout(_plan(c), ["n1"], [2])
+        layout(_plan(c), ["n1"], [2])
 
 
 def test_plan_needs_a_program(tmp_path):
@@ -46,7 +50,7 @@ def test_plan_needs_a_program(tmp_path):
 
 
 def _plan(c, **opts):
-    return slurm.plan_data(build_plan(c, LaunchOptions(backend="slurm", **opts)))
+    return plan_data(build_plan(c, LaunchOptions(backend="slurm", **opts)))
 
 
 def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
@@ -54,7 +58,7 @@ def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path)
     plan = build_plan(c, LaunchOptions(backend="slurm", command=("python", "other.py", "--x=1"),
                                        task_flags=True, logdir=str(tmp_path / "logs"), run_id="d1"))
-    assert slurm.launch(plan, dry_run=True) == 0
+    assert launch(plan, dry_run=True) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --ntasks=3" in out and f"#SBATCH --output={tmp_path}/logs/d1/slurm-%j.out" in out
     assert '"argv":["{python}","other.py","--x=1"]' in out and '"task_flags":true' in out
@@ -64,7 +68,7 @@ def test_slurm_dry_run_prints_the_batch_script(tmp_path, capsys, monkeypatch):
 def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
     """render slurm and launch --backend slurm (dry run): a secret value (by name or declared in
     secrets:) is null in the script's plan, the header names the variable that carries it, and
-    the node wrapper puts it back from the environment sbatch passes on."""
+    the node agent puts it back from the environment sbatch passes on."""
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     c = _cluster("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py], "
                  "env: {API_TOKEN: hunter2hunter2, BUCKET: gs://private, LEVEL: '3'}}\n"
@@ -77,19 +81,19 @@ def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
     assert data["jobs"]["worker"]["env"] == {"API_TOKEN": None, "BUCKET": None, "LEVEL": "3"}
     env = {"TFCLUSTER_SECRET__worker__API_TOKEN": "hunter2hunter2", "TFCLUSTER_SECRET__worker__BUCKET": "gs://private",
            "TFCLUSTER_SECRET__ps__API_TOKEN": "hunter2hunter2", "TFCLUSTER_SECRET__ps__BUCKET": "gs://private"}
-    assert slurm.fill_secrets(data, env) == []
+    assert fill_secrets(data, env) == []
     assert data["jobs"]["worker"]["env"]["API_TOKEN"] == "hunter2hunter2"
     plan = build_plan(c, LaunchOptions(backend="slurm", run_id="s1", logdir=str(tmp_path / "logs")))
     import io
     import contextlib
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert slurm.launch(plan, dry_run=True) == 0
+        assert launch(plan, dry_run=True) == 0
     assert "hunter2hunter2" not in buf.getvalue() and "gs://private" not in buf.getvalue()
 
 
 def _plan_from_script(script: str):
-    line = next(l for l in script.splitlines() if l.startswith(f"export {slurm.PLAN_ENV}="))
+    line = next(l for l in script.splitlines() if l.startswith(f"export {PLAN_ENV}="))
     return json.loads(shlex.split(line.split("=", 1)[1])[0])
 
 
@@ -103,7 +107,7 @@ def test_a_preempted_job_that_asked_for_requeue_requeues_itself_after_its_ordere
     def script(slurm_section):
         c = _cluster(text + slurm_section, tmp_path)
         plan = build_plan(c, LaunchOptions(backend="slurm", logdir=str(tmp_path / "logs"), run_id="p1"))
-        return slurm.dry_run_text(plan)
+        return dry_run_text(plan)
 
     s = script("slurm: {requeue: true, max_segments: 3}\n")
     line = next(l for l in s.splitlines() if "PreemptTime=[0-9]" in l)

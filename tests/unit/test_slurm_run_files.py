@@ -11,8 +11,10 @@ import tracemalloc
 
 import pytest
 
-from tfcluster.backends.slurm import launcher as slurm
-from tfcluster.backends.slurm.mailbox import RunFolder
+from tfcluster.backends.slurm import follower
+from tfcluster.backends.slurm.batch import plan_data, write_batch_script
+from tfcluster.backends.slurm.follower import LOG_TAIL_WINDOW, Follower, log_tail, _read_exit_file, _Tail
+from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 from tfcluster.clusterfile import config
@@ -26,7 +28,7 @@ logdir, victim = attack.logdir, attack.victim     # the fixtures, shared with te
 @pytest.fixture
 def said(monkeypatch):
     lines = []
-    monkeypatch.setattr(slurm, "_info", lambda line, *a, **k: lines.append(line))
+    monkeypatch.setattr(follower, "info", lambda line, *a, **k: lines.append(line))
     return lines
 
 
@@ -42,7 +44,7 @@ def _follower(tmp_path, run_dir):
     p.write_text(textwrap.dedent("cluster: {ps: 1, worker: 1}\nprogram: {command: [python, t.py]}\n"))
     plan = build_plan(config.load(str(p)), LaunchOptions(backend="slurm", logdir=str(run_dir.parent),
                                                          run_id=run_dir.name))
-    return slurm._Follower(slurm.plan_data(plan), str(run_dir), quiet=True)
+    return Follower(plan_data(plan), str(run_dir), quiet=True)
 
 
 # ---- job.sbatch
@@ -61,12 +63,12 @@ def test_a_link_planted_at_job_sbatch_is_refused_and_not_written_through(tmp_pat
 def test_a_file_planted_at_job_sbatch_is_refused_not_truncated(run_dir):
     (run_dir / "job.sbatch").write_text("#!/bin/sh\necho planted\n")
     with pytest.raises(UserError, match="exists already"):
-        slurm.write_batch_script(str(run_dir / "job.sbatch"), "#!/bin/bash\n")
+        write_batch_script(str(run_dir / "job.sbatch"), "#!/bin/bash\n")
     assert (run_dir / "job.sbatch").read_text() == "#!/bin/sh\necho planted\n"
 
 
 def test_the_batch_script_is_a_new_private_file(run_dir):
-    slurm.write_batch_script(str(run_dir / "job.sbatch"), "#!/bin/bash\nexit 0\n")
+    write_batch_script(str(run_dir / "job.sbatch"), "#!/bin/bash\nexit 0\n")
     assert (run_dir / "job.sbatch").read_text() == "#!/bin/bash\nexit 0\n"
     assert _mode(run_dir / "job.sbatch") == 0o600
 
@@ -74,7 +76,7 @@ def test_the_batch_script_is_a_new_private_file(run_dir):
 # ---- slurm-JOB.out
 def test_the_job_output_is_followed_in_lines(run_dir, said):
     out = run_dir / "slurm-7.out"
-    tail = slurm._Tail(str(out))
+    tail = _Tail(str(out))
     assert list(tail.read()) == []                       # not made yet
     out.write_bytes(b"[worker:0] one\n[worker:0] tw")
     assert list(tail.read()) == ["[worker:0] one"]
@@ -87,7 +89,7 @@ def test_the_job_output_is_followed_in_lines(run_dir, said):
 
 def test_a_link_planted_at_the_job_output_is_not_read(run_dir, victim, said):
     os.symlink(victim / "bashrc", run_dir / "slurm-7.out")
-    tail = slurm._Tail(str(run_dir / "slurm-7.out"))
+    tail = _Tail(str(run_dir / "slurm-7.out"))
     assert list(tail.read()) == [] and list(tail.read(final=True)) == []
     assert len(said) == 1 and "symbolic link; not followed" in said[0], said   # said once
     _untouched(victim)
@@ -95,14 +97,14 @@ def test_a_link_planted_at_the_job_output_is_not_read(run_dir, victim, said):
 
 def test_a_fifo_planted_at_the_job_output_does_not_block(run_dir, said):
     os.mkfifo(run_dir / "slurm-7.out")
-    assert list(slurm._Tail(str(run_dir / "slurm-7.out")).read(final=True)) == []
+    assert list(_Tail(str(run_dir / "slurm-7.out")).read(final=True)) == []
     assert "FIFO" in said[0]
 
 
 def test_a_line_without_end_in_the_job_output_comes_in_window_pieces(run_dir):
     out = run_dir / "slurm-7.out"
     out.write_bytes(b"x" * 10_000 + b"\nshort\n")
-    tail = slurm._Tail(str(out), window=1024)
+    tail = _Tail(str(out), window=1024)
     got = list(tail.read())
     assert max(len(line) for line in got) <= 1024 + 1024      # rest + one window, at most
     assert "".join(got[:-1]) == "x" * 10_000 and got[-1] == "short"
@@ -110,18 +112,18 @@ def test_a_line_without_end_in_the_job_output_comes_in_window_pieces(run_dir):
 
 # ---- exit_code
 def test_the_exit_code_file_is_read_as_a_plain_small_file(run_dir, victim):
-    assert slurm._read_exit_file(str(run_dir)) is None
+    assert _read_exit_file(str(run_dir)) is None
     (run_dir / "exit_code").write_text("3\n")
-    assert slurm._read_exit_file(str(run_dir)) == 3
+    assert _read_exit_file(str(run_dir)) == 3
     (run_dir / "exit_code").write_text("0" * 100 + "1\n")       # over the limit: not read
-    assert slurm._read_exit_file(str(run_dir)) is None
+    assert _read_exit_file(str(run_dir)) is None
     os.unlink(run_dir / "exit_code")
     (victim / "code").write_text("0\n")
     os.symlink(victim / "code", run_dir / "exit_code")          # a link: Slurm's code is used
-    assert slurm._read_exit_file(str(run_dir)) is None
+    assert _read_exit_file(str(run_dir)) is None
     os.unlink(run_dir / "exit_code")
     os.mkfifo(run_dir / "exit_code")                            # a FIFO: no wait
-    assert slurm._read_exit_file(str(run_dir)) is None
+    assert _read_exit_file(str(run_dir)) is None
 
 
 # ---- the failed task's log
@@ -135,26 +137,26 @@ def test_a_huge_task_log_is_read_in_a_bounded_window(run_dir):
         f.write(b"".join(b"line %d\n" % i for i in range(20)))
     tracemalloc.start()
     try:
-        lines = slurm.log_tail(str(log), 10)
+        lines = log_tail(str(log), 10)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert lines == [f"line {i}" for i in range(10, 20)]
-    assert peak < 4 * slurm.LOG_TAIL_WINDOW, peak
+    assert peak < 4 * LOG_TAIL_WINDOW, peak
 
 
 def test_the_cut_first_line_of_the_window_is_left_out(run_dir):
     log = run_dir / "worker-0.log"
     log.write_bytes(b"a" * 100 + b"\nend one\nend two\n")
-    assert slurm.log_tail(str(log), 10, window=30) == ["end one", "end two"]
+    assert log_tail(str(log), 10, window=30) == ["end one", "end two"]
     log.write_bytes(b"b" * 100)                       # one line longer than the window: its end
-    assert slurm.log_tail(str(log), 10, window=30) == ["b" * 30]
-    assert slurm.log_tail(str(run_dir / "none.log")) == []
+    assert log_tail(str(log), 10, window=30) == ["b" * 30]
+    assert log_tail(str(run_dir / "none.log")) == []
 
 
 def test_the_failure_summary_does_not_read_a_planted_link(tmp_path, run_dir, victim, said):
     os.symlink(victim / "bashrc", run_dir / "worker-0.log")
-    RunFolder(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
+    FolderChannel(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
                                                     "reason": "exited with code 1", "host": "n1"})
     assert _follower(tmp_path, run_dir)._result(1, "srun exited with 1") != 0
     assert any("first failure: worker:0" in line for line in said), said
@@ -165,7 +167,7 @@ def test_the_failure_summary_does_not_read_a_planted_link(tmp_path, run_dir, vic
 
 def test_the_failure_summary_shows_the_end_of_the_log_as_printable_text(tmp_path, run_dir, said):
     (run_dir / "worker-0.log").write_bytes(b"early\n" * 50 + b"Boom\x1b[2J here\n")
-    RunFolder(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
+    FolderChannel(str(run_dir)).write_exit("worker:0", {"task": "worker:0", "failed": True,
                                                     "reason": "exited with code 1", "host": "n1"})
     _follower(tmp_path, run_dir)._result(1, "srun exited with 1")
     shown = [line for line in said if line.startswith("  | ")]

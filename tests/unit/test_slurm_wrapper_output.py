@@ -1,7 +1,7 @@
-"""The Slurm node wrapper reads a task's output with the local launcher's own reader
-(tfcluster.core.task_output): progress reports anywhere in a line, Keras bars and TF1 hook lines as signs
-of life, long lines in pieces, a redraw read before its line ends, one source of steps per task
-(issue 19: the same progress and liveness on every backend). No Slurm, no processes."""
+"""The node agent on Slurm reads a task's output with the local launcher's own reader
+(tfcluster.core.task_output): progress reports anywhere in a line, Keras bars and TF1 hook
+lines as signs of life, long lines in pieces, a redraw read before its line ends, one source of
+steps per task (the same progress and liveness on every backend). No Slurm, no processes."""
 from __future__ import annotations
 
 import io
@@ -14,19 +14,19 @@ import types
 import pytest
 
 from tfcluster.core import machine as mc
-from tfcluster.backends.slurm.node import MAX_LINE
+from tfcluster.backends.agent.node import MAX_LINE
 
 from test_slurm_node import Node
 
 
 @pytest.fixture
 def task(tmp_path):
-    """worker:0's wrapper, built without Slurm (test_slurm_node.Node); what it shows is kept."""
+    """worker:0's agent, built without Slurm (test_slurm_node.Node); what it shows is kept."""
     node = Node(tmp_path, rank=1)
     shown = []
-    node.task.emit = shown.append
-    node.task.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
-    return node.task, shown
+    node.agent.emit = shown.append
+    node.agent.status = types.SimpleNamespace(state=types.SimpleNamespace(alive=True))
+    return node.agent, shown
 
 
 @pytest.fixture
@@ -101,9 +101,9 @@ def test_a_redraw_is_a_sign_of_life_before_its_line_ends(task):
 def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(capsys):
     """The submitting side reads the job's output: a report glued to other text is consumed
     as progress, and the rest of the line is still shown (it was dropped whole before)."""
-    from tfcluster.backends.slurm.launcher import _Follower
+    from tfcluster.backends.slurm.follower import Follower
 
-    f = _Follower({}, "/nonexistent", quiet=False, progress_every=1e9)
+    f = Follower({}, "/nonexistent", quiet=False, progress_every=1e9)
     f._line('[worker:0] epoch 3 acc 0.91@tfcluster progress {"step": 30, "total": 50}')
     f._line('[worker:1] @tfcluster progress {"step": 7}')
     f._line("[worker:1] plain line")
@@ -114,14 +114,14 @@ def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(caps
 
 def test_the_follower_applies_tasks_timestamps_and_folds_tensorflow_noise(capsys):
     """--tasks, --timestamps and --show-tf-noise mean under Slurm what they mean locally."""
-    from tfcluster.backends.slurm.launcher import _Follower
+    from tfcluster.backends.slurm.follower import Follower
     from tfcluster.drivers.display import OutputOptions
     from tfcluster.core.task_output import NOISE_NOTE
 
     noise = ("[worker:0] I0000 00:00:1796136878.937212   22036 port.cc:153] oneDNN custom "
              "operations are on. You may see slightly different numerical results")
-    f = _Follower({}, "/nonexistent", quiet=False, progress_every=1e12,
-                  output=OutputOptions.parse(tasks="worker", timestamps=True))
+    f = Follower({}, "/nonexistent", quiet=False, progress_every=1e12,
+                 output=OutputOptions.parse(tasks="worker", timestamps=True))
     for line in (noise, noise, "[ps:0] serving", "[worker:0] step line", "[worker:1] tfcluster: a note"):
         f._line(line)
     out = capsys.readouterr().out.splitlines()
@@ -131,6 +131,6 @@ def test_the_follower_applies_tasks_timestamps_and_folds_tensorflow_noise(capsys
     assert re.fullmatch(stamp + re.escape("[worker:0] step line"), out[1])
     assert re.fullmatch(stamp + re.escape("[worker:1] tfcluster: a note"), out[2])
 
-    shown = _Follower({}, "/nonexistent", quiet=False, progress_every=1e12, show_tf_noise=True)
+    shown = Follower({}, "/nonexistent", quiet=False, progress_every=1e12, show_tf_noise=True)
     shown._line(noise)
     assert capsys.readouterr().out.splitlines() == [noise]

@@ -12,7 +12,8 @@ import pytest
 from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
-from tfcluster.runs.status import STATUS_EXIT, decide_result, slurm_job_state, write_json_private
+from tfcluster.runs.result import decide_result
+from tfcluster.safe_files import write_json
 
 
 
@@ -39,16 +40,16 @@ def test_a_reused_pid_does_not_keep_a_run_alive(tmp_path, capsys):
 def test_the_launcher_dates_its_start_as_status_reads_it():
     """record.launcher_start_time reads /proc itself; status compares it with psutil's."""
     from tfcluster.runs.record import launcher_start_time
-    from tfcluster.runs.status import STARTED_SLACK
+    from tfcluster.runs.liveness import STARTED_SLACK
 
     assert abs(launcher_start_time() - psutil.Process().create_time()) < min(0.05, STARTED_SLACK)
 
 
 def test_an_older_record_without_launcher_started(tmp_path, capsys, monkeypatch):
-    from tfcluster.runs import status as runrecord
+    from tfcluster.runs import liveness
     me = psutil.Process()
     # a tfcluster process that started before the run: it may be the launcher
-    monkeypatch.setattr(runrecord, "looks_like_tfcluster", lambda argv: True)
+    monkeypatch.setattr(liveness, "looks_like_tfcluster", lambda argv: True)
     d = write_run(tmp_path / "runs", "old", None, result="running", started=me.create_time() + 5,
                   launcher_pid=os.getpid(), launcher_started=None)
     assert cli(capsys, "status", str(d))[0] == 3
@@ -57,7 +58,7 @@ def test_an_older_record_without_launcher_started(tmp_path, capsys, monkeypatch)
               launcher_pid=os.getpid(), launcher_started=None)
     assert cli(capsys, "status", str(d))[0] == 5
     monkeypatch.undo()
-    # issue 30: any older process (pid 1, this test) that is not tfcluster is not the launcher
+    # any older process (pid 1, this test) that is not tfcluster is not the launcher
     for pid in (1, os.getpid()):
         write_run(tmp_path / "runs", "old", None, result="running", started=time.time(),
                   launcher_pid=pid, launcher_started=None)
@@ -278,19 +279,19 @@ def test_runs_tells_an_sbatch_refusal_from_a_task_failure(tmp_path, capsys):
 
 
 def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
-    """A Slurm job requeued before its time limit is one run with its segments (issue 21)."""
+    """A Slurm job requeued before its time limit is one run with its segments."""
     f = write_cluster(tmp_path)
     d = write_run(tmp_path / "runs", "s1", f)
     rec = json.loads((d / "run.json").read_text())
     rec.update(backend="slurm", slurm_job="42", segments=3)
-    write_json_private(str(d / "run.json"), rec)
+    write_json(str(d / "run.json"), rec)
     rc, out, err = cli(capsys, "status", str(d))
     assert rc == 0 and "Slurm job 42: 3 segments (requeued 2 times" in out, out + err
 
 
 def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, capsys, monkeypatch):
     """A run started elsewhere (registered in the user's run index, as every launch does) is
-    found by its id from a folder with no cluster.yaml, and listed by `runs` there (issue 23)."""
+    found by its id from a folder with no cluster.yaml, and listed by `runs` there."""
     from tfcluster.runs import index as runindex
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     (tmp_path / "proj").mkdir()
@@ -309,8 +310,8 @@ def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, ca
 
 
 def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
-    """Issue 32: a watchdog kill is not drawn as a planned stop; the decision's rule is said in
-    words; an exit label never runs past the chart's right edge."""
+    """A watchdog kill is not drawn as a planned stop; the decision's rule is said in words; an
+    exit label never runs past the chart's right edge."""
     import json as _json
     from tfcluster.runs.report import WIDTH, build_model, render_html, timeline_svg
     d = tmp_path / "r"

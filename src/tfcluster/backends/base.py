@@ -1,9 +1,12 @@
 """The backend interface: backends start processes; they know argv, env and host, never
 TensorFlow, never the run's rules.
 
-The supervisor (:mod:`tfcluster.launch`: what to run, when a run has succeeded, restarts)
-talks to a backend through :class:`Backend` and :class:`Handle`; the CLI picks the backend
-(:mod:`.local`, :mod:`.ssh`). This module sits below both: it imports neither.
+The supervisor (:mod:`tfcluster.drivers`, which drives the run machine: what to run, when a
+run has succeeded, restarts) talks to a backend through :class:`Backend` and :class:`Handle`;
+the local (:mod:`.local`), ssh (:mod:`.ssh`) and Ray (:mod:`.ray`) backends implement them.
+:class:`Launcher` is the seam between the CLI (and the Python API) and a kind of backend,
+Slurm's included. Here too: how every supervised process is started (:func:`start_child`) and
+signalled (:func:`signal_group`, :func:`stop_group`). This module imports no other backend.
 """
 from __future__ import annotations
 
@@ -101,10 +104,11 @@ class Backend:
 class Launcher:
     """How a whole run plan is run: the one seam between the CLI (and the Python API) and a
     kind of backend. The local and ssh backends run under tfcluster's supervisor
-    (:class:`tfcluster.drivers.launcher.SupervisedLauncher`), and so does Ray once it has placed the
-    tasks (:class:`tfcluster.drivers.ray_launcher.RayLauncher`); Slurm submits one job whose node
-    wrappers drive the same run machine (:class:`tfcluster.backends.slurm.launcher.SlurmLauncher`). The CLI picks
-    one by the plan's backend and asks it nothing else."""
+    (:class:`tfcluster.drivers.launcher.SupervisedLauncher`), and so does Ray once it has placed
+    the tasks (:class:`tfcluster.drivers.ray_launcher.RayLauncher`); Slurm submits one job whose
+    node agents drive the same run machine
+    (:class:`tfcluster.backends.slurm.launcher.SlurmLauncher`). The CLI picks one by the plan's
+    backend and asks it nothing else."""
 
     #: why ``launch --detach`` does not apply ("" when it does)
     no_detach = ""
@@ -131,7 +135,7 @@ class Launcher:
 PR_SET_PDEATHSIG = 1
 
 #: the signals every child starts with at their default disposition (SIGPIPE through Popen's
-#: ``restore_signals``; SIGURG is the Slurm node wrappers' own signal)
+#: ``restore_signals``; SIGURG is the Slurm node agents' own signal)
 DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGURG)
 
 #: where ``setpriv`` is; "" disables the fast start (tests use it for the fallback)
@@ -235,8 +239,8 @@ def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, ignore: 
     clients, srun), with one set of rules: the child gets ``death_signal`` when the launcher dies
     (also when it died while the child was being made: then the child never runs), starts with
     the default disposition of :data:`DEFAULT_SIGNALS` (but those in ``ignore``: ignored, which
-    survives exec -- a Slurm node's ps outlives Slurm's SIGTERM), and a program that cannot be run raises
-    ``FileNotFoundError``/``PermissionError`` here, as ``Popen`` does.
+    survives exec -- a Slurm node's ps outlives Slurm's SIGTERM), and a program that cannot be
+    run raises ``FileNotFoundError``/``PermissionError`` here, as ``Popen`` does.
 
     Fast start (``setpriv`` there, none of those signals ignored by the launcher): no Python code
     runs between fork and exec, so CPython uses ``vfork`` instead of copying the launcher (at
@@ -264,11 +268,15 @@ def start_child(argv: List[str], *, death_signal: int = signal.SIGKILL, ignore: 
     return subprocess.Popen([tool, "--pdeathsig", name, "--", *argv], **popen)
 
 
-def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 10.0) -> None:
-    """Stop a child started in its own process group: SIGTERM to the group, up to ``timeout``
-    seconds, then SIGKILL; and SIGKILL to whatever is left of the group after its leader."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, kill_wait)):
-        signal_group(proc.pid, sig)
+def stop_group(proc: subprocess.Popen, timeout: float = 5.0, kill_wait: float = 10.0,
+               ask: Optional[int] = signal.SIGTERM) -> None:
+    """Stop a child started in its own process group: ``ask`` (SIGTERM) to the group, up to
+    ``timeout`` seconds, then SIGKILL; and SIGKILL to whatever is left of the group after its
+    leader. ``ask`` None: the group was asked to stop another way (``scancel``), and is only
+    waited for before the SIGKILL."""
+    for sig, wait in ((ask, timeout), (signal.SIGKILL, kill_wait)):
+        if sig is not None:
+            signal_group(proc.pid, sig)
         try:
             proc.wait(wait)
             break

@@ -1,9 +1,10 @@
 """The Ray backend: Ray places the tasks and starts, signals and streams their processes; the run
 core decides everything else.
 
-A thin driver under tfcluster's own supervisor (:class:`tfcluster.drivers.launcher.SupervisedLauncher`),
-as the local and ssh backends are: restarts, watchdogs, the ordered stop, success, run.json and
-the events are the run machine's (:mod:`tfcluster.core.machine`), not this module's.
+A thin driver under tfcluster's own supervisor
+(:class:`tfcluster.drivers.launcher.SupervisedLauncher`), as the local and ssh backends are:
+restarts, watchdogs, the ordered stop, success, run.json and the events are the run machine's
+(:mod:`tfcluster.core.machine`), not this module's.
 
 What Ray does here:
 
@@ -17,8 +18,8 @@ What Ray does here:
   task's group when the actor dies, the same contract (TF_CONFIG, task flags, restart count,
   the progress pipe, ``TFCLUSTER_LAUNCHER_PID`` naming the actor, the task's supervisor).
 * **endpoints after placement**: the plan's endpoints are replaced by each task's node address
-  and reserved port (:meth:`tfcluster.plan.runplan.RunPlan.with_endpoints`) before anything starts, so
-  TF_CONFIG, task flags, ``status`` and run.json show the endpoints actually used.
+  and reserved port (:meth:`tfcluster.plan.runplan.RunPlan.with_endpoints`) before anything
+  starts, so TF_CONFIG, task flags, ``status`` and run.json show the endpoints actually used.
 * **output**: a thread per task pulls the task's output and progress reports from its actor and
   writes them to two local pipes, which the supervisor reads as it reads a local task's (live
   view, per-task logs, progress and liveness); its exit arrives last, on a third pipe that

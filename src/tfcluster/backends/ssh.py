@@ -42,7 +42,8 @@ from tfcluster.clusterfile.config import Cluster
 from tfcluster.clusterfile.models import RemoteSpec
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
-from tfcluster.backends.base import Backend, Handle, ProcessSpec, start_child
+from tfcluster.backends.base import (Backend, Handle, ProcessSpec, signal_group, start_child,
+                                     stop_group)
 from tfcluster.backends.local import LocalBackend
 
 DEFAULT_PYTHON = "python3"
@@ -201,11 +202,8 @@ class SshHandle(Handle):
             timer.start()
 
     def _kill_client(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.kill()
-            except ProcessLookupError:
-                pass   # the client exited between poll() and kill(): nothing left to kill
+        if self.proc.poll() is None:   # its own session: the group is the ssh client
+            signal_group(self.proc.pid, signal.SIGKILL)
 
     def _close_stdin(self) -> None:
         with self._lock:
@@ -324,7 +322,7 @@ class SshBackend(Backend):
                     break
                 if time.time() > deadline:
                     why = "timed out"
-                    _stop_process(master)
+                    _stop_master(master)
                     break
                 time.sleep(0.1)
             if why is not None:
@@ -370,7 +368,7 @@ class SshBackend(Backend):
             procs, self._procs, self._masters = list(self._procs), [], {}
             errs, self._by_host = [e for _, e in self._by_host.values()], {}
         for p in procs:
-            _stop_process(p)
+            _stop_master(p)
         for e in errs:
             e.close()
         if self.control_dir is not None:
@@ -379,11 +377,8 @@ class SshBackend(Backend):
         self._local.close()
 
 
-def _stop_process(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+def _stop_master(master: subprocess.Popen) -> None:
+    """End a host's master connection (a session of its own: its group is the ssh client and
+    a ``ProxyCommand`` it runs): SIGTERM, SIGKILL after 10 s."""
+    if master.poll() is None:
+        stop_group(master, timeout=10.0)

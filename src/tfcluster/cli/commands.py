@@ -280,7 +280,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ runs from anywhere
 def _run_record(run: Optional[str]) -> Tuple[str, dict]:
     from tfcluster.runs.index import resolve_run
-    from tfcluster.runs.status import read_run
+    from tfcluster.runs.run_file import read_run
     run_dir = resolve_run(run)
     return run_dir, read_run(run_dir)
 
@@ -293,7 +293,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if not is_run_dir(run) and lookup(run) is None:
             run, task = None, run          # tfcluster logs worker:1 (the latest run)
     from tfcluster.runs.index import choose_run
-    from tfcluster.runs.status import read_run
+    from tfcluster.runs.run_file import read_run
     run_dir, how = choose_run(run)
     record = read_run(run_dir)
     if how:       # without RUN: say which run this is (the index holds every folder's runs)
@@ -302,7 +302,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
         if args.attempt is not None:
             raise UserError("--attempt: -f follows the current attempt; give one or the other")
-        from tfcluster.runs.status import derive_result, read_run
+        from tfcluster.runs.result import derive_result
+        from tfcluster.runs.run_file import read_run
 
         def running() -> bool:
             return derive_result(read_run(run_dir)) == "running"
@@ -373,7 +374,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tfcluster.runs.report import write_report
-    from tfcluster.runs.status import find_run
+    from tfcluster.runs.find import find_run
     run_dir, _ = find_run(_run_arg(args.run_dir), args.file)
     print(write_report(run_dir, args.output))
     return 0

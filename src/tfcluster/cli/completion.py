@@ -216,7 +216,7 @@ def _values(kind: str, file: str = None, run: str = None) -> List[str]:
         if run:
             from tfcluster.runs.index import is_run_dir, lookup, resolve_run
             from tfcluster.runs.logs import looks_like_task
-            from tfcluster.runs.status import read_run
+            from tfcluster.runs.run_file import read_run
             if not (looks_like_task(run) and not is_run_dir(run) and lookup(run) is None):
                 record = read_run(resolve_run(run))
                 return [t["task"] for t in record.get("tasks") or []

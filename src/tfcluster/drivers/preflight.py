@@ -92,10 +92,11 @@ def _script_problems(where: str, argv: List[str], cwd: str) -> List[str]:
 def live_run_problem(plan: RunPlan) -> Optional[str]:
     """A run of the same cluster file whose launcher is alive on this machine and which runs
     any of the tasks this launch would start: one line naming its launcher's pid and run
-    folder (found through the run records: :func:`tfcluster.runs.status.launcher_alive`)."""
+    folder (found through the run records: :func:`tfcluster.runs.liveness.launcher_alive`)."""
     if not plan.source or not plan.logdir or not os.path.isdir(plan.logdir):
         return None
-    from tfcluster.runs.status import launcher_alive, scan_runs
+    from tfcluster.runs.find import scan_runs
+    from tfcluster.runs.liveness import launcher_alive
     try:
         runs, _ = scan_runs(plan.logdir, plan.source)
     except UserError:

@@ -39,7 +39,8 @@ from tfcluster.plan.runplan import RunPlan, TaskPlan
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY, Progress
 from tfcluster import safe_files
 from tfcluster.runs.record import run_record, task_row, write_record
-from tfcluster.runs.status import HEADER, ago, format_duration, format_table, shlex_quote, task_rows
+from tfcluster.core.rules import format_duration
+from tfcluster.runs.table import HEADER, ago, format_table, shlex_quote, task_rows
 from tfcluster.drivers.display import Display
 from tfcluster.core.output_patterns import failure_hint as tf_failure_hint, failure_tail
 from tfcluster.core.task_output import NoiseFold, OutputReader, Seen

@@ -8,10 +8,10 @@ Nothing here imports TensorFlow or talks to a cluster; both renderers return tex
   pod runs ``python -m tfcluster.k8s.pod`` (:func:`pod_entry`), which gives the program the task
   contract from the operator's TF_CONFIG, as the JobSet and TrainJob renders' pods do from
   their layout; :func:`finish_pod` adds the file's ``kubernetes:`` pod settings.
-* :func:`render_slurm` -- an sbatch script. Slurm chooses the nodes; every Slurm task runs
-  ``python -m tfcluster.backends.slurm.node``, which works out its job and index from
+* :func:`render_slurm` -- an sbatch script. Slurm chooses the nodes; every Slurm task runs the
+  node agent (:mod:`tfcluster.backends.agent.node`), which works out its job and index from
   ``SLURM_PROCID`` the way TensorFlow's ``SlurmClusterResolver`` does, sets ``TF_CONFIG`` and
-  runs the program (see :mod:`tfcluster.backends.slurm.launcher`).
+  runs the program (see :mod:`tfcluster.backends.slurm.batch`).
 """
 from __future__ import annotations
 
@@ -344,7 +344,8 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
     The script carries the same run plan that ``launch --backend slurm`` submits; scheduler
     options: ``slurm`` (default: the file's ``slurm:``), with ``partition``/``time`` over it, all
     validated (:mod:`tfcluster.clusterfile.slurm`)."""
-    from tfcluster.backends.slurm import launcher as backend
+    from tfcluster.backends.slurm.batch import batch_script, plan_data
+    from tfcluster.backends.slurm.held_secrets import hold_back_secrets
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     from tfcluster.clusterfile.slurm import from_flags
     options = from_flags(slurm if slurm is not None else cluster.spec.slurm, partition=partition, time=time)
@@ -352,6 +353,6 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
                                              args=tuple(args), task_flags=task_flags,
                                              run_id="slurm", slurm=options))
     plan = plan.with_run_dir(run_dir or os.path.join(plan.logdir, "slurm-{job_id}"))
-    data = backend.plan_data(plan)
-    backend.hold_back_secrets(data)       # secret values stay out of the script
-    return backend.batch_script(data, name=name or k8s_name(_stem(cluster)), overcommit=overcommit)
+    data = plan_data(plan)
+    hold_back_secrets(data)       # secret values stay out of the script
+    return batch_script(data, name=name or k8s_name(_stem(cluster)), overcommit=overcommit)

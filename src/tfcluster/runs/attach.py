@@ -38,7 +38,7 @@ class LineFollower(LineTail):
 
 def table_text(record: Dict, now: float) -> str:
     """The run's task table as ``status`` prints it for a running run, with the global step."""
-    from tfcluster.runs.status import LIVE_HEADER, format_table, task_rows
+    from tfcluster.runs.table import LIVE_HEADER, format_table, task_rows
     text = format_table(LIVE_HEADER, task_rows(record, now, live=True))
     best = None
     for t in record.get("tasks") or ():
@@ -56,8 +56,10 @@ def attach(run_dir: str, out=None, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep, live: Optional[bool] = None,
            every: float = PLAIN_EVERY) -> int:
     """Show the run until it ends (exit code as ``status``), or until Ctrl-C (0, detached)."""
-    from tfcluster.runs.status import (STATUS_EXIT, derive_result, read_run, running_record,
-                                       stop_hint)
+    from tfcluster.runs.find import running_record
+    from tfcluster.runs.result import STATUS_EXIT, derive_result
+    from tfcluster.runs.run_file import read_run
+    from tfcluster.runs.table import stop_hint
     from tfcluster.terminal import printable
     out = out or sys.stdout
     record, run_id = running_record(run_dir, "attach", "tfcluster status shows how it ended")
@@ -107,7 +109,7 @@ def attach(run_dir: str, out=None, clock: Callable[[], float] = time.time,
         return 0
     if view is not None:
         view.stop()
-    from tfcluster.runs.status import HEADER, format_table, task_rows
+    from tfcluster.runs.table import HEADER, format_table, task_rows
     print(f"tfcluster: run {printable(run_id)} ended: {result}"
           + (f" (exit code {record.get('exit_code')})" if record.get("exit_code") is not None else ""),
           file=out, flush=True)

@@ -56,7 +56,7 @@ def check_launcher(record: Dict, folder: os.stat_result, nothing: str = "nothing
     caller's: started at ``launcher_started``, run by the caller's user, and holding this run
     folder open. (``pid`` must be pinned by a pidfd already: then it cannot change under us.)
     ``nothing``: what the message says was not done (``stop``: nothing signalled)."""
-    from tfcluster.runs.status import launcher_alive
+    from tfcluster.runs.liveness import launcher_alive
     import psutil
     run_id = printable(record.get("run_id"))
     pid = record["launcher_pid"]
@@ -119,7 +119,7 @@ def read_own_run(run_dir: str, nothing: str = "nothing signalled"):
     caller's (opened without following a link); else UserError: a record another user wrote
     can name any process, and is not acted on."""
     from tfcluster import safe_files
-    from tfcluster.runs.status import read_run
+    from tfcluster.runs.run_file import read_run
     from tfcluster.safe_files import RUN_FILE
     dfd = safe_files.open_run_dir(run_dir, own=True)
     try:
@@ -140,7 +140,8 @@ def stop_run(run_dir: str, timeout: float = 60.0) -> int:
     """SIGTERM to the run's launcher, wait for it, report the result. Exit code: 0 stopped
     (or already over), 1 still running after ``timeout``. Only the caller's own run, and only
     its launcher (:func:`check_launcher`), is ever signalled."""
-    from tfcluster.runs.status import derive_result, read_run
+    from tfcluster.runs.result import derive_result
+    from tfcluster.runs.run_file import read_run
     record, folder = read_own_run(run_dir)
     run_id = printable(record.get("run_id") or os.path.basename(run_dir))
     result = derive_result(record)

@@ -167,7 +167,7 @@ def _ours(path: str) -> bool:
 
 
 def is_run_dir(path: str) -> bool:
-    from tfcluster.runs.status import is_run_folder
+    from tfcluster.runs.run_file import is_run_folder
     return is_run_folder(path)
 
 
@@ -211,11 +211,11 @@ def choose_run(arg: Optional[str] = None, file: Optional[str] = None) -> Tuple[s
     if arg:
         return _named_run(arg, file), ""
     if file or os.path.isfile("cluster.yaml"):
-        from tfcluster.runs.status import find_run
+        from tfcluster.runs.find import find_run
         return (os.path.abspath(find_run(None, file)[0]),
                 f"the latest run of {file or './cluster.yaml'}")
     if os.path.isdir("runs"):
-        from tfcluster.runs.status import find_run
+        from tfcluster.runs.find import find_run
         try:
             return os.path.abspath(find_run("runs", None)[0]), "the latest run in ./runs"
         except UserError:   # no run of ours in ./runs: the index is asked next
@@ -239,7 +239,7 @@ def _named_run(arg: str, file: Optional[str]) -> str:
         if is_run_dir(arg):
             return os.path.abspath(arg)
         if os.path.isdir(arg):   # a logdir: its latest run (the records' rule)
-            from tfcluster.runs.status import find_run
+            from tfcluster.runs.find import find_run
             return os.path.abspath(find_run(arg, file)[0])
         raise UserError(f"{arg}: no such run folder, and no run with this id in {index_path()}")
     raise UserError("no run given")

@@ -90,7 +90,7 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
     """Trace the run's live tasks for ``seconds`` into ``<run_dir>/profile/<time>/``; print
     where it went and how to open it. Exit code 0 when every asked task gave a trace, 1 when
     some did not, 2 (UserError) when there is nothing to trace."""
-    from tfcluster.runs.status import derive_result
+    from tfcluster.runs.result import derive_result
 
     run_id = record.get("run_id") or os.path.basename(run_dir)
     result = derive_result(record, run_dir=run_dir)

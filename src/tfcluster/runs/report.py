@@ -33,8 +33,10 @@ from tfcluster.terminal import printable
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event, iter_events
 from tfcluster.core.rules import exit_words
-from tfcluster.runs.status import (HEADER, derive_result, format_duration, last_update, read_run,
-                        task_rows)
+from tfcluster.core.rules import format_duration
+from tfcluster.runs.result import derive_result, last_update
+from tfcluster.runs.run_file import read_run
+from tfcluster.runs.table import HEADER, task_rows
 
 REPORT_FILE = "report.html"
 STALL_MIN_S = 10.0        # a gap between progress reports is a stall if at least this long ...

@@ -98,7 +98,7 @@ def show_stacks(run_dir: str, names: Sequence[str] = (), native: bool = False) -
     """Print the stacks of the run's tasks. Exit code: 0 every stack shown, 1 some could not be
     read; UserError (2) for a run that is not live or not the caller's, or no py-spy."""
     from tfcluster.runs.control import open_launcher, read_own_run
-    from tfcluster.runs.status import running_record
+    from tfcluster.runs.find import running_record
     from tfcluster.terminal import printable
     _, folder = read_own_run(run_dir, nothing="no stack read")
     record, run_id = running_record(run_dir, "stack", "stacks are read from live tasks only")

@@ -1,2 +1,4 @@
-"""Slurm: the submitting side (launcher), the node driver (node) and the run-folder mailbox
-the nodes share."""
+"""Slurm, the submitting side: the launcher (:mod:`.launcher`) that writes the batch script
+(:mod:`.batch`, its secrets held back: :mod:`.held_secrets`) and follows the job
+(:mod:`.follower`); which task runs where (:mod:`.layout`, :mod:`.nodes`). Each Slurm task runs
+the node agent, :mod:`tfcluster.backends.agent.node`."""

@@ -1,12 +1,14 @@
-"""One Slurm task of a tfcluster run (``srun ... python -m tfcluster.backends.slurm.node``).
+"""The node agent: the process on a node that starts and supervises tasks for the launcher.
 
-It reads the plan from ``TFCLUSTER_SLURM_PLAN``, works out its TensorFlow job and index from
-``SLURM_PROCID`` and the step's node list (see :mod:`tfcluster.backends.slurm.launcher`), sets
+Today it runs on Slurm, one per Slurm task (``srun ... python -c <the batch script's command>``
+runs this module, :mod:`tfcluster.backends.slurm.batch`), for that one TensorFlow task. It reads
+the plan from ``TFCLUSTER_SLURM_PLAN``, works out its TensorFlow job and index from
+``SLURM_PROCID`` and the step's node list (:mod:`tfcluster.backends.slurm.layout`), sets
 ``TF_CONFIG``, runs the program in its own process group, prefixes its output lines with
 ``[job:index]`` (and copies them to ``<run_dir>/<job>-<index>.log``). It is a driver of the run
 machine (:mod:`tfcluster.core.machine`), the same one the local launcher drives: restarts, the
 success rule, grace, watchdogs and the stop order are the machine's. What the other nodes say
-comes through the run folder (:mod:`.runfolder`):
+comes through the folder channel (:mod:`tfcluster.backends.agent.folder`):
 
 * SIGURG (from the task that ends the run, through ``scancel --signal=URG JOB.STEP``): the run
   is over; workers get ``grace`` seconds; a ps waits until the other tasks have ended (so a
@@ -37,13 +39,17 @@ from tfcluster.plan.runplan import RunPlan
 from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
 from tfcluster.terminal import decode
 from tfcluster.backends.base import ignores, signal_group, start_child
-from tfcluster.backends.slurm.mailbox import EVENTS_SUFFIX, RunFolder, stem
-from tfcluster.backends.slurm.launcher import (PLAN_ENV, SECRET_PREFIX, STOP_SIGNAL, expand_hostlist,
-                    expand_tasks_per_node, fill_secrets, layout)
+from tfcluster.backends.agent.folder import EVENTS_SUFFIX, FolderChannel, stem
+from tfcluster.backends.slurm.batch import PLAN_ENV
+from tfcluster.backends.slurm.held_secrets import SECRET_PREFIX, fill_secrets
+from tfcluster.backends.slurm.layout import layout
+from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_node
+
+STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
 
 
 class Signals:
-    """What reached the wrapper: SIGURG (the run is over) and stop signals (SIGTERM, SIGINT,
+    """What reached the agent: SIGURG (the run is over) and stop signals (SIGTERM, SIGINT,
     SIGHUP). :func:`main` installs the handlers first thing (a stop signal may come soon after
     start); importing this module installs none."""
 
@@ -52,7 +58,7 @@ class Signals:
         self.cancelled: List[int] = []
 
     def install(self) -> None:
-        signal.signal(signal.SIGURG, lambda signum, frame: self.over.set())
+        signal.signal(STOP_SIGNAL, lambda signum, frame: self.over.set())
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, lambda signum, frame: self.cancelled.append(signum))
 
@@ -71,17 +77,18 @@ def _env(env: Mapping[str, str], name: str, *alts: str) -> Optional[str]:
     return None
 
 
-class Task:
-    """One TensorFlow task on a Slurm node: a driver of the run machine for this one task,
-    with the run folder -- shared by the nodes -- as the place tasks tell each other things.
+class NodeAgent:
+    """The node agent of one TensorFlow task on a Slurm node: a driver of the run machine for
+    this one task, with the folder channel (the run folder the nodes share) as the place tasks
+    tell each other things.
 
     Only I/O lives here; every rule is the machine's (:mod:`tfcluster.core.machine`) or the
     rulebook's (:mod:`tfcluster.core.rules`). What it touches comes in, so a unit test builds it
     without Slurm: ``env`` (Slurm's variables; default ``os.environ``), ``clock``, ``out`` (the
     step's output, bytes), ``signals``, ``spawn`` (starts the program: :func:`start_child`),
-    ``kill`` (:func:`signal_group`), ``probe`` (does a port accept connections), ``hostlist`` (Slurm's
-    node list expanded), ``oom``, ``signal_step`` (tells every task of the step the run is
-    over: ``scancel --signal=URG``), ``ignored`` (does a process ignore a signal now)."""
+    ``kill`` (:func:`signal_group`), ``probe`` (does a port accept connections), ``hostlist``
+    (Slurm's node list expanded), ``oom``, ``signal_step`` (tells every task of the step the run
+    is over: ``scancel --signal=URG``), ``ignored`` (does a process ignore a signal now)."""
 
     def __init__(self, data: Dict[str, Any], env: Optional[Mapping[str, str]] = None, *,
                  clock: Callable[[], float] = time.time, out=None,
@@ -122,7 +129,7 @@ class Task:
             self.run_dir = self.run_dir.replace("{job_id}", environ.get("SLURM_JOB_ID", "nojob"))
         #: a requeued job (time limit, preemption) is the next segment of the same run
         self.segment = _int_env(environ, "SLURM_RESTART_COUNT")
-        self.folder = RunFolder(self.run_dir, self.segment) if self.run_dir else None
+        self.channel = FolderChannel(self.run_dir, self.segment) if self.run_dir else None
         step_id = _env(environ, "SLURM_STEP_ID", "SLURM_STEPID")
         self.step = f"{environ['SLURM_JOB_ID']}.{step_id}" if environ.get("SLURM_JOB_ID") and step_id else None
         self.where = {f"{j}:{i}": f"{h}:{p}" for j, i, h, p in table}
@@ -130,12 +137,12 @@ class Task:
         self.oom = oom if oom is not None else OomWatch()   # this node's OOM-kill counters
         # the machine: this task here, the others on other nodes; a ps waits, bounded
         # (rules.peer_stop_wait), for the others to end before it stops
-        self.machine = mc.RunMachine.from_plan(self.plan, [self.name], shared=self.folder is not None)
+        self.machine = mc.RunMachine.from_plan(self.plan, [self.name], shared=self.channel is not None)
         self.machine.where = dict(self.where)
         self.machine.tasks[self.name].port = self.port
-        self.machine.log_inputs = self.folder is not None
+        self.machine.log_inputs = self.channel is not None
         self.status = self.machine.tasks[self.name]
-        #: a ps outlives Slurm's SIGTERM to the whole step; this wrapper stops it after the chief
+        #: a ps outlives Slurm's SIGTERM to the whole step; this agent stops it after the chief
         self.shielded = rules.shielded_from_step_signals(self.job)
         self.proc: Optional[subprocess.Popen] = None
         self.reader: Optional[threading.Thread] = None
@@ -168,7 +175,7 @@ class Task:
         # TFCLUSTER_RESTART_COUNT counts the job's segments too: a requeued job is a restart
         env.update(run_plan.env(self.task, self.segment + restarts, cluster=self.cluster,
                                 local_tasks=self.local_tasks))
-        env[contract.LAUNCHER_PID] = str(os.getpid())   # this wrapper supervises the program
+        env[contract.LAUNCHER_PID] = str(os.getpid())   # this agent supervises the program
         return env
 
     # ---- output
@@ -202,8 +209,9 @@ class Task:
         """The program's output (reader thread): shown and logged as the program wrote it, a
         line at a time (a line cut every 64 KiB); what the machine needs to hear goes to the
         inbox, which the loop hands on. The bytes are read by the local launcher's own reader
-        (:class:`tfcluster.core.task_output.OutputReader`) and its lines classified by the machine's
-        :func:`tfcluster.core.machine.line_events`, so a run under Slurm is read by the same rules."""
+        (:class:`tfcluster.core.task_output.OutputReader`) and its lines classified by the
+        machine's :func:`tfcluster.core.machine.line_events`, so a run under Slurm is read by the
+        same rules."""
         seen = self.seen
         reader = OutputReader(self.name, stream, None, seen, threading.RLock(), self.mask,
                               self.clock, self._heard)
@@ -275,10 +283,10 @@ class Task:
             self.signals_fed += 1
         look = now - self.last_look >= 0.5
         if not self.over_fed and (self.signals.over.is_set()
-                                  or (look and self.folder and self.folder.over())):
+                                  or (look and self.channel and self.channel.over())):
             self.over_fed = True
             events.append(mc.RunOver("the run is over", now))
-        if not self.stop_fed and look and self.folder and self.folder.stop_requested():
+        if not self.stop_fed and look and self.channel and self.channel.stop_requested():
             self.stop_fed = True        # the time limit is near (or tfcluster stop): in order
             self.say("a stop was asked for (Slurm's time-limit warning or tfcluster stop)")
             events.append(mc.Interrupt(signal.SIGTERM, now))
@@ -305,12 +313,12 @@ class Task:
         out: List[Any] = []
         if self.name in self.machine.unopened() and self.probe("localhost", self.port):
             out.append(mc.PortOpen(self.name, now))
-        if self.folder is None:
+        if self.channel is None:
             return out
-        reason = self.folder.take_kill_request(self.name)
+        reason = self.channel.take_kill_request(self.name)
         if reason:
             out.append(mc.KillRequest(self.name, reason, now))
-        for task, rec in self.folder.exits(self.segment).items():
+        for task, rec in self.channel.exits(self.segment).items():
             if task != self.name and task not in self.peers_seen and task in self.machine.others:
                 self.peers_seen.add(task)
                 out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
@@ -331,11 +339,11 @@ class Task:
             elif isinstance(a, mc.Say):
                 self.say(a.text)
             elif isinstance(a, mc.ClaimRestart):
-                granted, why = self.folder.claim_restart(self.status.rule.max_total_restarts)
+                granted, why = self.channel.claim_restart(self.status.rule.max_total_restarts)
                 self._act(self.machine.handle(mc.RestartClaim(a.task, granted, self.clock(), why)))
             elif isinstance(a, mc.AskKill):
-                if self.folder is not None:
-                    err = self.folder.request_kill(a.task, a.reason)
+                if self.channel is not None:
+                    err = self.channel.request_kill(a.task, a.reason)
                     if err:
                         self.say(f"cannot ask {a.task} to stop: {err}")
             elif isinstance(a, mc.EndRun):
@@ -358,7 +366,7 @@ class Task:
 
     def _start(self, attempt: int) -> None:
         try:
-            # the program dies with its wrapper, even when the wrapper is SIGKILLed
+            # the program dies with its agent, even when the agent is SIGKILLed
             self.proc = self.spawn(self.argv(), env=self.env(attempt), cwd=self.task.cwd,
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, start_new_session=True,
@@ -379,10 +387,10 @@ class Task:
         self.reader.start()
 
     def _write_exit(self, final: bool) -> None:
-        if self.folder is None:
+        if self.channel is None:
             return
         row = self.machine.end_row(self.name, final)
-        err = self.folder.write_exit(self.name, {
+        err = self.channel.write_exit(self.name, {
             "task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
             **row, "time": self.clock(), "segment": self.segment})
         if err:     # the other nodes will not hear of this end: a ps waits its bound out
@@ -396,8 +404,8 @@ class Task:
 
     def end_run(self) -> None:
         """Tell every task of the step that the run is over (SIGURG through Slurm)."""
-        if self.folder is not None:
-            err = self.folder.mark_over()
+        if self.channel is not None:
+            err = self.channel.mark_over()
             if err:
                 self.say(f"cannot mark the run over in the run folder ({err}); Slurm's signal tells the others")
         if self.step:
@@ -442,11 +450,11 @@ def main() -> int:
         _err("SLURM_PROCID is not set: run this module with srun")
         return 2
     try:
-        task = Task(json.loads(text), signals=signals)
+        agent = NodeAgent(json.loads(text), signals=signals)
     except (ValueError, KeyError, IndexError) as e:
         _err(f"rank {os.environ.get('SLURM_PROCID')}: {e}")
         return 2
-    return task.run()
+    return agent.run()
 
 
 if __name__ == "__main__":

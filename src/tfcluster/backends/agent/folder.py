@@ -1,21 +1,21 @@
-"""The run-folder protocol: how the tasks of one run on several Slurm nodes tell each other
-things through the run folder they share (and how the launcher reads their ends).
+"""The folder channel: how the node agents of one run tell each other things through the run
+folder they share, and how the launcher reads what they left (their ends, their events).
 
-Every message is a file in the run folder; every function returns a value and raises nothing
+Every message is a file in the run folder; every method returns a value and raises nothing
 for a missing or unreadable file, except where saying so matters (a restart claim that cannot
 be recorded is no restart).
 
 =====================  ===================================================================
 ``.restart-K``         restart K of the run's budget (``max_total_restarts``), created
                        exclusively: tasks on different nodes count together
-``.kill-JOB-I``        a watchdog elsewhere asks the wrapper of ``JOB:I`` to kill its program
+``.kill-JOB-I``        a watchdog elsewhere asks the agent of ``JOB:I`` to kill its program
 ``run_over-S``         the run has been decided in segment S (with the SIGURG that the
-                       deciding wrapper sends to the job step, for wrappers that missed it)
+                       deciding agent sends to the job step, for agents that missed it)
 ``stop-S``             stop segment S in order (written by the batch script when Slurm's
                        ``--signal`` warns of the time limit, or by ``tfcluster stop``): the
-                       wrappers stop chief and workers first, the ps after them
+                       agents stop chief and workers first, the ps after them
 ``JOB-I.exit.json``    a task's end: written when its program exits 0 (others may be waiting
-                       for it, ``success: all-workers``) and when its wrapper finishes; it
+                       for it, ``success: all-workers``) and when its agent finishes; it
                        names its segment, so a requeued job does not read the last one's
 ``JOB-I.events.jsonl`` the task's events (starts, exits, restarts, watchdog, stops), merged
                        into the run's events.jsonl by the launcher
@@ -42,9 +42,9 @@ def stem(task: str) -> str:
     return task.replace(":", "-")
 
 
-class RunFolder:
-    """The run folder of segment ``segment`` of a run (a Slurm job requeued N times is in
-    segment N: ``SLURM_RESTART_COUNT``)."""
+class FolderChannel:
+    """The folder channel of segment ``segment`` of a run, in the run folder ``path`` (a Slurm
+    job requeued N times is in segment N: ``SLURM_RESTART_COUNT``)."""
 
     def __init__(self, path: str, segment: int = 0):
         self.path = path
@@ -77,7 +77,7 @@ class RunFolder:
 
     # ---- kill requests
     def request_kill(self, task: str, reason: str) -> Optional[str]:
-        """Ask the wrapper of ``task`` to kill its program; the error, if it could not."""
+        """Ask the agent of ``task`` to kill its program; the error, if it could not."""
         try:
             safe_files.write_file(self._p(f".kill-{stem(task)}"), reason.encode("utf-8", "replace"))
             return None
