@@ -12,10 +12,10 @@ import pytest
 
 from tfcluster.plan import contract
 from tfcluster.core import output_patterns as outputs, rules
-from tfcluster.core.output_patterns import (ProgressParser, clean_segment, failure_tail, is_noise,
-                               is_progress_line)
+from tfcluster.core.output_patterns import (ProgressParser, clean_segment, failure_tail,
+                                            is_noise, is_progress_line)
 from tfcluster.plan.progress import (channel_fd, format_progress, parse_progress, report_progress,
-                                split_progress)
+                                     split_progress)
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "outputs")
 

@@ -222,7 +222,7 @@ def test_the_data_service_jobs_are_served_like_ps():
     """data_service: its jobs start first (dispatcher before its workers), stop last with the ps,
     get no grace and never decide success."""
     from tfcluster.core.rules import (DATA_DISPATCHER, DATA_WORKER, start_order, stop_waves,
-                                 success_needs, waits_for_grace)
+                                      success_needs, waits_for_grace)
     jobs = ["worker", DATA_WORKER, "ps", DATA_DISPATCHER, "chief"]
     assert start_order(jobs)[:3] == [DATA_DISPATCHER, DATA_WORKER, "ps"]
     first, then = stop_waves(jobs)
