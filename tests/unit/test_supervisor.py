@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from tfcluster.core import rules
-from tfcluster.core.machine import TaskState, TransitionError, check_transition
+from tfcluster.core.machine import TaskState
 from tfcluster.plan.runplan import LaunchOptions
 
 
@@ -90,7 +90,7 @@ def test_a_local_run_replays_from_its_events_to_the_same_decisions(tmp_path):
     began = next(e["now"] for e in ev if e["event"] == "input" and e["input"] == "begin")
     inputs = [mc.input_from_fields(e) for e in ev if e["event"] == "input" and e["input"] != "begin"]
     fresh = mc.RunMachine.from_plan(sup.plan)
-    replayed = [(a.event, a.task) for a in mc.replay(fresh, began, inputs) if isinstance(a, mc.Note)]
+    replayed = [(a.event, a.task) for a in mc.replay(fresh, began, inputs) if isinstance(a, mc.LogEvent)]
     ran = [(e["event"], e["task"]) for e in ev if e["event"] in
            ("task_exited", "task_restarting", "watchdog", "stop_sent", "decision")]
     assert replayed == ran and ("task_restarting", "worker:1") in ran
@@ -197,14 +197,6 @@ def test_sigkill_after_the_stop_timeout_for_a_task_that_ignores_sigterm(tmp_path
     assert sup.run() == 0
     assert be.handles["ps:0"][0].signals[:2] == [signal.SIGTERM, signal.SIGKILL]
     assert "ps:0 (pid 101) still running 1.5s after SIGTERM: SIGKILL" in err.getvalue()
-
-
-def test_transitions_are_checked():
-    assert check_transition(TaskState.FAILED, TaskState.RESTARTING) == TaskState.RESTARTING
-    with pytest.raises(TransitionError):
-        check_transition(TaskState.SUCCEEDED, TaskState.RUNNING, "worker:0")
-    with pytest.raises(TransitionError):
-        check_transition(TaskState.PENDING, TaskState.FAILED)
 
 
 def test_success_rule_table():
@@ -454,7 +446,7 @@ def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
     sup.display.info = lambda line, log=True: lines.append(line)
     lines = []
     for tr in (w0, w1):
-        tr.status.state = TaskState.RUNNING
+        tr.track.state = TaskState.RUNNING
         tr.seen.progress_at = clock.now
     sup._progress_lines()
     assert lines == ["worker:0: step 80/1000, 30.0 steps/s, ETA 23.0s",

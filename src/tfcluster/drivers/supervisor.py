@@ -32,9 +32,10 @@ from tfcluster.core.keras_hints import failure_hint
 from tfcluster.backends.oom import OomWatch
 from tfcluster.net.addresses import is_local, reachable_beyond_loopback
 from tfcluster.net.ports import describe_port_holder, port_in_use
-from tfcluster.core.machine import (ChiefGone, Exited, Interrupt, Kill, Note, PortOpen, Progressed, Regroup,
-                       Regrouped, RunMachine, Say, Start, Started, StartFailed, TaskStatus, Tick,
-                       input_fields, line_events)
+from tfcluster.core.machine import (ChiefGone, Exited, Interrupt, Kill, LogEvent, PortOpen,
+                                    Progressed, Regroup, Regrouped, RunMachine, Say, Start,
+                                    Started, StartFailed, TaskTrack, Tick, input_fields,
+                                    line_events)
 from tfcluster.plan.runplan import RunPlan, TaskPlan
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY, Progress
 from tfcluster import safe_files
@@ -95,11 +96,11 @@ class NullEvents:
 @dataclass
 class TaskRun:
     """One task as the driver holds it: its process, output and log. What the run's rules know
-    of it (state, restarts, exit, notes) is the machine's :class:`TaskStatus`, read through."""
+    of it (state, restarts, exit, why it ended) is the machine's :class:`TaskTrack`, read through."""
 
     plan: TaskPlan
     spec: ProcessSpec
-    status: TaskStatus
+    track: TaskTrack
     handle: Optional[Handle] = None
     log_path: str = ""
     seen: Seen = field(default_factory=Seen)
@@ -119,16 +120,16 @@ class TaskRun:
     def progress(self) -> Optional[Progress]:
         return self.seen.progress
 
-    state = property(lambda self: self.status.state)
-    pid = property(lambda self: self.status.pid)
-    returncode = property(lambda self: self.status.returncode)
-    restarts = property(lambda self: self.status.restarts)
-    started = property(lambda self: self.status.started)
-    first_started = property(lambda self: self.status.first_started)
-    ended = property(lambda self: self.status.ended)
-    note = property(lambda self: self.status.note)
-    up = property(lambda self: self.status.up)
-    forced = property(lambda self: self.status.forced)
+    state = property(lambda self: self.track.state)
+    pid = property(lambda self: self.track.pid)
+    returncode = property(lambda self: self.track.returncode)
+    restarts = property(lambda self: self.track.restarts)
+    started = property(lambda self: self.track.started)
+    first_started = property(lambda self: self.track.first_started)
+    ended = property(lambda self: self.track.ended)
+    why = property(lambda self: self.track.why)
+    up = property(lambda self: self.track.up)
+    forced = property(lambda self: self.track.forced)
 
 
 class Supervisor:
@@ -187,7 +188,7 @@ class Supervisor:
         self.pump = OutputPump()      # one thread reads every task's pipes (started on first use)
         for t in plan.selected_tasks:
             self.runs[t.name] = TaskRun(plan=t, spec=self._spec(t, 0),
-                                        status=self.machine.tasks[t.name])
+                                        track=self.machine.tasks[t.name])
         self._specs_for = plan     # the first attempts' specs hold while the plan does
         self.moves: List[dict] = []     # the cluster placed again (a lost node): old, new endpoints
 
@@ -196,7 +197,7 @@ class Supervisor:
     exit_code = property(lambda self: self.machine.exit_code)
     decision_words = property(lambda self: self.machine.words)
     total_restarts = property(lambda self: self.machine.total_restarts)
-    root_note = property(lambda self: self.machine.root_note)
+    root_cause_words = property(lambda self: self.machine.root_cause_words)
 
     @property
     def root_cause(self) -> Optional[TaskRun]:
@@ -346,7 +347,7 @@ class Supervisor:
                 tr = self.runs[a.task]
                 if tr.handle is not None:
                     tr.handle.signal(a.sig)
-            elif isinstance(a, Note):
+            elif isinstance(a, LogEvent):
                 if a.event == "task_exited":
                     self.events.flush_progress(a.task)
                 self.events.emit(a.event, task=a.task, **a.as_dict())
@@ -363,7 +364,7 @@ class Supervisor:
             self.machine.tasks[name].state in (TaskState.PENDING, TaskState.RESTARTING)
 
     def _may_start(self, a: Start) -> bool:
-        return self._waiting_to_start(a.task) and self.machine.phase not in ("stop", "regroup", "replace")
+        return self._waiting_to_start(a.task) and not self.machine.phase.holds_starts
 
     def _regroup(self, a: Regroup) -> None:
         """Every task has stopped because ``a.task``'s node was lost: the backend places the
@@ -695,8 +696,8 @@ class Supervisor:
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
                 log=tr.log_path, profiler_port=contract.profiler_port(tr.plan.port, tr.plan.job),
-                argv=argv, env=env, note=tr.note,
-                life_at=tr.status.alive_at, output_at=tr.seen.output_at,
+                argv=argv, env=env, note=tr.why,
+                life_at=tr.track.alive_at, output_at=tr.seen.output_at,
                 progress=None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))
         for t in self.skipped:
@@ -706,8 +707,8 @@ class Supervisor:
         return run_record(
             self.plan, backend=self.backend.name, started=self.started, ended=self.ended,
             result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
-            root_cause=self.root_note if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
-            + (f" ({rc.note})" if rc.note else ""),
+            root_cause=self.root_cause_words if rc is None else f"{rc.name} {describe_exit(rc.returncode)}"
+            + (f" ({rc.why})" if rc.why else ""),
             total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled(),
             **({"moves": list(self.moves)} if self.moves else {}))
 
@@ -767,7 +768,7 @@ class Supervisor:
             running = tr.state == TaskState.RUNNING
             table.add_row(name, self.machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
                           _own_rate(tr),
-                          ago(tr.status.alive_at, now) if running else "",
+                          ago(tr.track.alive_at, now) if running else "",
                           ago(tr.seen.output_at, now) if running else "",
                           *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
                             for k in metric_names])
@@ -793,13 +794,13 @@ class Supervisor:
         head = f"run {self.plan.run_id} {words.get(self.result.value, self.result.value)} in " \
                f"{format_duration(self.ended - self.started)} (exit code {self.exit_code})"
         text = [head]
-        if self.root_cause is None and self.root_note:
-            text.append(f"cause: {self.root_note}")
+        if self.root_cause is None and self.root_cause_words:
+            text.append(f"cause: {self.root_cause_words}")
         text.extend(f"warning: {line}" for line in self.machine.stalled())
         if self.root_cause is not None:
             rc = self.root_cause
             text.append(f"first failure: {rc.name} ({describe_exit(rc.returncode)})"
-                        + (f" — {rc.note}" if rc.note else "") + f"; log: {rc.log_path}")
+                        + (f" — {rc.why}" if rc.why else "") + f"; log: {rc.log_path}")
         text.append(format_table(HEADER, rows))
         if self.root_cause is not None:
             tail = failure_tail(list(self.root_cause.seen.tail), 10)

@@ -323,7 +323,7 @@ class Task:
                 self._start(a.attempt)
             elif isinstance(a, mc.Kill):
                 self._kill(a.sig)
-            elif isinstance(a, mc.Note):
+            elif isinstance(a, mc.LogEvent):
                 if self.events is not None:
                     self.events.emit(a.event, a.task, **a.as_dict())
                 if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
