@@ -293,7 +293,9 @@ def test_hints_for_removed_modules_and_none_for_other_failures():
     assert "tensorflow.examples" in hint and "tf.keras.datasets.mnist" in hint
     assert "tf_slim" in outputs.failure_hint(["AttributeError: module 'tensorflow' has no "
                                               "attribute 'contrib'"])
-    assert outputs.failure_hint(TRACEBACK) is None
+    assert outputs.failure_hint(TRACEBACK[:-1] + ["ValueError: no such split: 'tain'"]) is None
+    # the one question the drivers ask answers the Keras 3 failures too
+    assert "Keras 3" in outputs.failure_hint(TRACEBACK)
     # a shape error without a restore is the program's own bug, not the checkpoint's
     assert outputs.failure_hint(["InvalidArgumentError: Input to reshape is a tensor with 64 "
                                  "values, but the requested shape has 32"]) is None
@@ -357,16 +359,16 @@ def test_waiting_spares_a_task_that_shows_progress_and_names_its_setting():
     ("AttributeError: module 'keras.optimizers' has no attribute 'experimental'", "experimental"),
 ])
 def test_removed_keras_apis_get_the_keras_2_hint(line, name):
-    from tfcluster.core.keras_hints import failure_hint
-    hint = failure_hint(["Traceback (most recent call last):", line])
+    from tfcluster.core.keras_hints import keras_failure_hint
+    hint = keras_failure_hint(["Traceback (most recent call last):", line])
     assert hint.startswith("hint: ") and repr(name) in hint and "tf_keras" in hint
 
 
 def test_the_pss_datasetcreator_hint_is_unchanged_and_others_get_none():
-    from tfcluster.core.keras_hints import failure_hint
-    assert "DatasetCreator" in failure_hint(
+    from tfcluster.core.keras_hints import keras_failure_hint
+    assert "DatasetCreator" in keras_failure_hint(
         ["AttributeError: module 'keras.utils' has no attribute 'experimental'"])
-    assert failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None
+    assert keras_failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None
 
 
 @pytest.mark.parametrize("line", [

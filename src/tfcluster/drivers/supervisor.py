@@ -28,7 +28,6 @@ from tfcluster.core.messages import security_note
 from tfcluster.backends.base import Backend, Handle, ProcessSpec
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import EventLog
-from tfcluster.core.keras_hints import failure_hint
 from tfcluster.backends.oom import OomWatch
 from tfcluster.net.addresses import is_local, reachable_beyond_loopback
 from tfcluster.net.ports import describe_port_holder, port_in_use
@@ -42,7 +41,7 @@ from tfcluster import safe_files
 from tfcluster.runs.record import run_record, task_row, write_record
 from tfcluster.runs.status import HEADER, ago, format_duration, format_table, shlex_quote, task_rows
 from tfcluster.drivers.display import Display
-from tfcluster.core.output_patterns import failure_hint as tf_failure_hint, failure_tail
+from tfcluster.core.output_patterns import failure_hint, failure_tail
 from tfcluster.core.task_output import NoiseFold, OutputReader, Seen
 from tfcluster.drivers.pump import OutputPump, join_readers
 from tfcluster.core.machine import TaskState
@@ -808,9 +807,9 @@ class Supervisor:
                 text.append(f"last lines of {self.root_cause.name}:")
                 text.extend("  " + line for line in tail)
             lines = list(self.root_cause.seen.tail)
-            hint = failure_hint(lines) or tf_failure_hint(lines, *_checkpoint_dir(record, self.root_cause.name))
+            hint = failure_hint(lines, *_checkpoint_dir(record, self.root_cause.name))
             if hint:
-                text.append(hint)     # "hint: ..." naming the fix (tfcluster.core.keras_hints)
+                text.append(hint)     # "hint: ..." naming the fix
         self.display.block("\n".join(text))
 
 
