@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Tuple
 
 from tfcluster import __version__
-from tfcluster.core import messages as notes, rules
+from tfcluster.core import messages, rules
 from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.errors import UserError, print_error
 from tfcluster.terminal import printable
@@ -416,7 +416,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             args = parser.parse_args(argv)
     except SystemExit as e:
-        hint = notes.sbatch_hint(argv) if e.code == 2 else None
+        hint = messages.sbatch_hint(argv) if e.code == 2 else None
         if hint:
             print(f"tfcluster: hint: {hint}", file=sys.stderr)
         raise
@@ -900,7 +900,7 @@ def _check_script(cluster, options) -> None:
     if not options.command:
         return
     cwd = options.command_cwd or os.getcwd()
-    hint = notes.script_hint(options.command, cluster.base_dir if cluster.source else None, cwd)
+    hint = messages.script_hint(options.command, cluster.base_dir if cluster.source else None, cwd)
     if hint:
         raise UserError(hint)
 
@@ -1018,14 +1018,14 @@ def cmd_help(args) -> int:
         parser.print_help()
         print("\nTopics: tfcluster help security")
         return 0
-    if args.topic in notes.TOPICS:
-        print(notes.TOPICS[args.topic], end="")
+    if args.topic in messages.TOPICS:
+        print(messages.TOPICS[args.topic], end="")
         return 0
     subs = parser.subcommands
     if args.topic in subs:
         subs[args.topic].print_help()
         return 0
-    raise UserError(f"help: no topic or command '{args.topic}' (topics: {', '.join(notes.TOPICS)}; "
+    raise UserError(f"help: no topic or command '{args.topic}' (topics: {', '.join(messages.TOPICS)}; "
                     f"commands: {', '.join(n for n in subs if n != 'serve')})")
 
 
