@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from tfcluster.errors import UserError
-from tfcluster.runs.eventlog import (EVENTS_FILE, LAUNCHER_LOG, EventLog, exit_fields,
-                                     format_event, read_events)
+from tfcluster.core.rules import exit_fields
+from tfcluster.runs.eventlog import EVENTS_FILE, LAUNCHER_LOG, EventLog, format_event, read_events
 
 
 def test_emit_writes_one_json_line_and_one_human_line(tmp_path):

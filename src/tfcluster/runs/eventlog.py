@@ -18,13 +18,12 @@ import datetime
 import json
 import math
 import os
-import signal
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
 from tfcluster.errors import UserError
-from tfcluster.core.rules import exit_fields, exit_words  # noqa: F401 (the one wording: rules.py)
+from tfcluster.core.rules import exit_words
 from tfcluster.safe_files import open_regular, read_bytes, shown as _shown, size_text as _size
 
 EVENTS_FILE = "events.jsonl"
@@ -209,6 +208,34 @@ class EventLog:
                         self.error = f"{os.path.join(self.run_dir, filename)}: {e}"
                 except ValueError:      # closed
                     pass
+
+
+class NullEventLog:
+    """Where a driver's events go before its run has a folder (and so an :class:`EventLog`):
+    nowhere."""
+
+    error = None
+
+    def emit(self, event: str, task: Optional[str] = None, **fields: Any) -> None:
+        pass
+
+    def progress(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def flush_progress(self, task: str) -> None:
+        pass
+
+    def flush_due(self, now: Optional[float] = None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def log(self, line: str, when: Optional[float] = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 # ------------------------------------------------------------------ reading
