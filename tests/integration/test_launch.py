@@ -13,7 +13,7 @@ import pytest
 from helpers import PROGRAMS, write_cluster
 
 from tfcluster.cli.main import launch
-from tfcluster.drivers.supervisor import View
+from tfcluster.drivers.display import View
 from tfcluster.plan.runplan import LaunchOptions
 
 LISTENER = os.path.join(PROGRAMS, "listener.py")

@@ -410,7 +410,7 @@ def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monk
     assert req.options.command == ("python", "t.py") and req.options.restart == "on-failure"
     assert req.view.quiet and req.view.output.timestamps and req.view.output.shows("worker:0")
     assert not req.view.output.shows("worker:1")
-    from tfcluster.drivers.supervisor import View  # the subpackage is still importable ...
+    from tfcluster.drivers.display import View  # the subpackage is still importable ...
     import tfcluster
     assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
 

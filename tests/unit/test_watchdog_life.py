@@ -24,7 +24,7 @@ def make(*args, **kwargs):
                 tr.reader.join(5.0)
         clock.now += seconds
 
-    sup._nap_fn = nap
+    sup.nap_fn = nap
     return sup, be, clock, out, err
 
 

@@ -742,7 +742,7 @@ class LaunchRequest:
     cluster: object = None                     # a loaded Cluster instead of a file (Python API)
     options: object = None                     # tfcluster.plan.runplan.LaunchOptions (slurm filled later)
     slurm_flags: Tuple[Tuple[str, object], ...] = ()   # the Slurm flags given: (attr, value)
-    view: object = None                        # tfcluster.drivers.supervisor.View
+    view: object = None                        # tfcluster.drivers.display.View
     dry_run: bool = False
     detach: bool = False
     quick: Optional[QuickCluster] = None
@@ -752,8 +752,7 @@ class LaunchRequest:
 
 def launch_request(args, program: Sequence[str] = (), argv: Sequence[str] = ()) -> LaunchRequest:
     """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
-    from tfcluster.drivers.supervisor import View
-    from tfcluster.drivers.display import OutputOptions
+    from tfcluster.drivers.display import OutputOptions, View
     from tfcluster.plan.runplan import LaunchOptions
     options = LaunchOptions(
         command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
@@ -846,7 +845,7 @@ def run_launch(request: LaunchRequest) -> int:
     The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
     (:class:`tfcluster.backends.base.Launcher`)."""
     from tfcluster.clusterfile import config
-    from tfcluster.drivers.supervisor import View
+    from tfcluster.drivers.display import View
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     quick_text = None
     if request.cluster is not None:
@@ -908,8 +907,9 @@ def _check_script(cluster, options) -> None:
 def launch(path_or_cluster=None, options=None, view=None, dry_run: bool = False) -> int:
     """Run a cluster file (or a loaded Cluster; default ./cluster.yaml) to the end; returns the
     exit code. The Python API of ``tfcluster launch`` (``options``:
-    :class:`tfcluster.plan.runplan.LaunchOptions`, ``view``: :class:`tfcluster.drivers.supervisor.View`): the same
-    checks, warnings and dry run as the command line."""
+    :class:`tfcluster.plan.runplan.LaunchOptions`, ``view``:
+    :class:`tfcluster.drivers.display.View`): the same checks, warnings and dry run as the
+    command line."""
     if path_or_cluster is None or isinstance(path_or_cluster, str):
         request = LaunchRequest(file=path_or_cluster, options=options, view=view, dry_run=dry_run)
     else:
