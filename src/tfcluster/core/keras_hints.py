@@ -1,4 +1,6 @@
-"""Keras support for the launcher: pure helpers, no TensorFlow import, nothing slow.
+"""Keras support for the launcher, without importing TensorFlow: one question starts the
+task's interpreter (:func:`has_tf_keras`, a fraction of a second, cached), and the wording of
+the fix reads TensorFlow's version from its package metadata (:func:`tf_keras_install`).
 
 - :func:`legacy_keras_problem`: before anything starts, a task whose environment asks for
   legacy Keras (``TF_USE_LEGACY_KERAS``) in an interpreter without ``tf_keras``.

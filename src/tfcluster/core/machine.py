@@ -256,7 +256,7 @@ class PeerEnded:
 
 @dataclass(frozen=True)
 class RunOver:
-    """The run was decided elsewhere (another node's wrapper ended it)."""
+    """The run was decided elsewhere (another node's driver ended it)."""
     words: str
     now: float
 
@@ -505,7 +505,7 @@ class RunMachine:
     def from_plan(cls, plan, names: Optional[Iterable[str]] = None, *, shared: bool = False,
                   peer_stop_wait: Optional[float] = None) -> "RunMachine":
         """A machine for ``names`` (default: the plan's selected tasks). ``shared``: a Slurm
-        node wrapper, which shares the restart budget, hears of the other tasks' ends and asks
+        node driver, which shares the restart budget, hears of the other tasks' ends and asks
         other nodes to kill a task through the run folder."""
         here = list(names) if names is not None else list(plan.selected)
         if shared and peer_stop_wait is None:
@@ -593,7 +593,7 @@ class RunMachine:
         return self.result != RunState.RUNNING
 
     def exit_code_of(self, name: str) -> int:
-        """The exit code of a driver that runs ``name`` alone (a Slurm node's wrapper): the
+        """The exit code of a driver that runs ``name`` alone (a Slurm node driver): the
         task's own (128+N for a signal) when it caused the run's failure -- so Slurm's
         accounting names the task that failed -- else the run's."""
         t = self.tasks[name]
