@@ -124,7 +124,7 @@ def test_the_run_goes_through_its_phases_and_no_other_way():
 
 def test_start_failure_is_bad_input_and_stops_what_runs():
     m = make()
-    acts = m.begin(0.0)
+    m.begin(0.0)
     out = m.handle(Started("ps:0", 100, 0.0))
     out += m.handle(StartFailed("worker:0", "worker:0: program not found: nosuch", 0.1))
     assert m.result == RunState.FAILED and m.exit_code == 2

@@ -10,9 +10,9 @@ import signal
 import pytest
 
 from tfcluster.core import rules
-from tfcluster.core.machine import (Exited, Finished, Interrupt, Kill, Phase, Regroup,
-                                    Regrouped, RunState, Start, Started, TaskState, Tick,
-                                    input_fields, input_from_fields, replay)
+from tfcluster.core.machine import (Exited, Finished, Interrupt, Phase, Regroup, Regrouped,
+                                    RunState, Start, Started, TaskState, Tick, input_fields,
+                                    input_from_fields, replay)
 
 from test_machine import TERM, kills, logged, make, of, says, started
 

@@ -91,7 +91,7 @@ def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
     assert not contract.supervised({contract.TASK: "worker:0"}, pid=me)   # commands' lines
     assert not contract.supervised({contract.LAUNCHER_PID: "1"}, pid=me)
     assert not contract.supervised({contract.LAUNCHER_PID: "x"}, pid=me)
-    # issue 30: an ancestor above the group's starter (a login shell's $$) does not count
+    # an ancestor above the group's starter (a login shell's $$) does not count
     assert not contract.supervised({contract.LAUNCHER_PID: "20"}, pid=me)
     # a group whose leader has exited: nothing to trust
     del tree[40]
@@ -99,7 +99,7 @@ def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
 
 
 def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
-    """TFCLUSTER_LAUNCHER_PID=$$ in a shell (issue 30): the named process must run tfcluster or
+    """TFCLUSTER_LAUNCHER_PID=$$ in a shell: the named process must run tfcluster or
     hold the run folder open, as a launcher does."""
     from tfcluster import safe_files
     me = os.getpid()

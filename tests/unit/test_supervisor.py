@@ -9,13 +9,11 @@ import signal
 
 import pytest
 
-from tfcluster.core import rules
 from tfcluster.core.machine import TaskState
 from tfcluster.drivers.display import ProgressPace, View, progress_lines
 from tfcluster.drivers.tasks import StepRate
 from tfcluster.plan.runplan import LaunchOptions
 from tfcluster.runs.eventlog import NullEventLog
-
 
 from helpers.fake import make
 
@@ -200,21 +198,6 @@ def test_sigkill_after_the_stop_timeout_for_a_task_that_ignores_sigterm(tmp_path
     assert sup.run() == 0
     assert be.handles["ps:0"][0].signals[:2] == [signal.SIGTERM, signal.SIGKILL]
     assert "ps:0 (pid 101) still running 1.5s after SIGTERM: SIGKILL" in err.getvalue()
-
-
-def test_success_rule_table():
-    s = rules.success_reached
-    assert s("chief", "worker:0", {"ps:0": False, "worker:0": True, "worker:1": False}) == "worker:0 exited 0"
-    assert s("chief", "worker:0", {"ps:0": False, "worker:0": False, "worker:1": True}) is None
-    assert s("all-workers", "chief:0", {"chief:0": True, "worker:0": True, "ps:0": False}) == "every worker exited 0"
-    assert s("all-workers", "chief:0", {"chief:0": True, "worker:0": False}) is None
-    assert s("chief", "worker:0", {"ps:0": True}, chief_here=False) == "every task here exited 0"
-
-
-def test_exit_codes_and_orders():
-    assert rules.signal_exit_code(signal.SIGINT) == 130 and rules.task_exit_code(-9) == 137
-    assert rules.start_order(["worker", "chief", "ps", "evaluator"]) == ["ps", "chief", "worker", "evaluator"]
-    assert rules.stop_waves(["ps", "worker", "chief"]) == (["chief", "worker"], ["ps"])
 
 
 def test_live_table_marks_the_chief_and_shows_rate_and_metrics(tmp_path):
