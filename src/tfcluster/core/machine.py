@@ -845,10 +845,7 @@ class RunMachine:
         out.append(Say(f"{t.name}: {d.reason}; stopping every task", error=True))
         out.append(log_event("cluster_restarting", t.name, node=node, reason=d.reason,
                              attempt=t.restarts + 1))
-        live = [x for x in self.tasks.values() if x.state.alive]
-        first, then = rules.stop_waves({x.job for x in live} | {"ps"})
-        self._waves = [[x.name for x in live if x.job in first],
-                       [x.name for x in live if x.job in then]]
+        self._waves = self._stop_waves()
         self._wave, self._wave_all = [], []
         self._next_wave(now, out)
 
@@ -1098,12 +1095,17 @@ class RunMachine:
             if t.state in (TaskState.RESTARTING, TaskState.PENDING):
                 t.state = check_transition(t.state, TaskState.STOPPED, t.name)
                 self._claims.pop(t.name, None)
-        live = [t for t in self.tasks.values() if t.state.alive]
-        first, then = rules.stop_waves({t.job for t in live} | {"ps"})   # "ps": the second wave always exists
-        self._waves = [[t.name for t in live if t.job in first],
-                       [t.name for t in live if t.job in then]]
+        self._waves = self._stop_waves()
         self._wave = []
         self._next_wave(now, out)
+
+    def _stop_waves(self) -> List[List[str]]:
+        """The live tasks in the rulebook's two stop waves: chief, workers and evaluators, then
+        ps. The second wave is there even when empty: :meth:`_next_wave` knows the ps wave as
+        the last one."""
+        live = [t for t in self.tasks.values() if t.state.alive]
+        first, then = rules.stop_waves({t.job for t in live} | {"ps"})
+        return [[t.name for t in live if t.job in first], [t.name for t in live if t.job in then]]
 
     def _next_wave(self, now: float, out: List[Action]) -> None:
         while self._waves:
