@@ -35,6 +35,6 @@ def launch(path_or_cluster=None, options=None, view=None, dry_run: bool = False)
     """Run a cluster file (or a loaded :class:`Cluster`; default ./cluster.yaml) to the end and
     return the exit code, as ``tfcluster launch`` does: the same warnings, checks, dry run and
     records. ``options``: :class:`tfcluster.plan.runplan.LaunchOptions`; ``view``:
-    :class:`tfcluster.drivers.supervisor.View`."""
+    :class:`tfcluster.drivers.display.View`."""
     from tfcluster.cli.launching import launch as _launch
     return _launch(path_or_cluster, options=options, view=view, dry_run=dry_run)

@@ -7,7 +7,8 @@ import textwrap
 
 from tfcluster.clusterfile import config
 from tfcluster.backends.base import Backend, Handle
-from tfcluster.drivers.supervisor import Supervisor, View
+from tfcluster.drivers.display import View
+from tfcluster.drivers.supervisor import Supervisor
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 

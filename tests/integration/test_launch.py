@@ -13,7 +13,7 @@ import pytest
 from helpers import PROGRAMS, write_cluster
 
 from tfcluster.cli.launching import launch
-from tfcluster.drivers.supervisor import View
+from tfcluster.drivers.display import View
 from tfcluster.plan.runplan import LaunchOptions
 
 LISTENER = os.path.join(PROGRAMS, "listener.py")
@@ -84,9 +84,6 @@ def test_bind_failure_at_start_is_reported_as_a_port_conflict(tmp_path, ports):
 def test_logs_are_private_and_secrets_masked_in_output(tmp_path, ports):
     prog = tmp_path / "p.py"
     prog.write_text("import os\nprint('token is', os.environ['DB_PASSWORD'])\n")
-    f = write_cluster(tmp_path, ports(1), ["python", str(prog)], jobs={"worker": 1},
-                      extra="program: {command: [python, p.py], env: {DB_PASSWORD: s3cr3tvalue}}\n"
-                      .replace("program:", "program_unused:") if False else "")
     (tmp_path / "cluster.yaml").write_text(
         f"cluster: {{worker: [localhost:{ports(1)[0]}]}}\n"
         f"program: {{command: [python, p.py], env: {{DB_PASSWORD: s3cr3tvalue}}}}\n"

@@ -179,7 +179,7 @@ def test_a_long_line_is_split_and_the_last_piece_is_kept(via):
 
 def test_300_mib_without_a_newline_stays_small_and_the_end_reaches_the_log(tmp_path):
     """A child process runs the reader on 300 MiB with no newline; its peak memory stays
-    under 200 MB and the final line is in the log (issue 22)."""
+    under 200 MB and the final line is in the log."""
     log = tmp_path / "big.log"
     code = f"""
 import os, resource, sys, threading, time

@@ -113,7 +113,7 @@ def test_trainer_reaches_its_target_on_ray_with_the_endpoints_ray_gave(ray_head,
 
 def test_a_task_on_ray_knows_it_is_supervised(ray_head, tmp_path):
     """The actor that starts a task is its supervisor (TFCLUSTER_LAUNCHER_PID), as the launcher,
-    the ssh wrapper and the Slurm node wrapper are: replicas leave stopping the ps to tfcluster."""
+    the ssh wrapper and the Slurm node agent are: replicas leave stopping the ps to tfcluster."""
     prog = "from tfcluster.contract import supervised; print('supervised:', supervised())"
     path = write(tmp_path, "cluster: {worker: 1}\n"
                            f"program: {{command: [python, -c, {json.dumps(prog)}]}}")

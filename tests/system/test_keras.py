@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from tfcluster.core.keras_hints import failure_hint
+from tfcluster.core.output_patterns import failure_hint
 
 from helpers import EXAMPLES, PROGRAMS
 from helpers.launch import (assert_all_gone, finish, kill_when, run_record, start, tail, task_log,
@@ -198,12 +198,12 @@ def test_keras3_failure_summary_names_the_fix(tmp_path, ports):
     out = proc.out_path.read_text()
     assert PER_REPLICA in out
     assert_all_gone(run_record(tmp_path))
-    # needs launcher hook: the failure summary adds keras_support.failure_hint(<failed task's
+    # needs launcher hook: the failure summary adds output_patterns.failure_hint(<failed task's
     # log tail>) as one line
     hints = [ln for ln in out.splitlines() if ln.lstrip().startswith("hint: Keras 3")]
     if not hints:
         pytest.skip("needs launcher hook: failure summary line from "
-                    "tfcluster.core.keras_hints.failure_hint")
+                    "tfcluster.core.output_patterns.failure_hint")
     assert "pip install 'tf_keras~=" in hints[0] and "TF_USE_LEGACY_KERAS" in hints[0]
 
 
@@ -319,7 +319,7 @@ def test_a_carriage_return_progress_bar_shows_its_latest_state(tmp_path, ports):
     log = task_log(record, "worker:0")
     console = proc.out_path.read_text()
     if "\b" in log or "\b" in console:
-        pytest.skip("needs launcher hook: tfcluster.core.keras_hints.latest_bar_state in the "
+        pytest.skip("needs launcher hook: tfcluster.core.output_patterns.latest_bar_state in the "
                     "output reader (console and task log)")
     assert "3/3 [==============================] - 0s 5ms/step - loss: 0.6000" in log
     assert "\r" not in log and "\r" not in console

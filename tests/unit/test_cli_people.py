@@ -12,7 +12,7 @@ import pytest
 
 from tfcluster.cli import main as cli
 from tfcluster.runs import control, logs, index as runindex
-from tfcluster.core import messages as notes
+from tfcluster.core import messages
 from tfcluster.errors import UserError
 from tfcluster.drivers.display import Display, OutputOptions
 
@@ -326,13 +326,13 @@ def test_task_filter_host_prefix_and_timestamps():
 
 def test_security_note_once_per_file_and_silenceable(state, tmp_path):
     f = str(tmp_path / "c.yaml")
-    first = notes.security_note(f, [2222], environ={}, first_time=runindex.first_time)
+    first = messages.security_note(f, [2222], environ={}, first_time=runindex.first_time)
     assert "tfcluster help security" in first and "docs/SECURITY.md" not in first
-    assert notes.security_note(f, [2222], environ={}, first_time=runindex.first_time) is None
+    assert messages.security_note(f, [2222], environ={}, first_time=runindex.first_time) is None
     other = str(tmp_path / "d.yaml")
-    assert notes.security_note(other, [1], silenced=True) is None
-    assert notes.security_note(other, [1], environ={notes.SILENCE_ENV: "1"}) is None
-    assert notes.security_note(other, [1], environ={}, first_time=runindex.first_time) is not None
+    assert messages.security_note(other, [1], silenced=True) is None
+    assert messages.security_note(other, [1], environ={messages.SILENCE_ENV: "1"}) is None
+    assert messages.security_note(other, [1], environ={}, first_time=runindex.first_time) is not None
 
 
 def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
@@ -345,7 +345,7 @@ def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ training words, summaries
 def test_nothing_trained_says_why_and_what_to_do():
-    s = notes.nothing_trained(2001, 2000, "runs/checkpoints")
+    s = messages.nothing_trained(2001, 2000, "runs/checkpoints")
     assert "nothing trained" in s and "clear runs/checkpoints" in s and "--train_steps above 2001" in s
 
 
@@ -410,7 +410,7 @@ def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monk
     assert req.options.command == ("python", "t.py") and req.options.restart == "on-failure"
     assert req.view.quiet and req.view.output.timestamps and req.view.output.shows("worker:0")
     assert not req.view.output.shows("worker:1")
-    from tfcluster.drivers.supervisor import View  # the subpackage is still importable ...
+    from tfcluster.drivers.display import View  # the subpackage is still importable ...
     import tfcluster
     assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
 

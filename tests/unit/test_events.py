@@ -1,15 +1,19 @@
 """The event log: events.jsonl (one JSON object a line) and launcher.log (the same, for people)."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import threading
 
 import pytest
 
+import helpers
+from tfcluster.core.machine import Tick, input_fields
+from tfcluster.core.rules import exit_fields
 from tfcluster.errors import UserError
-from tfcluster.runs.eventlog import (EVENTS_FILE, LAUNCHER_LOG, EventLog, exit_fields, format_event,
-                              read_events)
+from tfcluster.runs.eventlog import (EVENTS, EVENTS_FILE, LAUNCHER_LOG, EventLog, format_event,
+                                     read_events)
 
 
 def test_emit_writes_one_json_line_and_one_human_line(tmp_path):
@@ -167,3 +171,31 @@ def test_a_held_back_report_is_written_once_its_interval_is_over(tmp_path):
     events = read_events(str(tmp_path))
     assert [(e["step"], e["time"]) for e in events] == [(1, 0.0), (2, 0.5)]
     log.close()
+
+
+def _written(path, call):
+    """(event, keys) of each call ``call("event", ..., key=...)`` in the module at ``path``; the
+    keys of ``**exit_fields(...)`` and ``**input_fields(...)`` counted in, other ``**`` not."""
+    spread = {"exit_fields": set(exit_fields(0)), "input_fields": {"input", "data"}}
+    tree = ast.parse(open(os.path.join(helpers.SRC, "tfcluster", path)).read())
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)):
+            continue
+        f = node.func
+        if (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)) != call:
+            continue
+        keys = {k.arg for k in node.keywords if k.arg not in (None, "task", "time")}
+        for k in node.keywords:
+            if k.arg is None and isinstance(k.value, ast.Call):
+                keys |= spread.get(getattr(k.value.func, "id", None), set())
+        yield node.args[0].value, keys
+
+
+def test_every_event_the_machine_and_the_supervisor_write_is_listed_with_its_keys():
+    written = list(_written("core/machine.py", "log_event")) + list(
+        _written("drivers/supervisor.py", "emit"))
+    assert {name for name, _ in written} >= {"task_exited", "decision", "run_started", "input"}
+    for name, keys in written:
+        assert name in EVENTS and keys <= set(EVENTS[name]), (name, keys)
+    assert set(input_fields(Tick(1.0))) <= set(EVENTS["input"])

@@ -1,5 +1,5 @@
 """Importing tfcluster does nothing but define things: no signal handler installed, no thread
-started (issue 29: importing the Slurm node wrapper used to install SIGINT/SIGTERM/SIGHUP/SIGURG
+started (issue 29: importing the Slurm node agent used to install SIGINT/SIGTERM/SIGHUP/SIGURG
 handlers, so a test that imported it made pytest swallow Ctrl-C). Every module but those that
 import TensorFlow at their top, imported afresh."""
 from __future__ import annotations

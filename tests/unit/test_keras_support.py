@@ -2,7 +2,8 @@
 (Asking a real interpreter for tf_keras: tests/integration/test_keras_interpreters.py.)"""
 import pytest
 
-from tfcluster.core.keras_hints import failure_hint, latest_bar_state, python_interpreter
+from tfcluster.core.keras_hints import keras_failure_hint, python_interpreter
+from tfcluster.core.output_patterns import latest_bar_state
 
 
 # ------------------------------------------------------------------ python_interpreter
@@ -15,7 +16,7 @@ def test_python_interpreter_of_a_task(argv, python):
     assert python_interpreter(argv) == python
 
 
-# ------------------------------------------------------------------ failure_hint
+# ------------------------------------------------------------------ keras_failure_hint
 
 # the last lines of a worker's log on TF 2.21 / Keras 3.15, MWMS model.fit (numpy or tf.data)
 MWMS_KERAS3_TAIL = """\
@@ -53,7 +54,7 @@ AttributeError: module 'keras.utils' has no attribute 'experimental'
     (PSS_CREATOR_KERAS3_TAIL, "ParameterServerStrategy"),
 ])
 def test_known_keras3_failures_get_one_line_naming_the_fix(tail, what):
-    hint = failure_hint(tail)
+    hint = keras_failure_hint(tail)
     assert hint is not None and "\n" not in hint, hint
     assert what in hint and "Keras 3" in hint
     assert "pip install 'tf_keras~=" in hint and 'TF_USE_LEGACY_KERAS: "1"' in hint
@@ -63,12 +64,12 @@ def test_known_keras3_failures_get_one_line_naming_the_fix(tail, what):
 def test_the_pss_dataset_error_outside_keras3_gets_no_hint():
     # a custom loop iterating a dataset without create_per_worker_dataset: not a Keras matter
     tail = [ln.replace("keras/src", "tf_keras/src") for ln in PSS_DATASET_KERAS3_TAIL]
-    assert failure_hint(tail) is None
-    assert failure_hint([ln for ln in PSS_DATASET_KERAS3_TAIL if "keras" not in ln]) is None
+    assert keras_failure_hint(tail) is None
+    assert keras_failure_hint([ln for ln in PSS_DATASET_KERAS3_TAIL if "keras" not in ln]) is None
 
 
 def test_legacy_keras_without_tf_keras_in_the_log():
-    hint = failure_hint(["W tensorflow: Your environment has TF_USE_LEGACY_KERAS set to True, but "
+    hint = keras_failure_hint(["W tensorflow: Your environment has TF_USE_LEGACY_KERAS set to True, but "
                          "you do not have the tf_keras package installed. You must install it"])
     assert hint and "pip install 'tf_keras~=" in hint
 
@@ -79,7 +80,7 @@ def test_legacy_keras_without_tf_keras_in_the_log():
     ["keras_tutorial: done: {}"],
 ])
 def test_other_failures_get_no_hint(tail):
-    assert failure_hint(tail) is None
+    assert keras_failure_hint(tail) is None
 
 
 # ------------------------------------------------------------------ latest_bar_state

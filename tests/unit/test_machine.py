@@ -8,10 +8,11 @@ import pytest
 
 from tfcluster.core import rules
 from tfcluster.core.machine import (AskKill, ChiefGone, ClaimRestart, EndRun, Exited, Finished,
-                               Interrupt, Kill, KillRequest, Note, PeerEnded, PortConflict,
-                               PortOpen, Progressed, RestartClaim, RunMachine, RunOver, RunState,
-                               Say, Settings, Start, Started, StartFailed, TaskState, Tick,
-                               TransitionError, Waiting)
+                                    Interrupt, Kill, KillRequest, LogEvent, PeerEnded, Phase,
+                                    PortConflict, PortOpen, Progressed, RestartClaim, RunMachine,
+                                    RunOver, RunState, Say, Settings, Start, Started, StartFailed,
+                                    TaskState, Tick, TransitionError, Waiting, check_phase_change,
+                                    check_transition)
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 
@@ -56,8 +57,8 @@ def says(actions):
     return "\n".join(a.text for a in of(actions, Say))
 
 
-def notes(actions, event):
-    return [a for a in of(actions, Note) if a.event == event]
+def logged(actions, event):
+    return [a for a in of(actions, LogEvent) if a.event == event]
 
 
 def stop_everything(m, now):
@@ -95,13 +96,39 @@ def test_an_exit_of_a_task_never_started_is_a_transition_error():
         m.handle(Exited("worker:1", 1, 1.0))
 
 
+def test_task_state_changes_are_checked():
+    assert check_transition(TaskState.FAILED, TaskState.RESTARTING) == TaskState.RESTARTING
+    with pytest.raises(TransitionError):
+        check_transition(TaskState.SUCCEEDED, TaskState.RUNNING, "worker:0")
+    with pytest.raises(TransitionError):
+        check_transition(TaskState.PENDING, TaskState.FAILED)
+
+
+def test_the_run_goes_through_its_phases_and_no_other_way():
+    m = make()
+    assert m.phase == Phase.START
+    started(m)
+    assert m.phase == Phase.RUN
+    m.handle(Exited("worker:0", 0, 5.0))
+    assert m.phase == Phase.GRACE
+    m.handle(Tick(7.1))
+    assert m.phase == Phase.STOP and m.phase.stopping and m.phase.holds_starts
+    stop_everything(m, 8.0)
+    assert m.phase == Phase.DONE and m.finished
+    assert check_phase_change(Phase.REPLACE, Phase.RUN) == Phase.RUN
+    with pytest.raises(TransitionError):
+        check_phase_change(Phase.GRACE, Phase.RUN)
+    with pytest.raises(TransitionError):
+        check_phase_change(Phase.DONE, Phase.STOP)
+
+
 def test_start_failure_is_bad_input_and_stops_what_runs():
     m = make()
-    acts = m.begin(0.0)
+    m.begin(0.0)
     out = m.handle(Started("ps:0", 100, 0.0))
     out += m.handle(StartFailed("worker:0", "worker:0: program not found: nosuch", 0.1))
     assert m.result == RunState.FAILED and m.exit_code == 2
-    assert m.root_note == "worker:0: program not found: nosuch"
+    assert m.root_cause_words == "worker:0: program not found: nosuch"
     assert ("ps:0", TERM) in kills(out)
     assert m.tasks["worker:1"].state == TaskState.STOPPED      # never started
     out += stop_everything(m, 1.0)
@@ -212,7 +239,7 @@ def test_on_failure_restarts_after_a_doubling_backoff():
     m.handle(Started("worker:1", 200, 11.0))
     out = m.handle(Exited("worker:1", 1, 20.0))
     assert "restart 2 of 3 in 2.0s" in says(out)
-    assert [n.as_dict()["attempt"] for n in notes(out, "task_restarting")] == [2]
+    assert [n.as_dict()["attempt"] for n in logged(out, "task_restarting")] == [2]
     assert m.total_restarts == 2
 
 
@@ -224,7 +251,7 @@ def test_restart_budget_spent_fails_the_run_naming_the_task():
     m.handle(Started("worker:1", 200, 10.0))
     out = m.handle(Exited("worker:1", 5, 20.0))
     assert m.result == RunState.FAILED and m.exit_code == 1 and m.root_cause == "worker:1"
-    assert "not restarted: restart budget spent (1 of 1)" in m.tasks["worker:1"].note
+    assert "not restarted: restart budget spent (1 of 1)" in m.tasks["worker:1"].why
     assert "run failed: worker:1 (exit 5); stopping the others" in says(out)
 
 
@@ -236,7 +263,7 @@ def test_the_runs_budget_is_shared_by_every_task():
     m.handle(Started("worker:0", 200, 10.0))
     m.handle(Exited("worker:1", 1, 11.0))
     assert m.result == RunState.FAILED
-    assert "the run's restart budget is spent (1 of 1)" in m.tasks["worker:1"].note
+    assert "the run's restart budget is spent (1 of 1)" in m.tasks["worker:1"].why
 
 
 @pytest.mark.parametrize("policy,rc,restarts", [
@@ -259,7 +286,7 @@ def test_a_port_conflict_is_exit_2_and_never_retried():
     m.handle(PortConflict("worker:0", 1.0))
     out = m.handle(Exited("worker:0", 1, 1.5))
     assert m.exit_code == 2 and of(out, Start) == []
-    assert "port conflict: localhost:3001 is in use" in m.tasks["worker:0"].note
+    assert "port conflict: localhost:3001 is in use" in m.tasks["worker:0"].why
 
 
 def test_a_first_run_that_fails_within_min_uptime_is_not_restarted():
@@ -267,7 +294,7 @@ def test_a_first_run_that_fails_within_min_uptime_is_not_restarted():
     started(m, now=0.0)
     m.handle(Exited("worker:1", 1, 0.5))
     assert m.result == RunState.FAILED
-    assert "its first run failed within 1s" in m.tasks["worker:1"].note
+    assert "its first run failed within 1s" in m.tasks["worker:1"].why
     m = make(policy="on-failure", min_uptime=1.0)
     started(m, now=0.0)
     m.handle(Exited("worker:1", 1, 1.5))
@@ -310,7 +337,7 @@ def test_a_claim_that_cannot_be_recorded_grants_no_restart():
     m.handle(Exited("worker:1", 1, 5.0))
     out = m.handle(RestartClaim("worker:1", False, 5.1, "cannot record the restart: disk full"))
     assert m.result == RunState.FAILED and m.root_cause == "worker:1"
-    assert "not restarted: cannot record the restart: disk full" in m.tasks["worker:1"].note
+    assert "not restarted: cannot record the restart: disk full" in m.tasks["worker:1"].why
     assert ("ps:0", TERM) not in kills(out) or ("worker:0", TERM) in kills(out)
 
 
@@ -383,7 +410,7 @@ def test_startup_watchdog_kills_a_server_that_never_opens_its_port():
     assert kills(out) == [("ps:0", KILL)]
     assert m.unopened() == []                             # being killed: no more probes
     m.handle(Exited("ps:0", -9, 3.6))
-    assert m.root_cause == "ps:0" and "did not open port 3000 within 3s" in m.tasks["ps:0"].note
+    assert m.root_cause == "ps:0" and "did not open port 3000 within 3s" in m.tasks["ps:0"].why
 
 
 def test_unopened_lists_every_task_with_a_port_but_only_servers_face_the_startup_watchdog():
@@ -412,7 +439,7 @@ def test_waiting_on_a_task_this_launcher_does_not_run_fails_the_run():
     started(m)
     m.handle(Waiting("worker:0", "worker:1", 1.0))
     out = m.handle(Tick(3.5))
-    assert m.result == RunState.FAILED and "which this launcher does not run" in m.root_note
+    assert m.result == RunState.FAILED and "which this launcher does not run" in m.root_cause_words
     assert of(out, AskKill) == []
 
 
@@ -441,7 +468,7 @@ def test_stall_watchdog_fails_the_run_and_progress_keeps_it_alive():
     started(m)
     m.handle(Progressed("worker:0", 5, 1.0))
     out = m.handle(Tick(4.0))                # 3 s after the step: within the 4 s deadline
-    assert not m.decided and not notes(out, "watchdog") and not kills(out)
+    assert not m.decided and not logged(out, "watchdog") and not kills(out)
     m.handle(Progressed("worker:0", 6, 4.5))
     m.handle(Tick(8.0))
     assert not m.decided
@@ -449,8 +476,8 @@ def test_stall_watchdog_fails_the_run_and_progress_keeps_it_alive():
     assert not m.decided
     out = m.handle(Tick(11.6))
     assert m.result == RunState.FAILED
-    assert "the global step has stood at 6" in m.root_note
-    assert notes(out, "watchdog")
+    assert "the global step has stood at 6" in m.root_cause_words
+    assert logged(out, "watchdog")
 
 
 def test_a_step_that_does_not_grow_is_not_progress():
@@ -528,12 +555,12 @@ def test_the_ps_does_not_wait_forever_for_peers():
     assert kills(m.handle(Tick(5.1))) == [("ps:0", TERM)]
 
 
-def test_a_finished_task_note_carries_the_signal():
+def test_a_task_exited_event_carries_the_signal():
     m = make(grace=0.0)
     started(m)
     out = m.handle(Exited("worker:0", 0, 1.0))
     out += m.handle(Exited("worker:1", -9, 1.2), Tick(1.2))
-    exited = {n.task: n.as_dict() for n in notes(out, "task_exited")}
+    exited = {n.task: n.as_dict() for n in logged(out, "task_exited")}
     assert exited["worker:0"]["exit_code"] == 0 and exited["worker:0"]["state"] == "succeeded"
     assert exited["worker:1"]["signal"] == "SIGKILL" and exited["worker:1"]["state"] == "stopped"
 
@@ -584,20 +611,20 @@ def test_several_tasks_failing_together_announce_the_run_failure_once():
     out = m.handle(Exited("worker:1", 5, 1.0), Exited("worker:0", 6, 1.0), Exited("ps:0", 7, 1.0))
     assert says(out).count("run failed:") == 1
     assert "run failed: worker:1 (exit 5)" in says(out)
-    assert m.tasks["worker:1"].note == "" and m.root_cause == "worker:1"
+    assert m.tasks["worker:1"].why == "" and m.root_cause == "worker:1"
 
 
-def test_a_cause_the_driver_learnt_becomes_the_failed_tasks_note():
+def test_a_cause_the_driver_learnt_becomes_why_the_failed_task_ended():
     m = make()
     started(m)
     out = m.handle(Exited("worker:1", -9, 1.0, "out of memory: the memory limit was hit"))
     assert "worker:1 failed (SIGKILL): out of memory: the memory limit was hit" in says(out)
-    assert m.tasks["worker:1"].note == "out of memory: the memory limit was hit"
+    assert m.tasks["worker:1"].why == "out of memory: the memory limit was hit"
 
 
 # ---------------------------------------------------------------------------- stuck and ending tasks
-# issue 32 (a stuck task is named early, the stall names suspects, the summary keeps it) and
-# issue 31 (watchdogs that read the run as it is: "still waiting" then progress, final steps)
+# A stuck task is named early, the stall names suspects, the summary keeps it; the watchdogs
+# read the run as it is ("still waiting" then progress, final steps).
 
 
 def test_a_still_waiting_line_followed_by_progress_is_cleared():
@@ -644,7 +671,7 @@ def test_a_task_past_the_end_deadline_is_killed_naming_the_setting():
     m = make(names=("ps:0", "worker:0"), stall_timeout=5.0, end_timeout=8.0)
     started(m)
     out = m.handle(Progressed("worker:0", 10, 1.0, 10))
-    assert notes(out, "task_ending")
+    assert logged(out, "task_ending")
     assert kills(m.handle(Tick(8.9))) == []
     out = m.handle(Tick(9.5))
     assert kills(out) == [("worker:0", KILL)]
@@ -657,7 +684,7 @@ def test_one_task_at_its_end_and_another_stuck_still_stalls_the_run():
     m.handle(Progressed("worker:0", 10, 1.0, 10), Progressed("worker:1", 7, 1.0, 10))
     m.handle(Tick(7.0))
     assert m.result == RunState.FAILED
-    assert "suspects: worker:1 (no progress for 6s, at step 7)" in m.root_note
+    assert "suspects: worker:1 (no progress for 6s, at step 7)" in m.root_cause_words
 
 
 def test_one_task_at_its_end_and_another_that_never_reported_still_stalls_the_run():
@@ -665,7 +692,7 @@ def test_one_task_at_its_end_and_another_that_never_reported_still_stalls_the_ru
     started(m)
     m.handle(Progressed("worker:0", 10, 1.0, 10))
     m.handle(Tick(7.0))
-    assert m.result == RunState.FAILED and "stood at 10" in m.root_note
+    assert m.result == RunState.FAILED and "stood at 10" in m.root_cause_words
 
 
 def test_a_worker_at_its_final_step_may_exit_by_itself_after_its_leader():
@@ -708,13 +735,13 @@ def test_a_task_whose_progress_stops_while_others_go_on_is_named_early():
     assert t <= 2.0 + 24.0 / 2, t                 # within about half the deadline
     line = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text][0]
     assert "while worker:0 go on" in line and "tfcluster stack runs/r1 worker:1" in line
-    assert [n.task for n in notes(out, "task_stalled")] == ["worker:1"]
+    assert [n.task for n in logged(out, "task_stalled")] == ["worker:1"]
     assert "worker:0 (no" not in says(out)          # the one going on is not named
     m.handle(Exited("worker:0", 0, 30.0))
     assert m.result == RunState.SUCCEEDED
     stop_everything(m, 31.5)
     assert m.tasks["worker:1"].state == TaskState.STOPPED
-    assert m.tasks["worker:1"].note.startswith("stopped making progress at step 21")
+    assert m.tasks["worker:1"].why.startswith("stopped making progress at step 21")
     [line] = m.stalled()
     assert line.startswith("worker:1 stopped making progress at step 21")
 
@@ -728,7 +755,7 @@ def test_a_stuck_task_that_resumes_is_cleared():
         if i == 1:
             evs += [Progressed("worker:1", 0, 0.5), Progressed("worker:1", 1, 1.0)]
         out += m.handle(*evs, Tick(i + 0.1))
-    assert notes(out, "task_stalled")
+    assert logged(out, "task_stalled")
     out = m.handle(Progressed("worker:1", 2, 9.0))
     assert "worker:1 makes progress again" in says(out) and m.stalled() == []
 
@@ -744,7 +771,7 @@ def test_a_task_with_a_slow_cadence_is_not_named_within_its_own_rhythm():
         if i % 6 == 0:
             evs.append(Progressed("worker:1", i, t))
         out += m.handle(*evs, Tick(t + 0.1))
-    assert not notes(out, "task_stalled")
+    assert not logged(out, "task_stalled")
 
 
 def test_the_whole_run_standing_still_is_warned_once_naming_suspects():
@@ -760,7 +787,7 @@ def test_the_whole_run_standing_still_is_warned_once_naming_suspects():
         in warned[0] and "where each task is: tfcluster stack RUN" in warned[0]
     assert not m.decided
     m.handle(Tick(22.5))
-    assert m.result == RunState.FAILED and "suspects: worker:0" in m.root_note
+    assert m.result == RunState.FAILED and "suspects: worker:0" in m.root_cause_words
 
 
 def test_ps_tasks_and_tasks_without_progress_are_never_named_stuck():
@@ -769,4 +796,4 @@ def test_ps_tasks_and_tasks_without_progress_are_never_named_stuck():
     out = []
     for i in range(1, 12):
         out += m.handle(Progressed("worker:0", i, float(i)), Tick(i + 0.1))
-    assert not notes(out, "task_stalled") and m.stalled() == []
+    assert not logged(out, "task_stalled") and m.stalled() == []

@@ -10,11 +10,11 @@ import signal
 import pytest
 
 from tfcluster.core import rules
-from tfcluster.core.machine import (Exited, Finished, Interrupt, Kill, Regroup, Regrouped,
+from tfcluster.core.machine import (Exited, Finished, Interrupt, Phase, Regroup, Regrouped,
                                     RunState, Start, Started, TaskState, Tick, input_fields,
                                     input_from_fields, replay)
 
-from test_machine import TERM, kills, make, notes, of, says, started
+from test_machine import TERM, kills, logged, make, of, says, started
 
 KILL = signal.SIGKILL
 NODE = "127.0.0.3 (abc)"
@@ -47,22 +47,22 @@ def test_a_lost_ps_stops_workers_then_asks_to_place_again_then_starts_every_task
     m = make(policy="on-failure")
     started(m)
     out = lose_ps(m)
-    assert m.phase == "regroup" and m.total_restarts == 1 and not m.decided
+    assert m.phase == Phase.REGROUP and m.total_restarts == 1 and not m.decided
     assert kills(out) == [("worker:0", TERM), ("worker:1", TERM)]     # workers first (ps is gone)
-    assert notes(out, "cluster_restarting")[0].as_dict()["node"] == NODE
+    assert logged(out, "cluster_restarting")[0].as_dict()["node"] == NODE
     assert "its node 127.0.0.3 (abc) was lost" in says(out)
     assert not of(out, Regroup)
     out = m.handle(Exited("worker:0", -int(TERM), 6.0))
     assert not of(out, Regroup)
     out = m.handle(Exited("worker:1", -int(TERM), 6.1))
-    assert of(out, Regroup) == [Regroup("ps:0", NODE)] and m.phase == "replace"
+    assert of(out, Regroup) == [Regroup("ps:0", NODE)] and m.phase == Phase.REPLACE
     assert all(m.tasks[n].state == TaskState.RESTARTING for n in m.tasks)
     assert not of(out, Start) and not of(out, Finished)
     out = m.handle(Regrouped(True, 7.0))
     # every task again, ps first, each with the next restart count (TFCLUSTER_RESTART_COUNT)
     assert of(out, Start) == [Start("ps:0", 1), Start("worker:0", 1), Start("worker:1", 1)]
-    assert m.phase == "run" and m.total_restarts == 1
-    assert notes(out, "cluster_restarted")
+    assert m.phase == Phase.RUN and m.total_restarts == 1
+    assert logged(out, "cluster_restarted")
     for i, n in enumerate(m.tasks):
         m.handle(Started(n, 200 + i, 7.5))
     assert all(t.state == TaskState.RUNNING for t in m.tasks.values())
@@ -111,7 +111,7 @@ def test_beyond_the_budget_the_run_fails_naming_the_lost_node(kw, why):
     started(m)
     out = lose_ps(m)
     assert m.result == RunState.FAILED and m.root_cause == "ps:0" and not of(out, Regroup)
-    assert NODE in m.tasks["ps:0"].note and why in m.tasks["ps:0"].note
+    assert NODE in m.tasks["ps:0"].why and why in m.tasks["ps:0"].why
 
 
 def test_the_budget_counts_each_move():
@@ -123,7 +123,7 @@ def test_the_budget_counts_each_move():
         m.handle(Started(a.task, 300 + i, 7.5))
     out = lose_ps(m, 30.0)        # lost again: the run's budget (1) is spent
     assert m.result == RunState.FAILED and not of(out, Regroup)
-    assert "the run's restart budget is spent (1 of 1)" in m.tasks["ps:0"].note
+    assert "the run's restart budget is spent (1 of 1)" in m.tasks["ps:0"].why
 
 
 def test_a_cluster_that_cannot_be_placed_again_fails_the_run_naming_the_node():
@@ -134,9 +134,9 @@ def test_a_cluster_that_cannot_be_placed_again_fails_the_run_naming_the_node():
     out = m.handle(Regrouped(False, 40.0, "ray: the run's 3 tasks could not be placed within 30s"))
     assert m.result == RunState.FAILED and m.exit_code == rules.EXIT_FAILED
     assert of(out, Finished) and not of(out, Start)
-    note = m.tasks["ps:0"].note
-    assert f"its node {NODE} was lost and the cluster could not be placed again" in note
-    assert "could not be placed within 30s" in note
+    why = m.tasks["ps:0"].why
+    assert f"its node {NODE} was lost and the cluster could not be placed again" in why
+    assert "could not be placed within 30s" in why
     assert {t.state for t in m.tasks.values()} == {TaskState.FAILED, TaskState.STOPPED}
 
 
@@ -145,7 +145,7 @@ def test_ctrl_c_while_regrouping_stops_the_run():
     started(m)
     lose_ps(m)
     out = m.handle(Interrupt(signal.SIGINT, 5.5))
-    assert m.result == RunState.INTERRUPTED and m.phase == "stop"
+    assert m.result == RunState.INTERRUPTED and m.phase == Phase.STOP
     out += m.handle(Exited("worker:0", -int(TERM), 6.0), Exited("worker:1", -int(TERM), 6.0))
     assert of(out, Finished) and not of(out, Regroup)
     assert m.handle(Regrouped(True, 7.0)) == []
@@ -157,7 +157,7 @@ def test_a_driver_that_cannot_share_a_move_fails_the_run():
     m = make(policy="on-failure", shared_budget=True)
     started(m)
     lose_ps(m)
-    assert m.result == RunState.FAILED and "this backend cannot move it" in m.tasks["ps:0"].note
+    assert m.result == RunState.FAILED and "this backend cannot move it" in m.tasks["ps:0"].why
 
 
 def test_the_input_log_replays_a_move():

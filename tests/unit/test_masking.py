@@ -98,7 +98,7 @@ def test_render_slurm_masks_secret_arguments_and_the_job_gets_them_back(tmp_path
     assert data["jobs"]["worker"]["argv"] == ["{python}", "t.py", "--api-key=****", "--password",
                                               "****", "DB_TOKEN=****", "--lr=0.1"]
     assert "TFCLUSTER_SECRET__worker__ARGV2" in script
-    # the submitting environment carries the real words; the node wrapper puts them back
+    # the submitting environment carries the real words; the node agent puts them back
     carried = hold_back_secrets(plan_data(build_plan(
         _cluster(tmp_path), LaunchOptions(backend="slurm", run_id="s1", logdir=str(tmp_path)))))
     assert fill_secrets(data, carried) == []

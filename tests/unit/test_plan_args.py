@@ -7,7 +7,7 @@ import pytest
 from helpers import ROOT, run_cli
 
 from tfcluster.clusterfile import config
-from tfcluster.core import messages as notes
+from tfcluster.core import messages
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, apply_args, build_plan, parse_args
 
@@ -74,7 +74,7 @@ def test_commands_and_bad_arg():
 
 
 def test_nothing_trained_hint_uses_arg():
-    s = notes.nothing_trained(2001, 2000, "runs/checkpoints")
+    s = messages.nothing_trained(2001, 2000, "runs/checkpoints")
     assert "--arg --train_steps=4002" in s and "clear runs/checkpoints" in s
 
 

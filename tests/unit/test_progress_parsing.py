@@ -12,10 +12,10 @@ import pytest
 
 from tfcluster.plan import contract
 from tfcluster.core import output_patterns as outputs, rules
-from tfcluster.core.output_patterns import (ProgressParser, clean_segment, failure_tail, is_noise,
-                               is_progress_line)
+from tfcluster.core.output_patterns import (ProgressParser, clean_segment, failure_tail,
+                                            is_noise, is_progress_line)
 from tfcluster.plan.progress import (channel_fd, format_progress, parse_progress, report_progress,
-                                split_progress)
+                                     split_progress)
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "outputs")
 
@@ -91,7 +91,7 @@ def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
     assert not contract.supervised({contract.TASK: "worker:0"}, pid=me)   # commands' lines
     assert not contract.supervised({contract.LAUNCHER_PID: "1"}, pid=me)
     assert not contract.supervised({contract.LAUNCHER_PID: "x"}, pid=me)
-    # issue 30: an ancestor above the group's starter (a login shell's $$) does not count
+    # an ancestor above the group's starter (a login shell's $$) does not count
     assert not contract.supervised({contract.LAUNCHER_PID: "20"}, pid=me)
     # a group whose leader has exited: nothing to trust
     del tree[40]
@@ -99,7 +99,7 @@ def test_supervised_needs_the_launcher_to_be_an_ancestor(monkeypatch):
 
 
 def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
-    """TFCLUSTER_LAUNCHER_PID=$$ in a shell (issue 30): the named process must run tfcluster or
+    """TFCLUSTER_LAUNCHER_PID=$$ in a shell: the named process must run tfcluster or
     hold the run folder open, as a launcher does."""
     from tfcluster import safe_files
     me = os.getpid()
@@ -119,7 +119,7 @@ def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
 
 
 def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_another_ray_actor_is_not(monkeypatch):
-    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh wrapper, the Slurm node wrapper and the
+    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh wrapper, the Slurm node agent and the
     Ray actor (which Ray retitles ``ray::<its class name>``) are known by their command lines
     (as they run them); another Ray actor, holding no run folder, is not taken for a supervisor."""
     from tfcluster.backends import ssh
@@ -293,7 +293,9 @@ def test_hints_for_removed_modules_and_none_for_other_failures():
     assert "tensorflow.examples" in hint and "tf.keras.datasets.mnist" in hint
     assert "tf_slim" in outputs.failure_hint(["AttributeError: module 'tensorflow' has no "
                                               "attribute 'contrib'"])
-    assert outputs.failure_hint(TRACEBACK) is None
+    assert outputs.failure_hint(TRACEBACK[:-1] + ["ValueError: no such split: 'tain'"]) is None
+    # the one question the drivers ask answers the Keras 3 failures too
+    assert "Keras 3" in outputs.failure_hint(TRACEBACK)
     # a shape error without a restore is the program's own bug, not the checkpoint's
     assert outputs.failure_hint(["InvalidArgumentError: Input to reshape is a tensor with 64 "
                                  "values, but the requested shape has 32"]) is None
@@ -357,16 +359,16 @@ def test_waiting_spares_a_task_that_shows_progress_and_names_its_setting():
     ("AttributeError: module 'keras.optimizers' has no attribute 'experimental'", "experimental"),
 ])
 def test_removed_keras_apis_get_the_keras_2_hint(line, name):
-    from tfcluster.core.keras_hints import failure_hint
-    hint = failure_hint(["Traceback (most recent call last):", line])
+    from tfcluster.core.keras_hints import keras_failure_hint
+    hint = keras_failure_hint(["Traceback (most recent call last):", line])
     assert hint.startswith("hint: ") and repr(name) in hint and "tf_keras" in hint
 
 
 def test_the_pss_datasetcreator_hint_is_unchanged_and_others_get_none():
-    from tfcluster.core.keras_hints import failure_hint
-    assert "DatasetCreator" in failure_hint(
+    from tfcluster.core.keras_hints import keras_failure_hint
+    assert "DatasetCreator" in keras_failure_hint(
         ["AttributeError: module 'keras.utils' has no attribute 'experimental'"])
-    assert failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None
+    assert keras_failure_hint(["AttributeError: 'Foo' object has no attribute 'experimental_run'"]) is None
 
 
 @pytest.mark.parametrize("line", [

@@ -1,4 +1,4 @@
-"""The rulebook (tfcluster/rules.py) as tables: job order, stop waves, exit codes, restart
+"""The rulebook (tfcluster/core/rules.py) as tables: job order, stop waves, exit codes, restart
 decisions with their reasons and delays, success, grace, seconds, and the watchdog's checks."""
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def test_job_rank(job, rank):
 def test_exit_codes_and_their_words(returncode, code, words):
     assert rules.task_exit_code(returncode) == code
     assert rules.describe_exit(returncode) == words
+    if returncode < 0:
+        assert rules.signal_exit_code(-returncode) == code
 
 
 def test_a_running_task_has_no_exit_words():
@@ -108,9 +110,13 @@ def test_an_unknown_policy_is_refused():
     ("all-workers", "worker:0", {"worker:0": True, "worker:1": True, "ps:0": False}, True,
      "every worker exited 0"),
     ("all-workers", "chief:0", {"chief:0": True, "worker:0": True}, True, "every task here exited 0"),
+    ("all-workers", "chief:0", {"chief:0": True, "worker:0": True, "ps:0": False}, True,
+     "every worker exited 0"),
+    ("all-workers", "chief:0", {"chief:0": True, "worker:0": False}, True, None),
     ("chief", "worker:0", {"worker:1": True, "ps:0": False}, False, "every worker exited 0"),
     ("chief", "worker:0", {"worker:1": False, "ps:0": False}, False, None),
     ("chief", "worker:0", {"ps:0": True}, True, "every task here exited 0"),
+    ("chief", "worker:0", {"ps:0": True}, False, "every task here exited 0"),
     ("chief", "worker:0", {}, True, None),
     ("chief", "local:0", {"local:0": True, "local:1": False}, True, "local:0 exited 0"),
     ("all-workers", "local:0", {"local:0": True, "local:1": True, "evaluator:0": False}, True,
@@ -222,7 +228,7 @@ def test_the_data_service_jobs_are_served_like_ps():
     """data_service: its jobs start first (dispatcher before its workers), stop last with the ps,
     get no grace and never decide success."""
     from tfcluster.core.rules import (DATA_DISPATCHER, DATA_WORKER, start_order, stop_waves,
-                                 success_needs, waits_for_grace)
+                                      success_needs, waits_for_grace)
     jobs = ["worker", DATA_WORKER, "ps", DATA_DISPATCHER, "chief"]
     assert start_order(jobs)[:3] == [DATA_DISPATCHER, DATA_WORKER, "ps"]
     first, then = stop_waves(jobs)

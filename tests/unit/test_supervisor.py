@@ -9,10 +9,11 @@ import signal
 
 import pytest
 
-from tfcluster.core import rules
-from tfcluster.core.machine import TaskState, TransitionError, check_transition
+from tfcluster.core.machine import TaskState
+from tfcluster.drivers.display import ProgressPace, View, progress_lines
+from tfcluster.drivers.tasks import StepRate
 from tfcluster.plan.runplan import LaunchOptions
-
+from tfcluster.runs.eventlog import NullEventLog
 
 from helpers.fake import make
 
@@ -90,7 +91,7 @@ def test_a_local_run_replays_from_its_events_to_the_same_decisions(tmp_path):
     began = next(e["now"] for e in ev if e["event"] == "input" and e["input"] == "begin")
     inputs = [mc.input_from_fields(e) for e in ev if e["event"] == "input" and e["input"] != "begin"]
     fresh = mc.RunMachine.from_plan(sup.plan)
-    replayed = [(a.event, a.task) for a in mc.replay(fresh, began, inputs) if isinstance(a, mc.Note)]
+    replayed = [(a.event, a.task) for a in mc.replay(fresh, began, inputs) if isinstance(a, mc.LogEvent)]
     ran = [(e["event"], e["task"]) for e in ev if e["event"] in
            ("task_exited", "task_restarting", "watchdog", "stop_sent", "decision")]
     assert replayed == ran and ("task_restarting", "worker:1") in ran
@@ -175,13 +176,13 @@ def test_watchdog_stall_fails_the_run(tmp_path):
 
 def test_signal_stops_the_run_with_128_plus_n(tmp_path):
     sup, be, clock, out, err = make(tmp_path, CLUSTER, {})
-    real_nap = sup._nap_fn
+    real_nap = sup.nap_fn
 
     def nap(runs, seconds):
         real_nap(runs, seconds)
         if clock.now > 1003 and not sup.interrupted:
             sup.interrupt(signal.SIGTERM)
-    sup._nap_fn = nap
+    sup.nap_fn = nap
     assert sup.run() == 143
     rec = record(tmp_path)
     assert rec["result"] == "interrupted"
@@ -199,39 +200,15 @@ def test_sigkill_after_the_stop_timeout_for_a_task_that_ignores_sigterm(tmp_path
     assert "ps:0 (pid 101) still running 1.5s after SIGTERM: SIGKILL" in err.getvalue()
 
 
-def test_transitions_are_checked():
-    assert check_transition(TaskState.FAILED, TaskState.RESTARTING) == TaskState.RESTARTING
-    with pytest.raises(TransitionError):
-        check_transition(TaskState.SUCCEEDED, TaskState.RUNNING, "worker:0")
-    with pytest.raises(TransitionError):
-        check_transition(TaskState.PENDING, TaskState.FAILED)
-
-
-def test_success_rule_table():
-    s = rules.success_reached
-    assert s("chief", "worker:0", {"ps:0": False, "worker:0": True, "worker:1": False}) == "worker:0 exited 0"
-    assert s("chief", "worker:0", {"ps:0": False, "worker:0": False, "worker:1": True}) is None
-    assert s("all-workers", "chief:0", {"chief:0": True, "worker:0": True, "ps:0": False}) == "every worker exited 0"
-    assert s("all-workers", "chief:0", {"chief:0": True, "worker:0": False}) is None
-    assert s("chief", "worker:0", {"ps:0": True}, chief_here=False) == "every task here exited 0"
-
-
-def test_exit_codes_and_orders():
-    assert rules.signal_exit_code(signal.SIGINT) == 130 and rules.task_exit_code(-9) == 137
-    assert rules.start_order(["worker", "chief", "ps", "evaluator"]) == ["ps", "chief", "worker", "evaluator"]
-    assert rules.stop_waves(["ps", "worker", "chief"]) == (["chief", "worker"], ["ps"])
-
-
 def test_live_table_marks_the_chief_and_shows_rate_and_metrics(tmp_path):
     from rich.console import Console
     lines = ['@tfcluster progress {"step": 10, "total": 100, "loss": 0.5, "accuracy": 0.75}']
     sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 2.0, lines)]})
     assert sup.run() == 0
     tr = sup.runs["worker:0"]
-    tr.steps.clear()
-    tr.steps.extend([(clock.now, 10), (clock.now + 2, 30)])
-    from tfcluster.drivers.supervisor import _rate
-    tr.rate = _rate(tr.steps, clock.now + 2, None)
+    tr.own_rate = StepRate()
+    tr.own_rate.add(clock.now, 10)
+    tr.own_rate.add(clock.now + 2, 30)
     buf = io.StringIO()
     Console(file=buf, width=160).print(sup._live_table())
     text = buf.getvalue()
@@ -242,7 +219,7 @@ def test_live_table_marks_the_chief_and_shows_rate_and_metrics(tmp_path):
 
 def test_live_table_follows_an_unmodified_keras_program(tmp_path):
     """Keras' own lines (no tfcluster import): the epoch and step reach the live table and
-    run.json (issue 19)."""
+    run.json."""
     from rich.console import Console
     lines = ["Epoch 1/3", "10/10 [==============================] - 1s 50ms/step - loss: 0.5000",
              "Epoch 2/3", "7/10 [====================>.........] - ETA: 0s - loss: 0.3000"]
@@ -258,13 +235,13 @@ def test_live_table_follows_an_unmodified_keras_program(tmp_path):
 
 def test_live_table_says_starting_serving_and_running(tmp_path):
     """The live table's state column: ``serving`` for a ps whose port is open, ``running`` for
-    a task that reports steps, ``starting`` for one that has done neither yet (issue 23)."""
+    a task that reports steps, ``starting`` for one that has done neither yet."""
     from rich.console import Console
     lines = ['@tfcluster progress {"step": 3, "total": 100}']
     sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 3.0, lines)]})
     be.up.add(3000)                                  # the ps's server accepts connections
     seen = {}
-    real_nap = sup._nap_fn
+    real_nap = sup.nap_fn
 
     def nap(runs, seconds):
         real_nap(runs, seconds)
@@ -274,7 +251,7 @@ def test_live_table_says_starting_serving_and_running(tmp_path):
             for row in buf.getvalue().splitlines():
                 if row.split() and row.split()[0] in ("ps:0", "worker:0", "worker:1"):
                     seen[row.split()[0]] = row.split()[2 if "(chief)" in row else 1]
-    sup._nap_fn = nap
+    sup.nap_fn = nap
     assert sup.run() == 0
     assert seen == {"ps:0": "serving", "worker:0": "running", "worker:1": "starting"}, seen
 
@@ -385,30 +362,22 @@ def test_a_task_that_cannot_start_in_a_big_wave_fails_the_run_and_stops_the_othe
 
 
 def test_piped_progress_lines_come_every_few_seconds_the_first_after_the_first_step():
-    """Issue 32: without a live table the first progress line comes once the step has moved
-    past the first report (not a lone line at step 0), then every progress_every seconds."""
-    from types import SimpleNamespace
-
-    from tfcluster.drivers.supervisor import Supervisor
+    """Without a live table the first progress line comes once the step has moved past the
+    first report (not a lone line at step 0), then every progress_every seconds."""
     from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
-    assert PIPED_PROGRESS_EVERY <= 5.0
-    s = SimpleNamespace(machine=SimpleNamespace(best_step=0), _first_step=None,
-                        last_progress_line=0.0, view=SimpleNamespace(progress_every=5.0))
-    due = lambda now: Supervisor._progress_line_due(s, now)   # noqa: E731
-    assert not due(100.0) and not due(101.0)          # step 0 only
-    s.machine.best_step = 3
-    assert due(101.5)                                  # the step moved: the first line now
-    s.last_progress_line = 101.5
-    assert not due(104.0) and due(106.5)
+    assert PIPED_PROGRESS_EVERY <= 5.0 and View().progress_every == PIPED_PROGRESS_EVERY
+    pace = ProgressPace(5.0)
+    assert not pace.due(0, 100.0) and not pace.due(0, 101.0)     # step 0 only
+    assert pace.due(3, 101.5)                         # the step moved: the first line now
+    assert not pace.due(3, 104.0) and pace.due(4, 106.5)
     # a step that never moves still gets its line after progress_every
-    s = SimpleNamespace(machine=SimpleNamespace(best_step=0), _first_step=None,
-                        last_progress_line=0.0, view=SimpleNamespace(progress_every=5.0))
-    assert not due(200.0) and due(205.0)
+    pace = ProgressPace(5.0)
+    assert not pace.due(0, 200.0) and pace.due(0, 205.0)
 
 
 def test_launcher_log_records_each_start_once(tmp_path):
-    """Issue 32: the console's "started worker:0 (pid N)" and the task_started event's line
-    were both written to launcher.log."""
+    """The console's "started worker:0 (pid N)" is not written to launcher.log beside the
+    task_started event's line."""
     sup, be, clock, out, err = make(tmp_path, CLUSTER, {
         "worker:0": [(0, 3.0, ['@tfcluster progress {"step": 5, "total": 10}'])],
         "worker:1": [(0, 4.0, [])]})
@@ -420,18 +389,17 @@ def test_launcher_log_records_each_start_once(tmp_path):
 
 
 def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
-    """Issue 32: both workers report the same global step (40 a second between them); worker:0
+    """Both workers report the same global step (40 a second between them); worker:0
     ran 30 of those steps a second itself (local_step), worker:1 reports only the global step.
     The table gives worker:0 its own 30.0, marks worker:1 'global', and the caption keeps the
     run's global rate."""
     from rich.console import Console
 
-    from tfcluster.drivers.supervisor import NullEvents
     from tfcluster.plan.progress import parse_progress
     sup, be, clock, out, err = make(tmp_path, CLUSTER, {"worker:0": [(0, 2.0, [])],
                                                          "worker:1": [(0, 2.0, [])]})
     assert sup.run() == 0
-    sup.events = NullEvents()
+    sup.events = NullEventLog()
     w0, w1 = sup.runs["worker:0"], sup.runs["worker:1"]
     for i in range(3):
         clock.now += 1.0
@@ -442,7 +410,7 @@ def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
             p = parse_progress(line)
             tr.seen.progress = p
             sup._on_line(tr, line, p)
-    assert w0.rate == pytest.approx(30.0) and w1.rate is None
+    assert w0.own_rate.value == pytest.approx(30.0) and w1.own_rate.value is None
     buf = io.StringIO()
     Console(file=buf, width=160).print(sup._live_table())
     text = buf.getvalue()
@@ -451,11 +419,9 @@ def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
     assert " 30.0 " in row0 and " global " in row1 and "40.0" not in row1, text
     assert "global step 80/1000  40.0 steps/s" in text      # the run's rate, in the caption
     # the piped lines: the own rate where there is one; the ETA from the global step's rate
-    sup.display.info = lambda line, log=True: lines.append(line)
-    lines = []
     for tr in (w0, w1):
-        tr.status.state = TaskState.RUNNING
+        tr.track.state = TaskState.RUNNING
         tr.seen.progress_at = clock.now
-    sup._progress_lines()
+    lines = progress_lines([w0, w1], sup.rate.value, clock.now, 5.0)
     assert lines == ["worker:0: step 80/1000, 30.0 steps/s, ETA 23.0s",
                      "worker:1: step 80/1000, ETA 23.0s"], lines

@@ -1,4 +1,4 @@
-"""A task's steps/s is its own (issue 32): the global step moves with every worker's steps, so
+"""A task's steps/s is its own: the global step moves with every worker's steps, so
 its rate is the run's. The live table, the piped progress lines and the report's "of fastest"
 column use the steps a task reports it ran itself (``local_step``); a task that reports only
 the global step is marked, never given the global rate as its own."""

@@ -3,29 +3,13 @@ shows progress is not killed for its port; one that shows none still is. No proc
 (The fake backend: tests/helpers/fake.py.)"""
 from __future__ import annotations
 
-from helpers.fake import make as _make
-
+from helpers.fake import make
 
 CLUSTER = """\
     cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}
     program: {command: [python, t.py]}
     grace: 2
 """
-
-
-def make(*args, **kwargs):
-    """The harness, with a nap that first lets every reader read its task's (finite, fake)
-    output: the loop can otherwise cover fake seconds before a reader runs."""
-    sup, be, clock, out, err = _make(*args, **kwargs)
-
-    def nap(runs, seconds):
-        for tr in sup.runs.values():
-            if tr.reader is not None:
-                tr.reader.join(5.0)
-        clock.now += seconds
-
-    sup._nap_fn = nap
-    return sup, be, clock, out, err
 
 
 def test_a_task_that_reports_progress_is_not_killed_for_its_port(tmp_path):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 from tfcluster.cli.launching import cluster_file, launch_request, run_launch
 from tfcluster.cli.parser import build_parser
 from tfcluster.cli.slurm_flags import SlurmFlags
-from tfcluster.core import messages as notes
+from tfcluster.core import messages
 from tfcluster.errors import UserError
 from tfcluster.terminal import printable
 
@@ -387,14 +387,14 @@ def cmd_help(args: argparse.Namespace) -> int:
         parser.print_help()
         print("\nTopics: tfcluster help security")
         return 0
-    if args.topic in notes.TOPICS:
-        print(notes.TOPICS[args.topic], end="")
+    if args.topic in messages.TOPICS:
+        print(messages.TOPICS[args.topic], end="")
         return 0
     subs = parser.subcommands
     if args.topic in subs:
         subs[args.topic].print_help()
         return 0
-    raise UserError(f"help: no topic or command '{args.topic}' (topics: {', '.join(notes.TOPICS)}; "
+    raise UserError(f"help: no topic or command '{args.topic}' (topics: {', '.join(messages.TOPICS)}; "
                     f"commands: {', '.join(n for n in subs if n != 'serve')})")
 
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from tfcluster.cli.slurm_flags import GROUP as SLURM_GROUP, SlurmFlags
-from tfcluster.core import messages as notes
+from tfcluster.core import messages
 from tfcluster.errors import UserError
 from tfcluster.terminal import printable
 
 if TYPE_CHECKING:
     from tfcluster.backends.base import Launcher
     from tfcluster.clusterfile.config import Cluster
-    from tfcluster.drivers.supervisor import View
+    from tfcluster.drivers.display import View
     from tfcluster.plan.runplan import LaunchOptions, RunPlan
 
 DEFAULT_FILE = "cluster.yaml"
@@ -125,7 +125,7 @@ class LaunchRequest:
 def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
                    argv: Sequence[str] = ()) -> LaunchRequest:
     """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
-    from tfcluster.drivers.supervisor import View
+    from tfcluster.drivers.display import View
     from tfcluster.drivers.display import OutputOptions
     from tfcluster.plan.runplan import LaunchOptions
     options = LaunchOptions(
@@ -220,7 +220,7 @@ def run_launch(request: LaunchRequest) -> int:
     The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
     (:class:`tfcluster.backends.base.Launcher`)."""
     from tfcluster.clusterfile import config
-    from tfcluster.drivers.supervisor import View
+    from tfcluster.drivers.display import View
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     quick_text = None
     if request.cluster is not None:
@@ -271,7 +271,7 @@ def _check_script(cluster: Cluster, options: LaunchOptions) -> None:
     if not options.command:
         return
     cwd = options.command_cwd or os.getcwd()
-    hint = notes.script_hint(options.command, cluster.base_dir if cluster.source else None, cwd)
+    hint = messages.script_hint(options.command, cluster.base_dir if cluster.source else None, cwd)
     if hint:
         raise UserError(hint)
 

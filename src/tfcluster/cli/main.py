@@ -14,7 +14,7 @@ from tfcluster.cli import parser as grammar
 from tfcluster.cli.commands import COMMANDS, cmd_launch, cmd_serve
 from tfcluster.cli.launching import launch_request, run_launch
 from tfcluster.cli.parser_kit import RecordingParser
-from tfcluster.core import messages as notes
+from tfcluster.core import messages
 from tfcluster.errors import UserError, print_error
 
 
@@ -79,7 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             args = parser.parse_args(argv)
     except SystemExit as e:
-        hint = notes.sbatch_hint(argv) if e.code == 2 else None
+        hint = messages.sbatch_hint(argv) if e.code == 2 else None
         if hint:
             print(f"tfcluster: hint: {hint}", file=sys.stderr)
         raise

@@ -1,2 +1,3 @@
-"""The run core: the rules and the run machine, and the reading of task output. Pure: every
-engine feeds it events and carries out the actions it returns."""
+"""The run core: the rules (rules) and the run machine (machine), pure -- a driver feeds the
+machine events and carries out the actions it returns; the reading of what tasks print
+(task_output, output_patterns, keras_hints); and the words said to people (messages)."""

@@ -1,12 +1,13 @@
-"""Keras support for the launcher: pure helpers, no TensorFlow import, nothing slow.
+"""Keras support for the launcher, without importing TensorFlow: one question starts the
+task's interpreter (:func:`has_tf_keras`, a fraction of a second, cached), and the wording of
+the fix reads TensorFlow's version from its package metadata (:func:`tf_keras_install`).
 
 - :func:`legacy_keras_problem`: before anything starts, a task whose environment asks for
   legacy Keras (``TF_USE_LEGACY_KERAS``) in an interpreter without ``tf_keras``.
-- :func:`failure_hint`: one line naming the fix when a failed task's log shows a known Keras 3
-  failure (``Model.fit`` under MultiWorkerMirroredStrategy or ParameterServerStrategy, an API
-  Keras 3 removed: ``reset_states``, ``experimental_*`` names).
-- :func:`latest_bar_state`: what a terminal shows for a line redrawn with carriage returns
-  (Keras' ``verbose=1`` progress bar), so logs and the prefixed console show its latest state.
+- :func:`keras_failure_hint`: one line naming the fix when a failed task's log shows a known
+  Keras 3 failure (``Model.fit`` under MultiWorkerMirroredStrategy or ParameterServerStrategy,
+  an API Keras 3 removed: ``reset_states``, ``experimental_*`` names); the drivers ask
+  :func:`tfcluster.core.output_patterns.failure_hint`, which asks this first.
 """
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ _NO_TF_KERAS = re.compile(r"TF_USE_LEGACY_KERAS set to True, but you do not have
                           r"package installed")
 
 
-def failure_hint(lines: Iterable[str]) -> Optional[str]:
+def keras_failure_hint(lines: Iterable[str]) -> Optional[str]:
     """One line naming the fix when the tail of a failed task's log shows a known Keras 3
     failure (or legacy Keras asked for without tf_keras); None otherwise. Give it a generous
     tail: the MWMS error is followed by hundreds of lines of tensor values."""
@@ -153,20 +154,3 @@ def failure_hint(lines: Iterable[str]) -> Optional[str]:
         return (f"hint: {owner} has no {name!r} in Keras 3 (TensorFlow's default tf.keras): "
                 f"the program was written for Keras 2{instead}; {fix()}")
     return None
-
-
-def latest_bar_state(line: str) -> str:
-    """What a terminal last shows for ``line`` (no newline) when it redraws with carriage
-    returns, as Keras' ``verbose=1`` progress bar does: the last CR segment that is not blank,
-    with backspaces applied as a terminal does (the cursor moves back, what follows
-    overwrites), ANSI sequences (erase-line, colours) removed and trailing blanks
-    dropped. A line without ``\\r``, ``\\b`` or ESC is returned unchanged."""
-    if "\r" not in line and "\b" not in line and "\x1b" not in line:
-        return line
-    from tfcluster.core.output_patterns import clean_segment      # the one terminal model (the output reader's)
-    line = line.rstrip("\r\n")
-    for segment in reversed(line.split("\r")):
-        shown = clean_segment(segment)
-        if shown.strip():
-            return shown
-    return ""

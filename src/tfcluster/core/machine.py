@@ -1,28 +1,31 @@
 """The run machine: the one place where a run's rules act.
 
-A driver -- the local supervisor (:mod:`tfcluster.launch`, also for ssh hosts and per-host
-agents) or the Slurm node wrapper (:mod:`tfcluster.backends.slurm.node`) -- turns processes,
-output, clocks and signals into **events** and hands them to :meth:`RunMachine.handle`, which
-returns **actions** for the driver to carry out. The machine owns what a run decides: task
-states, restarts (budgets, backoff, ``min_uptime``), the success rule and the grace period, the
+A driver -- the supervisor (:mod:`tfcluster.drivers.supervisor`: the local, ssh and Ray
+backends, and per-host agents) or the Slurm node driver (:mod:`tfcluster.backends.agent.node`)
+-- turns processes, output, clocks and signals into **events** and hands them to
+:meth:`RunMachine.handle`, which returns **actions** for the driver to carry out. The machine
+owns what a run decides: task states (:class:`TaskState`) and the run's phase (:class:`Phase`),
+restarts (budgets, backoff, ``min_uptime``), the success rule and the grace period, the
 watchdogs, the stop order (chief, workers and evaluators first, ps last) with SIGTERM then
-SIGKILL, and the run's result and exit code. It has no threads, files, clocks or signals
-inside: time comes in with the events, so a table of events tests it (tests/unit/test_machine.py),
-in the manner of dask's ``handle_stimulus(*events) -> instructions``.
+SIGKILL, a regroup when a node is lost, and the run's result and exit code. It has no threads,
+files, clocks or signals inside: time comes in with the events, so a table of events tests it
+(tests/unit/test_machine.py), in the manner of dask's ``handle_stimulus(*events) ->
+instructions``.
 
 The machine is written down once; the drivers differ only in how they learn what happened:
 
-* local: ``Exited`` from the process, ``PortOpen`` from a connect probe, ``Progressed`` /
-  ``Waiting`` / ``PortConflict`` from the task's output;
-* Slurm node: the same for its own task, plus what the other nodes' wrappers tell it through
-  the shared run folder (``PeerEnded``, ``KillRequest``, ``RunOver``, ``RestartClaim``).
+* the supervisor: ``Exited`` from the process, ``PortOpen`` from a connect probe,
+  ``Progressed`` / ``Waiting`` / ``PortConflict`` from the task's output, ``Interrupt`` from a
+  signal, ``ChiefGone`` (per-host agents) and ``Regrouped`` (Ray: a lost node);
+* the Slurm node driver: the same for its own task, plus what the other nodes' drivers tell it
+  through the shared run folder (``PeerEnded``, ``KillRequest``, ``RunOver``, ``RestartClaim``).
 """
 from __future__ import annotations
 
 import enum
 import signal
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, get_args
 
 from tfcluster.core import rules
 from tfcluster.core.rules import describe_exit, exit_fields
@@ -65,7 +68,7 @@ class TaskState(str, enum.Enum):
         return self in (TaskState.RUNNING, TaskState.STOPPING)
 
 
-ALLOWED = {
+TASK_TRANSITIONS = {
     TaskState.PENDING: {TaskState.RUNNING, TaskState.STOPPED},
     TaskState.RUNNING: {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPING},
     TaskState.FAILED: {TaskState.RESTARTING},
@@ -83,7 +86,7 @@ class TransitionError(RuntimeError):
 
 def check_transition(old: TaskState, new: TaskState, task: str = "") -> TaskState:
     """``new`` if ``old -> new`` is allowed, else TransitionError."""
-    if new not in ALLOWED[old]:
+    if new not in TASK_TRANSITIONS[old]:
         raise TransitionError(f"{task}: {old.value} -> {new.value} is not a transition of a task")
     return new
 
@@ -97,6 +100,61 @@ class RunState(str, enum.Enum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     LOST = "lost"
+
+
+class Phase(str, enum.Enum):
+    """Where the run stands as a whole (:attr:`RunMachine.phase`).
+
+    START    before :meth:`RunMachine.begin`
+    RUN      tasks start, run and restart; the watchdogs look
+    GRACE    the run has succeeded: the tasks that may end by themselves get ``grace`` seconds
+    STOP     every task is stopped, in waves: chief, workers and evaluators first, ps last
+    DONE     every task here has ended (:class:`Finished`)
+    REGROUP  a task's node was lost: every task is stopped in the same waves, to start again
+    REPLACE  the driver places the tasks again (:class:`Regroup`; :class:`Regrouped` answers)
+
+    START -> RUN;  RUN -> GRACE | STOP | REGROUP;  GRACE -> STOP;  STOP -> DONE;
+    REGROUP -> REPLACE;  REPLACE -> RUN; and a regroup the run's verdict overtakes (an
+    interrupt, the chief elsewhere ending) goes where the verdict goes: REGROUP | REPLACE ->
+    GRACE | STOP.
+    """
+
+    START = "start"
+    RUN = "run"
+    GRACE = "grace"
+    STOP = "stop"
+    DONE = "done"
+    REGROUP = "regroup"
+    REPLACE = "replace"
+
+    @property
+    def stopping(self) -> bool:
+        """Tasks are being stopped, wave after wave (the run's end, or a regroup)."""
+        return self in (Phase.STOP, Phase.REGROUP)
+
+    @property
+    def holds_starts(self) -> bool:
+        """A start the machine asked for earlier is not carried out now: the tasks are being
+        stopped, or placed again."""
+        return self in (Phase.STOP, Phase.REGROUP, Phase.REPLACE)
+
+
+PHASE_TRANSITIONS = {
+    Phase.START: {Phase.RUN},
+    Phase.RUN: {Phase.GRACE, Phase.STOP, Phase.REGROUP},
+    Phase.GRACE: {Phase.STOP},
+    Phase.STOP: {Phase.DONE},
+    Phase.REGROUP: {Phase.REPLACE, Phase.GRACE, Phase.STOP},
+    Phase.REPLACE: {Phase.RUN, Phase.GRACE, Phase.STOP},
+    Phase.DONE: set(),
+}
+
+
+def check_phase_change(old: Phase, new: Phase) -> Phase:
+    """``new`` if the run may go from phase ``old`` to ``new``, else TransitionError."""
+    if new not in PHASE_TRANSITIONS[old]:
+        raise TransitionError(f"the run's phase {old.value} -> {new.value} is not a change of a run")
+    return new
 
 
 # ---------------------------------------------------------------------------- events
@@ -198,7 +256,7 @@ class PeerEnded:
 
 @dataclass(frozen=True)
 class RunOver:
-    """The run was decided elsewhere (another node's wrapper ended it)."""
+    """The run was decided elsewhere (another node's driver ended it)."""
     words: str
     now: float
 
@@ -251,8 +309,9 @@ class Kill:
 
 
 @dataclass(frozen=True)
-class Note:
-    """A record for the run's event log (events.jsonl, launcher.log)."""
+class LogEvent:
+    """A row for the run's event log (events.jsonl, and its line in launcher.log): ``event`` is
+    the row's name (``task_exited``), ``fields`` its other keys."""
     event: str
     task: Optional[str] = None
     fields: Tuple[Tuple[str, object], ...] = ()
@@ -304,19 +363,21 @@ class Regroup:
     node: str
 
 
-Action = Union[Start, Kill, Note, Say, ClaimRestart, AskKill, EndRun, Finished, Regroup]
+Action = Union[Start, Kill, LogEvent, Say, ClaimRestart, AskKill, EndRun, Finished, Regroup]
 
 
-def note(event: str, task: Optional[str] = None, **fields) -> Note:
-    return Note(event, task, tuple(fields.items()))
+def log_event(event: str, task: Optional[str] = None, **fields) -> LogEvent:
+    """A :class:`LogEvent` with its fields as keywords."""
+    return LogEvent(event, task, tuple(fields.items()))
 
 
 # ---------------------------------------------------------------------------- the machine
 
 
 @dataclass
-class TaskStatus:
-    """What the machine knows of one task it runs."""
+class TaskTrack:
+    """What the machine knows of one task it runs, and keeps up to date: its :class:`TaskState`
+    (``state``) and everything else the rules read (pid, exits, restarts, signs of life)."""
 
     name: str
     job: str
@@ -332,7 +393,9 @@ class TaskStatus:
     start_at: float = 0.0
     up: bool = False                       # its port accepts connections
     forced: str = ""                       # why tfcluster killed it (watchdog)
-    note: str = ""
+    why: str = ""                          # why it ended as it did (a watchdog kill, a port
+                                           # conflict, an OOM kill, a refused restart): the
+                                           # ``note`` of run.json and of the end record
     port_conflict: bool = False
     waiting_on: Dict[str, float] = field(default_factory=dict)   # task -> first "still waiting"
     step: Optional[int] = None             # the last step it reported
@@ -395,8 +458,8 @@ class RunMachine:
                  settings: Settings, others: Optional[Mapping[str, str]] = None,
                  where: Optional[Mapping[str, str]] = None):
         self.s = settings
-        self.tasks: Dict[str, TaskStatus] = {
-            name: TaskStatus(name=name, job=job, rule=rule, port=port)
+        self.tasks: Dict[str, TaskTrack] = {
+            name: TaskTrack(name=name, job=job, rule=rule, port=port)
             for name, job, rule, port in tasks}
         self.others: Dict[str, str] = dict(others or {})
         self.where: Dict[str, str] = dict(where or {})
@@ -405,7 +468,7 @@ class RunMachine:
         self.exit_code: Optional[int] = None
         self.words = ""
         self.root_cause: Optional[str] = None        # the task that failed first
-        self.root_note: Optional[str] = None         # or why the run failed without one
+        self.root_cause_words: Optional[str] = None  # or, without one, why the run failed
         self.decided_here = False                    # the verdict was reached here (not RunOver)
         self.total_restarts = 0
         self.best_step: Optional[int] = None
@@ -413,8 +476,7 @@ class RunMachine:
         self.interrupted: Optional[int] = None
         self.kill_now = False
         self.finished = False
-        self.phase = "start"                         # start, run, grace, stop, done; regroup
-                                                     # (stopping to move), replace (placing)
+        self.phase = Phase.START                     # changed by _enter alone
         self._moving: Optional[Tuple[str, str]] = None   # (task, node) whose loss regroups
         self._last_watch: Optional[float] = None
         self._grace_until = 0.0
@@ -422,7 +484,6 @@ class RunMachine:
         self._waves: List[List[str]] = []
         self._wave: List[str] = []
         self._wave_all: List[str] = []
-        self._stopped_any: List[str] = []
         self._wave_deadline = 0.0
         self._wave_killed = False
         self._peer_wait_until: Optional[float] = None
@@ -444,7 +505,7 @@ class RunMachine:
     def from_plan(cls, plan, names: Optional[Iterable[str]] = None, *, shared: bool = False,
                   peer_stop_wait: Optional[float] = None) -> "RunMachine":
         """A machine for ``names`` (default: the plan's selected tasks). ``shared``: a Slurm
-        node wrapper, which shares the restart budget, hears of the other tasks' ends and asks
+        node driver, which shares the restart budget, hears of the other tasks' ends and asks
         other nodes to kill a task through the run folder."""
         here = list(names) if names is not None else list(plan.selected)
         if shared and peer_stop_wait is None:
@@ -471,7 +532,7 @@ class RunMachine:
         by_job: Dict[str, List[str]] = {}
         for t in self.tasks.values():
             by_job.setdefault(t.job, []).append(t.name)
-        self.phase = "run"
+        self._enter(Phase.RUN)
         self._last_watch = now
         return [Start(name, 0) for job in rules.start_order(by_job) for name in by_job[job]]
 
@@ -517,7 +578,7 @@ class RunMachine:
         t = self.tasks[name]
         if t.state != TaskState.RUNNING:
             return t.state.value
-        if self.phase == "stop" or t.forced:
+        if self.phase == Phase.STOP or t.forced:
             return TaskState.STOPPING.value
         if t.step is not None:
             return TaskState.RUNNING.value
@@ -532,7 +593,7 @@ class RunMachine:
         return self.result != RunState.RUNNING
 
     def exit_code_of(self, name: str) -> int:
-        """The exit code of a driver that runs ``name`` alone (a Slurm node's wrapper): the
+        """The exit code of a driver that runs ``name`` alone (a Slurm node driver): the
         task's own (128+N for a signal) when it caused the run's failure -- so Slurm's
         accounting names the task that failed -- else the run's."""
         t = self.tasks[name]
@@ -543,7 +604,7 @@ class RunMachine:
     def end_row(self, name: str, final: bool) -> Dict[str, object]:
         """What a task's driver tells the others of the task's end (a Slurm node's exit record
         in the run folder; the Slurm launcher builds run.json's task row from it): its state and
-        exit, whether it failed the run, and the reason -- the task's own note (a watchdog
+        exit, whether it failed the run, and the reason -- the task's own ``why`` (a watchdog
         kill, a port conflict, an OOM kill, a refused restart) wins, then the run's verdict
         (``final``), then the wording of its exit. Not ``final``: it exited 0 while the run goes
         on (others may wait for it: all-workers)."""
@@ -552,16 +613,16 @@ class RunMachine:
         return {
             "exit_code": self.exit_code_of(name) if final else rules.EXIT_OK,
             "returncode": t.returncode, "state": t.state.value,
-            "exit": describe_exit(t.returncode), "note": t.note,
+            "exit": describe_exit(t.returncode), "note": t.why,
             "ok": t.state == TaskState.SUCCEEDED, "failed": bool(failed),
-            "reason": t.note or (self.words if final else "") or describe_exit(t.returncode),
+            "reason": t.why or (self.words if final else "") or describe_exit(t.returncode),
             "restarts": t.restarts, "pid": t.pid, "started": t.started,
             "first_started": t.first_started, "ended": t.ended, "final": final,
             "decision": self.words if final and self.decided_here else None}
 
     # ------------------------------------------------------------------ events
     def _on_Tick(self, ev: Tick, out: List[Action]) -> None:
-        if self.phase == "run" and ev.now >= self._next_start_at:   # a look at every task
+        if self.phase == Phase.RUN and ev.now >= self._next_start_at:   # a look at every task
             later = float("inf")
             for t in self.tasks.values():
                 if t.state != TaskState.RESTARTING or t.start_at == float("inf"):
@@ -572,7 +633,7 @@ class RunMachine:
                 else:
                     later = min(later, t.start_at)
             self._next_start_at = later
-        if self.phase == "run":
+        if self.phase == Phase.RUN:
             due = self._last_watch is None or ev.now - self._last_watch >= WATCH_EVERY
             if ev.watch if ev.watch is not None else due:
                 self._last_watch = ev.now
@@ -590,13 +651,13 @@ class RunMachine:
         t.waiting_on.clear()
         t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
         t.ending_at = t.stalled_at = t.stalled_step = None
-        if self.phase in ("stop", "regroup"):    # started while the run was being stopped
+        if self.phase.stopping:    # started while the run was being stopped
             self._wave.append(t.name)
             self._wave_all.append(t.name)
             self._stop_one(t, out, signal.SIGKILL if self.kill_now else signal.SIGTERM)
 
     def _on_StartFailed(self, ev: StartFailed, out: List[Action]) -> None:
-        self.root_note = ev.message
+        self.root_cause_words = ev.message
         if not self.decided:
             self._decide(RunState.FAILED, ev.code, ev.message, out, announce=False)
 
@@ -604,18 +665,18 @@ class RunMachine:
         t = self.tasks[ev.task]
         rc = ev.returncode
         t.returncode, t.ended = rc, ev.now
-        if self.phase == "regroup" and not self.decided:   # stopped (or lost) to start again
+        if self.phase == Phase.REGROUP and not self.decided:   # stopped (or lost) to start again
             if t.state == TaskState.RUNNING:
                 t.state = check_transition(t.state, TaskState.FAILED, t.name)
             t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
             t.start_at = float("inf")
-            out.append(self._exit_note(t, TaskState.STOPPED))
+            out.append(self._exit_event(t, TaskState.STOPPED))
             return
-        if t.state == TaskState.STOPPING or self.phase == "stop":
+        if t.state == TaskState.STOPPING or self.phase == Phase.STOP:
             if t.state == TaskState.RUNNING:
                 t.state = check_transition(t.state, TaskState.STOPPING, t.name)
             t.state = check_transition(t.state, TaskState.STOPPED, t.name)
-            out.append(self._exit_note(t, TaskState.STOPPED))
+            out.append(self._exit_event(t, TaskState.STOPPED))
             return
         new = TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED
         t.state = check_transition(t.state, new, t.name)
@@ -626,8 +687,8 @@ class RunMachine:
                 self._needs_left = len(self._needs)
             if t.name in self._needs:
                 self._needs_left -= 1
-        out.append(self._exit_note(t, new))
-        if self.phase == "grace":
+        out.append(self._exit_event(t, new))
+        if self.phase == Phase.GRACE:
             if rc != 0:
                 out.append(Say(f"{t.name} ended with {describe_exit(rc)} after the run had succeeded"))
             return
@@ -637,12 +698,12 @@ class RunMachine:
             out.append(Say(f"{t.name} exited 0 after {_duration(ev.now - (ev.now if t.started is None else t.started))}"))
             return
         if t.forced:
-            t.note = t.forced
+            t.why = t.forced
         elif t.port_conflict:
-            t.note = f"port conflict: {self.where.get(t.name) or t.port} is in use (Could not start gRPC server)"
+            t.why = f"port conflict: {self.where.get(t.name) or t.port} is in use (Could not start gRPC server)"
         elif ev.cause:
-            t.note = ev.cause
-        out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.note}" if t.note else ""),
+            t.why = ev.cause
+        out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.why}" if t.why else ""),
                        error=True))
         if ev.lost_node:
             total = 0 if self.s.shared_budget else self.total_restarts
@@ -678,9 +739,10 @@ class RunMachine:
             t.restarts += 1
             self.total_restarts += 1
             self._start_at(t, ev.now + delay)
-            why = f"restart {t.restarts} of {t.rule.max_restarts}"
-            out.append(Say(f"{t.name}: {why} in {delay:.1f}s"))
-            out.append(note("task_restarting", t.name, reason=why, attempt=t.restarts, delay=delay))
+            restart = f"restart {t.restarts} of {t.rule.max_restarts}"
+            out.append(Say(f"{t.name}: {restart} in {delay:.1f}s"))
+            out.append(log_event("task_restarting", t.name, reason=restart, attempt=t.restarts,
+                                 delay=delay))
             return
         reason = ev.reason or (f"the run's restart budget is spent ({t.rule.max_total_restarts} "
                                f"of {t.rule.max_total_restarts})")
@@ -694,11 +756,11 @@ class RunMachine:
             return
         if ev.step is None or ev.step != t.step:     # a step that stands still is no life
             t.mark_life(ev.now)
-            if t.waiting_on:       # it went on: what it waited for answered (issue 31)
+            if t.waiting_on:       # it went on: what it waited for answered
                 t.waiting_on.clear()
             if t.stalled_at is not None:
                 out.append(Say(f"{t.name} makes progress again"))
-                out.append(note("task_resumed", t.name, step=ev.step if ev.step is not None else t.step))
+                out.append(log_event("task_resumed", t.name, step=ev.step if ev.step is not None else t.step))
                 t.stalled_at = t.stalled_step = None
         if ev.step is not None:
             t.step = ev.step
@@ -706,7 +768,7 @@ class RunMachine:
                 self.best_step, self.best_step_at = ev.step, ev.now
             if rules.at_final_step(ev.step, ev.total) and t.ending_at is None:
                 t.ending_at = ev.now
-                out.append(note("task_ending", t.name, step=ev.step, total=ev.total))
+                out.append(log_event("task_ending", t.name, step=ev.step, total=ev.total))
 
     def _on_PortOpen(self, ev: PortOpen, out: List[Action]) -> None:
         t = self.tasks.get(ev.task)
@@ -728,19 +790,19 @@ class RunMachine:
             if ev.signum == signal.SIGINT and not self.kill_now:
                 self.kill_now = True
                 out.append(Say("second Ctrl-C: killing every task now (SIGKILL)"))
-                if self.phase == "stop":
+                if self.phase == Phase.STOP:
                     for name in self._wave:
                         out.append(Kill(name, signal.SIGKILL))
-                        out.append(note("stop_sent", name, signal="SIGKILL"))
+                        out.append(log_event("stop_sent", name, signal="SIGKILL"))
                     self._wave_killed = True
                     self._wave_deadline = ev.now + KILL_WAIT
             return
         self.interrupted = ev.signum
-        if self.phase == "grace":                # the run has succeeded already
+        if self.phase == Phase.GRACE:                # the run has succeeded already
             self._begin_stop(ev.now, out)
             return
         if not self.decided:
-            words = f"interrupted by {_signame(ev.signum)}"
+            words = f"interrupted by {rules.signal_name(ev.signum)}"
             self._decide(RunState.INTERRUPTED, rules.signal_exit_code(ev.signum), words, out)
             if ev.signum == signal.SIGINT:
                 out.append(Say("press Ctrl-C again to kill every task at once"))
@@ -762,12 +824,15 @@ class RunMachine:
             self._decide(RunState.SUCCEEDED, rules.EXIT_OK, ev.words, out)
 
     # ------------------------------------------------------------------ the rules at work
-    def _begin_regroup(self, t: TaskStatus, node: str, d: rules.Decision, now: float,
+    def _enter(self, phase: Phase) -> None:
+        self.phase = check_phase_change(self.phase, phase)
+
+    def _begin_regroup(self, t: TaskTrack, node: str, d: rules.Decision, now: float,
                        out: List[Action]) -> None:
         """``t``'s node is lost (rules.decide_move allowed it to move): stop every task in the
         stop order (chief and workers first, so the chief can save, ps last), then ask the
         driver to place the cluster again (:class:`Regroup`)."""
-        self.phase = "regroup"
+        self._enter(Phase.REGROUP)
         self._moving = (t.name, node)
         self.total_restarts += 1
         t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
@@ -778,28 +843,24 @@ class RunMachine:
                 self._claims.pop(other.name, None)
         self._next_start_at = float("inf")
         out.append(Say(f"{t.name}: {d.reason}; stopping every task", error=True))
-        out.append(note("cluster_restarting", t.name, node=node, reason=d.reason,
-                        attempt=t.restarts + 1))
-        live = [x for x in self.tasks.values() if x.state.alive]
-        first, then = rules.stop_waves({x.job for x in live} | {"ps"})
-        self._waves = [[x.name for x in live if x.job in first],
-                       [x.name for x in live if x.job in then]]
+        out.append(log_event("cluster_restarting", t.name, node=node, reason=d.reason,
+                             attempt=t.restarts + 1))
+        self._waves = self._stop_waves()
         self._wave, self._wave_all = [], []
         self._next_wave(now, out)
 
     def _on_Regrouped(self, ev: Regrouped, out: List[Action]) -> None:
-        if self.decided or self.phase != "replace" or self._moving is None:
+        if self.decided or self.phase != Phase.REPLACE or self._moving is None:
             return
         name, node = self._moving
         self._moving = None
         t = self.tasks[name]
+        self._enter(Phase.RUN)
         if not ev.ok:
             t.state = check_transition(t.state, TaskState.FAILED, t.name)
-            self.phase = "run"
             self._fail(t, f"its node {node} was lost and the cluster could not be placed again"
                           + (f": {ev.message}" if ev.message else ""), out)
             return
-        self.phase = "run"
         self._last_watch = ev.now
         by_job: Dict[str, List[str]] = {}
         for x in self.tasks.values():
@@ -810,32 +871,32 @@ class RunMachine:
                 by_job.setdefault(x.job, []).append(x.name)
         out.append(Say(f"the cluster was placed again without node {node}: starting every task "
                        f"with the new TF_CONFIG (restart {t.restarts})"))
-        out.append(note("cluster_restarted", name, node=node, attempt=t.restarts))
+        out.append(log_event("cluster_restarted", name, node=node, attempt=t.restarts))
         out.extend(Start(n, self.tasks[n].restarts)
                    for job in rules.start_order(by_job) for n in by_job[job])
 
-    def _start_at(self, t: TaskStatus, at: float) -> None:
+    def _start_at(self, t: TaskTrack, at: float) -> None:
         """Start ``t`` again at ``at`` (a Tick then looks; no look at every task every Tick)."""
         t.start_at = at
         self._next_start_at = min(self._next_start_at, at)
 
-    def _restart(self, t: TaskStatus, d: rules.Decision, now: float, out: List[Action]) -> None:
+    def _restart(self, t: TaskTrack, d: rules.Decision, now: float, out: List[Action]) -> None:
         t.restarts += 1
         self.total_restarts += 1
         t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
         self._start_at(t, now + d.delay)
         out.append(Say(f"{t.name}: {d.reason} in {d.delay:.1f}s"))
-        out.append(note("task_restarting", t.name, reason=d.reason, attempt=t.restarts, delay=d.delay))
+        out.append(log_event("task_restarting", t.name, reason=d.reason, attempt=t.restarts, delay=d.delay))
 
-    def _fail(self, t: TaskStatus, reason: str, out: List[Action]) -> None:
+    def _fail(self, t: TaskTrack, reason: str, out: List[Action]) -> None:
         if self.root_cause is None:
             self.root_cause = t.name
         if t.restarts or t.rule.policy != "never":
-            t.note = (t.note + "; " if t.note else "") + f"not restarted: {reason}"
+            t.why = (t.why + "; " if t.why else "") + f"not restarted: {reason}"
         code = rules.EXIT_BAD_INPUT if t.port_conflict else rules.EXIT_FAILED
         self._decide(RunState.FAILED, code, f"{t.name} failed ({describe_exit(t.returncode)})", out)
 
-    def _force(self, t: TaskStatus, reason: str, out: List[Action]) -> None:
+    def _force(self, t: TaskTrack, reason: str, out: List[Action]) -> None:
         t.forced = reason
         out.append(Say(f"{t.name}: {reason}; killing it", error=True))
         out.append(Kill(t.name, signal.SIGKILL))
@@ -899,12 +960,12 @@ class RunMachine:
             if stall is not None:
                 actions.append(stall)
         for a in actions:
-            out.append(note("watchdog", a.task, reason=a.reason, action=a.action))
+            out.append(log_event("watchdog", a.task, reason=a.reason, action=a.action))
             if a.action == "kill" and a.task in self.others:
                 out.append(AskKill(a.task, a.reason))
                 continue
             if a.action == "fail_run":
-                self.root_note = a.reason
+                self.root_cause_words = a.reason
                 out.append(Say(a.reason, error=True))
                 self._decide(RunState.FAILED, rules.EXIT_FAILED, a.reason, out)
                 return
@@ -912,14 +973,14 @@ class RunMachine:
             if t.state == TaskState.RUNNING and not t.forced:
                 self._force(t, a.reason, out)
 
-    def _watched_tasks(self) -> List[TaskStatus]:
+    def _watched_tasks(self) -> List[TaskTrack]:
         """The running tasks whose progress the stall checks read: they have shown life, are
         not at their final step, are not being killed."""
         return [t for t in self.tasks.values()
                 if t.state == TaskState.RUNNING and not t.forced and t.ending_at is None
                 and t.alive_at is not None]
 
-    def _suspects(self, watched: List[TaskStatus], now: float) -> List[str]:
+    def _suspects(self, watched: List[TaskTrack], now: float) -> List[str]:
         """The tasks a stall message names, the longest silent first: those already seen to
         stop while others went on, else every watched task."""
         pick = [t for t in watched if t.stalled_at is not None] or watched
@@ -931,7 +992,7 @@ class RunMachine:
         where = "where it is" if names else "where each task is"
         return f"{where}: tfcluster stack {run}" + "".join(f" {n}" for n in names)
 
-    def _warn_stuck(self, watched: List[TaskStatus], now: float, out: List[Action]) -> None:
+    def _warn_stuck(self, watched: List[TaskTrack], now: float, out: List[Action]) -> None:
         """Name a task whose own progress stopped while others go on, at a fraction of the
         stall deadline (watchdog.stall_warning); and once, the whole run standing still."""
         s = self.s
@@ -949,7 +1010,7 @@ class RunMachine:
             out.append(Say(f"{rules.describe_silence(name, silent, t.step)} while "
                            f"{', '.join(going)} go on: it may be stuck; {self._stack_hint([name])}",
                            error=True))
-            out.append(note("task_stalled", name, step=t.step, silent=round(silent, 1)))
+            out.append(log_event("task_stalled", name, step=t.step, silent=round(silent, 1)))
         if not watched:
             return
         last = max(max(t.alive_at for t in watched), self.best_step_at)
@@ -963,7 +1024,7 @@ class RunMachine:
                            f"{s.stall_timeout:g}); suspects: "
                            f"{', '.join(self._suspects(watched, now))}; {self._stack_hint()}",
                            error=True))
-            out.append(note("run_stalling", step=self.best_step, silent=round(now - last, 1)))
+            out.append(log_event("run_stalling", step=self.best_step, silent=round(now - last, 1)))
 
     def stalled(self) -> List[str]:
         """Lines for the end summary: every task seen to stop making progress while the run
@@ -987,7 +1048,7 @@ class RunMachine:
         self.decided_here = origin_here
         rule = self.s.success if result == RunState.SUCCEEDED else (
             "restart" if result == RunState.FAILED else "signal")
-        out.append(note("decision", result=result.value, rule=rule, exit_code=code, reason=words))
+        out.append(log_event("decision", result=result.value, rule=rule, exit_code=code, reason=words))
         if origin_here and result in (RunState.SUCCEEDED, RunState.FAILED):
             out.append(EndRun(result, words))
         if result == RunState.SUCCEEDED:
@@ -1010,7 +1071,7 @@ class RunMachine:
         if not waiting or self.s.grace <= 0:
             self._begin_stop(now, out)
             return
-        self.phase = "grace"
+        self._enter(Phase.GRACE)
         self._grace_tasks = waiting
         self._grace_until = now + self.s.grace
         out.append(Say(f"giving {', '.join(waiting)} {self.s.grace:g}s to finish"))
@@ -1020,7 +1081,7 @@ class RunMachine:
                            f"{self.s.end_timeout:g}s from there to exit by itself "
                            f"(watchdog.end_timeout)"))
 
-    def _ending_until(self, t: TaskStatus) -> float:
+    def _ending_until(self, t: TaskTrack) -> float:
         """A task at its final step may take until then to exit by itself (0: no such task)."""
         if t.ending_at is None or not self.s.end_timeout:
             return 0.0
@@ -1029,17 +1090,22 @@ class RunMachine:
     def _begin_stop(self, now: float, out: List[Action]) -> None:
         """Stop what still runs, in the rulebook's waves: chief, workers and evaluators (a chief
         that saves a last checkpoint on SIGTERM needs its ps), then ps tasks."""
-        self.phase = "stop"
+        self._enter(Phase.STOP)
         for t in self.tasks.values():
             if t.state in (TaskState.RESTARTING, TaskState.PENDING):
                 t.state = check_transition(t.state, TaskState.STOPPED, t.name)
                 self._claims.pop(t.name, None)
-        live = [t for t in self.tasks.values() if t.state.alive]
-        first, then = rules.stop_waves({t.job for t in live} | {"ps"})   # "ps": the second wave always exists
-        self._waves = [[t.name for t in live if t.job in first],
-                       [t.name for t in live if t.job in then]]
+        self._waves = self._stop_waves()
         self._wave = []
         self._next_wave(now, out)
+
+    def _stop_waves(self) -> List[List[str]]:
+        """The live tasks in the rulebook's two stop waves: chief, workers and evaluators, then
+        ps. The second wave is there even when empty: :meth:`_next_wave` knows the ps wave as
+        the last one."""
+        live = [t for t in self.tasks.values() if t.state.alive]
+        first, then = rules.stop_waves({t.job for t in live} | {"ps"})
+        return [[t.name for t in live if t.job in first], [t.name for t in live if t.job in then]]
 
     def _next_wave(self, now: float, out: List[Action]) -> None:
         while self._waves:
@@ -1072,28 +1138,28 @@ class RunMachine:
         # every wave done: SIGKILL to whatever is left of each group after its leader
         for name in self._wave_all:
             out.append(Kill(name, signal.SIGKILL))
-        if self.phase == "regroup" and self._moving is not None:
+        if self.phase == Phase.REGROUP and self._moving is not None:
             self._wave_all = []
-            self.phase = "replace"            # the driver places the tasks again: Regrouped
+            self._enter(Phase.REPLACE)            # the driver places the tasks again: Regrouped
             out.append(Regroup(*self._moving))
             return
-        self.phase = "done"
+        self._enter(Phase.DONE)
         self.finished = True
         if self.result == RunState.RUNNING:
             self.result, self.exit_code = RunState.FAILED, rules.EXIT_FAILED
         out.append(Finished(self.result, self.exit_code if self.exit_code is not None
                             else rules.EXIT_FAILED))
 
-    def _stop_one(self, t: TaskStatus, out: List[Action], sig: int = signal.SIGTERM) -> None:
+    def _stop_one(self, t: TaskTrack, out: List[Action], sig: int = signal.SIGTERM) -> None:
         out.append(Say(f"stopping {t.name} (pid {t.pid}): {signal.Signals(sig).name} to its "
                        f"process group"))
         if t.state == TaskState.RUNNING:
             t.state = check_transition(t.state, TaskState.STOPPING, t.name)
-        if t.stalled_at is not None and not t.note:
+        if t.stalled_at is not None and not t.why:
             at = f" at step {t.stalled_step}" if t.stalled_step is not None else ""
-            t.note = f"stopped making progress{at} {_duration(self._now - t.stalled_at)} before it was stopped"
+            t.why = f"stopped making progress{at} {_duration(self._now - t.stalled_at)} before it was stopped"
         out.append(Kill(t.name, sig))
-        out.append(note("stop_sent", t.name, signal=signal.Signals(sig).name))
+        out.append(log_event("stop_sent", t.name, signal=signal.Signals(sig).name))
 
     def _peers_still_running(self) -> List[str]:
         """Non-ps tasks elsewhere (Slurm: other nodes) not yet known to have ended."""
@@ -1105,14 +1171,14 @@ class RunMachine:
     def _advance(self, now: float, out: List[Action]) -> None:
         """After each event: the success rule, the grace period, the stop waves."""
         self._now = now
-        if self.phase == "run" and not self.decided:
+        if self.phase == Phase.RUN and not self.decided:
             self._check_success(out)
-        if self.phase == "grace":
+        if self.phase == Phase.GRACE:
             running = [n for n in self._grace_tasks if self.tasks[n].state == TaskState.RUNNING]
             if not running or now >= max([self._grace_until] + [
                     self._ending_until(self.tasks[n]) for n in running]):
                 self._begin_stop(now, out)
-        if self.phase in ("stop", "regroup"):
+        if self.phase.stopping:
             self._wave = [n for n in self._wave if self.tasks[n].state.alive]
             if not self._wave:
                 self._next_wave(now, out)
@@ -1123,7 +1189,7 @@ class RunMachine:
                     out.append(Say(f"{t.name} (pid {t.pid}) still running "
                                    f"{self.s.stop_timeout:g}s after SIGTERM: SIGKILL"))
                     out.append(Kill(name, signal.SIGKILL))
-                    out.append(note("stop_sent", name, signal="SIGKILL"))
+                    out.append(log_event("stop_sent", name, signal="SIGKILL"))
                 self._wave_killed = True
                 self._wave_deadline = now + KILL_WAIT
             elif self._wave_killed and now >= self._wave_deadline:
@@ -1133,15 +1199,8 @@ class RunMachine:
                 self._wave = []
                 self._next_wave(now, out)
 
-    def _exit_note(self, t: TaskStatus, state: TaskState) -> Note:
-        return note("task_exited", t.name, state=state.value, **exit_fields(t.returncode))
-
-
-def _signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+    def _exit_event(self, t: TaskTrack, state: TaskState) -> LogEvent:
+        return log_event("task_exited", t.name, state=state.value, **exit_fields(t.returncode))
 
 
 # ---------------------------------------------------------------------------- task output
@@ -1162,9 +1221,7 @@ def line_events(task: str, line: str, progress, now: float) -> List[Event]:
 
 
 # ---------------------------------------------------------------------------- the input log
-_INPUTS = {cls.__name__: cls for cls in (Tick, Started, StartFailed, Exited, Progressed, PortOpen,
-                                         PortConflict, Waiting, Interrupt, KillRequest, PeerEnded,
-                                         RunOver, ChiefGone, RestartClaim, Regrouped)}
+_INPUTS = {cls.__name__: cls for cls in get_args(Event)}
 
 
 def input_fields(ev: Event) -> Dict[str, object]:

@@ -21,10 +21,12 @@ programs write it:
 - :func:`failure_tail`: the lines worth showing from the end of a failed task's output:
   progress and noise left out; a Python traceback's exception line first, then its frames
   that matter, in order.
-- :func:`failure_hint`: one line naming the fix for a known cause (a checkpoint that no longer
-  matches the model, a module TensorFlow 2 removed).
+- :func:`failure_hint`: one line naming the fix for a known cause (a Keras 3 failure, from
+  :mod:`tfcluster.core.keras_hints`; a checkpoint that no longer matches the model; a module
+  TensorFlow 2 removed): the one the drivers ask.
 - :func:`clean_segment`: one carriage-return segment as a terminal shows it (ANSI sequences
-  removed, backspaces applied).
+  removed, backspaces applied); :func:`latest_bar_state`: a line redrawn with carriage returns
+  (Keras' ``verbose=1`` bar) as a terminal last shows it.
 """
 from __future__ import annotations
 
@@ -67,6 +69,22 @@ def clean_segment(text: str) -> str:
     if "\b" in text:
         text = _apply_backspaces(text)
     return terminal_text(text).rstrip()
+
+
+def latest_bar_state(line: str) -> str:
+    """What a terminal last shows for ``line`` (no newline) when it redraws with carriage
+    returns, as Keras' ``verbose=1`` progress bar does: the last CR segment that is not blank,
+    with backspaces applied as a terminal does (the cursor moves back, what follows
+    overwrites), ANSI sequences (erase-line, colours) removed and trailing blanks
+    dropped. A line without ``\\r``, ``\\b`` or ESC is returned unchanged."""
+    if "\r" not in line and "\b" not in line and "\x1b" not in line:
+        return line
+    line = line.rstrip("\r\n")
+    for segment in reversed(line.split("\r")):
+        shown = clean_segment(segment)
+        if shown.strip():
+            return shown
+    return ""
 
 
 # ---------------------------------------------------------------------------- progress
@@ -380,13 +398,21 @@ def checkpoint_in_log(lines: Sequence[str]) -> Optional[str]:
 
 def failure_hint(lines: Sequence[str], checkpoint_dir: Optional[str] = None,
                  flag: str = "--checkpoint_dir") -> Optional[str]:
-    """One ``hint: ...`` line naming the fix when a failed task's output shows a known cause,
-    else None: a checkpoint that does not match the model (TensorFlow's "Restoring from
-    checkpoint failed", or a shape mismatch after a restore) names the folder (``checkpoint_dir``:
-    the task's checkpoint folder when it holds a checkpoint; else the one the log says it
-    restored) and how to clear it or train into another (``--arg``);
-    a module TensorFlow 2 removed names its replacement."""
+    """One ``hint: ...`` line naming the fix when a failed task's output (a generous tail of
+    it) shows a known cause, else None -- the one question a driver asks:
+
+    - a known Keras 3 failure (:func:`tfcluster.core.keras_hints.keras_failure_hint`);
+    - a checkpoint that does not match the model (TensorFlow's "Restoring from checkpoint
+      failed", or a shape mismatch after a restore) names the folder (``checkpoint_dir``: the
+      task's checkpoint folder when it holds a checkpoint; else the one the log says it
+      restored; ``flag``: the flag that names it) and how to clear it or train into another
+      (``--arg``);
+    - a module TensorFlow 2 removed names its replacement."""
+    from tfcluster.core.keras_hints import keras_failure_hint   # only when a run has failed
     lines = list(lines)
+    keras = keras_failure_hint(lines)
+    if keras:
+        return keras
     text = "\n".join(lines)
     restored = checkpoint_in_log(lines)
     if _RESTORE_FAILED.search(text) or ((restored or checkpoint_dir) and _SHAPE_MISMATCH.search(text)):

@@ -1,9 +1,12 @@
-"""The rulebook: the vocabulary of a run and the rules that decide it, as pure functions.
+"""The rulebook: the rules that decide a run, as pure functions, and the words they are said
+in (exit codes, the wording of an exit and of a duration; the cluster file's words -- jobs,
+policies, success rules, backends -- are :mod:`tfcluster.clusterfile.vocabulary`'s, re-exported
+here).
 
-Every way of running a cluster (the local supervisor, ssh and per-host agents, the Slurm node
-wrapper) and every way of describing one (dry runs, ``commands``, ``render``) imports its
-words and rules from here, so that a rule is written once. Nothing here starts a process,
-reads a file or imports TensorFlow. The rules are documented in docs/PLAN.md.
+The run machine (:mod:`tfcluster.core.machine`) acts on these rules for every driver (the
+supervisor, the Slurm node driver); the CLI, the Slurm launcher and the Kubernetes renders take
+their words from here, so that a rule is written once. Nothing here starts a process, reads a
+file or imports TensorFlow. The rules are documented in docs/PLAN.md.
 """
 from __future__ import annotations
 
@@ -16,10 +19,10 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 # ---------------------------------------------------------------------------- vocabulary
 # The words a cluster file and a run share (jobs, policies, success rules, backends) live in
 # tfcluster.clusterfile.vocabulary, below both the file model and the rules; re-exported here.
-from tfcluster.clusterfile.vocabulary import (BACKENDS, KNOWN_JOBS, REPLICA_JOBS, RESTART_POLICIES,  # noqa: E402,F401
-                         SINGLE_TASK_JOBS, SUCCESS_RULES, DATA_DISPATCHER,
-                         DATA_WORKER, DATA_SERVICE_JOBS, SERVICE_JOBS, RestartRule, job_rank,
-                         sort_jobs)
+from tfcluster.clusterfile.vocabulary import (  # noqa: E402,F401
+    BACKENDS, DATA_DISPATCHER, DATA_SERVICE_JOBS, DATA_WORKER, KNOWN_JOBS, REPLICA_JOBS,
+    RESTART_POLICIES, SERVICE_JOBS, SINGLE_TASK_JOBS, SUCCESS_RULES, RestartRule, job_rank,
+    sort_jobs)
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0
@@ -142,7 +145,7 @@ def job_verdict(rc: int, failed_tasks: int, lost_nodes: int = 0) -> Tuple[str, i
 
 
 # ---------------------------------------------------------------------------- stops on Slurm
-#: the signal a Slurm node's wrapper stops its ps with while the ps ignores SIGTERM (see
+#: the signal the Slurm node driver stops its ps with while the ps ignores SIGTERM (see
 #: :func:`shielded_from_step_signals`; a ps program that handles SIGTERM itself gets SIGTERM)
 SHIELDED_STOP_SIGNAL = signal.SIGHUP
 
@@ -151,8 +154,8 @@ def shielded_from_step_signals(job: str) -> bool:
     """Does a task of ``job`` start on a Slurm node with SIGTERM ignored? Slurm ends a job
     (plain ``scancel``, preemption, a time limit) by sending SIGTERM to every process of the
     step at once; a ps that obeyed it would die before its chief saved its last checkpoint. A
-    ps ignores it (the disposition survives exec); its wrapper, which hears the SIGTERM too,
-    stops it once the chief and workers have ended (Slurm's SIGKILL after KillWait or GraceTime
+    ps ignores it (the disposition survives exec); its node driver, which hears the SIGTERM
+    too, stops it once the chief and workers have ended (Slurm's SIGKILL after KillWait or GraceTime
     bounds it all): with :data:`SHIELDED_STOP_SIGNAL` while it still ignores SIGTERM, with
     SIGTERM where the program installed a handler of its own (which Slurm's SIGTERM reaches)."""
     return job == "ps"
@@ -260,7 +263,7 @@ def decide_move(rule: RestartRule, restarts: int, total_restarts: int, node: str
 
 def success_reached(rule: str, chief: str, succeeded: Mapping[str, bool],
                     chief_here: bool = True) -> Optional[str]:
-    """Has the run succeeded? ``succeeded`` maps each task this launcher (or wrapper) knows of
+    """Has the run succeeded? ``succeeded`` maps each task this driver knows of
     to whether it has exited 0 by itself. Returns the words that say why, or None.
 
     chief        the chief (or worker:0) exited 0.

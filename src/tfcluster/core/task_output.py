@@ -1,6 +1,6 @@
-"""Reading a task's output: every line to its log file, what matters to the supervisor noted
-(one :class:`OutputReader` per started task). The local launcher's readers share one thread
-(:class:`tfcluster.drivers.pump.OutputPump`); the Slurm task wrapper feeds its reader the bytes
+"""Reading a task's output: every line to its log file, what matters to the driver kept (one
+:class:`OutputReader` per started task). The supervisor's readers share one thread
+(:class:`tfcluster.drivers.pump.OutputPump`); the Slurm node driver feeds its reader the bytes
 it reads (:meth:`OutputReader.feed`), so every backend reads a program's output by these rules.
 
 - **Pieces.** A newline ends a line; a carriage return ends a *redraw* (Keras' ``verbose=1``
@@ -10,17 +10,18 @@ it reads (:meth:`OutputReader.feed`), so every backend reads a program's output 
   (300 MiB without a newline is 4,800 lines of 64 KiB).
 - **Log.** Each line is masked (secrets) and written to the task's log, everything included
   (progress reports, TensorFlow's start-up noise). A write that fails (a full disk: ENOSPC)
-  is noted once in ``Seen.log_error`` and the log is dropped; reading goes on, so the task
+  is kept once in ``Seen.log_error`` and the log is dropped; reading goes on, so the task
   never blocks on a full pipe and training goes on.
 - **Progress.** The progress protocol is found anywhere in a piece (glued to a bar) and taken
   out of what is shown. Well-known output (Keras bars and epochs, TF1 hook lines:
-  :mod:`tfcluster.core.output_patterns`) gives the step of a program that sends no reports; once a task
-  has sent one, its parsed output counts as life only (one source of steps per task). A
-  report also arrives on the launcher's own pipe (``side``), which output cannot garble.
+  :mod:`tfcluster.core.output_patterns`) gives the step of a program that sends no reports;
+  once a task has sent one, its parsed output counts as life only (one source of steps per
+  task). A report also arrives on the launcher's own pipe (``side``), which output cannot
+  garble.
 - **Console.** ``on_line(text, None)`` shows a line; ``on_line(report, progress)`` hands over
   progress (shown only with ``--echo-progress``). TensorFlow's known start-up noise is not
   handed over unless the run's :class:`NoiseFold` shows it; the first folded line of a run
-  hands over one note instead.
+  hands over one line instead, once (:data:`NOISE_NOTE`: a note, said to the person).
 
 The reader only records what it saw (:class:`Seen`); the driver's loop decides what to do.
 """
@@ -184,7 +185,7 @@ class OutputReader(threading.Thread):
                  log_file: Optional[IO[bytes]] = None,
                  open_log: Optional[Callable[[str], int]] = None):
         super().__init__(daemon=True, name=f"out-{name}")
-        # how the driver opens the task's log for appending, as a descriptor (the local launcher:
+        # how the driver opens the task's log for appending, as a descriptor (the supervisor:
         # tfcluster.safe_files.open_append_fd, relative to the run folder, no link followed)
         self.open_log = open_log
         self.stream, self.log_path, self.seen, self.lock = stream, log_path, seen, lock
@@ -368,7 +369,7 @@ class OutputReader(threading.Thread):
 
     def feed(self, data: bytes) -> None:
         """Read ``data`` as if it came from the stream (a caller that reads the pipe itself:
-        the Slurm task wrapper, :mod:`tfcluster.backends.slurm.node`)."""
+        the Slurm node driver, :mod:`tfcluster.backends.agent.node`)."""
         self._feed(data)
 
     def end(self) -> None:

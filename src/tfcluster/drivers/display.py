@@ -1,22 +1,34 @@
-"""What the launcher shows: task output on stdout, its own lines on stderr, and a live table.
+"""What the launcher shows, and how: task output on stdout, its own lines on stderr, a live
+table or progress lines, and the run's end.
 
-Task output (prefixed ``[worker:1]``) goes to stdout; tfcluster's own lines (starts, failures,
-restarts, the stop sequence, the summary) go to stderr, so ``>/dev/null`` keeps the launcher's
-story and ``2>/dev/null`` keeps only task output. Progress-protocol lines are consumed, not
-echoed (the task logs keep them). When stdout and stderr are both a terminal, rich draws a live
-table (task, state, uptime, restarts, step, its own steps/s, metrics; the chief marked; global
-step, steps/s, ETA) under the scrolling output, on that one screen; otherwise the launcher prints a periodic
-progress line instead.
+- :class:`View` and :class:`OutputOptions`: how a run is shown (the launcher's settings: quiet,
+  the live table, ``--tasks``, ``--timestamps``, host prefixes, ...).
+- :class:`Display`: the console. Task output (prefixed ``[worker:1]``) goes to stdout;
+  tfcluster's own lines (starts, failures, restarts, the stop sequence, the summary) go to
+  stderr, so ``>/dev/null`` keeps the launcher's story and ``2>/dev/null`` keeps only task
+  output. Progress-protocol lines are consumed, not echoed (the task logs keep them).
+- The words of a run as it goes: when stdout and stderr are both a terminal, rich draws a live
+  table (:func:`live_table`: task, state, uptime, restarts, step, its own steps/s, metrics; the
+  chief marked; global step, steps/s, ETA) under the scrolling output, on that one screen;
+  otherwise the launcher prints :func:`progress_lines` every few seconds
+  (:class:`ProgressPace`). At the end, :func:`summary`: the verdict, the first failure, every
+  task, the failed task's last lines and a hint naming the fix.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, Optional, Tuple
+from typing import Callable, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
+from tfcluster.core.machine import RunMachine, TaskState
+from tfcluster.core.output_patterns import failure_hint, failure_tail
+from tfcluster.core.rules import describe_exit, format_duration
 from tfcluster.errors import UserError
+from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
+from tfcluster.runs.table import HEADER, ago, format_table, task_rows
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta",
            "bright_green", "bright_yellow", "bright_blue"]
@@ -40,8 +52,8 @@ class OutputOptions:
         if tasks is not None:
             words = [w.strip() for w in tasks.split(",")]
             bad = [w for w in words if not w or not all(
-                part.replace("_", "").replace("-", "").isalnum() for part in w.split(":", 1))
-                or (":" in w and not w.split(":", 1)[1].isdigit())]
+                       part.replace("_", "").replace("-", "").isalnum() for part in w.split(":", 1))
+                   or (":" in w and not w.split(":", 1)[1].isdigit())]
             if bad or not words:
                 raise UserError(f"--tasks: '{tasks}' is not a list of tasks or jobs, e.g. "
                                 f"--tasks worker:0,chief")
@@ -77,6 +89,20 @@ class OutputOptions:
         if unknown:
             raise UserError(f"--tasks: {', '.join(unknown)}: no such task or job in this run "
                             f"(tasks: {', '.join(names)})")
+
+
+@dataclass
+class View:
+    """How a run is shown: the launcher's own presentation settings."""
+
+    quiet: bool = False
+    live: Optional[bool] = None
+    stream: object = None              # task output (default stdout)
+    err_stream: object = None          # tfcluster's own lines (default stderr)
+    progress_every: float = PIPED_PROGRESS_EVERY   # seconds between progress lines (no table)
+    echo_progress: bool = False        # also print progress-protocol lines (tools parse them)
+    show_tf_noise: bool = False        # show TensorFlow's start-up noise on the console
+    output: Optional[OutputOptions] = None   # --tasks, --timestamps, host prefixes
 
 
 def _isatty(stream) -> bool:
@@ -181,3 +207,160 @@ class Display:
                     stream.flush()
             except (BrokenPipeError, ValueError):   # closed (`| head`): the logs keep the text
                 pass
+
+
+# ---------------------------------------------------------------------------- the words of a run
+# Read from the supervisor's tasks (tfcluster.drivers.tasks.TaskRun) and its machine.
+
+class ProgressPace:
+    """When a progress line is due without a live table: every ``every`` seconds, the first as
+    soon as the step has moved past the first one reported (a line at step 0 alone says
+    nothing), or ``every`` after that first report."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.last = 0.0                                  # when the last line was said
+        self.first: Optional[Tuple[int, float]] = None   # (the first step reported, when)
+
+    def due(self, step: int, now: float) -> bool:
+        """Is a line due at ``now`` (the run at ``step``)? If so, it counts as said."""
+        if self.first is None:
+            self.first = (step, now)
+        if self.last == 0.0:
+            first, at = self.first
+            due = step != first or now - at >= self.every
+        else:
+            due = now - self.last >= self.every
+        if due:
+            self.last = now
+        return due
+
+
+def progress_lines(runs: Iterable, run_rate: Optional[float], now: float,
+                   every: float) -> List[str]:
+    """Without a live table: one line per running task that reports progress -- its step, its
+    own steps/s (from its ``local_step`` reports), the ETA at the run's rate (the global
+    step's), its metrics, and the age of its last report once that is late."""
+    out = []
+    for tr in runs:
+        p = tr.progress
+        if p is None or tr.state != TaskState.RUNNING:
+            continue
+        line = f"{tr.name}: step {p.step}" + (f"/{p.total}" if p.total else "")
+        if tr.own_rate.value:
+            line += f", {tr.own_rate.value:.1f} steps/s"
+        if run_rate and p.total and p.total > p.step:
+            line += f", ETA {format_duration((p.total - p.step) / run_rate)}"
+        if p.metrics:
+            line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
+        age = now - (tr.seen.progress_at or now)
+        if age > 2 * every:
+            line += f" (last report {format_duration(age)} ago)"
+        out.append(line)
+    return out
+
+
+def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Optional[float],
+               now: float):
+    """The live table (a rich Table): a row per task -- its state as the machine shows it,
+    pid, uptime, restarts, step, its own steps/s, the age of its last sign of life and of its
+    last output, up to four metrics -- and a caption with the global step, the run's steps/s
+    and the ETA."""
+    from rich.table import Table
+    runs = list(runs)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    metric_names: List[str] = []
+    for tr in runs:
+        for k in (tr.progress.metrics if tr.progress else {}):
+            if k not in metric_names and len(metric_names) < 4:
+                metric_names.append(k)
+    for h in ["task", "state", "pid", "uptime", "restarts", "step", "steps/s", "progress",
+              "output"] + metric_names:
+        table.add_column(h)
+    best = None
+    for tr in runs:
+        up = format_duration((tr.ended or now) - tr.started) if tr.started else ""
+        p = tr.progress
+        step = "" if p is None else str(p.step)
+        if p is not None and (best is None or p.step > best.step):
+            best = p
+        name = tr.name + (" (chief)" if tr.name == chief else "")
+        running = tr.state == TaskState.RUNNING
+        table.add_row(name, machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
+                      _own_rate(tr),
+                      ago(tr.track.alive_at, now) if running else "",
+                      ago(tr.seen.output_at, now) if running else "",
+                      *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
+                        for k in metric_names])
+    if best is not None:
+        line = f"global step {best.step}" + (f"/{best.total}" if best.total else "")
+        if run_rate:
+            line += f"  {run_rate:.1f} steps/s"
+            if best.total and best.total > best.step:
+                line += f"  ETA {format_duration((best.total - best.step) / run_rate)}"
+        table.caption = line
+    return table
+
+
+def summary(record: dict, runs: Mapping[str, object], machine: RunMachine, run_id: str,
+            started: float, ended: float) -> str:
+    """The end of the run for the person: the decision, the first failure, every task (the one
+    that failed first at the top), its last lines and a hint naming the fix. ``record``: the
+    final run record (written once, not built again)."""
+    root = None if machine.root_cause is None else runs[machine.root_cause]
+    order = list(runs.values())
+    if root is not None:
+        order.remove(root)
+        order.insert(0, root)
+    by_name = {t["task"]: t for t in record["tasks"]}
+    rows = task_rows({"tasks": [by_name[tr.name] for tr in order]}, now=ended)
+    result = machine.result.value
+    words = {"succeeded": "succeeded", "failed": "FAILED", "interrupted": "interrupted"}
+    text = [f"run {run_id} {words.get(result, result)} in {format_duration(ended - started)} "
+            f"(exit code {machine.exit_code})"]
+    if root is None and machine.root_cause_words:
+        text.append(f"cause: {machine.root_cause_words}")
+    text.extend(f"warning: {line}" for line in machine.stalled())
+    if root is not None:
+        text.append(f"first failure: {root.name} ({describe_exit(root.returncode)})"
+                    + (f" — {root.why}" if root.why else "") + f"; log: {root.log_path}")
+    text.append(format_table(HEADER, rows))
+    if root is not None:
+        lines = list(root.seen.tail)
+        tail = failure_tail(lines, 10)
+        if tail:
+            text.append(f"last lines of {root.name}:")
+            text.extend("  " + line for line in tail)
+        hint = failure_hint(lines, *_checkpoint_dir(record, root.name))
+        if hint:
+            text.append(hint)     # "hint: ..." naming the fix
+    return "\n".join(text)
+
+
+def _checkpoint_dir(record: dict, task: str) -> Tuple[Optional[str], str]:
+    """The checkpoint folder a failed task restores from, as its argv names it
+    (``--checkpoint_dir``, ``--model_dir``, ...; control.summaries_dir's reading, that task
+    first) when it holds a checkpoint (else None), and the flag."""
+    from tfcluster.runs.control import SUMMARY_FLAGS, summaries_dir
+    rows = [t for t in record.get("tasks") or [] if t.get("task") == task]
+    folder = summaries_dir(dict(record, tasks=rows)) or summaries_dir(record)
+    if folder is not None and not os.path.isfile(os.path.join(folder, "checkpoint")):
+        folder = None
+    argv = [w for t in rows for w in t.get("argv") or [] if isinstance(w, str)]
+    flag = next((f for f in SUMMARY_FLAGS for w in argv if w == f or w.startswith(f + "=")),
+                "--checkpoint_dir")
+    return folder, flag
+
+
+def _own_rate(tr) -> str:
+    """The live table's steps/s of a task: its own rate (from ``local_step`` reports); ``global``
+    for a task that reports only the global step (the run's rate is the caption's)."""
+    if tr.own_rate.value is not None:
+        return f"{tr.own_rate.value:.1f}"
+    return "global" if tr.progress is not None and not tr.own_rate.points else ""
+
+
+def _num(v: float) -> str:
+    if float(v).is_integer() and abs(v) < 1e9:
+        return str(int(v))
+    return f"{v:.4g}"

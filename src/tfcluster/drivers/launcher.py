@@ -1,5 +1,6 @@
 """The local and ssh side of the launcher seam (:class:`tfcluster.backends.base.Launcher`):
-tfcluster's own supervisor drives the run machine over a process backend."""
+tfcluster's own supervisor drives the run machine over a process backend (the Ray launcher,
+:mod:`tfcluster.drivers.ray_launcher`, runs one over the tasks Ray placed)."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -1,6 +1,6 @@
 """The task contract: everything a task is given, in one place.
 
-Whatever starts a task -- the local launcher, ssh, a per-host agent, the Slurm node wrapper,
+Whatever starts a task -- the local launcher, ssh, a per-host agent, the Slurm node agent,
 a JobSet pod's entry point, or a person pasting ``tfcluster commands`` -- gives it exactly
 this (documented in docs/PLAN.md):
 

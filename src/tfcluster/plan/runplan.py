@@ -3,7 +3,7 @@
 :func:`build_plan` is the only place where the file's settings and the command line's
 overrides meet (torch's ``config_from_args`` -> ``LaunchConfig``). Every consumer reads the
 :class:`RunPlan` it returns: the local supervisor, ssh and per-host agents, the Slurm batch
-script and node wrapper (as JSON, :meth:`RunPlan.to_dict`), ``--dry-run``, ``commands`` and
+script and node agent (as JSON, :meth:`RunPlan.to_dict`), ``--dry-run``, ``commands`` and
 ``render``. Nothing below the CLI sees argparse: the CLI turns its arguments into
 :class:`LaunchOptions`. The task contract (TF_CONFIG, flags, ``TFCLUSTER_*``) is
 :mod:`tfcluster.plan.contract`; the rules (restart, success, exit codes) are :mod:`tfcluster.core.rules`.
@@ -196,7 +196,7 @@ class RunPlan:
             jobs.setdefault(t.job, []).append(t.endpoint)
         return replace(self, tasks=tasks, cluster=contract.cluster_dict(jobs))
 
-    # ---- as data (the Slurm node wrapper reads this; compact: one entry per job)
+    # ---- as data (the Slurm node agent reads this; compact: one entry per job)
     def to_dict(self) -> Dict[str, Any]:
         jobs: Dict[str, Any] = {}
         for job in self.jobs:

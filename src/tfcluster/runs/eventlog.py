@@ -6,11 +6,11 @@ Every event is one JSON object on one line of ``events.jsonl``::
      "exit_code": null, "signal": "SIGKILL", "exit": "SIGKILL", "state": "failed"}
 
 ``time`` (unix seconds, float), ``event`` (a name) and ``task`` (``"worker:1"``, or null for an
-event of the run) are always there; the other keys depend on the event (docs/LAUNCH.md lists
-them). The same events, and the launcher's own messages, are written as timestamped human lines
-to ``launcher.log``. Both files are readable by their owner only and flushed line by line, so a
-launcher killed with SIGKILL leaves at most a truncated last line, which :func:`read_events`
-skips.
+event of the run) are always there; the other keys depend on the event (:data:`EVENTS` lists
+them; docs/LAUNCH.md says what they mean). The same events, and the launcher's own messages,
+are written as timestamped human lines to ``launcher.log``. Both files are readable by their
+owner only and flushed line by line, so a launcher killed with SIGKILL leaves at most a
+truncated last line, which :func:`read_events` skips.
 """
 from __future__ import annotations
 
@@ -18,32 +18,40 @@ import datetime
 import json
 import math
 import os
-import signal
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
 from tfcluster.errors import UserError
-from tfcluster.core.rules import exit_fields, exit_words  # noqa: F401 (the one wording: rules.py)
+from tfcluster.core.rules import exit_words
 from tfcluster.safe_files import open_regular, read_bytes, shown as _shown, size_text as _size
 
 EVENTS_FILE = "events.jsonl"
 PROGRESS_INTERVAL = 1.0   # seconds: at most one progress event per task this often
 LAUNCHER_LOG = "launcher.log"
 
-#: The events the launcher writes, and the keys each one has beyond time/event/task.
+#: The events the drivers and the run machine write, and the keys each one has beyond
+#: time/event/task (tests/unit/test_events.py holds the writers to it).
 EVENTS = {
     "run_started": ("run_id", "file", "backend", "tasks", "chief"),
     "task_started": ("pid", "attempt", "host"),
     "task_exited": ("exit_code", "signal", "exit", "state"),
     "task_restarting": ("reason", "attempt", "delay"),
+    "task_stalled": ("step", "silent"),
+    "task_resumed": ("step",),
+    "task_ending": ("step", "total"),
+    "run_stalling": ("step", "silent"),
+    "cluster_restarting": ("node", "reason", "attempt"),
+    "cluster_moved": ("node", "old", "new"),
+    "cluster_restarted": ("node", "attempt"),
     "watchdog": ("reason", "action"),
     "stop_sent": ("signal",),
     "progress": ("step", "total", "metrics", "local_step"),
     "decision": ("result", "rule", "exit_code", "reason"),
     "run_ended": ("result", "exit_code"),
-    # what came in to the run machine (tfcluster.core.machine.input_fields): for a replay, not shown
-    "input": ("input", "data"),
+    # what came in to the run machine (tfcluster.core.machine.input_fields): for a replay, not
+    # shown; the first of a run (input "begin") has the time it began (now) instead of data
+    "input": ("input", "data", "now"),
 }
 
 
@@ -209,6 +217,34 @@ class EventLog:
                         self.error = f"{os.path.join(self.run_dir, filename)}: {e}"
                 except ValueError:      # closed
                     pass
+
+
+class NullEventLog:
+    """Where a driver's events go before its run has a folder (and so an :class:`EventLog`):
+    nowhere."""
+
+    error = None
+
+    def emit(self, event: str, task: Optional[str] = None, **fields: Any) -> None:
+        pass
+
+    def progress(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def flush_progress(self, task: str) -> None:
+        pass
+
+    def flush_due(self, now: Optional[float] = None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def log(self, line: str, when: Optional[float] = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 # ------------------------------------------------------------------ reading

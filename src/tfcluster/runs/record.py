@@ -1,7 +1,7 @@
 """One writer for a run's record (``run.json``) on every backend.
 
-The local launcher (ssh hosts and per-host agents included) and the Slurm launcher describe a
-run the same way: :func:`run_record` builds the whole record from the plan, the run machine's
+The supervised launcher (the local, ssh and Ray backends, per-host agents) and the Slurm
+launcher describe a run the same way: :func:`run_record` builds the whole record from the plan, the run machine's
 verdict and one row per task, and :func:`write_record` writes it. ``tfcluster status``, ``runs``
 and ``report`` read what this writes (:mod:`tfcluster.runs.status`).
 """

@@ -18,7 +18,7 @@
   ps started by hand ends by itself -- unless a supervising launcher will stop the ps
   (:func:`tfcluster.plan.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names the parent of
   this task's process-group leader, and that process is a tfcluster supervisor: the launcher,
-  the ssh wrapper or the Slurm node wrapper).
+  the ssh wrapper or the Slurm node agent).
 """
 from __future__ import annotations
 
@@ -323,7 +323,7 @@ class TrainingSession:
             return suppress  # stopped, not done: the ps must not count this replica as finished
         # Under a supervising tfcluster launcher (contract.supervised: TFCLUSTER_LAUNCHER_PID
         # names the tfcluster supervisor that started this task's process group: the launcher,
-        # the ssh or Slurm node wrapper, the Ray actor) it stops the ps tasks; telling them costs
+        # the ssh or Slurm node agent, the Ray actor) it stops the ps tasks; telling them costs
         # a new session (0.5-2 s) between the last step and the exit. Anywhere else -- `tfcluster
         # commands` lines, pods, hand-written Slurm scripts, TFCLUSTER_TASK or not -- the ps
         # ends only when every replica says done.

@@ -43,7 +43,7 @@ from tfcluster.backends.agent.folder import EVENTS_SUFFIX, FolderChannel, stem
 from tfcluster.backends.slurm.batch import PLAN_ENV
 from tfcluster.backends.slurm.held_secrets import SECRET_PREFIX, fill_secrets
 from tfcluster.backends.slurm.layout import layout
-from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_node
+from tfcluster.backends.agent.nodes import expand_hostlist, expand_tasks_per_node
 
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
 
@@ -331,7 +331,7 @@ class NodeAgent:
                 self._start(a.attempt)
             elif isinstance(a, mc.Kill):
                 self._kill(a.sig)
-            elif isinstance(a, mc.Note):
+            elif isinstance(a, mc.LogEvent):
                 if self.events is not None:
                     self.events.emit(a.event, a.task, **a.as_dict())
                 if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":

@@ -1,0 +1,219 @@
+"""The tasks as the supervisor (:mod:`tfcluster.drivers.supervisor`) holds them, and the parts
+of its loop that deal with their processes:
+
+- :class:`TaskRun`: one task's process, output and log; what the run's rules know of it is the
+  machine's :class:`tfcluster.core.machine.TaskTrack`, read through;
+- :class:`StepRate`: steps per second over the last reports (a task's own, and the run's);
+- :class:`ExitWatch`: the tasks' exit descriptors in one poll set, which the loop's nap waits on;
+- :class:`Starter`: processes started through the backend, a big wave of them side by side;
+- :class:`SecretMasks`: the run's secrets masked in task output and in the record.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, Dict, Iterable, List, Optional, Tuple
+
+from tfcluster.backends.base import Backend, Handle, ProcessSpec
+from tfcluster.clusterfile import secrets
+from tfcluster.core.machine import TaskTrack
+from tfcluster.core.task_output import Seen
+from tfcluster.errors import UserError
+from tfcluster.plan.progress import Progress
+from tfcluster.plan.runplan import RunPlan, TaskPlan
+
+PARALLEL_STARTS = 4            # threads that start a big wave of tasks (Starter.many)
+RATE_WINDOW = 30.0             # seconds of reports a rate is taken over
+
+
+class StepRate:
+    """Steps per second over the reports of the last RATE_WINDOW seconds (at most 20 of them);
+    the last rate while there are too few (``value``: None until there are two)."""
+
+    def __init__(self) -> None:
+        self.points: Deque[Tuple[float, int]] = deque(maxlen=20)
+        self.value: Optional[float] = None
+
+    def add(self, now: float, step: int) -> None:
+        self.points.append((now, step))
+        pts = [x for x in self.points if now - x[0] <= RATE_WINDOW]
+        if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
+            self.value = max(0.0, (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
+
+
+@dataclass
+class TaskRun:
+    """One task as the driver holds it: its process, output and log. What the run's rules know
+    of it (state, restarts, exit, why it ended) is the machine's :class:`TaskTrack`, read
+    through."""
+
+    plan: TaskPlan
+    spec: ProcessSpec
+    track: TaskTrack
+    handle: Optional[Handle] = None
+    log_path: str = ""
+    seen: Seen = field(default_factory=Seen)
+    reader: Optional[threading.Thread] = None
+    exit_fed: bool = True                 # its exit has been handed to the machine
+    life_fed: Optional[float] = None      # the last sign of life handed to the machine
+    # from its local_step reports: the steps this task itself ran (the global step moves with
+    # every worker's steps, so its rate is the run's, never one task's)
+    own_rate: StepRate = field(default_factory=StepRate)
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def progress(self) -> Optional[Progress]:
+        return self.seen.progress
+
+    state = property(lambda self: self.track.state)
+    pid = property(lambda self: self.track.pid)
+    returncode = property(lambda self: self.track.returncode)
+    restarts = property(lambda self: self.track.restarts)
+    started = property(lambda self: self.track.started)
+    first_started = property(lambda self: self.track.first_started)
+    ended = property(lambda self: self.track.ended)
+    why = property(lambda self: self.track.why)
+    up = property(lambda self: self.track.up)
+    forced = property(lambda self: self.track.forced)
+
+
+class ExitWatch:
+    """The exit descriptors (pidfds) of the tasks whose exit the machine has not yet heard,
+    each registered once in one poll set: the loop's nap wakes as soon as a task exits, and a
+    turn looks only at the tasks whose descriptor was ready and those without one -- at 512
+    tasks, 1,000 system calls a turn otherwise -- and at every task once a second whatever the
+    descriptors say."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._by_fd: Dict[int, TaskRun] = {}
+        self._no_fd: Dict[str, TaskRun] = {}      # running tasks without one: looked at every turn
+        self._ready: Optional[set] = None         # what the last nap saw ready; None: every task
+        self._swept = 0.0                         # when every task was last looked at
+
+    def add(self, tr: TaskRun, handle: Handle) -> None:
+        fd = handle.exit_fd()
+        if fd is not None:
+            self._poll.register(fd, select.POLLIN)
+            self._by_fd[fd] = tr
+        else:
+            self._no_fd[tr.name] = tr
+
+    def remove(self, tr: TaskRun) -> None:
+        """``tr``'s exit has been handed to the machine."""
+        self._no_fd.pop(tr.name, None)
+        fd = tr.handle.exit_fd()
+        if fd is not None and self._by_fd.get(fd) is tr:
+            del self._by_fd[fd]
+            self._poll.unregister(fd)
+
+    def to_look_at(self, runs: Dict[str, TaskRun], now: float) -> Iterable[TaskRun]:
+        if now - self._swept >= 1.0 or self._ready is None:
+            self._swept = now
+            return runs.values()
+        look = [self._by_fd[fd] for fd in self._ready if fd in self._by_fd]
+        return look + list(self._no_fd.values())
+
+    def nap(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, waking as soon as a task exits; the ready descriptors are
+        kept for the next turn."""
+        self._ready = None
+        if not self._by_fd:
+            time.sleep(seconds)
+            return
+        # poll, not select: select cannot wait on descriptors >= 1024 (~340 tasks)
+        try:
+            self._ready = {fd for fd, _ in self._poll.poll(seconds * 1000.0)}
+        except OSError:
+            time.sleep(seconds)
+
+
+class Starter:
+    """Starts processes through the backend: one at a time, or a wave side by side from
+    PARALLEL_STARTS threads. CPython waits for each child to exec before it goes on, so one
+    thread starts tasks one after the other at the kernel's exec latency; a few threads overlap
+    those waits (scripts/bench_programs/spawn_latency.py)."""
+
+    def __init__(self, backend: Backend, clock) -> None:
+        self.backend = backend
+        self.clock = clock
+        self._threads = None        # a ThreadPoolExecutor, once a wave has needed one
+
+    def one(self, spec: ProcessSpec) -> Tuple[Optional[Handle], Optional[Exception], Optional[float]]:
+        """(handle, None, when it started), or (None, the error, None) for bad input (a missing
+        program, an unreachable host)."""
+        try:
+            handle = self.backend.start(spec)
+            return handle, None, self.clock()    # dated when it started, not at hand-off
+        except (OSError, UserError) as e:
+            return None, e, None
+
+    def many(self, specs: List[ProcessSpec]) -> list:
+        """:meth:`one` for each spec, side by side; the answers in the order of ``specs``."""
+        if self._threads is None:
+            # Kept until the run's end: a child's death signal (PR_SET_PDEATHSIG) follows the
+            # *thread* that started it, so these threads must outlive the tasks they started.
+            from concurrent.futures import ThreadPoolExecutor
+            self._threads = ThreadPoolExecutor(PARALLEL_STARTS, thread_name_prefix="start")
+        return list(self._threads.map(self.one, specs))
+
+    def close(self) -> None:
+        """Every task has ended: the threads may go."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+
+
+class SecretMasks:
+    """The run's secrets masked: ``line`` masks task output (its log and the console); ``argv_env``
+    a task's argv and env for the record, kept while its spec is the same (the record is
+    rewritten every second while tasks change: 512 tasks' environments)."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self._declared = plan.secret_names
+        self._values = plan.secret_values()
+        self.line = secrets.Masker(self._values)
+        self._kept: Dict[str, tuple] = {}
+
+    def argv_env(self, tr: TaskRun) -> Tuple[List[str], Dict[str, str]]:
+        got = self._kept.get(tr.name)
+        if got is None or got[0] is not tr.spec:
+            got = (tr.spec, secrets.mask_argv(tr.spec.argv, self._declared, self._values),
+                   secrets.mask_env(tr.spec.env, self._declared))
+            self._kept[tr.name] = got
+        return got[1], got[2]
+
+
+def start_failure(task: str, spec: ProcessSpec, e: OSError) -> str:
+    """One line for a task that could not be started (bad input: exit 2)."""
+    if isinstance(e, FileNotFoundError):
+        if not os.path.isdir(spec.cwd):
+            return f"{task}: working folder does not exist: {spec.cwd}"
+        return f"{task}: program not found: {spec.argv[0]} (program.command)"
+    if isinstance(e, PermissionError):
+        return f"{task}: program cannot be run (permission denied): {spec.argv[0]}"
+    if isinstance(e, NotADirectoryError) or not os.path.isdir(spec.cwd):
+        return f"{task}: working folder does not exist: {spec.cwd}"
+    return f"{task}: cannot start {spec.argv[0]}: {e.strerror or e}"
+
+
+def discard(handle: Handle) -> None:
+    """End a task the machine never heard of (started side by side with one that could not
+    start, after the run had already ended): SIGKILL to its group, reaped, pipes closed."""
+    handle.signal(signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while handle.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for stream in (handle.stdout, getattr(handle, "progress", None)):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:   # a pipe of a killed task: closing it frees it, an error loses nothing
+            pass
