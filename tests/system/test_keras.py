@@ -9,6 +9,7 @@ programs (tests/programs/keras_tutorial_*.py, no tfcluster import), with Keras 2
 import importlib.util
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from tfcluster.core.output_patterns import failure_hint
+from tfcluster.plan.progress import parse_progress
 
 from helpers import EXAMPLES, PROGRAMS
 from helpers.launch import (assert_all_gone, finish, kill_when, run_record, start, tail, task_log,
@@ -90,6 +92,59 @@ def launch(path, tmp_path, timeout=150):
     return proc, finish(proc, timeout)
 
 
+# Keras' progress output: "Epoch 2/3", then its bar (verbose=1), redrawn after every step:
+# " 6/10 [=====>....] - ETA: 0s - loss: 2.6557 - accuracy: 0.7448", and at the epoch's end
+# "10/10 [==========] - 1s 141ms/step - loss: 1.0640 - accuracy: 0.6141"; verbose=2 prints
+# only that line, without a bar: "20/20 - 4s - loss: 1.1944 - accuracy: 0.5125 - 4s/epoch ..."
+KERAS_EPOCH = re.compile(r"^Epoch (\d+)/(\d+)$")
+KERAS_BAR = re.compile(r"^\s*(\d+)/(\d+) (?:\[[=>.]*\] )?- (.*)$")
+KERAS_METRIC = re.compile(r" - (loss|accuracy): (\d+\.\d+(?:e[-+]\d+)?)")
+
+
+def keras_progress(text):
+    """What Keras printed, read as written (every redraw, carriage returns and backspaces as
+    a terminal takes them): ``(steps, ends)``: ``steps[(epoch, batch)]`` the metrics its bar
+    showed after a step, ``ends[epoch]`` those of its epoch line (both from 1)."""
+    steps, ends, epoch = {}, {}, None
+    for segment in re.split(r"[\r\n]", text.replace("\b", "")):
+        segment = segment.strip()
+        m = KERAS_EPOCH.match(segment)
+        if m:
+            epoch = int(m.group(1))
+            continue
+        m = KERAS_BAR.match(segment)
+        if not m or epoch is None:
+            continue
+        metrics = {k: float(v) for k, v in KERAS_METRIC.findall(" - " + m.group(3))}
+        if not metrics:
+            continue
+        if m.group(3).startswith("ETA:"):
+            steps[(epoch, int(m.group(1)))] = metrics
+        else:
+            ends[epoch] = metrics
+    return steps, ends
+
+
+def progress_rows(record, task, events=True):
+    """The progress tfcluster recorded for ``task``, as (step, metrics): every report, in order,
+    from the task's log (``@tfcluster progress`` lines, what ``tfcluster logs`` shows), then
+    (``events``) the run's events (what ``tfcluster status`` and the report read: at most
+    one a second)."""
+    reports = [parse_progress(ln) for ln in task_log(record, task).splitlines()]
+    rows = [(p.step, p.metrics) for p in reports if p is not None]
+    if events:
+        with open(os.path.join(record["run_dir"], "events.jsonl")) as f:
+            events = [json.loads(ln) for ln in f if ln.strip()]
+        rows += [(e["step"], e["metrics"]) for e in events
+                 if e.get("event") == "progress" and e.get("task") == task]
+    return rows
+
+
+def same_to_4_decimals(ours, printed):
+    """``ours`` shows as ``printed`` does at Keras' precision (4 decimals)."""
+    return abs(ours - printed) <= 0.5e-4 + 2e-6
+
+
 # ------------------------------------------------------------------ MWMS, Keras 2 (tf_keras)
 
 @needs_tf_keras
@@ -125,6 +180,83 @@ def test_mwms_example_fits_to_the_end_with_keras2(tmp_path, ports):
         log = task_log(record, f"worker:{i}")
         assert "nothing to train" in log and " done: " not in log, log[-2000:]
     assert_all_gone(record)
+
+
+@needs_tf_keras
+@pytest.mark.parametrize("workers", [2, 1])
+def test_mwms_progress_shows_the_metrics_keras_prints_never_a_sum_over_workers(
+        tmp_path, ports, workers):
+    """Issue 41: tf_keras logs a step's loss and accuracy summed over the workers (its bar
+    shows "accuracy: 1.2281" mid-epoch with 2 workers); the epoch's line prints the metrics'
+    own values. tfcluster's progress shows the metrics' own values at every step: the epoch
+    line's values at the epoch's end, Keras' step values divided by the workers it summed."""
+    steps = 8
+    path = example_file(tmp_path, ports, "keras_mwms",
+                        ["--epochs=2", f"--steps_per_epoch={steps}", "--verbose=1",
+                         "--step_delay=0.1"])    # a redraw of Keras' bar after every step
+    doc = yaml.safe_load(open(path))
+    doc["cluster"]["worker"] = doc["cluster"]["worker"][:workers]
+    # every redraw of Keras' bar, as written: the task log keeps each line's last redraw
+    raw = tmp_path / "stdout"
+    doc["program"]["command"] = ["python", os.path.join(PROGRAMS, "raw_stdout.py"), str(raw),
+                                 os.path.join(EXAMPLES, "keras_mwms.py")]
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+    proc, rc = launch(path, tmp_path)
+    assert rc == 0, tail(proc)
+    record = run_record(tmp_path)
+    for i in range(workers):
+        task = f"worker:{i}"
+        bar, _ = keras_progress((tmp_path / f"stdout.worker-{i}").read_text())
+        _, ends = keras_progress(task_log(record, task))   # the epoch lines, from the task log
+        rows = progress_rows(record, task)
+        assert sorted(ends) == [1, 2] and rows, (ends, rows)
+        # Keras' bar after an epoch's last step against its epoch line: how many values it
+        # added (1 worker: none; 2: tf_keras's "auto" reduction sums, see runtime/keras.py)
+        summed = [bar[(e, steps)][k] / ends[e][k] for e in ends for k in ends[e] if ends[e][k]]
+        assert all(abs(x - workers) < 1e-3 for x in summed), (bar, ends)
+        checked = {"end": 0, "step": 0}
+        for step, metrics in rows:
+            epoch, batch = (step - 1) // steps + 1, (step - 1) % steps + 1
+            assert metrics["epoch"] == epoch
+            assert 0 <= metrics["accuracy"] <= 1, (step, metrics)
+            if batch == steps:         # the epoch's end (its last step's line, the epoch's)
+                expected = ends[epoch]
+                checked["end"] += 1
+            elif (epoch, batch) in bar:
+                expected = {k: v / workers for k, v in bar[(epoch, batch)].items()}
+                checked["step"] += 1
+            else:
+                continue
+            for key in ("loss", "accuracy"):
+                assert same_to_4_decimals(metrics[key], expected[key]), \
+                    (task, step, key, metrics[key], expected[key], bar.get((epoch, batch)))
+        assert checked["end"] >= 2 and checked["step"] >= 1, (checked, rows, sorted(bar))
+    assert_all_gone(record)
+
+
+@pytest.mark.parametrize("env", [pytest.param(KERAS2, id="keras2", marks=needs_tf_keras),
+                                 pytest.param(KERAS3, id="keras3")])
+def test_progress_on_one_worker_with_two_replicas_is_what_keras_logs(env):
+    """MirroredStrategy on one machine (2 replicas, no second worker): Keras' step logs are the
+    metrics' own values (the replicas return the same tensors, nothing is added), so the
+    callback divides nothing: each report is the step's logs, the epoch's end its history."""
+    out = subprocess.run([sys.executable, os.path.join(PROGRAMS, "keras_mirrored_progress.py")],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("keras_mirrored: ")][-1]
+    got = json.loads(line[len("keras_mirrored: "):])
+    assert got["replicas"] == 2
+    # a report after every step (4 an epoch), and one at each epoch's end
+    steps = got["reports"]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 4, 5, 6, 7, 8, 8], steps
+    at_steps = [r for i, r in enumerate(steps) if i not in (4, 9)]
+    for logged, reported in zip(got["logs"], at_steps):
+        for key in ("loss", "accuracy"):
+            assert reported[key] == pytest.approx(logged[key], abs=1e-6), (got["logs"], steps)
+    for epoch, reported in enumerate((steps[4], steps[9])):
+        for key in ("loss", "accuracy"):
+            assert reported[key] == pytest.approx(got["history"][key][epoch], abs=1e-6), got
 
 
 @needs_tf_keras
@@ -226,6 +358,17 @@ def test_pss_example_fits_to_the_end_with_keras2(tmp_path, ports):
     assert s["accuracy"] > 0.6, s
     progress = tasks["chief:0"]["progress"]
     assert progress["step"] == progress["total"] == 60 and progress["epoch"] == 3, progress
+    # the progress at each epoch's end is what Keras' epoch line prints (PSS sums nothing:
+    # each step runs on one worker, one replica; verbose=1 is refused under PSS)
+    _, ends = keras_progress(task_log(record, "chief:0"))
+    assert sorted(ends) == [1, 2, 3], ends
+    rows = progress_rows(record, "chief:0", events=False)
+    for epoch, printed in ends.items():
+        # the epoch's end report: the last at its step (its last step's report may come first)
+        at_end = [m for step, m in rows if step == 20 * epoch]
+        assert at_end, (epoch, rows)
+        for key in ("loss", "accuracy"):
+            assert same_to_4_decimals(at_end[-1][key], printed[key]), (epoch, rows, ends)
     assert_all_gone(record)
 
 

@@ -223,3 +223,144 @@ def test_progress_reporter_fetches_remote_logs_only_when_it_reports():
     assert got[0].metrics == {"loss": 0.25, "accuracy": 0.5, "epoch": 1}
     assert got[1].metrics == {"epoch": 1}
     assert Remote.fetched == 3  # two printed lines' logs and their loss; none for the others
+
+
+def test_progress_reporter_divides_what_keras_summed_over_the_workers():
+    """Issue 41: under MultiWorkerMirroredStrategy tf_keras logs a step's metrics summed over
+    the workers (accuracy 1.29 for 0.64 with 2); the epoch's end hands the metrics' own
+    results. Every line shows the model's metric: a step's values divided by the workers."""
+    import io
+
+    from tfcluster.runtime.keras import ProgressReporter
+
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=0, stream=out)
+    rep.begin({"epochs": 2, "steps": 2}, summed_over=2, replicas=2,
+              metric_names=lambda: ["loss", "accuracy"])
+    rep.epoch_begin(0)
+    rep.batch_end(0, {"loss": 2.8, "accuracy": 0.5})
+    rep.batch_end(1, {"loss": 2.5691, "accuracy": 0.8281})
+    rep.epoch_end(0, {"loss": 1.28455, "accuracy": 0.41405, "val_loss": 3.0})
+    got = _reports(out.getvalue())
+    assert [p.step for p in got] == [1, 2, 2]
+    assert got[0].metrics == {"loss": 1.4, "accuracy": 0.25, "epoch": 1}
+    assert got[1].metrics == {"loss": 1.28455, "accuracy": 0.41405, "epoch": 1}
+    # the epoch's values are the metrics' own (the step's logs were exactly the model's
+    # metrics, so Keras replaced them): reported as Keras gives them
+    assert got[2].metrics == {"loss": 1.28455, "accuracy": 0.41405, "val_loss": 3.0, "epoch": 1}
+    assert rep.summed_over == 2       # measured at the epoch's end: the step's values over them
+
+
+def test_progress_reporter_learns_from_the_epoch_end_what_keras_summed():
+    """The count of summed values first comes from the Keras source's rule; each epoch's end
+    measures it (the last step's values over the metrics' own results), so a Keras that stops
+    summing is read right from the next epoch on."""
+    import io
+
+    from tfcluster.runtime.keras import ProgressReporter
+
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=0, stream=out)
+    rep.begin({"epochs": 2, "steps": 1}, summed_over=2, replicas=2,
+              metric_names=lambda: ["loss", "accuracy"])
+    rep.epoch_begin(0)
+    rep.batch_end(0, {"loss": 0.8, "accuracy": 0.0})
+    rep.epoch_end(0, {"loss": 0.8, "accuracy": 0.0})   # not summed after all
+    assert rep.summed_over == 1
+    rep.epoch_begin(1)
+    rep.batch_end(0, {"loss": 0.6, "accuracy": 0.5})
+    got = _reports(out.getvalue())
+    assert [p.metrics["loss"] for p in got] == [0.4, 0.8, 0.6]
+
+    # a ratio that is no whole number of replicas (or no metric to divide by) changes nothing
+    rep.begin({"epochs": 1, "steps": 1}, summed_over=2, replicas=2,
+              metric_names=lambda: ["loss"])
+    rep.epoch_begin(0)
+    rep.batch_end(0, {"loss": 3.0})
+    rep.epoch_end(0, {"loss": 1.0})
+    assert rep.summed_over == 2
+    rep.batch_end(0, {"loss": 0.0})
+    rep.epoch_end(0, {"loss": 0.0})
+    assert rep.summed_over == 2
+
+
+def test_progress_reporter_divides_a_kept_step_at_the_epoch_end():
+    """A custom train_step whose logs are not exactly the model's metrics: Keras keeps the last
+    step's (summed) values for the epoch, so they are divided as a step's are; outputs that
+    are no metric of the model are reported as logged."""
+    import io
+
+    from tfcluster.runtime.keras import ProgressReporter
+
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=0, stream=out)
+    rep.begin({"epochs": 1, "steps": 1}, summed_over=2, replicas=2,
+              metric_names=lambda: ["loss", "accuracy"])
+    rep.epoch_begin(0)
+    rep.batch_end(0, {"loss": 1.5, "grad_norm": 4.0})
+    rep.epoch_end(0, {"loss": 1.5, "grad_norm": 4.0})
+    got = _reports(out.getvalue())
+    assert [p.metrics for p in got] == [{"loss": 0.75, "grad_norm": 4.0, "epoch": 1}] * 2
+    assert rep.summed_over == 2
+
+
+def test_progress_reporter_keeps_unsummed_logs_and_fetches_remote_logs_only_to_report():
+    """Nothing summed (one worker, one machine's MirroredStrategy, PSS): the logs as Keras
+    gives them. A PSS step's logs (a RemoteValue) are fetched only for a line that is sent,
+    not at the epoch's end either (its last step may have run before others)."""
+    import io
+
+    from tfcluster.runtime.keras import ProgressReporter
+
+    class Remote:
+        fetched = 0
+
+        def __init__(self, value):
+            self.value = value
+
+        def fetch(self):
+            Remote.fetched += 1
+            return self.value
+
+    now = [0.0]
+    out = io.StringIO()
+    rep = ProgressReporter(max_per_second=2, stream=out, clock=lambda: now[0])
+    rep.begin({"epochs": 1, "steps": 10}, metric_names=lambda: ["loss"])
+    rep.epoch_begin(0)
+    for batch in range(10):
+        now[0] += 0.1
+        rep.batch_end(batch, Remote({"loss": 1.0 - batch / 10}))
+    assert Remote.fetched == 2            # batches 0 and 5 (0.5 s apart)
+    rep.epoch_end(0, {"loss": 0.1})
+    assert Remote.fetched == 2
+    got = _reports(out.getvalue())
+    assert [p.metrics["loss"] for p in got] == [1.0, 0.5, 0.1]
+    assert rep.summed_over == 1
+
+
+@pytest.mark.parametrize("library, version, reduction, tpu, sums", [
+    ("tf_keras", (2, 21, 0), "auto", False, True),     # reduce_per_replica: "auto" is "sum"
+    ("tf_keras", (2, 14, 1), "auto", False, True),
+    ("tf_keras", (2, 21, 0), "auto", True, False),     # ... but "first" on TPUs
+    ("keras", (2, 11, 0), "auto", False, True),
+    ("keras", (3, 1, 1), "auto", False, True),         # Keras 3.0-3.2: "sum", TPUs too
+    ("keras", (3, 1, 1), "auto", True, True),
+    ("keras", (3, 3, 3), "auto", False, False),        # Keras 3.3+: "mean"
+    ("keras", (3, 15, 1), "auto", False, False),
+    ("tf_keras", (2, 21, 0), "first", False, False),
+    ("keras", (3, 15, 1), "sum", False, True),
+    ("tensorflow", (2, 5, 0), None, False, False),      # no distribute_reduction_method
+])
+def test_which_keras_sums_a_steps_metrics(library, version, reduction, tpu, sums):
+    from tfcluster.runtime.keras import reduction_sums
+
+    assert reduction_sums(library, version, reduction, tpu) is sums
+
+
+def test_keras_version_numbers():
+    from tfcluster.runtime.keras import version_tuple
+
+    assert version_tuple("2.21.0") == (2, 21, 0)
+    assert version_tuple("3.3rc1") == (3, 3)
+    assert version_tuple("3.10.0.dev2025") == (3, 10, 0)
+    assert version_tuple("") == () and version_tuple("unknown") == ()

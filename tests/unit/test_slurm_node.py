@@ -16,7 +16,7 @@ from tfcluster.core import machine as mc, rules
 from tfcluster.backends.slurm.batch import plan_data
 from tfcluster.backends.slurm.launcher import _Record
 from tfcluster.backends.slurm.layout import rank_table
-from tfcluster.backends.agent.nodes import _expand_hostlist_py
+from tfcluster.backends.slurm.nodes import _expand_hostlist_py
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.agent.node import NodeAgent, Signals
 from tfcluster.plan.runplan import LaunchOptions, build_plan

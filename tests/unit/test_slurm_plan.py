@@ -15,7 +15,7 @@ from tfcluster.backends.slurm.batch import PLAN_ENV, dry_run_text, plan_data
 from tfcluster.backends.slurm.held_secrets import fill_secrets
 from tfcluster.backends.slurm.launcher import launch
 from tfcluster.backends.slurm.layout import layout
-from tfcluster.backends.agent.nodes import _expand_hostlist_py, expand_tasks_per_node
+from tfcluster.backends.slurm.nodes import _expand_hostlist_py, expand_tasks_per_node
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 

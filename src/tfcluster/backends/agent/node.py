@@ -43,7 +43,7 @@ from tfcluster.backends.agent.folder import EVENTS_SUFFIX, FolderChannel, stem
 from tfcluster.backends.slurm.batch import PLAN_ENV
 from tfcluster.backends.slurm.held_secrets import SECRET_PREFIX, fill_secrets
 from tfcluster.backends.slurm.layout import layout
-from tfcluster.backends.agent.nodes import expand_hostlist, expand_tasks_per_node
+from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_node
 
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
 

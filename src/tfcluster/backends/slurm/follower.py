@@ -24,7 +24,7 @@ from tfcluster.terminal import terminal_text
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.base import start_child, stop_group
 from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, srun_argv, write_batch_script
-from tfcluster.backends.agent.nodes import job_nodes, lost_nodes
+from tfcluster.backends.slurm.nodes import job_nodes, lost_nodes
 from tfcluster.runs.slurm_job import ENDED, FOLLOW_TOOLS, JobState, job_state
 
 EXIT_INTERRUPTED = rules.signal_exit_code(signal.SIGINT)
