@@ -70,10 +70,9 @@ def build_and_compile_model(tf):
 def main(argv):
     del argv
     import tensorflow as tf
+    from absl import logging as absl_logging
 
     from tfcluster.runtime.keras import ProgressCallback
-
-    from absl import logging as absl_logging
 
     # TF's INFO lines (some through absl) drown the program's own output
     tf.get_logger().setLevel("ERROR")

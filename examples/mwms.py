@@ -112,10 +112,9 @@ def local_threads():
 def main(argv):
     del argv
     import tensorflow as tf
+    from absl import logging as absl_logging
 
     from tfcluster.plan.progress import report_progress
-
-    from absl import logging as absl_logging
 
     # TF's INFO lines (some through absl) drown the program's own output
     tf.get_logger().setLevel("WARNING")

@@ -242,7 +242,6 @@ def coordinate(tf, resolver):
 def main(argv):
     del argv
     import tensorflow as tf
-
     from absl import logging as absl_logging
 
     # TF's INFO lines (some through absl) drown the program's own output

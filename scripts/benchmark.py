@@ -114,6 +114,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [os.path.join(ROOT, "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 from tfcluster.backends.base import stop_group  # noqa: E402
 from tfcluster.net.ports import free_ports  # noqa: E402
+
 CPU_BOUND = 0.8  # a links cell whose tasks use this share of the cores is CPU-bound (issue 24)
 BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
@@ -1065,7 +1066,7 @@ def bench_peers(cfg, tmp, out, notes) -> None:
     counter = [0]
 
     def tfl(name, jobs, args, extra):
-        for attempt in range(2):
+        for _attempt in range(2):
             counter[0] += 1
             path, _ = peers_cluster(tmp, f"peers-{name}-{counter[0]}", jobs, [PY, prog, *args], extra)
             argv = tfcluster_argv() + ["launch", path, "--no-live", "--echo-progress"]

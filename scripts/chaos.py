@@ -66,6 +66,7 @@ def read_record(runs: str) -> Optional[dict]:
 
 def leftovers(trial_dir: str, ports: List[int]) -> List[str]:
     import psutil
+
     from tfcluster.net.ports import port_in_use
     left = []
     for p in psutil.process_iter(["pid", "environ", "cmdline"]):

@@ -315,7 +315,7 @@ def summarize(ns, base, raw, hold) -> Dict[str, Any]:
         got = raw[str(n)]
         ok = {k: [x if not x.get("error") else None for x in v] for k, v in got.items()}
 
-        def vals(k, key):
+        def vals(k, key, ok=ok):
             return [None if x is None else x.get(key) for x in ok[k]]
 
         def pair_ratio(key, a, b):
@@ -331,7 +331,7 @@ def summarize(ns, base, raw, hold) -> Dict[str, Any]:
         tree_tf = _med(vals("tfcluster.run", "tree_cpu_seconds"))
         tree_sh = _med(vals("script.run", "tree_cpu_seconds"))
 
-        def marginal(v, b):
+        def marginal(v, b, n=n):
             return None if v is None or b is None or n <= 1 else (v - b) / (n - 1)
 
         out[str(n)] = {

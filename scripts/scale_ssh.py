@@ -12,9 +12,9 @@ peak RSS, threads and open files (per task: the gross figure / tasks).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
-import json
 from typing import Any, Callable, Dict, List
 
 import scale_local

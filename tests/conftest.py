@@ -44,6 +44,7 @@ def pytest_configure(config):
     # Every launch a test starts imports tfcluster afresh: with PYTHONDONTWRITEBYTECODE set
     # (CI machines set it) and a fresh clone, each one compiled every module again (~0.3 s).
     import compileall
+
     import tfcluster
     compileall.compile_dir(os.path.dirname(tfcluster.__file__), quiet=1)
     # Runs started by tests register in a per-user index (tfcluster.runs.index) and notes are

@@ -97,6 +97,7 @@ def single(tf, steps):
 
 def cluster(tf, steps, mode, progress_secs):
     import loop
+
     import tfcluster.runtime as rt
 
     ctx = rt.task_context()

@@ -115,7 +115,7 @@ def wire_bytes(ports):
             socks.append(cur)
     here = {local for local, _, _ in socks}
     total = 0
-    for local, peer, info in socks:
+    for _local, peer, info in socks:
         acked, received = _ACKED.search(info), _RECEIVED.search(info)
         total += int(acked.group(1)) if acked else 0
         if peer not in here:

@@ -75,8 +75,9 @@ def runtime(total):
 
     tf.compat.v1.disable_eager_execution()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import tfcluster.runtime as rt
     import loop
+
+    import tfcluster.runtime as rt
 
     ctx = rt.task_context()
     server = rt.start_server(ctx)

@@ -61,7 +61,7 @@ def run(fn, threads: int):
 
 if __name__ == "__main__":
     print(f"{N} starts of {' '.join(ARGV)}; ms a start (wall, this process's CPU)")
-    for rep in range(2):
+    for _rep in range(2):
         for fn in (popen_one, spawn_one):
             for threads in (1, 4):
                 wall, cpu = run(fn, threads)

@@ -11,7 +11,8 @@ from tfcluster.version import __version__  # noqa: F401 (tfcluster.__version__)
 # only when it is called: that saves each task about a quarter of a second of CPU before its
 # first step.
 _LAZY = {
-    "Cluster": "clusterfile.config", "Task": "clusterfile.config", "TaskId": "clusterfile.config", "load": "clusterfile.config",
+    "Cluster": "clusterfile.config", "Task": "clusterfile.config", "TaskId": "clusterfile.config",
+    "load": "clusterfile.config",
     "loads": "clusterfile.config", "from_dict": "clusterfile.config", "ConfigError": "errors", "UserError": "errors",
     "report_progress": "plan.progress", "resolve_run": "runs.index",
 }

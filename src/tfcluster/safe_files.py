@@ -1,7 +1,7 @@
 """Run folders that cannot be redirected: the one place tfcluster creates and writes the files of
 a run (``<logdir>/<run id>/``: task logs, ``events.jsonl``, ``launcher.log``, ``run.json``).
 
-The threat (issue 22): a log folder that another user can write to lets them replace a run folder
+The threat: a log folder that another user can write to lets them replace a run folder
 with a symbolic link between two opens, and a launcher that opens files by path then appends a
 task's output to a file of their choosing (``~/.bashrc``) or writes ``run.json`` into their
 folder. So:

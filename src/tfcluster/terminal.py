@@ -1,5 +1,5 @@
 """Text for a terminal: the one sanitiser for everything tfcluster prints that a task or a
-record wrote (issue 30).
+record wrote.
 
 A task's output, a metric name in a progress report, a task name or a path in a run.json can
 hold bytes a terminal acts on: ``ESC c`` resets it, ``ESC ( 0`` switches to line drawing,

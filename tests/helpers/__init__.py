@@ -72,6 +72,7 @@ def run_cli(*argv, cwd):
     import contextlib
     import io
     import subprocess
+
     from tfcluster.cli.main import main
     out, err = io.StringIO(), io.StringIO()
     old = os.getcwd()

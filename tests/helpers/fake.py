@@ -5,8 +5,8 @@ import io
 import signal
 import textwrap
 
-from tfcluster.clusterfile import config
 from tfcluster.backends.base import Backend, Handle
+from tfcluster.clusterfile import config
 from tfcluster.drivers.display import View
 from tfcluster.drivers.supervisor import Supervisor
 from tfcluster.plan.runplan import LaunchOptions, build_plan
@@ -29,7 +29,7 @@ class FakeHandle(Handle):
         self.pid = 100 + len(backend.started)
         self.start = backend.clock()
         self.end_at = None if after is None else self.start + after
-        self.stdout = io.BytesIO("".join(l + "\n" for l in lines).encode())
+        self.stdout = io.BytesIO("".join(ln + "\n" for ln in lines).encode())
         self.signals = []
         self.ignore_term = ignore_term
 

@@ -105,7 +105,6 @@ class NamespaceHosts:
         raise RuntimeError(f"no free {self.subnet}.x.0/24 subnet")
 
     def start(self) -> None:
-        d = self.dir
         ip("netns", "add", self.hub)
         self.made_ns.append(self.hub)
         ip("-n", self.hub, "link", "add", "br0", "type", "bridge")

@@ -1,15 +1,9 @@
 """Run folders built from the documented record formats (hostile-record tests)."""
 from __future__ import annotations
-import copy
+
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import time
-import pytest
-from tfcluster.cli.main import main
+
 from tfcluster.safe_files import write_json
 
 T0 = 1_764_500_000.0

@@ -139,7 +139,7 @@ class OneNodeSlurm(SlurmQueue):
 
     def stop(self) -> None:
         self.cancel_all()
-        for name, p in reversed(self.procs):
+        for _name, p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
                 try:

@@ -1,10 +1,6 @@
 """Run records for the status/runs tests (unit and integration)."""
 from __future__ import annotations
-import json
-import os
-import time
-import psutil
-import pytest
+
 from tfcluster.cli.main import main
 from tfcluster.safe_files import write_json
 

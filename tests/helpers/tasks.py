@@ -13,9 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tfcluster.net.ports import free_ports
-
 from helpers import ROOT
+from tfcluster.net.ports import free_ports
 
 TRAINER = os.path.join(ROOT, "trainer.py")
 

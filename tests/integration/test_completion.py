@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
+from helpers.completion import complete
 from tfcluster.cli import main as cli
 from tfcluster.runs import index as runindex
-
-from helpers.completion import complete
 
 bash = shutil.which("bash")
 pytestmark = pytest.mark.skipif(bash is None, reason="bash is not installed")

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from helpers.k8s_pods import crd_validator, jobset_annotations, load, validate
-from tfcluster.k8s import pod, render
 from tfcluster.errors import UserError
+from tfcluster.k8s import pod, render
 from tfcluster.k8s.jobset import jobset
 from tfcluster.k8s.trainjob import runtime_and_trainjob
 

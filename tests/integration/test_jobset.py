@@ -12,12 +12,21 @@ import sys
 import pytest
 import yaml
 
-from helpers.k8s_pods import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
-                         pod_env as container_env, run_container, validate)
 from helpers import doc_blocks
-from tfcluster.k8s import jobset, pod
+from helpers.k8s_pods import (
+    PRINTER,
+    ROOT,
+    crd_validator,
+    expected_contract,
+    jobset_annotations,
+    load,
+    run_container,
+    validate,
+)
+from helpers.k8s_pods import pod_env as container_env
 from tfcluster.cli.main import main
 from tfcluster.errors import UserError
+from tfcluster.k8s import jobset, pod
 
 FULL = """\
 cluster:

@@ -11,7 +11,6 @@ import psutil
 import pytest
 
 from helpers import PROGRAMS, write_cluster
-
 from tfcluster.cli.launching import launch
 from tfcluster.drivers.display import View
 from tfcluster.plan.runplan import LaunchOptions
@@ -400,7 +399,7 @@ def test_gpus_that_do_not_exist_are_a_warning_naming_the_task(tmp_path, ports):
         fh.write("jobs: {worker: {gpus: [0, 1]}}\n")
     r = tfcluster("launch", f, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "MODE_worker_0": "exit:0"})
     assert r.returncode == 0, r.stderr
-    warnings = [l for l in r.stderr.splitlines() if l.startswith("tfcluster: warning:")]
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("tfcluster: warning:")]
     assert len(warnings) == 1 and "worker:1" in warnings[0] and "GPU 1 does not exist" in warnings[0]
     r = tfcluster("launch", f, "--dry-run", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert "warning" not in r.stderr
@@ -447,6 +446,6 @@ def test_a_big_start_wave_runs_every_task_once_and_leaves_nothing(tmp_path, port
     started = [e for e in events if e["event"] == "task_started"]
     assert [e["task"] for e in started] == [f"worker:{i}" for i in range(n)]
     for i in range(n):
-        lines = [l for l in (d / f"worker-{i}.log").read_text().splitlines() if l.startswith("up ")]
+        lines = [ln for ln in (d / f"worker-{i}.log").read_text().splitlines() if ln.startswith("up ")]
         assert len(lines) == 1 and lines[0].split()[1] == f"worker:{i}", lines
     assert_gone([e["pid"] for e in started])

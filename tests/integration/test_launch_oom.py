@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 from helpers.memcg import memory_cgroup
-
 from tfcluster.net.ports import free_port_run
 
 HOG = """\

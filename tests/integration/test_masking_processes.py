@@ -13,7 +13,7 @@ PEM = ("-----BEGIN PRIVATE KEY-----\n"
        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
        "q8XfLkP2zQ3m9vYtB1aR7sN0cE4uH6jW5dK8lG2oI3pS9xV1yZ\n"
        "-----END PRIVATE KEY-----\n")
-PEM_LINES = [l for l in PEM.splitlines() if "PRIVATE" not in l]
+PEM_LINES = [ln for ln in PEM.splitlines() if "PRIVATE" not in ln]
 
 
 # --------------------------------------------------------------------- the name heuristic

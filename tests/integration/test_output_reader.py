@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from tfcluster.drivers.pump import OutputPump, join_readers
-from tfcluster.core.task_output import MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen
-from tfcluster.plan.progress import format_progress
 from tfcluster import safe_files
+from tfcluster.core.task_output import MAX_LINE, NOISE_NOTE, NoiseFold, OutputReader, Seen
+from tfcluster.drivers.pump import OutputPump, join_readers
+from tfcluster.plan.progress import format_progress
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(os.path.dirname(HERE), "src")

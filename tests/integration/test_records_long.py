@@ -3,21 +3,13 @@ place of a record, numbers out of range or of the wrong type, deep nesting, cont
 and 1,000 mutated run.json/events.jsonl files. Every case ends with one line (exit 2) or a
 result, never a traceback or a hang. No TensorFlow; no process but for the memory check."""
 from __future__ import annotations
-import copy
-import json
+
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
-import pytest
-from tfcluster.cli.main import main
 
 from helpers import ROOT
 from helpers.records import T0, good_record, make
-from tfcluster.safe_files import write_json
-
 
 GEN = r"""
 import json, sys

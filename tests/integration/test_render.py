@@ -13,8 +13,8 @@ import yaml
 
 from helpers.k8s_pods import PRINTER, ROOT, crd_validator, load, pod_env, run_container, validate
 from tfcluster.clusterfile import config
-from tfcluster.k8s import render
 from tfcluster.errors import UserError
+from tfcluster.k8s import render
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_tfjob_full_example_is_valid_and_complete(tmp_path, tfjob_schema):
     assert {k: v["replicas"] for k, v in specs.items()} == {"Chief": 1, "PS": 2, "Worker": 3, "Evaluator": 1}
     assert {k: v["restartPolicy"] for k, v in specs.items()} == {
         "Chief": "Never", "PS": "OnFailure", "Worker": "ExitCode", "Evaluator": "Never"}
-    for rtype, spec in specs.items():
+    for _rtype, spec in specs.items():
         (container,) = spec["template"]["spec"]["containers"]
         assert container["name"] == "tensorflow"
         assert container["image"] == "registry.example/tf:2.21"

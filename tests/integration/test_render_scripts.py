@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
-from tfcluster.k8s import render
-
 from helpers import ROOT, cli, load
-
-
+from tfcluster.k8s import render
 
 
 def _bash_n(script: str) -> subprocess.CompletedProcess:

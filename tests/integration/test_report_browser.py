@@ -17,8 +17,8 @@ import zlib
 import pytest
 
 from tfcluster.cli.main import main
-from tfcluster.runs.eventlog import EventLog
 from tfcluster.runs import report
+from tfcluster.runs.eventlog import EventLog
 from tfcluster.runs.report import build_model, render_html, write_report
 from tfcluster.safe_files import write_json
 

@@ -8,14 +8,13 @@ import sys
 
 import pytest
 
-from tfcluster.cli import main as cli
+from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
+from helpers.attack import untouched as _untouched
 from tfcluster import safe_files
+from tfcluster.cli import main as cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
-from helpers.attack import untouched as _untouched
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")

@@ -15,7 +15,6 @@ import time
 import pytest
 
 import helpers
-
 from tfcluster.cli import main as cli
 
 SECRET = "s3cr3t-VALUE-42"
@@ -41,7 +40,7 @@ def test_commands_reference_secrets_from_the_environment(tmp_path, capsys):
     assert cli.main(["commands", path]) == 0
     out = capsys.readouterr().out
     assert SECRET not in out and '"HF_TOKEN=${HF_TOKEN:?set HF_TOKEN (secret)}"' in out
-    line = [l for l in out.splitlines() if not l.startswith("#")][0]
+    line = [ln for ln in out.splitlines() if not ln.startswith("#")][0]
     env = {"PATH": os.environ["PATH"], "HF_TOKEN": "from-shell", "BUCKET": "gs://shell"}
     r = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
@@ -60,7 +59,7 @@ def test_commands_quote_hostile_env_keys_and_values(tmp_path, capsys):
           env: {"$(touch pwned1)": 1, "A B;touch pwned2": "$(touch pwned3)", "`touch pwned4`": "'"}
         """)
     assert cli.main(["commands", path]) == 0
-    line = [l for l in capsys.readouterr().out.splitlines() if not l.startswith("#")][0]
+    line = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")][0]
     r = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert not list(tmp_path.glob("pwned*"))

@@ -15,10 +15,9 @@ import time
 import psutil
 import pytest
 
+from helpers.completion import complete as complete_as_bash
 from tfcluster.cli import main as cli
 from tfcluster.runs import index as runindex
-
-from helpers.completion import complete as complete_as_bash
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src")

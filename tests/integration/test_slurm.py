@@ -19,9 +19,7 @@ import psutil
 import pytest
 
 from helpers import PROGRAMS, ROOT
-
 from tfcluster.net.ports import free_port_run
-
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
 with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
@@ -198,7 +196,7 @@ def test_slurm_all_workers_and_restart(slurm_cluster, tmp_path):
     assert rows["worker:1"]["restarts"] == 1 and rows["worker:0"]["restarts"] == 0, rows
     assert rows["worker:1"]["state"] == "succeeded" and rows["ps:0"]["state"] == "stopped"
     assert rec["total_restarts"] == 1
-    events = [json.loads(l) for l in (tmp_path / "runs" / "r1" / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(ln) for ln in (tmp_path / "runs" / "r1" / "events.jsonl").read_text().splitlines()]
     assert [e["attempt"] for e in events if e["event"] == "task_restarting"] == [1]
     order = [(e["task"], e["event"]) for e in events if e["event"] in ("task_started", "task_exited")]
     assert ("worker:1", "task_exited") in order and order[0][1] == "task_started"
@@ -269,7 +267,7 @@ def test_launch_slurm_takes_the_scheduler_options(slurm_cluster, tmp_path):
     assert "Traceback" not in bad.stderr and not (tmp_path / "runs" / "o2").exists()
     nosuch = _launch(tmp_path / "cluster.yaml", "--run-id", "o3", "--partition", "nosuch", timeout=60)
     assert nosuch.returncode == 2, nosuch.stderr
-    errors = [l for l in nosuch.stderr.splitlines() if l.startswith("tfcluster: error:")]
+    errors = [ln for ln in nosuch.stderr.splitlines() if ln.startswith("tfcluster: error:")]
     assert len(errors) == 1 and "sbatch refused the job" in errors[0] and "partition" in errors[0].lower()
     local = subprocess.run([sys.executable, "-m", "tfcluster", "launch", "cluster.yaml", "--partition",
                             "debug", "--dry-run"], cwd=str(tmp_path), capture_output=True, text=True,
@@ -395,7 +393,7 @@ def _stop_a_training_job(slurm_cluster, tmp_path, how):
             p.kill()
             p.wait()
     assert slurm_cluster.wait_empty_queue(30) == ""
-    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
     chief_end = [e["time"] for e in events if e["task"] == "worker:0" and e["event"] == "task_exited"]
     ps_stop = [e["time"] for e in events if e["task"] == "ps:0" and e["event"] == "stop_sent"]
     assert chief_end and ps_stop, (events, out[-3000:])

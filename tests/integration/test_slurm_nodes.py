@@ -162,7 +162,7 @@ def test_slurm_node_lost_mid_run_fails_the_run_and_names_the_node(slurm3, tmp_pa
     assert rec["result"] == "failed", rec
     assert [(n["node"], n["tasks"]) for n in rec["lost_nodes"]] == [(victim, ["worker:1"])], rec
     assert rec["root_cause"].startswith(f"node {victim} lost"), rec
-    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [(e["event"], e.get("task"), e.get("node")) for e in events if e["event"] == "node_lost"] \
         == [("node_lost", "worker:1", victim)]
     assert slurm3.wait_empty_queue(30) == ""
@@ -262,7 +262,7 @@ def test_doctor_inside_an_allocation_checks_every_node(slurm3, tmp_path):
                         "--backend", "slurm"], cwd=str(tmp_path), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = {l.split()[0]: l for l in r.stdout.splitlines()[1:]}
+    rows = {ln.split()[0]: ln for ln in r.stdout.splitlines()[1:]}
     assert {"n1", "n2", "n3"} <= set(rows), r.stdout
     assert all("2222:free" in rows[n] for n in ("n1", "n2", "n3")), r.stdout
     assert "every host agrees" in r.stderr
@@ -294,7 +294,7 @@ def _checkpoint_step(ckpt):
 
 def _first_ends(run_dir):
     """{task: (time, signal)} of each task's first end in the run's events (the first segment)."""
-    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
     out = {}
     for e in events:
         if e["event"] == "task_exited" and e["task"] not in out:

@@ -11,7 +11,6 @@ import textwrap
 from helpers import run_cli
 from helpers.slurm import BAD_TIMES, GOOD_TIMES, UNDOCUMENTED
 
-
 cli = run_cli  # tfcluster's command line, in this process; sbatch and scontrol are real
 CPU = "cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n"
 

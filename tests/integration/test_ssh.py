@@ -22,11 +22,9 @@ import psutil
 import pytest
 
 from helpers import PROGRAMS, netns
-from helpers.netns import NamespaceHosts, _status
-
+from helpers.netns import _status
 from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
-
 
 # A tiny between-graph training program (ps serves, workers train a few steps).
 with open(os.path.join(PROGRAMS, "tiny_tf.py")) as _f:
@@ -233,9 +231,9 @@ def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
     logs = [tmp_path / "runs" / "x" / f"{t}.log" for t in ("ps-0", "worker-0", "worker-1")]
     try:
         deadline = time.time() + 30
-        while time.time() < deadline and not all(l.exists() and "up" in l.read_text() for l in logs):
+        while time.time() < deadline and not all(ln.exists() and "up" in ln.read_text() for ln in logs):
             time.sleep(0.2)
-        assert all(l.exists() and "up" in l.read_text() for l in logs), "the tasks did not start"
+        assert all(ln.exists() and "up" in ln.read_text() for ln in logs), "the tasks did not start"
         assert all(len(hosts.pids(ns)) >= 2 for ns in hosts.names)   # wrapper, program, its child
         if how == "ctrl-c":
             p.send_signal(signal.SIGINT)
@@ -303,7 +301,7 @@ def test_a_start_failure_leaves_a_closed_record(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(f), "--run-id", "s1"],
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 2, r.stderr
-    errors = [l for l in r.stderr.splitlines() if l.startswith("tfcluster: error:")]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("tfcluster: error:")]
     assert len(errors) == 1 and "ps:0: cannot reach h1 over ssh" in errors[0], r.stderr
     rec = json.loads((tmp_path / "runs" / "s1" / "run.json").read_text())
     assert rec["result"] == "failed" and rec["exit_code"] == 2 and rec["ended"]

@@ -32,7 +32,7 @@ def cluster_file(tmp_path, hosts, body: str, **remote) -> str:
 
 
 def _events(run_dir):
-    return [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("how", ["link-down", "sshd-killed"])
@@ -53,9 +53,9 @@ def test_ssh_host_lost_mid_run_is_named_and_the_others_stop_in_order(hosts, tmp_
     logs = [run_dir / f"{t}.log" for t in ("ps-0", "worker-0", "worker-1")]
     try:
         deadline = time.time() + 60
-        while time.time() < deadline and not all(l.exists() and "up" in l.read_text() for l in logs):
+        while time.time() < deadline and not all(ln.exists() and "up" in ln.read_text() for ln in logs):
             time.sleep(0.2)
-        assert all(l.exists() and "up" in l.read_text() for l in logs), "the tasks did not start"
+        assert all(ln.exists() and "up" in ln.read_text() for ln in logs), "the tasks did not start"
         lost_at = time.time()
         if how == "link-down":
             hosts.link(2, up=False)
@@ -103,7 +103,7 @@ def test_ssh_host_that_does_not_answer_fails_the_launch_fast(hosts, tmp_path):
     finally:
         hosts.link(1, up=True)
     assert r.returncode == 2, r.stdout + r.stderr
-    errors = [l for l in r.stderr.splitlines() if l.startswith("tfcluster: error:")]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("tfcluster: error:")]
     assert len(errors) == 1, r.stderr
     assert f"worker:0: cannot reach root@{b} over ssh" in errors[0] and \
         "remote.connect_timeout 2s" in errors[0], errors
@@ -137,13 +137,13 @@ def test_doctor_names_the_host_whose_program_file_differs(hosts, tmp_path):
     assert "every host agrees" in good.stderr
     table = good.stdout.splitlines()
     assert table[0].split()[:5] == ["HOST", "PYTHON", "TENSORFLOW", "TFCLUSTER", "PROGRAM"], table
-    assert any(l.startswith(a) and "2222:free" in l for l in table), table
-    assert any(l.startswith(b) and "2222:free" in l for l in table), table
+    assert any(ln.startswith(a) and "2222:free" in ln for ln in table), table
+    assert any(ln.startswith(b) and "2222:free" in ln for ln in table), table
 
     (tmp_path / "b" / "prog.py").write_text(prog + "print('changed on b')\n")
     bad = _doctor(path, "doctor")
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    problems = [l for l in bad.stderr.splitlines() if l.startswith("tfcluster doctor: host")]
+    problems = [ln for ln in bad.stderr.splitlines() if ln.startswith("tfcluster doctor: host")]
     assert problems == [f"tfcluster doctor: host {b}: program file {tmp_path}/b/prog.py differs from "
                         f"the one here ({tmp_path}/prog.py)"], bad.stderr
     launch = subprocess.run([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh",

@@ -14,9 +14,7 @@ import time
 import psutil
 
 from helpers import ROOT, cli
-
 from tfcluster.runs.result import STATUS_EXIT
-
 
 FAKE_LAUNCHER = """
 import os, sys, time, psutil

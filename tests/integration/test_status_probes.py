@@ -1,16 +1,14 @@
 """tfcluster status and tfcluster runs: the result of a run, lost launchers, picking the run of
 the right cluster file, exit codes, and broken records."""
 from __future__ import annotations
+
 import json
-import os
-import time
-import psutil
+
 import pytest
-from tfcluster.cli.main import main
 
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
-from tfcluster.runs.slurm_job import FOLLOW_TOOLS, JobState, job_state
 from tfcluster.runs.result import STATUS_EXIT
+from tfcluster.runs.slurm_job import FOLLOW_TOOLS, JobState, job_state
 
 
 @pytest.mark.parametrize("squeue, sacct, state", [

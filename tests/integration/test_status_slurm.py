@@ -10,8 +10,6 @@ import subprocess
 import sys
 import time
 
-
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SLEEPER = """\

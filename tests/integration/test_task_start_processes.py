@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from helpers import ROOT
-
 from tfcluster.backends import base
 
 pytestmark = pytest.mark.integration

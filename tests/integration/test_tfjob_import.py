@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from helpers.k8s_pods import ROOT, crd_validator, validate
+from tfcluster.cli.main import main
 from tfcluster.clusterfile import config
 from tfcluster.clusterfile.cluster import Endpoint
 from tfcluster.k8s import render
-from tfcluster.cli.main import main
 from tfcluster.k8s.jobset import jobset
 from tfcluster.k8s.tfjob_import import import_tfjob, render_file
 from tfcluster.k8s.trainjob import runtime_and_trainjob

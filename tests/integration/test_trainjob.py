@@ -11,14 +11,23 @@ import re
 import pytest
 import yaml
 
-from helpers.k8s_pods import (PRINTER, ROOT, crd_validator, expected_contract, jobset_annotations, load,
-                         pod_env, run_container, validate)
 from helpers import doc_blocks
-from tfcluster.k8s import jobset, render, trainjob
-from tfcluster.clusterfile import kubernetes as k8s_options
+from helpers.k8s_pods import (
+    PRINTER,
+    ROOT,
+    crd_validator,
+    expected_contract,
+    jobset_annotations,
+    load,
+    pod_env,
+    run_container,
+    validate,
+)
 from tfcluster.cli.main import main
+from tfcluster.clusterfile import kubernetes as k8s_options
 from tfcluster.clusterfile.config import loads
 from tfcluster.errors import ConfigError, UserError
+from tfcluster.k8s import jobset, render, trainjob
 
 SETTINGS = """\
 kubernetes:

@@ -26,7 +26,7 @@ elif index == 0:
     step = w.assign_add(1.0)
     with v1.Session(server.target, config=config) as sess:
         sess.run(v1.global_variables_initializer())
-        for i in range(10):
+        for _i in range(10):
             value = sess.run(step)
         report_progress(10, 10, w=float(value))
         print(f"chief done w={value}", flush=True)

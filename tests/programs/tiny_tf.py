@@ -1,6 +1,11 @@
 """A tiny between-graph training program: ps serves, workers train a few steps."""
-import json, os, sys, time
+import json
+import os
+import sys
+import time
+
 import tensorflow as tf
+
 tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 cfg = json.loads(os.environ["TF_CONFIG"])
@@ -28,5 +33,5 @@ with tf1.Session(server.target, config=config) as sess:
     while sess.run(uninit).size:
         time.sleep(0.1)
     for _ in range(steps):
-        _, g, l = sess.run([train, step, loss])
-    print(f"TRAINED {job}:{idx} global_step={g} loss={l:.4f}", flush=True)
+        _, g, ln = sess.run([train, step, loss])
+    print(f"TRAINED {job}:{idx} global_step={g} loss={ln:.4f}", flush=True)

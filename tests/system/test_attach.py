@@ -1,5 +1,4 @@
 """tfcluster attach with real TensorFlow: watch a running run from another terminal."""
-import os
 import signal
 import subprocess
 import sys

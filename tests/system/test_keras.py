@@ -17,12 +17,10 @@ import sys
 import pytest
 import yaml
 
+from helpers import EXAMPLES, PROGRAMS
+from helpers.launch import assert_all_gone, finish, kill_when, run_record, start, tail, task_log, tasks_of
 from tfcluster.core.output_patterns import failure_hint
 from tfcluster.plan.progress import parse_progress
-
-from helpers import EXAMPLES, PROGRAMS
-from helpers.launch import (assert_all_gone, finish, kill_when, run_record, start, tail, task_log,
-                            tasks_of)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                                 reason="TensorFlow is not installed")

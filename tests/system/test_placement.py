@@ -7,8 +7,14 @@ from __future__ import annotations
 import pytest
 
 from tfcluster.runtime.context import TaskContext
-from tfcluster.runtime.placement import (GreedyLoadBalancingStrategy, Placement, RoundRobinStrategy,
-                                         byte_size_load_fn, make_strategy, placement_report)
+from tfcluster.runtime.placement import (
+    GreedyLoadBalancingStrategy,
+    Placement,
+    RoundRobinStrategy,
+    byte_size_load_fn,
+    make_strategy,
+    placement_report,
+)
 
 tf = None  # TensorFlow, imported by the first test (never at collection: it takes seconds)
 
@@ -54,8 +60,8 @@ def test_resource_variable_bytes_from_attrs():
     with graph.as_default():
         with tf.compat.v1.device("/job:ps/task:0"):
             v = tf.compat.v1.get_variable("w", [100, 10], dtype=tf.float32)
-            s = tf.compat.v1.get_variable("s", [], dtype=tf.int64)
-            h = tf.compat.v1.get_variable("h", [3, 5], dtype=tf.float16)
+            tf.compat.v1.get_variable("s", [], dtype=tf.int64)
+            tf.compat.v1.get_variable("h", [3, 5], dtype=tf.float16)
     op = v.op if v.op.type == "VarHandleOp" else graph.get_operation_by_name("w")
     assert op.type == "VarHandleOp"
     assert op.outputs[0].dtype == tf.resource  # the output says nothing about the size...

@@ -119,8 +119,8 @@ def test_a_second_launch_of_a_live_file_is_exit_2_naming_the_first_launcher(tmp_
         first.wait()
     # once that launcher is gone the record is a lost run, not a live one
     assert main(["launch", f, "--dry-run"]) == 0
-    from tfcluster.drivers.preflight import live_run_problem
     from tfcluster.clusterfile.config import load
+    from tfcluster.drivers.preflight import live_run_problem
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     assert live_run_problem(build_plan(load(f), LaunchOptions())) is None
 

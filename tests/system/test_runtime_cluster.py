@@ -16,8 +16,7 @@ import sys
 import pytest
 
 from helpers import ROOT
-from helpers.tasks import (_env, _kill_group, assert_all_ended_ok, local_cluster, run_tasks,
-                           seed_flag_tasks, summary)
+from helpers.tasks import _env, _kill_group, assert_all_ended_ok, local_cluster, run_tasks, seed_flag_tasks, summary
 
 SEED = os.path.join(ROOT, "examples", "seed_trainer.py")
 IN_GRAPH = os.path.join(ROOT, "examples", "in_graph.py")
@@ -59,7 +58,7 @@ def test_in_graph_example_against_serve_tasks(tmp_path):
         step, acc, _ = summary(client)
         assert step == 100 and acc >= 0.9
         # the serve tasks are still serving; SIGTERM ends each promptly with exit 0
-        for task, log, p in procs:
+        for task, _log, p in procs:
             assert p.poll() is None, task
             os.killpg(p.pid, signal.SIGTERM)
         for task, log, p in procs:

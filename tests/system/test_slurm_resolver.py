@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from tfcluster.clusterfile import config
 from tfcluster.backends.slurm.batch import plan_data
 from tfcluster.backends.slurm.layout import layout
+from tfcluster.clusterfile import config
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 

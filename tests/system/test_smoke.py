@@ -1,6 +1,5 @@
 """The guide's smoke test: a two-task cluster {"local": ["localhost:2222", "localhost:2223"]}
 of real tf.compat.v1.train.Servers, and a session on task 0 that runs an op placed on task 1."""
-import os
 import subprocess
 import sys
 

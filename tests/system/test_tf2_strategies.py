@@ -10,8 +10,18 @@ import os
 
 import pytest
 
-from helpers.launch import (assert_all_gone, cluster_file, finish, kill_when, run_record, start, summary,
-                            tail, task_log, tasks_of)
+from helpers.launch import (
+    assert_all_gone,
+    cluster_file,
+    finish,
+    kill_when,
+    run_record,
+    start,
+    summary,
+    tail,
+    task_log,
+    tasks_of,
+)
 
 # the tests run TensorFlow in the tasks only; pytest itself need not import it (seconds)
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,

@@ -10,8 +10,15 @@ import time
 
 import pytest
 
-from helpers.tasks import (TRAINER, assert_all_ended_ok, local_cluster, run_tasks, seed_flag_tasks,
-                           summary, tf_config_tasks)
+from helpers.tasks import (
+    TRAINER,
+    assert_all_ended_ok,
+    local_cluster,
+    run_tasks,
+    seed_flag_tasks,
+    summary,
+    tf_config_tasks,
+)
 
 pytestmark = pytest.mark.tf
 

@@ -8,7 +8,6 @@ import os
 import sys
 
 import pytest
-
 from test_layers import floor_of
 
 from tfcluster.cli import main as cli

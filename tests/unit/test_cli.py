@@ -3,11 +3,10 @@
 import json
 
 import pytest
-
-from helpers import ROOT, run_cli
-from hypothesis import given, settings, HealthCheck
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import ROOT, run_cli
 from tfcluster.cli import main as cli
 from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
@@ -44,7 +43,7 @@ def test_tf_config_prints_json():
 def test_commands_are_runnable_lines():
     r = run("commands", "cluster.yaml", "--task-flags")
     assert r.returncode == 0
-    lines = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+    lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
     assert len(lines) == 3
     assert "TF_CONFIG=" in lines[0] and "--job_name=ps --task_index=0" in lines[0]
     assert "--worker_hosts=localhost:2223,localhost:2224" in lines[2]

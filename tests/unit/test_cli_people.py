@@ -11,10 +11,11 @@ import psutil
 import pytest
 
 from tfcluster.cli import main as cli
-from tfcluster.runs import control, logs, index as runindex
 from tfcluster.core import messages
-from tfcluster.errors import UserError
 from tfcluster.drivers.display import Display, OutputOptions
+from tfcluster.errors import UserError
+from tfcluster.runs import control, logs
+from tfcluster.runs import index as runindex
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LISTENER = os.path.join(HERE, "programs", "listener.py")
@@ -188,8 +189,8 @@ def test_logs_show_what_the_console_shows_and_raw_shows_everything(tmp_path, cap
 
 
 def test_logs_follow_shows_progress_every_few_seconds():
-    from tfcluster.plan.progress import format_progress
     from tfcluster.core.task_output import ConsoleView
+    from tfcluster.plan.progress import format_progress
     now = [0.0]
     view = ConsoleView(clock=lambda: now[0], every=5.0)
     assert view.feed(format_progress(1, 50)) == ["progress: step 1/50"]
@@ -410,8 +411,8 @@ def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monk
     assert req.options.command == ("python", "t.py") and req.options.restart == "on-failure"
     assert req.view.quiet and req.view.output.timestamps and req.view.output.shows("worker:0")
     assert not req.view.output.shows("worker:1")
-    from tfcluster.drivers.display import View  # the subpackage is still importable ...
     import tfcluster
+    from tfcluster.drivers.display import View  # the subpackage is still importable ...
     assert View is not None and callable(tfcluster.launch)   # ... and tfcluster.launch the function
 
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tfcluster.cli.completion import values
-from tfcluster.runs import index as runindex
 from tfcluster.clusterfile.config import CLUSTER_FILE_LIMIT
+from tfcluster.runs import index as runindex
 
 CLUSTER = ("cluster:\n  ps: [localhost:2222]\n  worker: [localhost:2223, localhost:2224]\n"
            "program: {command: [python, t.py]}\n")

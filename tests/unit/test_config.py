@@ -1,17 +1,14 @@
 """Unit tests of the cluster model: no TensorFlow, no processes."""
 import json
 import os
-import sys
 
 import pytest
 
 from helpers import ROOT
-
 from tfcluster.clusterfile import config, models, wording
 from tfcluster.clusterfile.cluster import Endpoint, parse_endpoint
 from tfcluster.clusterfile.config import TaskId, loads
 from tfcluster.errors import ConfigError, UserError
-
 
 SEED = """
 cluster:
@@ -249,6 +246,7 @@ def test_hostile_and_careless_files(text, expected):
     "@hostname", "@address"])
 def test_one_local_port_under_two_names_is_a_duplicate(alias):
     import socket
+
     from tfcluster.net.addresses import local_names
     if alias == "@hostname":
         alias = socket.gethostname()

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tfcluster.plan import contract
 from tfcluster.clusterfile.config import loads
+from tfcluster.plan import contract
 
 SEED = """
 cluster:

@@ -12,8 +12,7 @@ import helpers
 from tfcluster.core.machine import Tick, input_fields
 from tfcluster.core.rules import exit_fields
 from tfcluster.errors import UserError
-from tfcluster.runs.eventlog import (EVENTS, EVENTS_FILE, LAUNCHER_LOG, EventLog, format_event,
-                                     read_events)
+from tfcluster.runs.eventlog import EVENTS, EVENTS_FILE, LAUNCHER_LOG, EventLog, format_event, read_events
 
 
 def test_emit_writes_one_json_line_and_one_human_line(tmp_path):

@@ -25,7 +25,6 @@ import time
 import yaml
 
 from helpers import ROOT
-
 from tfcluster.cli import main as cli
 from tfcluster.clusterfile import config
 from tfcluster.net.addresses import endpoint_key
@@ -225,7 +224,7 @@ def _check_accepted(path, text, out_validate):
             assert key not in seen, (text, t.name, seen.get(key))
             seen[key] = t.name
     assert "\n" not in c.logdir and "\0" not in c.logdir, text
-    for h, spec in c.spec.hosts.items():
+    for _h, spec in c.spec.hosts.items():
         assert not (spec.ssh_host or "").startswith("-")
     python = c.spec.remote.python
     if python is not None:
@@ -240,7 +239,7 @@ CONTRACT_VARS = {"PYTHONUNBUFFERED", "TFCLUSTER_TASK", "TFCLUSTER_LOCAL_TASKS",
 def _check_commands(path, text, out):
     """One line per task that splits back into exactly: cd DIR && env K=V... ARGV..."""
     c = config.load(path)
-    c_lines = [l for l in out.splitlines() if not l.startswith("#")]
+    c_lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
     assert len(c_lines) == len(c.tasks), (text, out)
     assert len(c_lines) * 2 == len(out.splitlines()), (text, out)  # one line per task
     assert "\x1b" not in out and "\r" not in out, (text, out)

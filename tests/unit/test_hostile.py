@@ -6,8 +6,8 @@ import time
 import pytest
 
 from tfcluster.clusterfile import checks, config
-from tfcluster.net import addresses
 from tfcluster.errors import ConfigError
+from tfcluster.net import addresses
 
 
 def problems(text):

@@ -5,7 +5,6 @@ import pytest
 from tfcluster.core.keras_hints import keras_failure_hint, python_interpreter
 from tfcluster.core.output_patterns import latest_bar_state
 
-
 # ------------------------------------------------------------------ python_interpreter
 
 @pytest.mark.parametrize("argv, python", [
@@ -130,7 +129,7 @@ def test_unknown_attribute_of_tfcluster_keras_is_an_attribute_error():
     import tfcluster.runtime.keras as k
 
     with pytest.raises(AttributeError):
-        k.NoSuchThing
+        _ = k.NoSuchThing
 
 
 def _reports(text):

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from tfcluster.core import rules
-
 from helpers import PROGRAMS, run_cli, write_cluster
+from tfcluster.core import rules
 
 LISTENER = os.path.join(PROGRAMS, "listener.py")  # named in the files; never started here
 

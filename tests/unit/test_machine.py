@@ -7,12 +7,38 @@ import signal
 import pytest
 
 from tfcluster.core import rules
-from tfcluster.core.machine import (AskKill, ChiefGone, ClaimRestart, EndRun, Exited, Finished,
-                                    Interrupt, Kill, KillRequest, LogEvent, PeerEnded, Phase,
-                                    PortConflict, PortOpen, Progressed, RestartClaim, RunMachine,
-                                    RunOver, RunState, Say, Settings, Start, Started, StartFailed,
-                                    TaskState, Tick, TransitionError, Waiting, check_phase_change,
-                                    check_transition)
+from tfcluster.core.machine import (
+    AskKill,
+    ChiefGone,
+    ClaimRestart,
+    EndRun,
+    Exited,
+    Finished,
+    Interrupt,
+    Kill,
+    KillRequest,
+    LogEvent,
+    PeerEnded,
+    Phase,
+    PortConflict,
+    PortOpen,
+    Progressed,
+    RestartClaim,
+    RunMachine,
+    RunOver,
+    RunState,
+    Say,
+    Settings,
+    Start,
+    Started,
+    StartFailed,
+    TaskState,
+    Tick,
+    TransitionError,
+    Waiting,
+    check_phase_change,
+    check_transition,
+)
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
 

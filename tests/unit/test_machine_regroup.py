@@ -8,13 +8,25 @@ from __future__ import annotations
 import signal
 
 import pytest
+from test_machine import TERM, kills, logged, make, of, says, started
 
 from tfcluster.core import rules
-from tfcluster.core.machine import (Exited, Finished, Interrupt, Phase, Regroup, Regrouped,
-                                    RunState, Start, Started, TaskState, Tick, input_fields,
-                                    input_from_fields, replay)
-
-from test_machine import TERM, kills, logged, make, of, says, started
+from tfcluster.core.machine import (
+    Exited,
+    Finished,
+    Interrupt,
+    Phase,
+    Regroup,
+    Regrouped,
+    RunState,
+    Start,
+    Started,
+    TaskState,
+    Tick,
+    input_fields,
+    input_from_fields,
+    replay,
+)
 
 KILL = signal.SIGKILL
 NODE = "127.0.0.3 (abc)"

@@ -9,20 +9,20 @@ import shlex
 
 import pytest
 
-from tfcluster.cli import main as cli
-from tfcluster.clusterfile import config, secrets
-from tfcluster.k8s import render
 from tfcluster.backends.slurm.batch import PLAN_ENV, plan_data
 from tfcluster.backends.slurm.held_secrets import fill_secrets, hold_back_secrets
 from tfcluster.backends.slurm.launcher import launch
-from tfcluster.plan.runplan import LaunchOptions, build_plan
+from tfcluster.cli import main as cli
+from tfcluster.clusterfile import config, secrets
+from tfcluster.k8s import render
 from tfcluster.plan.progress import parse_progress
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 PEM = ("-----BEGIN PRIVATE KEY-----\n"
        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
        "q8XfLkP2zQ3m9vYtB1aR7sN0cE4uH6jW5dK8lG2oI3pS9xV1yZ\n"
        "-----END PRIVATE KEY-----\n")
-PEM_LINES = [l for l in PEM.splitlines() if "PRIVATE" not in l]
+PEM_LINES = [ln for ln in PEM.splitlines() if "PRIVATE" not in ln]
 
 
 # --------------------------------------------------------------------- the name heuristic
@@ -86,7 +86,7 @@ def _cluster(tmp_path, text=ARGV_FILE):
 
 
 def _plan_from_script(script):
-    line = next(l for l in script.splitlines() if l.startswith(f"export {PLAN_ENV}="))
+    line = next(ln for ln in script.splitlines() if ln.startswith(f"export {PLAN_ENV}="))
     return json.loads(shlex.split(line.split("=", 1)[1])[0])
 
 

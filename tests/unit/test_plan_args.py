@@ -5,7 +5,6 @@ import json
 import pytest
 
 from helpers import ROOT, run_cli
-
 from tfcluster.clusterfile import config
 from tfcluster.core import messages
 from tfcluster.errors import UserError
@@ -59,7 +58,7 @@ def test_the_plan_carries_the_edit_for_every_task():
 def test_launch_dry_run_keeps_checkpoint_dir_and_replaces_train_steps():
     r = run_cli("launch", "cluster.yaml", "--arg", "--train_steps=4000", "--dry-run", cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    argvs = [l for l in r.stdout.splitlines() if l.strip().startswith("argv:")]
+    argvs = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("argv:")]
     assert len(argvs) == 3
     for line in argvs:
         assert "--train_steps=4000" in line and "--checkpoint_dir=runs/checkpoints" in line

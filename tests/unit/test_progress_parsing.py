@@ -10,12 +10,11 @@ import os
 
 import pytest
 
+from tfcluster.core import output_patterns as outputs
+from tfcluster.core import rules
+from tfcluster.core.output_patterns import ProgressParser, clean_segment, failure_tail, is_noise, is_progress_line
 from tfcluster.plan import contract
-from tfcluster.core import output_patterns as outputs, rules
-from tfcluster.core.output_patterns import (ProgressParser, clean_segment, failure_tail,
-                                            is_noise, is_progress_line)
-from tfcluster.plan.progress import (channel_fd, format_progress, parse_progress, report_progress,
-                                     split_progress)
+from tfcluster.plan.progress import channel_fd, format_progress, parse_progress, report_progress, split_progress
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "outputs")
 

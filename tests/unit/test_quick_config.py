@@ -9,11 +9,12 @@ import os
 import pickle
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import helpers
-from tfcluster.errors import ConfigError
 from tfcluster.clusterfile import config, models, quick
+from tfcluster.errors import ConfigError
 
 ROOT = os.path.dirname(helpers.SRC)
 RULES = quick.rules()

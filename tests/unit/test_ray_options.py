@@ -9,10 +9,10 @@ import os
 import pytest
 
 from helpers import cli, load
-from tfcluster.plan import contract
-from tfcluster.errors import UserError
-from tfcluster.plan.runplan import LaunchOptions, build_plan
 from tfcluster.clusterfile.ray import RaySpec, address, bundles, describe_bundle, runtime_env
+from tfcluster.errors import UserError
+from tfcluster.plan import contract
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 FILE = """
 backend: ray

@@ -9,15 +9,12 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tfcluster.cli.main import main
-
 from helpers.records import good_events, good_record, make, write_events  # noqa: F401
+from tfcluster.cli.main import main
 from tfcluster.safe_files import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

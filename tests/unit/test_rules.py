@@ -10,7 +10,6 @@ import pytest
 from tfcluster.core import rules
 from tfcluster.core.rules import RestartRule, WatchdogAction
 
-
 # ---------------------------------------------------------------- job order
 
 @pytest.mark.parametrize("jobs, listed, started, first, then", [
@@ -227,8 +226,14 @@ def test_stalled_global_step(best, at, now, timeout, not_running, reason):
 def test_the_data_service_jobs_are_served_like_ps():
     """data_service: its jobs start first (dispatcher before its workers), stop last with the ps,
     get no grace and never decide success."""
-    from tfcluster.core.rules import (DATA_DISPATCHER, DATA_WORKER, start_order, stop_waves,
-                                      success_needs, waits_for_grace)
+    from tfcluster.core.rules import (
+        DATA_DISPATCHER,
+        DATA_WORKER,
+        start_order,
+        stop_waves,
+        success_needs,
+        waits_for_grace,
+    )
     jobs = ["worker", DATA_WORKER, "ps", DATA_DISPATCHER, "chief"]
     assert start_order(jobs)[:3] == [DATA_DISPATCHER, DATA_WORKER, "ps"]
     first, then = stop_waves(jobs)

@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from tfcluster.runtime.context import (ContextError, TaskContext, parse_cluster, parse_tf_config,
-                                       task_context)
+from tfcluster.runtime.context import ContextError, TaskContext, parse_cluster, parse_tf_config, task_context
 from tfcluster.runtime.server import default_device_filters, thread_pool_sizes, thread_spinning
 
 CLUSTER = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]}

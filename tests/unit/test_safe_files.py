@@ -6,14 +6,13 @@ import os
 
 import pytest
 
+from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
+from helpers.attack import mode as _mode
+from helpers.attack import untouched as _untouched
 from tfcluster import safe_files
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import EventLog
 from tfcluster.safe_files import write_json
-
-
-from helpers.attack import logdir, victim  # noqa: F401 (fixtures)
-from helpers.attack import mode as _mode, untouched as _untouched
 
 
 def test_run_folder_and_its_files_are_private(logdir):
@@ -203,8 +202,8 @@ def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, mon
     import errno as _errno
     import json as _json
 
-    from tfcluster.runs import record
     from tfcluster import safe_files as sf
+    from tfcluster.runs import record
     d = tmp_path / "run"
     d.mkdir(mode=0o700)
     record.write_record(str(d), {"result": "running", "ended": None})
@@ -229,8 +228,8 @@ def test_the_reserve_grows_with_the_tasks_so_a_closed_512_task_record_fits_on_a_
     import errno as _errno
     import json as _json
 
-    from tfcluster.runs import record
     from tfcluster import safe_files as sf
+    from tfcluster.runs import record
 
     def rows(state, ended, exit_code, exit):
         return [record.task_row(f"worker:{i}", host="localhost", endpoint=f"localhost:{20000 + i}",

@@ -10,8 +10,8 @@ import yaml
 
 from tfcluster.cli import main as cli
 from tfcluster.clusterfile import checks, config, secrets
-from tfcluster.k8s import render
 from tfcluster.errors import UserError
+from tfcluster.k8s import render
 
 SECRET = "s3cr3t-VALUE-42"
 

@@ -5,7 +5,6 @@ stop, completion, planted modules -- are in tests/integration/test_shared_machin
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -13,8 +12,8 @@ import pytest
 
 from helpers.records import good_record, make
 from tfcluster import safe_files
-from tfcluster.errors import UserError
 from tfcluster.core.output_patterns import clean_segment
+from tfcluster.errors import UserError
 from tfcluster.terminal import decode, printable, terminal_text
 
 # What a terminal acts on (finding 7): none of these may reach it raw.
@@ -69,6 +68,7 @@ def test_metric_names_in_progress_reports_are_printable():
 
 def test_the_reader_shows_and_logs_hostile_output_as_printable_text(tmp_path):
     import threading
+
     from tfcluster.core.task_output import OutputReader, Seen
     shown = []
     log = tmp_path / "w.log"
@@ -88,6 +88,7 @@ def test_the_reader_shows_and_logs_hostile_output_as_printable_text(tmp_path):
 def test_invalid_utf8_does_not_make_a_log_larger_than_the_output(tmp_path):
     import random
     import threading
+
     from tfcluster.core.task_output import OutputReader, Seen
     rnd = random.Random(14)
     # what a program writes when it prints binary: printable ASCII and bytes that are no UTF-8
@@ -236,8 +237,8 @@ def test_follow_reads_a_window_at_a_time(tmp_path):
 
 # ------------------------------------------------------------------ finding 3: report
 def test_report_writes_through_no_planted_link(tmp_path, capsys):
-    from tfcluster.cli.main import main
     from helpers.records import good_events
+    from tfcluster.cli.main import main
     d = make(tmp_path, events=good_events())
     victim = tmp_path / "victim"
     victim.write_text("root's file\n")
@@ -362,8 +363,8 @@ def test_detach_is_stripped_from_bundled_short_flags(argv, want):
 
 # ------------------------------------------------------------------ finding 12: secrets
 def test_a_secret_quoted_inside_another_variable_is_masked_everywhere(tmp_path, capsys):
-    from tfcluster.clusterfile import config
     from tfcluster.cli.main import main
+    from tfcluster.clusterfile import config
     f = tmp_path / "cluster.yaml"
     f.write_text("cluster: {worker: [localhost:2223]}\nprogram:\n  command: [python, t.py]\n"
                  "  env: {HF_TOKEN: hf_abcdefgh12345, "

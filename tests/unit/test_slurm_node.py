@@ -11,14 +11,15 @@ import os
 import signal
 import textwrap
 
-from tfcluster.clusterfile import config
-from tfcluster.core import machine as mc, rules
+from tfcluster.backends.agent.folder import FolderChannel
+from tfcluster.backends.agent.node import NodeAgent, Signals
 from tfcluster.backends.slurm.batch import plan_data
 from tfcluster.backends.slurm.launcher import _Record
 from tfcluster.backends.slurm.layout import rank_table
 from tfcluster.backends.slurm.nodes import _expand_hostlist_py
-from tfcluster.backends.agent.folder import FolderChannel
-from tfcluster.backends.agent.node import NodeAgent, Signals
+from tfcluster.clusterfile import config
+from tfcluster.core import machine as mc
+from tfcluster.core import rules
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 TERM, KILL, HUP = signal.SIGTERM, signal.SIGKILL, signal.SIGHUP

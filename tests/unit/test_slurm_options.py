@@ -11,12 +11,9 @@ import pytest
 
 from helpers import doc_blocks, load, run_cli
 from helpers.slurm import BAD_TIMES, GOOD_TIMES
-
-from tfcluster.k8s import render
+from tfcluster.clusterfile.slurm import SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options, task_gpus
 from tfcluster.errors import UserError
-from tfcluster.clusterfile.slurm import (SlurmSpec, check_time, from_flags, sbatch_lines, sbatch_options,
-                                     task_gpus)
-
+from tfcluster.k8s import render
 
 cli = run_cli  # tfcluster's command line, in this process
 

@@ -10,12 +10,12 @@ import textwrap
 
 import pytest
 
-from tfcluster.clusterfile import config
 from tfcluster.backends.slurm.batch import PLAN_ENV, dry_run_text, plan_data
 from tfcluster.backends.slurm.held_secrets import fill_secrets
 from tfcluster.backends.slurm.launcher import launch
 from tfcluster.backends.slurm.layout import layout
 from tfcluster.backends.slurm.nodes import _expand_hostlist_py, expand_tasks_per_node
+from tfcluster.clusterfile import config
 from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 
@@ -84,8 +84,8 @@ def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
     assert fill_secrets(data, env) == []
     assert data["jobs"]["worker"]["env"]["API_TOKEN"] == "hunter2hunter2"
     plan = build_plan(c, LaunchOptions(backend="slurm", run_id="s1", logdir=str(tmp_path / "logs")))
-    import io
     import contextlib
+    import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert launch(plan, dry_run=True) == 0
@@ -93,7 +93,7 @@ def test_secret_values_never_reach_the_batch_script(tmp_path, monkeypatch):
 
 
 def _plan_from_script(script: str):
-    line = next(l for l in script.splitlines() if l.startswith(f"export {PLAN_ENV}="))
+    line = next(ln for ln in script.splitlines() if ln.startswith(f"export {PLAN_ENV}="))
     return json.loads(shlex.split(line.split("=", 1)[1])[0])
 
 
@@ -110,7 +110,7 @@ def test_a_preempted_job_that_asked_for_requeue_requeues_itself_after_its_ordere
         return dry_run_text(plan)
 
     s = script("slurm: {requeue: true, max_segments: 3}\n")
-    line = next(l for l in s.splitlines() if "PreemptTime=[0-9]" in l)
+    line = next(ln for ln in s.splitlines() if "PreemptTime=[0-9]" in ln)
     assert '[ "$STOPPED" = 0 ] && [ "$rc" != 0 ] && [ $((SEG + 1)) -lt 3 ]' in line
     after = s.split(line + "\n", 1)[1].splitlines()
     assert "was preempted and stopped in order" in after[0] and after[1].strip().startswith("scontrol requeue")

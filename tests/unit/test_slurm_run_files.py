@@ -11,16 +11,16 @@ import tracemalloc
 
 import pytest
 
+from helpers import attack
+from helpers.attack import mode as _mode
+from helpers.attack import untouched as _untouched
+from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.slurm import follower
 from tfcluster.backends.slurm.batch import plan_data, write_batch_script
-from tfcluster.backends.slurm.follower import LOG_TAIL_WINDOW, Follower, log_tail, _read_exit_file, _Tail
-from tfcluster.backends.agent.folder import FolderChannel
+from tfcluster.backends.slurm.follower import LOG_TAIL_WINDOW, Follower, _read_exit_file, _Tail, log_tail
+from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import LaunchOptions, build_plan
-from tfcluster.clusterfile import config
-
-from helpers import attack
-from helpers.attack import mode as _mode, untouched as _untouched
 
 logdir, victim = attack.logdir, attack.victim     # the fixtures, shared with tests/unit/test_safe_files.py
 

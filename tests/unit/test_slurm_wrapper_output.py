@@ -12,11 +12,10 @@ import time
 import types
 
 import pytest
-
-from tfcluster.core import machine as mc
-from tfcluster.backends.agent.node import MAX_LINE
-
 from test_slurm_node import Node
+
+from tfcluster.backends.agent.node import MAX_LINE
+from tfcluster.core import machine as mc
 
 
 @pytest.fixture
@@ -115,8 +114,8 @@ def test_the_follower_shows_what_was_glued_to_a_report_and_takes_the_report(caps
 def test_the_follower_applies_tasks_timestamps_and_folds_tensorflow_noise(capsys):
     """--tasks, --timestamps and --show-tf-noise mean under Slurm what they mean locally."""
     from tfcluster.backends.slurm.follower import Follower
-    from tfcluster.drivers.display import OutputOptions
     from tfcluster.core.task_output import NOISE_NOTE
+    from tfcluster.drivers.display import OutputOptions
 
     noise = ("[worker:0] I0000 00:00:1796136878.937212   22036 port.cc:153] oneDNN custom "
              "operations are on. You may see slightly different numerical results")

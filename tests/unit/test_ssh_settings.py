@@ -7,7 +7,7 @@ from tfcluster.clusterfile import config
 
 
 def test_remote_settings_merge_and_ssh_argv(tmp_path):
-    from tfcluster.backends.ssh import remote_settings, ssh_argv, remote_command
+    from tfcluster.backends.ssh import remote_command, remote_settings, ssh_argv
     p = tmp_path / "c.yaml"
     p.write_text("cluster: {worker: [h1:2222, h2:2222]}\n"
                  "remote: {user: alice, python: /opt/venv/bin/python, ssh_options: [A=b]}\n"

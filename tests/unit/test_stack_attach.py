@@ -3,9 +3,9 @@ import os
 
 import pytest
 
+from tfcluster.errors import UserError
 from tfcluster.runs import stack
 from tfcluster.runs.attach import LineFollower, table_text
-from tfcluster.errors import UserError
 
 
 def record(**kw):

@@ -9,18 +9,9 @@ import time
 import psutil
 import pytest
 
-from tfcluster.cli.main import main
-
 from helpers.status import cli, fake_tools, write_cluster, write_run  # noqa: F401
 from tfcluster.runs.result import decide_result
 from tfcluster.safe_files import write_json
-
-
-
-
-
-
-
 
 # ------------------------------------------------------------------ lost launchers
 # (a launcher killed for real: tests/integration/test_status_lost.py)
@@ -39,8 +30,8 @@ def test_a_reused_pid_does_not_keep_a_run_alive(tmp_path, capsys):
 
 def test_the_launcher_dates_its_start_as_status_reads_it():
     """record.launcher_start_time reads /proc itself; status compares it with psutil's."""
-    from tfcluster.runs.record import launcher_start_time
     from tfcluster.runs.liveness import STARTED_SLACK
+    from tfcluster.runs.record import launcher_start_time
 
     assert abs(launcher_start_time() - psutil.Process().create_time()) < min(0.05, STARTED_SLACK)
 
@@ -313,6 +304,7 @@ def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
     """A watchdog kill is not drawn as a planned stop; the decision's rule is said in words; an
     exit label never runs past the chart's right edge."""
     import json as _json
+
     from tfcluster.runs.report import WIDTH, build_model, render_html, timeline_svg
     d = tmp_path / "r"
     d.mkdir()
@@ -334,7 +326,7 @@ def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
     svg = timeline_svg(m)
     assert ">SIGKILL stopped by the watchdog</text>" in svg and "stopped (planned)" not in svg
     import re
-    for x, anchor in re.findall(r'class="exit-label[^"]*" x="([\d.]+)"( text-anchor="end")?', svg):
+    for x, _anchor in re.findall(r'class="exit-label[^"]*" x="([\d.]+)"( text-anchor="end")?', svg):
         assert float(x) <= WIDTH - 2
     page = render_html(m)
     assert "by rule restart" not in page and "allowed no restart" in page

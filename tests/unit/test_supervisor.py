@@ -9,14 +9,12 @@ import signal
 
 import pytest
 
+from helpers.fake import make
 from tfcluster.core.machine import TaskState
 from tfcluster.drivers.display import ProgressPace, View, progress_lines
 from tfcluster.drivers.tasks import StepRate
 from tfcluster.plan.runplan import LaunchOptions
 from tfcluster.runs.eventlog import NullEventLog
-
-from helpers.fake import make
-
 
 CLUSTER = """\
     cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}
@@ -31,7 +29,7 @@ def record(tmp_path):
 
 def events(tmp_path):
     path = tmp_path / "runs" / "t" / "events.jsonl"
-    return [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else None
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else None
 
 
 def test_chief_success_stops_ps_after_grace(tmp_path):
@@ -301,6 +299,7 @@ def test_a_big_start_wave_starts_side_by_side_and_reports_in_order(tmp_path):
     """A backend that allows it gets a big wave of one job's starts from several threads; the
     machine still hears of them in the plan's order, ps first."""
     import threading
+
     from tfcluster.drivers import supervisor as sv
     n = 40
     sup, be, clock, out, err = make(tmp_path, _many(n), {f"worker:{i}": [(0, 2.0, [])] for i in range(n)})
@@ -414,8 +413,8 @@ def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
     buf = io.StringIO()
     Console(file=buf, width=160).print(sup._live_table())
     text = buf.getvalue()
-    row0 = next(l for l in text.splitlines() if l.startswith("worker:0"))
-    row1 = next(l for l in text.splitlines() if l.startswith("worker:1"))
+    row0 = next(ln for ln in text.splitlines() if ln.startswith("worker:0"))
+    row1 = next(ln for ln in text.splitlines() if ln.startswith("worker:1"))
     assert " 30.0 " in row0 and " global " in row1 and "40.0" not in row1, text
     assert "global step 80/1000  40.0 steps/s" in text      # the run's rate, in the caption
     # the piped lines: the own rate where there is one; the ETA from the global step's rate

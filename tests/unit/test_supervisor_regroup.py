@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tfcluster.errors import UserError
-
 from helpers.fake import FakeBackend, make
+from tfcluster.errors import UserError
 
 CLUSTER = """\
     cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}

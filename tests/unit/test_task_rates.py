@@ -9,11 +9,10 @@ import re
 
 import pytest
 
+from helpers.runs import T0, make_run
 from tfcluster.plan.progress import format_progress, parse_progress
 from tfcluster.runs.eventlog import EventLog
 from tfcluster.runs.report import build_model, render_html
-
-from helpers.runs import T0, make_run
 
 
 def test_local_step_travels_in_the_report_line_and_is_no_metric():

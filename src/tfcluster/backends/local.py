@@ -28,8 +28,8 @@ import threading
 import time
 from typing import Optional
 
-from tfcluster.plan import contract
 from tfcluster.backends.base import Backend, Handle, ProcessSpec, signal_group, start_child
+from tfcluster.plan import contract
 
 # The reaper: reads "+PGID" / "-PGID" lines; "quit" ends it quietly; end of input (the launcher
 # is gone) kills every group it knows: SIGTERM, 2 s, SIGKILL. Standard library only, and quick.

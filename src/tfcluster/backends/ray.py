@@ -43,9 +43,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.plan import contract
-from tfcluster.errors import UserError
 from tfcluster.backends.base import Backend, Handle, ProcessSpec
+from tfcluster.errors import UserError
+from tfcluster.plan import contract
 
 READ_WAIT = 0.5          # seconds an actor's read waits for output before it answers empty
 READ_MAX = 1 << 20       # bytes of one pipe an actor's read returns at most
@@ -444,6 +444,7 @@ class RayPlacement:
         """One placement group for the run, ready within ray.placement_timeout (UserError
         naming what each task needs otherwise)."""
         from ray.util.placement_group import placement_group, remove_placement_group
+
         from tfcluster.clusterfile.ray import describe_bundle
         tasks = self.plan.selected_tasks
         bundles = self.bundles()

@@ -38,13 +38,12 @@ import threading
 import time
 from typing import Dict, List, Optional
 
+from tfcluster.backends.base import Backend, Handle, ProcessSpec, signal_group, start_child, stop_group
+from tfcluster.backends.local import LocalBackend
 from tfcluster.clusterfile.config import Cluster
 from tfcluster.clusterfile.models import RemoteSpec
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
-from tfcluster.backends.base import (Backend, Handle, ProcessSpec, signal_group, start_child,
-                                     stop_group)
-from tfcluster.backends.local import LocalBackend
 
 DEFAULT_PYTHON = "python3"
 CONNECT_TIMEOUT = 10     # remote.connect_timeout: seconds a host has to answer at the start

@@ -31,8 +31,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """``tfcluster doctor [FILE]``: every host of the file checked the way the tasks meet it."""
-    from tfcluster.drivers import doctor
     from tfcluster.clusterfile import config
+    from tfcluster.drivers import doctor
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     cluster = config.load(cluster_file(args.file, runs=True))     # doctor runs ssh: as launch
     return doctor.run(build_plan(cluster, LaunchOptions(backend=args.backend)), cluster)
@@ -54,8 +54,8 @@ def _load(path: Optional[str], assign_counts: bool = False) -> Cluster:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tfcluster.net.addresses import is_local
     from tfcluster.clusterfile import secrets
+    from tfcluster.net.addresses import is_local
     cluster = _load(args.file)
     declared = cluster.secret_names
     for w in cluster.warnings:
@@ -166,6 +166,7 @@ def cmd_commands(args: argparse.Namespace) -> int:
     line and nothing raw reaches the terminal; a secret variable is read from the environment of
     the shell the line is pasted into (``"K=${K:?set K}"``) instead of printing its value."""
     import re
+
     from tfcluster.clusterfile import secrets
 
     def word(w: str) -> str:
@@ -373,8 +374,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tfcluster.runs.report import write_report
     from tfcluster.runs.find import find_run
+    from tfcluster.runs.report import write_report
     run_dir, _ = find_run(_run_arg(args.run_dir), args.file)
     print(write_report(run_dir, args.output))
     return 0

@@ -158,10 +158,12 @@ _tfcluster() {{
         {'|'.join(RUN_TASK_COMMANDS)})
             # RUN, or (the latest run) a task of ./cluster.yaml; after RUN: that run's tasks
             if [[ $npos -eq 0 ]]; then
-                _tfcluster_reply "$(command tfcluster completion --values runs 2>/dev/null) $(command tfcluster completion --values tasks 2>/dev/null)"
+                _tfcluster_reply "$(command tfcluster completion --values runs 2>/dev/null) \\
+$(command tfcluster completion --values tasks 2>/dev/null)"
                 COMPREPLY+=( $(compgen -d -- "$cur") ); return 0
             elif [[ "$cmd" == stack || $npos -eq 1 ]]; then
-                _tfcluster_reply "$(command tfcluster completion --values tasks --run "${{pos[0]}}" 2>/dev/null)"; return 0
+                _tfcluster_reply \\
+                    "$(command tfcluster completion --values tasks --run "${{pos[0]}}" 2>/dev/null)"; return 0
             fi ;;
         {'|'.join(c for c in RUN_COMMANDS if c not in RUN_TASK_COMMANDS)})
             if [[ $npos -eq 0 ]]; then

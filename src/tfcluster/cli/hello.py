@@ -55,7 +55,7 @@ def hello(path: Optional[str] = None) -> int:
     if path:
         from tfcluster.clusterfile.config import load
         from tfcluster.net.addresses import is_local
-        from tfcluster.net.ports import port_in_use, describe_port_holder
+        from tfcluster.net.ports import describe_port_holder, port_in_use
         cluster = load(path)
         if not cluster.resolved:
             from tfcluster.plan.runplan import assign_local_ports

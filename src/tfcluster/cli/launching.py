@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple, Union
 
-from tfcluster.cli.slurm_flags import GROUP as SLURM_GROUP, SlurmFlags
+from tfcluster.cli.slurm_flags import GROUP as SLURM_GROUP
+from tfcluster.cli.slurm_flags import SlurmFlags
 from tfcluster.core import messages
 from tfcluster.errors import UserError
 from tfcluster.terminal import printable
@@ -125,8 +126,7 @@ class LaunchRequest:
 def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
                    argv: Sequence[str] = ()) -> LaunchRequest:
     """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
-    from tfcluster.drivers.display import View
-    from tfcluster.drivers.display import OutputOptions
+    from tfcluster.drivers.display import OutputOptions, View
     from tfcluster.plan.runplan import LaunchOptions
     options = LaunchOptions(
         command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,

@@ -194,7 +194,7 @@ class Cluster:
 
     def cluster_spec(self):
         """A real ``tf.train.ClusterSpec`` (imports TensorFlow)."""
-        import tensorflow as tf  # noqa: imported here so the CLI stays fast
+        import tensorflow as tf  # imported here so the CLI stays fast
         return tf.train.ClusterSpec(clusterspec.tf_cluster(self.cluster_spec_dict(), "worker"))
 
     def tf_config(self, task_id: Union[str, TaskId]) -> Dict[str, Any]:

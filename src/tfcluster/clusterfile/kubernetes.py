@@ -62,7 +62,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 # Kubernetes' own formats (k8s.io/apimachinery: resource.Quantity, IsQualifiedName,
 # IsDNS1123Label/Subdomain, IsValidLabelValue).
-_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))?")
+_NUMBER = r"([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+_QUANTITY = re.compile(rf"[+-]?{_NUMBER}(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?{_NUMBER})?")
 _NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

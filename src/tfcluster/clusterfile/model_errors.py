@@ -53,8 +53,7 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
     """Allowed keys at the mapping that holds loc[-1]."""
     from tfcluster.clusterfile import kubernetes as k8s_options
     from tfcluster.clusterfile.kubernetes import KubernetesSpec, PodSettings
-    from tfcluster.clusterfile.models import (ClusterFile, JobSpec, ProgramSpec, RemoteSpec,
-                                              RestartSpec, WatchdogSpec)
+    from tfcluster.clusterfile.models import ClusterFile, JobSpec, ProgramSpec, RemoteSpec, RestartSpec, WatchdogSpec
     from tfcluster.clusterfile.ray import RaySpec
     from tfcluster.clusterfile.slurm import SlurmSpec
     parent = loc[:-1]

@@ -2,10 +2,11 @@
 
 Pure: no Slurm command is run here. ``cluster`` arguments need only ``.tasks`` whose items have
 ``.job``, ``.index`` and ``.gpus`` (a :class:`~tfcluster.clusterfile.cluster.Cluster`, or a run
-plan). :class:`SlurmSpec` is the model (pydantic, part of ``cluster.yaml``); :func:`from_flags` merges command-line flags over the file's section (flags
-win) and names the flag in its errors; :func:`sbatch_options` gives the options for ``sbatch``
-(:func:`sbatch_lines` as ``#SBATCH`` lines) including the GPU binding, and :func:`task_gpus` the
-``CUDA_VISIBLE_DEVICES`` each task's wrapper must set under that binding.
+plan). :class:`SlurmSpec` is the model (pydantic, part of ``cluster.yaml``); :func:`from_flags`
+merges command-line flags over the file's section (flags win) and names the flag in its errors;
+:func:`sbatch_options` gives the options for ``sbatch`` (:func:`sbatch_lines` as ``#SBATCH``
+lines) including the GPU binding, and :func:`task_gpus` the ``CUDA_VISIBLE_DEVICES`` each task's
+wrapper must set under that binding.
 
 GPU binding (``jobs.<job>.gpus`` under Slurm)
   All TensorFlow tasks run as one Slurm job step (``srun --ntasks=N``), and Slurm binds the same
@@ -34,12 +35,11 @@ Safety
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol
+from typing import Any, Dict, Iterable, List, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tfcluster.errors import UserError
-
 
 
 class _Task(Protocol):

@@ -695,7 +695,8 @@ class RunMachine:
         if self.decided:                         # the run is over: no restart, no verdict
             return
         if rc == 0:
-            out.append(Say(f"{t.name} exited 0 after {_duration(ev.now - (ev.now if t.started is None else t.started))}"))
+            ran = ev.now - (ev.now if t.started is None else t.started)
+            out.append(Say(f"{t.name} exited 0 after {_duration(ran)}"))
             return
         if t.forced:
             t.why = t.forced
@@ -950,7 +951,8 @@ class RunMachine:
         others = any(t.state == TaskState.RUNNING and not t.forced and t.ending_at is None
                      and t.job != "ps" for t in self.tasks.values())
         if others or not ending:      # tasks at their final step: the end deadline, not this
-            gone = [f"{t.name} ({t.state.value}{', ' + describe_exit(t.returncode) if t.returncode is not None else ''})"
+            gone = [f"{t.name} ({t.state.value}"
+                    f"{', ' + describe_exit(t.returncode) if t.returncode is not None else ''})"
                     for t in self.tasks.values() if t.state != TaskState.RUNNING]
             lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]
             stall = rules.check_stall(self.best_step, self.best_step_at, now, s.stall_timeout, gone,

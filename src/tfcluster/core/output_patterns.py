@@ -408,7 +408,7 @@ def failure_hint(lines: Sequence[str], checkpoint_dir: Optional[str] = None,
       restored; ``flag``: the flag that names it) and how to clear it or train into another
       (``--arg``);
     - a module TensorFlow 2 removed names its replacement."""
-    from tfcluster.core.keras_hints import keras_failure_hint   # only when a run has failed
+    from tfcluster.core.keras_hints import keras_failure_hint  # only when a run has failed
     lines = list(lines)
     keras = keras_failure_hint(lines)
     if keras:

@@ -20,9 +20,20 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 # The words a cluster file and a run share (jobs, policies, success rules, backends) live in
 # tfcluster.clusterfile.vocabulary, below both the file model and the rules; re-exported here.
 from tfcluster.clusterfile.vocabulary import (  # noqa: E402,F401
-    BACKENDS, DATA_DISPATCHER, DATA_SERVICE_JOBS, DATA_WORKER, KNOWN_JOBS, REPLICA_JOBS,
-    RESTART_POLICIES, SERVICE_JOBS, SINGLE_TASK_JOBS, SUCCESS_RULES, RestartRule, job_rank,
-    sort_jobs)
+    BACKENDS,
+    DATA_DISPATCHER,
+    DATA_SERVICE_JOBS,
+    DATA_WORKER,
+    KNOWN_JOBS,
+    REPLICA_JOBS,
+    RESTART_POLICIES,
+    SERVICE_JOBS,
+    SINGLE_TASK_JOBS,
+    SUCCESS_RULES,
+    RestartRule,
+    job_rank,
+    sort_jobs,
+)
 
 #: the restart backoff never waits longer than this, however many restarts
 BACKOFF_CAP = 30.0

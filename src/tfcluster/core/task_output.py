@@ -33,13 +33,12 @@ import select
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, IO, List, Optional, Tuple
+from typing import IO, Callable, Deque, List, Optional, Tuple
 
 from tfcluster.core.output_patterns import ProgressParser, clean_segment, is_noise
+from tfcluster.core.rules import STILL_WAITING, longest_gap
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY, Progress, format_progress, split_progress
 from tfcluster.terminal import decode
-from tfcluster.core.rules import STILL_WAITING, longest_gap
-
 
 TAIL_LINES = 200            # lines kept for the failure summary and hints
 TAIL_LINE_CHARS = 4096      # of each

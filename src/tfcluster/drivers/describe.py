@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shlex
 
-from tfcluster.plan import contract
-from tfcluster.clusterfile import secrets
 from tfcluster.backends.base import Backend, ProcessSpec
+from tfcluster.clusterfile import secrets
+from tfcluster.plan import contract
 from tfcluster.plan.runplan import RunPlan
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
-from tfcluster.plan import contract
 from tfcluster.backends.base import Backend
-from tfcluster.errors import UserError
-from tfcluster.plan.gpus import gpu_warnings
-from tfcluster.net.addresses import is_local
 from tfcluster.core.keras_hints import legacy_keras_problem, python_interpreter
+from tfcluster.errors import UserError
+from tfcluster.net.addresses import is_local
+from tfcluster.plan import contract
+from tfcluster.plan.gpus import gpu_warnings
 from tfcluster.plan.runplan import RunPlan
 
 

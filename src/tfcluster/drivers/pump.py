@@ -147,7 +147,7 @@ class OutputPump(threading.Thread):
                             _broken(reader, e)
                             reader._done.set()
         finally:
-            for fd, (reader, _) in list(owners.items()):   # only on a bug: free the joiners
+            for reader, _ in list(owners.values()):   # only on a bug: free the joiners
                 reader._done.set()
             self._close_fds()
 

@@ -24,18 +24,33 @@ from tfcluster import safe_files
 from tfcluster.backends.base import Backend, Handle, ProcessSpec
 from tfcluster.backends.oom import OomWatch
 from tfcluster.core import rules
-from tfcluster.core.machine import (ChiefGone, Event, Exited, Interrupt, Kill, LogEvent, PortOpen,
-                                    Progressed, Regroup, Regrouped, RunMachine, Say, Start,
-                                    Started, StartFailed, TaskState, Tick, input_fields,
-                                    line_events)
+from tfcluster.core.machine import (
+    ChiefGone,
+    Event,
+    Exited,
+    Interrupt,
+    Kill,
+    LogEvent,
+    PortOpen,
+    Progressed,
+    Regroup,
+    Regrouped,
+    RunMachine,
+    Say,
+    Start,
+    Started,
+    StartFailed,
+    TaskState,
+    Tick,
+    input_fields,
+    line_events,
+)
 from tfcluster.core.messages import security_note
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
-from tfcluster.drivers.display import (Display, ProgressPace, View, live_table, progress_lines,
-                                       summary)
+from tfcluster.drivers.display import Display, ProgressPace, View, live_table, progress_lines, summary
 from tfcluster.drivers.pump import OutputPump, join_readers
-from tfcluster.drivers.tasks import (ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard,
-                                     start_failure)
+from tfcluster.drivers.tasks import ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard, start_failure
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local, reachable_beyond_loopback
 from tfcluster.net.ports import describe_port_holder, port_in_use

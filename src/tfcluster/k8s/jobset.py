@@ -52,14 +52,22 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
+from tfcluster.clusterfile import kubernetes as k8s_options
+from tfcluster.clusterfile import secrets
 from tfcluster.clusterfile.config import Cluster, Task
 from tfcluster.errors import UserError
-from tfcluster.plan import contract
-from tfcluster.clusterfile import kubernetes as k8s_options
 from tfcluster.k8s import pod
-from tfcluster.k8s.render import (_header, backoff_limit, check_image, finish_pod, job_image, k8s_metadata, k8s_name,
-                     pod_entry)
-from tfcluster.clusterfile import secrets
+from tfcluster.k8s.render import (
+    _header,
+    backoff_limit,
+    check_image,
+    finish_pod,
+    job_image,
+    k8s_metadata,
+    k8s_name,
+    pod_entry,
+)
+from tfcluster.plan import contract
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 PORT = 2222

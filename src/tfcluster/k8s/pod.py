@@ -52,9 +52,9 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from tfcluster.plan import contract
-from tfcluster.k8s import trainer_progress as trainer_status
 from tfcluster.core.rules import EXIT_BAD_INPUT, signal_exit_code
+from tfcluster.k8s import trainer_progress as trainer_status
+from tfcluster.plan import contract
 
 LAYOUT_ENV = "TFCLUSTER_JOBSET"
 NAME_ENV = "TFCLUSTER_JOBSET_NAME"
@@ -101,12 +101,11 @@ def cluster_dict(layout: Mapping[str, Any], jobset: str) -> Dict[str, List[str]]
 def task_of(layout: Mapping[str, Any], env: Mapping[str, str]) -> Tuple[str, int]:
     """(TensorFlow job, task index) of this pod."""
     rjob = _need(env, RJOB_ENV)
-    for job, spec in layout["jobs"].items():
-        if spec["rjob"] == rjob:
-            break
-    else:
+    found = next(((job, spec) for job, spec in layout["jobs"].items() if spec["rjob"] == rjob), None)
+    if found is None:
         raise PodError(f"{RJOB_ENV}: replicated job '{rjob}' is not in {LAYOUT_ENV} "
                        f"(replicated jobs: {', '.join(s['rjob'] for s in layout['jobs'].values())})")
+    job, spec = found
     job_index = _index(env, JOB_INDEX_ENV, spec["replicas"])
     pod_index = _index(env, POD_INDEX_ENV, spec["pods"])
     return job, job_index * spec["pods"] + pod_index

@@ -20,12 +20,14 @@ import re
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from tfcluster.plan import contract
-from tfcluster.clusterfile import kubernetes as k8s_options, secrets
+from tfcluster.clusterfile import kubernetes as k8s_options
+from tfcluster.clusterfile import secrets
 from tfcluster.clusterfile.config import Cluster, Task
-from tfcluster.terminal import printable
 from tfcluster.clusterfile.models import JobSpec
+from tfcluster.clusterfile.vocabulary import DATA_SERVICE_JOBS
 from tfcluster.errors import UserError
+from tfcluster.plan import contract
+from tfcluster.terminal import printable
 
 if TYPE_CHECKING:
     from tfcluster.clusterfile.slurm import SlurmSpec
@@ -127,7 +129,7 @@ def tfjob(cluster: Cluster, image: Optional[str], name: Optional[str] = None,
                         "the file as a JobSet or a Trainer v2 TrainJob (render jobset|trainjob), "
                         "which start it with the cluster")
     for job, tasks in cluster.jobs.items():
-        if job in (contract.DATA_DISPATCHER, contract.DATA_WORKER):
+        if job in DATA_SERVICE_JOBS:
             continue
         rtype = TFJOB_REPLICA_TYPES.get(job)
         if rtype is None:
@@ -346,8 +348,8 @@ def render_slurm(cluster: Cluster, partition: Optional[str] = None, time: Option
     validated (:mod:`tfcluster.clusterfile.slurm`)."""
     from tfcluster.backends.slurm.batch import batch_script, plan_data
     from tfcluster.backends.slurm.held_secrets import hold_back_secrets
-    from tfcluster.plan.runplan import LaunchOptions, build_plan
     from tfcluster.clusterfile.slurm import from_flags
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
     options = from_flags(slurm if slurm is not None else cluster.spec.slurm, partition=partition, time=time)
     plan = build_plan(cluster, LaunchOptions(backend="slurm", command=tuple(command or ()),
                                              args=tuple(args), task_flags=task_flags,

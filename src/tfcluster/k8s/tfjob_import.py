@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.errors import UserError
 from tfcluster.clusterfile.kubernetes import VOLUME_SOURCES
+from tfcluster.errors import UserError
 
 MAX_BYTES = 16 << 20                    # a manifest bigger than this is not a TFJob
 API_VERSIONS = ("kubeflow.org/v1", "kubeflow.org/v1beta2", "kubeflow.org/v1beta1")

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from tfcluster.plan import contract
 from tfcluster.clusterfile.config import Cluster
 from tfcluster.errors import UserError
 from tfcluster.k8s.jobset import jobset_spec
 from tfcluster.k8s.render import _header, check_image, job_image, k8s_metadata, k8s_name
+from tfcluster.plan import contract
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 API_GROUP = "trainer.kubeflow.org"

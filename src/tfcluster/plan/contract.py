@@ -62,12 +62,10 @@ PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
 PROFILER_PORT_OFFSET = 30000
 EPHEMERAL_LOW = 32768
 DATA_SERVICE = "TFCLUSTER_DATA_SERVICE"
-from tfcluster.clusterfile.vocabulary import DATA_DISPATCHER, DATA_WORKER  # noqa: E402 (the tf.data service's jobs)
-
 # TensorFlow's own shapes (the ClusterSpec dict, TF_CONFIG, its chief) live with the cluster
 # file (tfcluster.clusterfile.clusterspec); the contract hands them to every task
-from tfcluster.clusterfile.clusterspec import (chief_task, cluster_dict, tf_cluster, tf_config,  # noqa: E402,F401
-                          tf_config_json)
+from tfcluster.clusterfile.clusterspec import chief_task, cluster_dict, tf_cluster, tf_config, tf_config_json  # noqa: E402,F401
+from tfcluster.clusterfile.vocabulary import DATA_DISPATCHER  # noqa: E402 (the tf.data service's jobs)
 
 #: the symbolic interpreter in a plan's argv: "the Python of wherever the task runs"
 PYTHON = "{python}"

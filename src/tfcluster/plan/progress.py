@@ -10,8 +10,8 @@ is optional and lets the launcher show an ETA; ``local_step`` (an integer, optio
 many steps this task itself has run -- its own rate of steps, where the global step moves with
 every worker's steps (tfcluster's runtime and Keras callback send it); any other key whose value
 is a number is shown as a metric. A task that sends no ``local_step`` has no rate of its own in
-the live table or the report: the global step's rate is the run's, not the task's. No TensorFlow is imported here: any program, in any
-language, can print this line.
+the live table or the report: the global step's rate is the run's, not the task's. No
+TensorFlow is imported here: any program, in any language, can print this line.
 
 Where the line goes: :func:`report_progress` writes it to the launcher's own pipe
 when the launcher gave one (``TFCLUSTER_PROGRESS_FD``, set by the local backend),

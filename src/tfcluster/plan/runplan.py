@@ -17,13 +17,13 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tfcluster.plan import contract
 from tfcluster.clusterfile import vocabulary
 from tfcluster.clusterfile.checks import check_text
 from tfcluster.clusterfile.cluster import Cluster, Endpoint, Task
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
 from tfcluster.net.ports import free_port_run
+from tfcluster.plan import contract
 
 PLAN_VERSION = 2
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -420,7 +420,7 @@ def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[T
                    "gpus_per_task": slurm_options.gpus_per_task(cluster, spec),
                    "requeue": spec.requeue, "max_segments": spec.max_segments,
                    "lead_signal": slurm_options.LEAD_SIGNAL if any(
-                       l.startswith("#SBATCH --signal=B:") for l in slurm_options.sbatch_lines(cluster, spec))
+                       ln.startswith("#SBATCH --signal=B:") for ln in slurm_options.sbatch_lines(cluster, spec))
                    else None}
 
 

@@ -56,8 +56,9 @@ def check_launcher(record: Dict, folder: os.stat_result, nothing: str = "nothing
     caller's: started at ``launcher_started``, run by the caller's user, and holding this run
     folder open. (``pid`` must be pinned by a pidfd already: then it cannot change under us.)
     ``nothing``: what the message says was not done (``stop``: nothing signalled)."""
-    from tfcluster.runs.liveness import launcher_alive
     import psutil
+
+    from tfcluster.runs.liveness import launcher_alive
     run_id = printable(record.get("run_id"))
     pid = record["launcher_pid"]
     if record.get("launcher_started") is None:

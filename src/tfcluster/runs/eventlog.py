@@ -22,9 +22,11 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-from tfcluster.errors import UserError
 from tfcluster.core.rules import exit_words
-from tfcluster.safe_files import open_regular, read_bytes, shown as _shown, size_text as _size
+from tfcluster.errors import UserError
+from tfcluster.safe_files import open_regular, read_bytes
+from tfcluster.safe_files import shown as _shown
+from tfcluster.safe_files import size_text as _size
 
 EVENTS_FILE = "events.jsonl"
 PROGRESS_INTERVAL = 1.0   # seconds: at most one progress event per task this often

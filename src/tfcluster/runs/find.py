@@ -6,11 +6,11 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.terminal import printable
 from tfcluster.errors import UserError
-from tfcluster.safe_files import RUN_FILE
 from tfcluster.runs.result import derive_result, last_update
 from tfcluster.runs.run_file import is_run_folder, read_run
+from tfcluster.safe_files import RUN_FILE
+from tfcluster.terminal import printable
 
 
 def owned_by_caller(run_dir: str) -> bool:

@@ -29,14 +29,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from tfcluster.terminal import printable
+from tfcluster.core.rules import exit_words, format_duration
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event, iter_events
-from tfcluster.core.rules import exit_words
-from tfcluster.core.rules import format_duration
 from tfcluster.runs.result import derive_result, last_update
 from tfcluster.runs.run_file import read_run
 from tfcluster.runs.table import HEADER, task_rows
+from tfcluster.terminal import printable
 
 REPORT_FILE = "report.html"
 STALL_MIN_S = 10.0        # a gap between progress reports is a stall if at least this long ...
@@ -772,7 +771,8 @@ h1{{font-size:20px;margin:0 0 4px}}h2{{font-size:16px;margin:28px 0 8px}}
 .total{{stroke:#adb5bd;stroke-dasharray:5 4}}
 .step-line{{fill:none;stroke-width:2}}.line-label{{font-size:11px;font-weight:600}}
 .note-label{{font-size:11px;fill:#495057;font-style:italic}}
-table{{border-collapse:collapse;margin:6px 0}}td,th{{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:left;vertical-align:top}}
+table{{border-collapse:collapse;margin:6px 0}}
+td,th{{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:left;vertical-align:top}}
 th{{font-weight:600;background:#f8f9fa}}
 .sample{{margin-right:6px;vertical-align:middle}}
 tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{color:#495057;font-style:italic}}
@@ -785,7 +785,8 @@ tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{c
 .ev-task_restarting td:first-child{{border-left-color:{C['restart']}}}
 .ev-decision td,.ev-run_ended td{{font-weight:600}}
 .note{{color:#495057;font-style:italic}}
-.key span{{margin-right:14px;white-space:nowrap}}.key i{{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}}
+.key span{{margin-right:14px;white-space:nowrap}}
+.key i{{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}}
 .key .k-restart{{transform:rotate(45deg);width:8px;height:8px;border:1px solid #000}}
 .key .k-watchdog{{border-radius:50%;border:1px solid #000}}
 """

@@ -8,9 +8,9 @@ import os
 import time
 from typing import Any, Dict, Optional
 
-from tfcluster.safe_files import RUN_FILE
 from tfcluster.runs.liveness import launcher_alive
 from tfcluster.runs.slurm_job import is_live, job_state, slurm_job_id
+from tfcluster.safe_files import RUN_FILE
 
 #: Exit code of ``tfcluster status`` per result (2 is bad input, as everywhere in tfcluster).
 STATUS_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "interrupted": 4, "lost": 5,

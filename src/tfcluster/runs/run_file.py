@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from tfcluster.terminal import printable
 from tfcluster.errors import UserError
 from tfcluster.safe_files import RUN_FILE
+from tfcluster.terminal import printable
 
 RESULTS = ("running", "succeeded", "failed", "interrupted")
 RUN_FILE_LIMIT = 64 << 20   # bytes: a run.json larger than this is not read (10,000 tasks take ~5 MiB)

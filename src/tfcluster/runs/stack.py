@@ -17,9 +17,9 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tfcluster.plan.contract import proc_stat
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
+from tfcluster.plan.contract import proc_stat
 
 DUMP_TIMEOUT = 30.0      # seconds for one py-spy dump (a process with many threads)
 

@@ -14,13 +14,13 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
-from tfcluster.terminal import printable
-from tfcluster.errors import UserError
 from tfcluster.core.rules import format_duration
+from tfcluster.errors import UserError
 from tfcluster.runs.find import default_place, find_run, scan_runs, shown_here, warn_skipped
 from tfcluster.runs.result import STATUS_EXIT, assess, derive_result, last_update, run_duration
 from tfcluster.runs.run_file import read_run
 from tfcluster.runs.table import HEADER, LIVE_HEADER, format_table, stop_hint, task_rows, when
+from tfcluster.terminal import printable
 
 
 def status_record(run_dir: str, record: Dict[str, Any], probe=None) -> Dict[str, Any]:

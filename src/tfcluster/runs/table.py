@@ -7,9 +7,9 @@ import shlex
 import time
 from typing import Any, Dict, List, Optional
 
-from tfcluster.terminal import printable
 from tfcluster.core.rules import format_duration
 from tfcluster.runs.run_file import is_number
+from tfcluster.terminal import printable
 
 HEADER = ["task", "endpoint", "pid", "state", "exit", "restarts", "time", "step"]
 #: the table of a running run: each task's last progress and last output too

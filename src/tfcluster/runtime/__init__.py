@@ -12,8 +12,14 @@ when called. See docs/RUNTIME.md.
 """
 from __future__ import annotations
 
-from tfcluster.runtime.context import (ContextError, TaskContext, is_local_host, parse_cluster,
-                                       parse_tf_config, task_context)
+from tfcluster.runtime.context import (
+    ContextError,
+    TaskContext,
+    is_local_host,
+    parse_cluster,
+    parse_tf_config,
+    task_context,
+)
 
 _LAZY = {
     # server

@@ -30,10 +30,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
+from tfcluster.clusterfile.vocabulary import REPLICA_JOBS, job_rank
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import host_of, is_local
-from tfcluster.clusterfile.vocabulary import REPLICA_JOBS, job_rank
-
 
 
 class ContextError(UserError):

@@ -7,11 +7,11 @@
 
 reports ``@tfcluster progress {"step": 230, "total": 500, "epoch": 3, "loss": 0.31, ...}``
 (:mod:`tfcluster.plan.progress`) on the launcher's progress pipe under ``tfcluster launch`` (so
-they never get glued to Keras' own bar on stdout), else as lines on stdout: ``step`` counts batches across epochs (epoch x steps per epoch +
-batch), ``total`` is epochs x steps per epoch when Keras knows the steps, ``local_step`` the
-batches this process ran itself (across every ``fit``: its own rate, which the launcher shows
-per task), the metrics are the model's metrics (below). At most ``max_per_second`` lines a
-second, and one at every epoch's end.
+they never get glued to Keras' own bar on stdout), else as lines on stdout: ``step`` counts
+batches across epochs (epoch x steps per epoch + batch), ``total`` is epochs x steps per epoch
+when Keras knows the steps, ``local_step`` the batches this process ran itself (across every
+``fit``: its own rate, which the launcher shows per task), the metrics are the model's metrics
+(below). At most ``max_per_second`` lines a second, and one at every epoch's end.
 Every worker may report (MultiWorkerMirroredStrategy runs ``fit`` on each); the launcher
 keeps the best step.
 

@@ -84,7 +84,7 @@ class PrefetchCache:
             [(g, v) for g, (_, v, _) in zip(grads, self.pairs) if g is not None],
             global_step=global_step)
         refresh = []
-        for snap, var, copy in self.pairs:
+        for _snap, var, copy in self.pairs:
             fresh = var.read_value()   # on the ps, no dependency: its transfer starts at once
             with tf.compat.v1.device(self.worker_device):
                 with tf.control_dependencies([g for g in grads if g is not None] + snaps + [loss]):

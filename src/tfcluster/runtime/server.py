@@ -26,8 +26,8 @@ import threading
 import time
 from typing import List, NoReturn, Optional, Sequence
 
-from tfcluster.errors import UserError, print_error
 from tfcluster.core.rules import EXIT_BAD_INPUT
+from tfcluster.errors import UserError, print_error
 from tfcluster.runtime.context import ContextError, TaskContext
 
 #: exit code of a task whose port is taken (a user error: the cluster file's port is busy)

@@ -28,22 +28,23 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from tfcluster.plan import contract
-from tfcluster.core import machine as mc, rules
 from tfcluster import safe_files
-from tfcluster.clusterfile import secrets
-from tfcluster.runs.eventlog import EventLog
-from tfcluster.net.ports import accepts
-from tfcluster.backends.oom import OomWatch
-from tfcluster.plan.runplan import RunPlan
-from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
-from tfcluster.terminal import decode
-from tfcluster.backends.base import ignores, signal_group, start_child
 from tfcluster.backends.agent.folder import EVENTS_SUFFIX, FolderChannel, stem
+from tfcluster.backends.base import ignores, signal_group, start_child
+from tfcluster.backends.oom import OomWatch
 from tfcluster.backends.slurm.batch import PLAN_ENV
 from tfcluster.backends.slurm.held_secrets import SECRET_PREFIX, fill_secrets
 from tfcluster.backends.slurm.layout import layout
 from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_node
+from tfcluster.clusterfile import secrets
+from tfcluster.core import machine as mc
+from tfcluster.core import rules
+from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
+from tfcluster.net.ports import accepts
+from tfcluster.plan import contract
+from tfcluster.plan.runplan import RunPlan
+from tfcluster.runs.eventlog import EventLog
+from tfcluster.terminal import decode
 
 STOP_SIGNAL = signal.SIGURG          # "the run is over": default action is ignore
 
@@ -432,7 +433,7 @@ def _int_env(env: Mapping[str, str], name: str) -> int:
 
 def _endpoints(table) -> Dict[str, List[str]]:
     out: Dict[str, List[str]] = {}
-    for job, idx, host, port in table:
+    for job, _idx, host, port in table:
         out.setdefault(job, []).append(f"{host}:{port}")
     return out
 

@@ -15,12 +15,12 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from tfcluster import safe_files
+from tfcluster.backends.slurm.held_secrets import held_variables, hold_back_secrets
+from tfcluster.backends.slurm.layout import job_order, ntasks
 from tfcluster.clusterfile.checks import check_text
 from tfcluster.errors import UserError
 from tfcluster.plan.runplan import RunPlan
 from tfcluster.terminal import printable
-from tfcluster.backends.slurm.held_secrets import held_variables, hold_back_secrets
-from tfcluster.backends.slurm.layout import job_order, ntasks
 
 #: the variable the batch script (or the launcher, inside an allocation) passes the plan in
 PLAN_ENV = "TFCLUSTER_SLURM_PLAN"
@@ -162,7 +162,8 @@ def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
                 # (not this shell) and requeues the job only if it still runs when the grace
                 # ends; stopped in order before that, it would end as done -- requeue it now,
                 # as Slurm would have (within max_segments, as every requeue)
-                f'if [ "$STOPPED" = 0 ] && [ "$rc" != 0 ] && [ $((SEG + 1)) -lt {n} ] && scontrol show job "$SLURM_JOB_ID" 2>/dev/null'
+                f'if [ "$STOPPED" = 0 ] && [ "$rc" != 0 ] && [ $((SEG + 1)) -lt {n} ]'
+                ' && scontrol show job "$SLURM_JOB_ID" 2>/dev/null'
                 ' | grep -q "PreemptTime=[0-9]"; then',
                 '  echo "tfcluster: segment $SEG was preempted and stopped in order; requeueing the job '
                 f'(segment $((SEG + 1)), at most {n})"',

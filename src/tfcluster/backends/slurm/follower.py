@@ -13,19 +13,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, IO, Iterator, List, Optional
+from typing import IO, Any, Dict, Iterator, List, Optional
 
 from tfcluster import safe_files
-from tfcluster.core import rules
-from tfcluster.core.task_output import NoiseFold
-from tfcluster.errors import UserError
-from tfcluster.plan.progress import split_progress
-from tfcluster.terminal import terminal_text
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.base import start_child, stop_group
 from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, srun_argv, write_batch_script
 from tfcluster.backends.slurm.nodes import job_nodes, lost_nodes
+from tfcluster.core import rules
+from tfcluster.core.task_output import NoiseFold
+from tfcluster.errors import UserError
+from tfcluster.plan.progress import split_progress
 from tfcluster.runs.slurm_job import ENDED, FOLLOW_TOOLS, JobState, job_state
+from tfcluster.terminal import terminal_text
 
 EXIT_INTERRUPTED = rules.signal_exit_code(signal.SIGINT)
 _TASK_LINE = re.compile(r"^\[([A-Za-z][A-Za-z0-9_]*:\d+)\] (.*)$")

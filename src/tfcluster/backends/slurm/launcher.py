@@ -30,15 +30,15 @@ import time
 from typing import Any, Dict, Optional, Sequence
 
 from tfcluster import safe_files
-from tfcluster.core import rules
-from tfcluster.errors import UserError
-from tfcluster.plan.runplan import RunPlan
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.base import Launcher
 from tfcluster.backends.slurm.batch import dry_run_text, plan_data
 from tfcluster.backends.slurm.follower import Follower, info
 from tfcluster.backends.slurm.held_secrets import hold_back_secrets
 from tfcluster.backends.slurm.layout import job_order, ntasks
+from tfcluster.core import rules
+from tfcluster.errors import UserError
+from tfcluster.plan.runplan import RunPlan
 
 
 def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
