@@ -145,7 +145,12 @@ def unit_guard(request, monkeypatch):
         raise AssertionError(f"a unit test started a process ({args!r}); "
                              f"move the test to tests/integration (docs/TESTING.md)")
 
+    def no_fork():
+        raise AssertionError("a unit test forked (a launch in a private network runs in a child: "
+                             "give --network host, or move the test to tests/integration)")
+
     monkeypatch.setattr(subprocess.Popen, "__init__", no_process)
+    monkeypatch.setattr(os, "fork", no_fork)
     yield
     if not had_tf and _TF in sys.modules:
         pytest.fail("a unit test imported TensorFlow; move the test to tests/system "

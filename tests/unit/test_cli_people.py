@@ -325,22 +325,34 @@ def test_task_filter_host_prefix_and_timestamps():
         OutputOptions.parse(tasks="worker:x")
 
 
-def test_security_note_once_per_file_and_silenceable(state, tmp_path):
+def test_security_note_for_hosts_is_once_per_file_and_silenceable(state, tmp_path):
     f = str(tmp_path / "c.yaml")
-    first = messages.security_note(f, [2222], environ={}, first_time=runindex.first_time)
-    assert "tfcluster help security" in first and "docs/SECURITY.md" not in first
-    assert messages.security_note(f, [2222], environ={}, first_time=runindex.first_time) is None
+    first = messages.security_note(f, [2222], environ={}, first_time=runindex.first_time, local=False)
+    assert "tfcluster help security" in first and "every user of the run's hosts" in first
+    assert messages.security_note(f, [2222], environ={}, first_time=runindex.first_time, local=False) is None
     other = str(tmp_path / "d.yaml")
-    assert messages.security_note(other, [1], silenced=True) is None
-    assert messages.security_note(other, [1], environ={messages.SILENCE_ENV: "1"}) is None
-    assert messages.security_note(other, [1], environ={}, first_time=runindex.first_time) is not None
+    assert messages.security_note(other, [1], silenced=True, local=False) is None
+    assert messages.security_note(other, [1], environ={messages.SILENCE_ENV: "1"}, local=False) is None
+    assert messages.security_note(other, [1], environ={}, first_time=runindex.first_time,
+                                  local=False) is not None
+
+
+def test_a_host_network_run_here_says_at_every_start_who_can_connect(state, tmp_path):
+    f = str(tmp_path / "c.yaml")
+    for _ in range(2):
+        line = messages.security_note(f, [2222, 41000], environ={}, first_time=runindex.first_time,
+                                      why_host="worker:0 is at node1:2223, not a loopback address")
+        assert line.startswith("note: network: host (worker:0 is at node1:2223, not a loopback "
+                               "address): every user of this machine can connect") and "2222, 41000" in line
+    assert messages.security_note(f, [1], environ={messages.SILENCE_ENV: "1"}) is None
 
 
 def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # not a path relative to the user's folder
     assert cli.main(["help", "security"]) == 0
     out = capsys.readouterr().out
-    assert "no authentication" in out and "IPv6" in out and "ip6tables" in out
+    assert "no authentication" in out and "IPv6" in out and "meta skuid" in out
+    assert "nobody but the run" in out and "tfcluster exec RUN" in out and "every user of" in out
     assert cli.main(["help", "nope"]) == 2
 
 

@@ -74,25 +74,11 @@ def test_task_env_without_a_cluster_leaves_tf_config_to_where_the_task_runs():
     assert "TF_CONFIG" not in env and env["TFCLUSTER_TASK"] == "worker:0"
 
 
-@pytest.mark.parametrize("port, job, expect", [
-    (2222, "worker", 32222), (32767, "ps", 62767), (32768, "ps", 2768), (60999, "chief", 30999),
-    (65535, "worker", 35535),
-    (None, "worker", None), (0, "worker", None), (2225, "evaluator", None),
-])
-def test_the_profiler_port_is_the_tasks_port_minus_or_plus_30000(port, job, expect):
-    assert contract.profiler_port(port, job) == expect
-
-
-@pytest.mark.parametrize("cluster, job, index, expect", [
-    (SEED, "worker", 1, "32222"), ({"ps": ["[::1]:3000"]}, "ps", 0, "33000"),
-    ({"ps": ["h:40000"]}, "ps", 0, "10000"),
-    (FULL, "evaluator", 0, None),                    # not in the cluster: no server, no port
-    (SEED, "worker", 5, None),
-])
-def test_every_task_of_the_cluster_is_given_its_profiler_port(cluster, job, index, expect):
-    assert contract.task_env(job, index, cluster).get("TFCLUSTER_PROFILER_PORT") == expect
-    assert "TFCLUSTER_PROFILER_PORT" not in contract.task_env(job, index, None)
-    assert contract.task_env(job, index, None, profiler=4000)["TFCLUSTER_PROFILER_PORT"] == "4000"
+def test_the_profiler_port_is_given_only_when_the_plan_chose_one():
+    """No port is derived from a task's own: without a chosen port nothing is opened."""
+    assert "TFCLUSTER_PROFILER_PORT" not in contract.task_env("worker", 1, SEED)
+    assert "TFCLUSTER_PROFILER_PORT" not in contract.task_env("worker", 1, None)
+    assert contract.task_env("worker", 1, SEED, profiler=4000)["TFCLUSTER_PROFILER_PORT"] == "4000"
 
 
 @pytest.mark.parametrize("argv, symbolic, local, shown", [

@@ -250,7 +250,8 @@ def _check_commands(path, text, out):
         assert words[:1] == ["cd"] and words[2:4] == ["&&", "env"], (text, line)
         n_env = len({k for k, _ in task.env} | {"TF_CONFIG"} | CONTRACT_VARS
                     | ({"CUDA_VISIBLE_DEVICES"} if task.gpus is not None else set())
-                    | ({"TFCLUSTER_PROFILER_PORT"} if task.job != "evaluator" else set()))
+                    | ({"TFCLUSTER_PROFILER_PORT"} if task.job != "evaluator" and c.spec.profiler
+                       else set()))
         n_argv = len(task.command + task.args) or 2  # or: python my_trainer.py
         if task.task_flags:
             n_argv += 2 + len([j for j in c.jobs if j != "evaluator"])

@@ -318,6 +318,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return stop_run(resolve_run(args.run), timeout=args.timeout)
 
 
+def cmd_exec(args: argparse.Namespace) -> int:
+    from tfcluster.runs.index import resolve_run
+    from tfcluster.runs.inside import exec_in_run
+    return exec_in_run(resolve_run(args.run), args.command)
+
+
 def cmd_stack(args: argparse.Namespace) -> int:
     from tfcluster.runs import logs
     from tfcluster.runs.index import is_run_dir, lookup, resolve_run
@@ -430,6 +436,6 @@ COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "commands": cmd_commands, "status": cmd_status, "runs": cmd_runs, "report": cmd_report,
     "hello": cmd_hello, "logs": cmd_logs, "stop": cmd_stop, "stack": cmd_stack, "attach": cmd_attach,
     "tensorboard": cmd_tensorboard, "profile": cmd_profile, "completion": cmd_completion,
-    "help": cmd_help, "render": cmd_render, "import": cmd_import, "schema": cmd_schema,
+    "help": cmd_help, "render": cmd_render, "import": cmd_import, "schema": cmd_schema, "exec": cmd_exec,
     "serve": cmd_serve,
 }

@@ -133,7 +133,8 @@ def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
         args=tuple(args.arg or ()),
         success=args.success, grace=args.grace, restart=args.restart,
         max_restarts=args.max_restarts, logdir=args.logdir, run_id=args.run_id,
-        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()))
+        stop_timeout=args.stop_timeout, backend=args.backend, hosts=tuple(args.host or ()),
+        network=args.network, profiler=args.profiler)
     view = View(quiet=args.quiet, live=False if args.no_live else None,
                 progress_every=args.progress_interval, echo_progress=args.echo_progress,
                 show_tf_noise=args.show_tf_noise,

@@ -11,7 +11,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from tfcluster.cli import parser as grammar
-from tfcluster.cli.commands import COMMANDS, cmd_launch, cmd_serve
+from tfcluster.cli.commands import COMMANDS, cmd_exec, cmd_launch, cmd_serve
 from tfcluster.cli.launching import launch_request, run_launch
 from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.core import messages
@@ -34,6 +34,8 @@ def console() -> None:
     on it). What an exit must do is done first: other threads that are not daemons are joined,
     the ``atexit`` functions run, stdout and stderr are flushed. An exception ends it the
     usual way (its traceback)."""
+    from tfcluster.drivers import network
+    network.MOVE_THIS_PROCESS = True    # this process is the launcher: it may move into a run's network
     code = main()
     import atexit
     import threading
@@ -59,7 +61,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argparse's usage errors, ``--help`` and ``--version`` raise SystemExit as argparse does."""
     argv = list(sys.argv[1:] if argv is None else argv)
     program: List[str] = []
-    if argv and argv[0] == "launch" and "--" in argv:
+    if argv and argv[0] in ("launch", "exec") and "--" in argv:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
     argv = grammar.glue_arg_values(argv)
@@ -89,6 +91,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.func is cmd_launch:
             return int(run_launch(launch_request(args, program, argv)) or 0)
+        if args.func is cmd_exec:
+            args.command = program
         return int(args.func(args) or 0)
     except UserError as e:
         print_error(e)

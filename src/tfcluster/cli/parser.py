@@ -87,6 +87,13 @@ def build_parser() -> RecordingParser:
                    "every host is this machine, else ssh; ray: RAY_ADDRESS or the file's ray:)")
     s.add_argument("--host", action="append", metavar="NAME",
                    help="start only the tasks on host NAME, here (per-host mode; repeatable)")
+    s.add_argument("--network", choices=["private", "host"],
+                   help="private: the run gets a network of its own that only its processes reach "
+                   "(the default where the kernel allows it); host: this machine's network, where "
+                   "every local user can connect to the tasks (default: the file's network:)")
+    s.add_argument("--profiler", action="store_true", default=None,
+                   help="start TensorFlow's profiler server in every task, on a port chosen with "
+                   "the task ports (tfcluster profile RUN traces it; default: the file's profiler:)")
     o = s.add_argument_group("output")
     o.add_argument("--tasks", metavar="LIST",
                    help="show only these tasks' output, e.g. worker:0,chief (a job name means "
@@ -186,6 +193,15 @@ def build_parser() -> RecordingParser:
     s.add_argument("run", nargs="?", help="run id or run folder")
     s.add_argument("--timeout", type=_seconds, default=120.0, metavar="SECONDS",
                    help="how long to wait for the launcher to end (default 120)")
+
+    s = sub.add_parser("exec", help="run a command inside a live run's private network",
+                       usage="tfcluster exec [RUN] -- CMD [ARGS...]",
+                       description="Run CMD (a TF1 client of the ps, curl, a notebook kernel) inside "
+                       "the network of a run launched with network: private, where only the run "
+                       "reaches its tasks; TFCLUSTER_CLUSTER holds the run's ClusterSpec as JSON. "
+                       "A run in the host network: CMD runs as it is. RUN: a run id or run folder "
+                       "(default: the latest run of ./cluster.yaml, else your latest run).")
+    s.add_argument("run", nargs="?", help="run id or run folder")
 
     s = sub.add_parser("stack", help="print the Python stacks of a live run's tasks (py-spy)",
                        usage="tfcluster stack [RUN] [TASK ...] [--native]",

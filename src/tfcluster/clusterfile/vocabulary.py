@@ -34,6 +34,9 @@ DATA_SERVICE_JOBS = (DATA_DISPATCHER, DATA_WORKER)
 SERVICE_JOBS = ("ps",) + DATA_SERVICE_JOBS
 #: the backends ``launch --backend`` knows
 BACKENDS = ("local", "ssh", "slurm", "ray")
+#: where a run's tasks listen: a network namespace of the run's own (only its processes reach
+#: its ports), or the machine's own network (every local user can connect)
+NETWORKS = ("private", "host")
 
 
 def job_rank(job: str) -> int:

@@ -1,5 +1,5 @@
-"""Words the launcher and the CLI say to people, kept in one place: the security note (once
-per cluster file, silenceable), ``tfcluster help security``, hints for common command-line
+"""Words the launcher and the CLI say to people, kept in one place: the security note (who
+can connect to a run's ports; silenceable), ``tfcluster help security``, hints for common command-line
 slips, and "nothing was trained". Pure functions (the security note remembers files in the
 user's state folder through :mod:`tfcluster.runs.index`). No TensorFlow.
 """
@@ -14,46 +14,65 @@ SILENCE_ENV = "TFCLUSTER_NO_SECURITY_NOTE"
 SECURITY = """\
 Security: TensorFlow's servers and what tfcluster does about them
 
-- Every TensorFlow task (tf.compat.v1.train.Server and the servers behind tf.distribute) is a
-  gRPC server with no authentication and no encryption. Anyone who reaches its port can run
-  any TensorFlow op in the task's process (read and write files, run programs) as its user.
-- It listens on every interface, IPv4 and IPv6, whatever host the cluster file names:
-  localhost:2222 does not keep the port on loopback. IPv6 and IPv4 link-local addresses
-  (fe80::/10, 169.254.0.0/16) reach it from the same link even without IPv6 service.
-- Fence a cluster: a private network only the cluster's machines reach (VPC, VLAN, a
-  Kubernetes NetworkPolicy), or a firewall on the task ports that admits only the cluster's
-  hosts, over IPv4 AND IPv6 (nftables: one 'inet' table; iptables: the same rules again with
-  ip6tables).
+- Every TensorFlow task (tf.compat.v1.train.Server and the servers behind tf.distribute), and
+  TensorFlow's profiler server, is a gRPC server with no authentication and no encryption.
+  Anyone who reaches its port can run any TensorFlow op in the task's process (read and write
+  files, change the model) or write a trace where they choose, as the task's user.
+- It listens on every address, IPv4 and IPv6, whatever host the cluster file names:
+  localhost:2222 does not keep the port on loopback, and every user of the machine reaches
+  loopback.
+
+Who can connect, by how a run is launched:
+- On this machine (backend local), by default: nobody but the run. The launcher and its tasks
+  run in a network of the run's own (a Linux network namespace; no setuid helper: user
+  namespaces), so other users, and other hosts, reach none of its ports. Tasks keep your uid;
+  slirp4netns, when installed, gives them outbound connections (no port is forwarded in, the
+  host's loopback is not reachable). `tfcluster exec RUN -- CMD` runs your own client inside.
+- network: host (--network host), or where the kernel refuses user namespaces: every user of
+  this machine can connect to the run's ports; the launch says so at start.
+- Across hosts (ssh, Slurm, Ray): every user of those hosts, and whoever reaches them. Fence
+  the ports: a private network only the cluster's machines reach, and a firewall that admits
+  the cluster's hosts and, on each host, only your own processes (nftables: 'meta skuid' on
+  the output hook; docs/SECURITY.md has a recipe). `tfcluster doctor FILE` says which ports of
+  a run who can reach.
+- The profiler server is off unless asked for (profiler: true, --profiler); then its ports
+  are chosen with the task ports and fenced the same way.
 - Run tasks as an unprivileged user, never root. Keep secrets out of the file's env: name
   variables of the launcher's environment in 'secrets:'; values are masked in every output.
 - tfcluster opens no port of its own; run folders are readable by their owner only
   (folder 0700, files 0600).
 
-The launcher prints a short note about this the first time a cluster file is launched on a
-machine with a network address beyond loopback; --no-security-note or
-TFCLUSTER_NO_SECURITY_NOTE=1 silences it. The full text, with an nftables example, is
-docs/SECURITY.md in tfcluster's source.
+--no-security-note or TFCLUSTER_NO_SECURITY_NOTE=1 silences the launch's note. The full text,
+with an nftables example, is docs/SECURITY.md in tfcluster's source.
 """
 
 TOPICS = {"security": SECURITY}
 
 
 def security_note(source: Optional[str], ports: Sequence[int], silenced: bool = False,
-                  environ=None, first_time: Callable[[str, str], bool] = lambda kind, key: True
-                  ) -> Optional[str]:
-    """The security note for a launch of ``source`` on ``ports``, or None when it is silenced
-    (the flag, ``TFCLUSTER_NO_SECURITY_NOTE=1``) or was already shown for this file:
-    ``first_time(kind, key)`` answers that and remembers the showing (the launcher passes
-    :func:`tfcluster.runs.index.first_time`, per file in the user's state folder)."""
+                  environ=None, first_time: Callable[[str, str], bool] = lambda kind, key: True,
+                  local: bool = True, why_host: str = "") -> Optional[str]:
+    """Who can connect to a run of ``source`` on ``ports`` in the host network, or None when
+    it is silenced (the flag, ``TFCLUSTER_NO_SECURITY_NOTE=1``). ``local``: the run is on
+    this machine (said at every start, with ``why_host``: why not a private network); else
+    the hosts of an ssh, Slurm or Ray run (said once per file: ``first_time(kind, key)``
+    answers that and remembers it; the launcher passes :func:`tfcluster.runs.index.first_time`)."""
     environ = os.environ if environ is None else environ
     if silenced or environ.get(SILENCE_ENV, "").strip() not in ("", "0"):
         return None
+    listed = ", ".join(str(p) for p in ports)
+    if local:
+        because = f" ({why_host})" if why_host else ""
+        return (f"note: network: host{because}: every user of this machine can connect to this "
+                f"run's tasks (ports {listed}), and TensorFlow's servers trust whoever connects; "
+                f"--network private keeps them to the run (tfcluster help security)")
     key = os.path.abspath(source) if source else "(no file)"
     if not first_time("security", key):
         return None
     return (f"note: TensorFlow's gRPC servers have no authentication or encryption and listen on "
-            f"every interface, IPv4 and IPv6 (ports {', '.join(str(p) for p in ports)}); fence them "
-            f"off: tfcluster help security (said once per file; --no-security-note silences it)")
+            f"every address; every user of the run's hosts can connect to its ports ({listed}): "
+            f"fence them off: tfcluster help security (said once per file; --no-security-note "
+            f"silences it)")
 
 
 # ------------------------------------------------------------------ command-line hints

@@ -24,8 +24,10 @@ class SupervisedLauncher(Launcher):
 
     def run(self, view) -> int:
         from tfcluster.drivers.display import OutputOptions
+        from tfcluster.drivers.network import run_in_network
         from tfcluster.drivers.supervisor import Supervisor
         if getattr(view, "output", None) is None or not view.output.hosts:
             out = getattr(view, "output", None) or OutputOptions()
             view = replace(view, output=replace(out, hosts=OutputOptions.hosts_of(self.plan)))
-        return Supervisor(self.plan, self.backend, view).run()
+        return run_in_network(self.plan, lambda plan, note: Supervisor(plan, self.backend, view,
+                                                                        network_note=note).run())

@@ -52,7 +52,7 @@ from tfcluster.drivers.display import Display, ProgressPace, View, live_table, p
 from tfcluster.drivers.pump import OutputPump, join_readers
 from tfcluster.drivers.tasks import ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard, start_failure
 from tfcluster.errors import UserError
-from tfcluster.net.addresses import is_local, reachable_beyond_loopback
+from tfcluster.net.addresses import is_local
 from tfcluster.net.ports import describe_port_holder, port_in_use
 from tfcluster.plan import contract
 from tfcluster.plan.progress import Progress
@@ -140,8 +140,10 @@ class Supervisor:
 
     def __init__(self, plan: RunPlan, backend: Backend, view: Optional[View] = None,
                  clock: Callable[[], float] = time.time,
-                 nap: Optional[Callable[[List[TaskRun], float], None]] = None):
+                 nap: Optional[Callable[[List[TaskRun], float], None]] = None,
+                 network_note: str = ""):
         self.plan = plan
+        self.network_note = network_note   # said at start (tfcluster.drivers.network)
         self.backend = backend
         self.view = view or View()
         self.clock = clock
@@ -206,8 +208,9 @@ class Supervisor:
         return self.plan.skipped_tasks
 
     def check_ports(self) -> None:
-        """Every local port must be free before anything starts (exit 2 otherwise)."""
-        if not self.backend.checks_local_ports:
+        """Every local port must be free before anything starts (exit 2 otherwise). In a
+        private network every port is the run's own: the host's do not matter."""
+        if not self.backend.checks_local_ports or self.plan.network == "private":
             return
         problems = []
         for tr in self.runs.values():
@@ -215,6 +218,10 @@ class Supervisor:
             if is_local(t.host) and port_in_use(t.port):
                 problems.append(f"{t.where}: port {t.port} ({t.name}) is already in use"
                                 f"{describe_port_holder(t.port)}; nothing was started")
+            if t.profiler_port and is_local(t.host) and port_in_use(t.profiler_port):
+                problems.append(f"{t.name}'s profiler port {t.profiler_port} is already in use"
+                                f"{describe_port_holder(t.profiler_port)}; nothing was started "
+                                f"(launch again: it is chosen anew)")
         if problems:
             raise UserError("\n".join(problems))
 
@@ -292,6 +299,8 @@ class Supervisor:
         d = self.display
         names = ", ".join(f"{tr.name}@{tr.plan.endpoint}" for tr in self.runs.values())
         d.info(f"run {self.plan.run_id}: {len(self.runs)} task(s): {names}; logs in {self.plan.run_dir}")
+        if self.network_note:
+            d.info(self.network_note)
         if self.skipped:
             why = ("not on --host " + ", ".join(self.plan.only_hosts)) if self.plan.only_hosts \
                 else "not this machine"
@@ -300,14 +309,18 @@ class Supervisor:
                          backend=self.backend.name, tasks=list(self.runs), chief=self.plan.chief)
 
     def _security_note(self) -> None:
-        """Said once the tasks have started (it looks at the machine's interfaces)."""
-        d = self.display
-        if self.backend.name == "local" and reachable_beyond_loopback():
-            line = security_note(self.plan.source, [tr.plan.port for tr in self.runs.values()],
-                                 silenced=not self.display.options.security_note,
-                                 first_time=runindex.first_time)
-            if line:
-                d.info(line)
+        """Said once the tasks have started: who can connect to the run's ports. Nobody else in
+        a private network (nothing to say); on this machine's network, every local user (said
+        at every start); across hosts, anyone on those hosts (said once per file)."""
+        if self.plan.network == "private":
+            return
+        ports = sorted({p for tr in self.runs.values() for p in (tr.plan.port, tr.plan.profiler_port) if p})
+        line = security_note(self.plan.source, ports, silenced=not self.display.options.security_note,
+                             first_time=runindex.first_time,
+                             local=self.backend.name == "local" and not self.plan.only_hosts,
+                             why_host=self.plan.network_why)
+        if line:
+            self.display.info(line)
 
     # ------------------------------------------------------------------ carrying out actions
     def _feed(self, *events) -> None:
@@ -583,7 +596,7 @@ class Supervisor:
                 chief=tr.name == self.plan.chief, pid=tr.pid, state=tr.state.value,
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
-                log=tr.log_path, profiler_port=contract.profiler_port(tr.plan.port, tr.plan.job),
+                log=tr.log_path, profiler_port=tr.plan.profiler_port,
                 argv=argv, env=env, note=tr.why,
                 life_at=tr.track.alive_at, output_at=tr.seen.output_at,
                 progress=None if p is None else {
@@ -595,10 +608,20 @@ class Supervisor:
         root_cause = self.root_cause_words if rc is None else (
             f"{rc.name} {describe_exit(rc.returncode)}" + (f" ({rc.why})" if rc.why else ""))
         return run_record(
-            self.plan, backend=self.backend.name, started=self.started, ended=self.ended,
+            self.plan, backend=self.backend.name, network=self._network_fields(),
+            started=self.started, ended=self.ended,
             result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
             root_cause=root_cause, total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled(),
             **({"moves": list(self.moves)} if self.moves else {}))
+
+    def _network_fields(self) -> dict:
+        """run.json's ``network``: which one, and (private) whether tasks reach other hosts."""
+        out = {"mode": self.plan.network}
+        if self.plan.network == "private":
+            out["outbound"] = self.plan.outbound or None
+        elif self.plan.network_why:
+            out["why"] = self.plan.network_why
+        return out
 
     def _write_record(self, force: bool = False, data: Optional[dict] = None) -> None:
         if not os.path.isdir(self.plan.run_dir):

@@ -301,11 +301,12 @@ def _start_helper_waiting() -> _WaitingHelper:
     return _WaitingHelper(shutil.which(OUTBOUND_HELPER)).start()
 
 
-def enter_namespaces(pid: int) -> None:
+def enter_namespaces(pid: int, still_alive=lambda: True) -> None:
     """Move this (single-threaded) process into the network of process ``pid`` (a private
     run's launcher): as root its network namespace; else its user namespace's parent U1, the
-    network namespace, then its user namespace U2 (the caller's uid inside). Raises
-    PrivateNetworkError (another user's process, a gone one)."""
+    network namespace, then its user namespace U2 (the caller's uid inside). ``still_alive``
+    is asked once the namespaces are open (a pidfd's answer: the pid was not reused while they
+    were opened). Raises PrivateNetworkError (another user's process, a gone one)."""
     libc = _libc()
     try:
         net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
@@ -313,12 +314,16 @@ def enter_namespaces(pid: int) -> None:
         raise PrivateNetworkError(f"pid {pid}'s network cannot be opened ({e.strerror or e})")
     try:
         if os.geteuid() == 0:
+            if not still_alive():
+                raise PrivateNetworkError(f"pid {pid} ended meanwhile")
             _check(libc.setns(net, CLONE_NEWNET), "entering the run's network")
             return
         if threads_here() > 1:
             raise PrivateNetworkError("entering a user namespace takes a single-threaded process")
         u2 = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
         try:
+            if not still_alive():
+                raise PrivateNetworkError(f"pid {pid} ended meanwhile")
             mine = os.stat("/proc/self/ns/user")
             theirs = os.fstat(u2)
             if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):

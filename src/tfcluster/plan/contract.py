@@ -16,10 +16,11 @@ task flags (opt-in)
 ``TFCLUSTER_LOCAL_TASKS``     how many tasks share this task's host (thread pools are sized by it)
 ``TFCLUSTER_RESTART_COUNT``   0 on the first start, N on the N-th restart
 ``TFCLUSTER_MAX_RESTARTS``    the task's restart budget (0 when its policy is never)
-``TFCLUSTER_PROFILER_PORT``   the port of the task's TensorFlow profiler server
-                              (:func:`profiler_port`: the task's port -/+ 30000); the runtime
-                              starts the server there (``tfcluster.runtime.start_profiler``),
-                              and ``tfcluster profile RUN`` traces every task through it
+``TFCLUSTER_PROFILER_PORT``   the port of the task's TensorFlow profiler server, only when the
+                              run's profiler is on (``profiler: true``, ``launch --profiler``): a
+                              port chosen with the task ports (the plan's); the runtime starts the
+                              server there (``tfcluster.runtime.start_profiler``), and
+                              ``tfcluster profile RUN`` traces every task through it
 ``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
 ``TFCLUSTER_DATA_SERVICE``    ``grpc://host:port`` of the tf.data service's dispatcher, when the
                               file has a ``data_service:`` (its jobs ``tfdata_dispatcher`` and
@@ -57,10 +58,6 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 PROGRESS_FD = "TFCLUSTER_PROGRESS_FD"
 LAUNCHER_PID = "TFCLUSTER_LAUNCHER_PID"
 PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
-#: a task's profiler port is its own port minus this when that is in Linux's ephemeral range
-#: (>= 32768, as free ports picked by binding port 0 are), else its port plus this
-PROFILER_PORT_OFFSET = 30000
-EPHEMERAL_LOW = 32768
 DATA_SERVICE = "TFCLUSTER_DATA_SERVICE"
 # TensorFlow's own shapes (the ClusterSpec dict, TF_CONFIG, its chief) live with the cluster
 # file (tfcluster.clusterfile.clusterspec); the contract hands them to every task
@@ -113,21 +110,6 @@ def task_argv(argv: Sequence[str], cluster: Mapping[str, Sequence[str]], job: st
     return list(argv) + (task_flags(cluster, job, index) if with_flags else [])
 
 
-def profiler_port(port: Optional[int], job: str = "") -> Optional[int]:
-    """The port of the profiler server of task ``job`` listening on ``port`` (None: no port
-    yet, or an ``evaluator``, which is not in the cluster and may have no port of its own).
-
-    Derived from the task's port, so every backend (and a task whose endpoint is learnt only
-    where it runs, as on Slurm) agrees without asking the host for a free port. A port in the
-    ephemeral range (where ports picked by binding port 0 come from) maps below it, so the
-    profiler servers of such clusters never take a port another run is about to pick; a low
-    port (2222) maps to just under the range (32222)."""
-    if not port or job == "evaluator":
-        return None
-    port = int(port)
-    return port - PROFILER_PORT_OFFSET if port >= EPHEMERAL_LOW else port + PROFILER_PORT_OFFSET
-
-
 def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]], *,
              file_env: Mapping[str, str] = (), gpus: Optional[str] = None,
              run_dir: Optional[str] = None, local_tasks: Optional[int] = None,
@@ -153,10 +135,6 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
         env[RUN_DIR] = run_dir
     env[RESTART_COUNT] = str(int(restart_count))
     env[MAX_RESTARTS] = str(int(max_restarts))
-    if profiler is None and cluster is not None:
-        eps = cluster.get(job) or ()
-        if 0 <= index < len(eps):
-            profiler = profiler_port(endpoint_port(eps[index]), job)
     if profiler:
         env[PROFILER_PORT] = str(int(profiler))
     return env

@@ -47,6 +47,8 @@ class LaunchOptions:
     backend: Optional[str] = None            # local | ssh | slurm | ray (None: the file's, else local/ssh)
     hosts: Tuple[str, ...] = ()              # per-host mode: start only the tasks on these hosts
     slurm: Any = None                        # SlurmSpec: the file's slurm: with the flags over it
+    network: Optional[str] = None            # private | host (None: the file's, else private where it can be)
+    profiler: Optional[bool] = None          # --profiler (None: the file's profiler:)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class TaskPlan:
     task_flags: bool
     restart: vocabulary.RestartRule
     local_tasks: int = 1                     # tasks of the cluster on this task's host
+    profiler_port: Optional[int] = None      # the profiler server's port (profiler on), else None
 
     @property
     def name(self) -> str:
@@ -119,6 +122,11 @@ class RunPlan:
     secret_names: Tuple[str, ...] = ()       # the file's secrets: (besides secret-looking names)
     run_id_given: bool = False               # --run-id given (else a default: a taken one is renumbered)
     extra: Dict[str, Any] = field(default_factory=dict, compare=False)  # backend settings (slurm:)
+    network: str = "host"                    # private: a network of the run's own; host: the machine's
+    network_why: str = ""                    # why host where private was the default (one line)
+    network_asked: bool = False              # --network or the file's network: said which
+    profiler: bool = False                   # the tasks' profiler servers are on
+    outbound: str = ""                       # a private network's outbound helper (slirp4netns), once made
 
     # ---- tasks
     @property
@@ -165,7 +173,8 @@ class RunPlan:
             file_env=dict(task.env), gpus=task.gpus, run_dir=self.run_dir,
             local_tasks=task.local_tasks if local_tasks is None else local_tasks,
             restart_count=restart_count,
-            max_restarts=0 if task.restart.policy == "never" else task.restart.max_restarts)
+            max_restarts=0 if task.restart.policy == "never" else task.restart.max_restarts,
+            profiler=task.profiler_port)
 
     def secret_values(self, environ=None) -> List[str]:
         """What is masked in output, logs and records: secret values of the tasks' env, of the
@@ -181,15 +190,18 @@ class RunPlan:
     def with_run_dir(self, run_dir: str) -> "RunPlan":
         return replace(self, run_dir=run_dir, run_id=os.path.basename(run_dir))
 
-    def with_endpoints(self, endpoints: Dict[str, Tuple[str, int]]) -> "RunPlan":
+    def with_endpoints(self, endpoints: Dict[str, Tuple[str, int]],
+                       profiler_ports: Optional[Dict[str, int]] = None) -> "RunPlan":
         """The plan with every task's host and port replaced (``task name -> (host, port)``):
-        the endpoints a backend learnt when it placed the tasks (Ray); the ClusterSpec, hence
-        TF_CONFIG and task flags, follow."""
+        the endpoints a backend learnt when it placed the tasks (Ray), with the profiler ports it
+        chose there; the ClusterSpec, hence TF_CONFIG and task flags, follow."""
         keys: Dict[str, int] = {}
         for host, _ in endpoints.values():
             keys[host_key(host)] = keys.get(host_key(host), 0) + 1
+        profiler_ports = profiler_ports or {}
         tasks = tuple(replace(t, host=endpoints[t.name][0], port=endpoints[t.name][1],
-                              local_tasks=keys[host_key(endpoints[t.name][0])])
+                              local_tasks=keys[host_key(endpoints[t.name][0])],
+                              profiler_port=profiler_ports.get(t.name))
                       for t in self.tasks)
         jobs: Dict[str, List[str]] = {}
         for t in tasks:
@@ -209,6 +221,7 @@ class RunPlan:
                 "gpus": [t.gpus for t in tasks],
                 "endpoints": None if first.host is None else [t.endpoint for t in tasks],
                 "local_tasks": [t.local_tasks for t in tasks],
+                "profiler_ports": [t.profiler_port for t in tasks],
                 "restart": {"policy": r.policy, "max_restarts": r.max_restarts,
                             "max_total_restarts": r.max_total_restarts, "backoff": r.backoff,
                             "min_uptime": r.min_uptime},
@@ -222,7 +235,8 @@ class RunPlan:
             "base_port": self.base_port, "cluster": self.cluster,
             "count_jobs": list(self.count_jobs), "only_hosts": list(self.only_hosts),
             "secret_names": list(self.secret_names), "run_id_given": self.run_id_given,
-            "extra": dict(self.extra),
+            "extra": dict(self.extra), "network": self.network, "network_why": self.network_why,
+            "network_asked": self.network_asked, "profiler": self.profiler,
         }
 
     @classmethod
@@ -241,7 +255,8 @@ class RunPlan:
                 tasks.append(TaskPlan(
                     job=job, index=i, host=host, port=port, argv=tuple(j["argv"]),
                     env=tuple(j["env"].items()), cwd=j["cwd"], gpus=j["gpus"][i],
-                    task_flags=bool(j["task_flags"]), restart=r, local_tasks=j["local_tasks"][i]))
+                    task_flags=bool(j["task_flags"]), restart=r, local_tasks=j["local_tasks"][i],
+                    profiler_port=(j.get("profiler_ports") or [None] * j["count"])[i]))
         return cls(source=d["source"], base_dir=d["base_dir"], backend=d["backend"],
                    tasks=tuple(tasks), selected=tuple(d["selected"]), chief=d["chief"],
                    success=d["success"], grace=float(d["grace"]),
@@ -251,13 +266,17 @@ class RunPlan:
                    count_jobs=tuple(d["count_jobs"]), only_hosts=tuple(d.get("only_hosts") or ()),
                    secret_names=tuple(d.get("secret_names") or ()),
                    run_id_given=bool(d.get("run_id_given", True)),
-                   extra=dict(d.get("extra") or {}))
+                   extra=dict(d.get("extra") or {}), network=d.get("network") or "host",
+                   network_why=d.get("network_why") or "", network_asked=bool(d.get("network_asked")),
+                   profiler=bool(d.get("profiler")))
 
 
 # --------------------------------------------------------------------------------------
 
-def assign_local_ports(cluster: Cluster) -> Cluster:
-    """Give count jobs consecutive free ports on localhost, from the file's base_port."""
+def assign_local_ports(cluster: Cluster, host_network: bool = True) -> Cluster:
+    """Give count jobs consecutive free ports on localhost, from the file's base_port. In a
+    private network (``host_network`` off) every port is free: the ports from base_port that
+    the file's listed endpoints leave."""
     taken = {t.endpoint.port for t in cluster.tasks if t.endpoint is not None}
     missing = [t for t in cluster.tasks if t.endpoint is None]
     if not missing:
@@ -265,7 +284,9 @@ def assign_local_ports(cluster: Cluster) -> Cluster:
     start = cluster.base_port
     while True:
         try:
-            first = free_port_run(len(missing), start)
+            if not host_network and start + len(missing) - 1 > 65535:
+                raise OSError(f"no run of {len(missing)} ports from {cluster.base_port}")
+            first = free_port_run(len(missing), start) if host_network else start
         except OSError as e:
             raise UserError(f"base_port: {e}")
         clash = sorted(set(range(first, first + len(missing))) & taken)
@@ -307,6 +328,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     if backend == "ray" and any(job in vocabulary.DATA_SERVICE_JOBS for job in cluster.jobs):
         raise UserError("data_service: the tf.data service does not run with --backend ray yet; "
                         "use --backend local, ssh or slurm, or leave data_service: out")
+    asked = opts.network or getattr(cluster.spec, "network", None)
+    network, network_why = resolve_network(cluster, backend, asked, opts.hosts)
     if backend == "slurm":
         pass
     elif not cluster.resolved:
@@ -314,7 +337,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         if backend not in ("local", "ray"):
             raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local, slurm or ray "
                             f"backend; list host:port entries for --backend {backend}")
-        cluster = assign_local_ports(cluster)
+        cluster = assign_local_ports(cluster, host_network=network == "host")
 
     run_id = opts.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if not RUN_ID.fullmatch(run_id):
@@ -365,6 +388,10 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         raise UserError(f"cluster: no task of this file runs on this machine (hosts: {', '.join(known)}); "
                         f"use --backend ssh to start remote tasks")
 
+    profiler = bool(getattr(cluster.spec, "profiler", False) if opts.profiler is None else opts.profiler)
+    if profiler and backend in ("local", "ssh"):
+        tasks = _profiler_ports(tasks, network, backend)
+
     extra: Dict[str, Any] = {}
     if backend == "slurm":
         tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
@@ -384,7 +411,69 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         cluster=cluster.cluster_spec_dict() if endpoints else None,
         count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
-        extra=extra)
+        extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
+        profiler=profiler)
+
+
+def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
+                    hosts: Sequence[str] = ()) -> Tuple[str, str]:
+    """(private | host, why host where private was the default). ``asked``: --network or the
+    file's ``network:`` (None: private where it can be). A private network holds a run whose
+    every task is on this machine at a loopback address (inside, only loopback exists) and needs
+    the kernel's namespaces; asked for where it cannot be, it is one line, exit 2."""
+    if asked is not None and asked not in vocabulary.NETWORKS:
+        raise UserError(f"--network: '{asked}' is not one of {', '.join(vocabulary.NETWORKS)}")
+    if asked == "host":
+        return "host", ""
+    if backend != "local" or hosts:
+        if asked == "private":
+            where = "per-host mode (--host)" if hosts else f"--backend {backend}"
+            raise UserError(f"network: private is for a run whose tasks all run on this machine; "
+                            f"{where} reaches other hosts (their users can connect: see "
+                            f"tfcluster help security), so use network: host")
+        return "host", ""
+    from tfcluster.net.addresses import is_loopback
+    for t in cluster.tasks:
+        if t.endpoint is not None and not is_loopback(t.endpoint.host):
+            why = (f"{t.name} is at {t.endpoint}, not a loopback address (inside a private network "
+                   f"only localhost, 127.0.0.0/8 and ::1 exist)")
+            if asked == "private":
+                raise UserError(f"network: private: {why}; write localhost, or use --network host")
+            return "host", why
+    from tfcluster.net.private import unavailable
+    why = unavailable()
+    if why:
+        if asked == "private":
+            raise UserError(f"network: private: {why}; use --network host")
+        return "host", why
+    return "private", ""
+
+
+def _profiler_ports(tasks: Tuple[TaskPlan, ...], network: str, backend: str) -> Tuple[TaskPlan, ...]:
+    """Every task's profiler port (not an evaluator's: it has no server), chosen with the task
+    ports, never derived from them: on the host network free ports of this machine that are not
+    a task's; in a private network, where every port is free, the next ports after the tasks'."""
+    wanted = [t for t in tasks if t.job != "evaluator"]
+    used = {t.port for t in tasks if t.port}
+    if backend != "local" or network == "host":
+        # ssh: the hosts' ports are their agents' to choose (none here: see the node agent)
+        if backend != "local":
+            return tasks
+        from tfcluster.net.ports import free_ports
+        try:
+            free = [p for p in free_ports(len(wanted) + len(used)) if p not in used][:len(wanted)]
+        except OSError as e:
+            raise UserError(f"--profiler: {e}")
+    else:
+        free, port = [], max(used or {2221}) + 1
+        while len(free) < len(wanted):
+            if port > 65535:
+                raise UserError("--profiler: no ports are left above the tasks' own")
+            if port not in used:
+                free.append(port)
+            port += 1
+    chosen = dict(zip((t.name for t in wanted), free))
+    return tuple(replace(t, profiler_port=chosen.get(t.name)) for t in tasks)
 
 
 def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int],

@@ -129,7 +129,6 @@ class _Record:
 
     def write(self, result: str, code: Optional[int], job_id: Optional[str],
               ended: Optional[float] = None) -> None:
-        from tfcluster.plan.contract import profiler_port
         from tfcluster.runs.record import run_record, task_row, write_record
         ends = self.channel.exits()
         tasks = []
@@ -147,7 +146,7 @@ class _Record:
                 ended=rec.get("ended"),
                 log=os.path.join(self.plan.run_dir, f"{t.file_stem}.log"),
                 note=str(rec.get("note") or ""),
-                profiler_port=profiler_port(rec.get("port"), t.job)))
+                profiler_port=rec.get("profiler_port") if isinstance(rec.get("profiler_port"), int) else None))
         failures = self.channel.failures()
         # the verdict's words, from the node that reached it (the machine's end_row)
         decided = sorted((r for r in ends.values() if isinstance(r.get("decision"), str)),
