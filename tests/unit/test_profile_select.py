@@ -2,6 +2,8 @@
 No TensorFlow, no processes (tests/system/test_profile.py traces a real run)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tfcluster.errors import UserError
@@ -31,8 +33,19 @@ def test_a_task_that_is_not_the_runs_is_a_one_line_error():
 
 @pytest.mark.parametrize("row, expect", [
     ({"host": "localhost", "profiler_port": 12222}, "localhost:12222"),
-    ({"host": "::1", "profiler_port": 5}, "[::1]:5"),
+    ({"host": "::1", "profiler_port": 5}, "127.0.0.1:5"),      # TensorFlow's client reads no [::1]
+    ({"host": "[::1]", "profiler_port": 5}, "127.0.0.1:5"),
     ({"host": None, "profiler_port": 5}, "localhost:5"),
+    ({"host": "fd00::7", "profiler_port": 5}, "fd00::7:5"),     # another host's: through a relay
 ])
 def test_task_address(row, expect):
     assert task_address(row) == expect
+
+
+def test_a_run_without_the_profiler_says_how_to_turn_it_on(tmp_path):
+    from tfcluster.runs.profile import profile_run
+    rec = {"run_id": "r1", "result": "running", "launcher_pid": os.getppid(), "tasks": [
+        {"task": "ps:0", "host": "localhost", "state": "running", "profiler_port": None}]}
+    with pytest.raises(UserError, match="launched without the profiler: launch it with --profiler "
+                       r"\(or profiler: true in the file\)"):
+        profile_run(str(tmp_path), rec, seconds=1)

@@ -29,7 +29,7 @@ SUMMARY_FLAGS = ("--checkpoint_dir", "--model_dir", "--logdir", "--summary_dir",
 
 
 def _say(line: str) -> None:
-    print(f"tfcluster: {line}", file=sys.stderr, flush=True)
+    print(f"tfcluster: {printable(line)}", file=sys.stderr, flush=True)   # record strings in it
 
 
 # ------------------------------------------------------------------ stop
@@ -350,12 +350,15 @@ def tensorboard(run_dir: str, record: Dict, port: Optional[int] = None, host: Op
                 print_only: bool = False, profile: bool = False) -> int:
     """Run TensorBoard on the run's summaries (the process replaces this one), or print the
     command when TensorBoard is not installed or ``print_only``. ``profile``: on the run's
-    profiles instead (``<run_dir>/profile``, written by ``tfcluster profile``)."""
+    profiles instead (``<run_dir>/profile``, written by ``tfcluster profile``). Only the
+    caller's own runs are served (a record another user wrote could name any folder), and the
+    start says who else can reach TensorBoard's port (every local user: it has no login)."""
+    record, _ = read_own_run(run_dir, nothing="TensorBoard not started")
+    run_id = printable(record.get("run_id") or os.path.basename(run_dir))
     if profile:
         logdir: Optional[str] = os.path.join(run_dir, "profile")
         if not os.path.isdir(logdir):
-            raise UserError(f"run {record.get('run_id')}: no profile yet; take one with "
-                            f"tfcluster profile {record.get('run_id')}")
+            raise UserError(f"run {run_id}: no profile yet; take one with tfcluster profile {run_id}")
     else:
         logdir = summaries_dir(record)
     if logdir is None:
@@ -370,6 +373,10 @@ def tensorboard(run_dir: str, record: Dict, port: Optional[int] = None, host: Op
         print(line)
         return 0 if print_only else 1
     _say(f"TensorBoard on {printable(logdir)}: {line}")
+    where = host or "localhost"
+    _say(f"note: TensorBoard has no login: every user of this machine can open "
+         f"http://{where}:{port or 6006}/ while it runs" + ("" if host in (None, "localhost", "127.0.0.1", "::1")
+                                                           else ", and so can other hosts"))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(cmd[0], cmd)

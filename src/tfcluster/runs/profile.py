@@ -1,19 +1,23 @@
 """``tfcluster profile RUN``: a TensorFlow profile of every live task of a run, in one folder.
 
-Every task of a launched cluster is given a profiler port (``TFCLUSTER_PROFILER_PORT``,
-:func:`tfcluster.plan.contract.profiler_port`), recorded in run.json; the runtime starts
-TensorFlow's profiler server there (:func:`tfcluster.runtime.start_profiler`). This asks every
-live task for a trace of the same ``seconds`` at once (TensorFlow's
+A run launched with its profiler on (``profiler: true``, ``launch --profiler``) gives every task
+a profiler port chosen with the task ports (``TFCLUSTER_PROFILER_PORT``, recorded in run.json);
+the runtime starts TensorFlow's profiler server there (:func:`tfcluster.runtime.start_profiler`).
+This asks every live task for a trace of the same ``seconds`` at once (TensorFlow's
 ``tf.profiler.experimental.client.trace`` with all their addresses) and writes what comes back
 into the run folder, in the layout TensorBoard's profile plugin reads::
 
     <run_dir>/profile/<time>/plugins/profile/<time>/<task>.xplane.pb     (worker-1.xplane.pb)
 
 ``tfcluster tensorboard RUN --profile`` opens ``<run_dir>/profile`` (one TensorBoard run per
-capture). The trace is taken by an isolated child Python (TensorFlow's import and its log lines
-stay out of this process) into a private temporary folder; the files are then copied into the
-run folder relative to its open descriptor, without following links (tfcluster.safe_files's rules).
-Only the caller's own, running run can be profiled.
+capture). A run in a private network is traced from inside it (this process enters the
+network first: :func:`tfcluster.runs.inside.enter_run_network`). The trace is taken by an
+isolated child Python (TensorFlow's import and its log lines stay out of this process) into a
+private temporary folder; the files are then copied into the run folder relative to its open
+descriptor, without following links (tfcluster.safe_files's rules). TensorFlow's client reads no
+IPv6 literal: a task on this machine is asked at 127.0.0.1 (its server listens on every address),
+one elsewhere through a local TCP relay. A task whose first capture came back empty (the first
+trace of a process can) is asked once more. Only the caller's own, running run can be profiled.
 """
 from __future__ import annotations
 
@@ -40,7 +44,8 @@ tf.profiler.experimental.client.trace(addrs, logdir, ms, num_tracing_attempts=2,
 
 
 def _say(line: str) -> None:
-    print(f"tfcluster: {line}", file=sys.stderr, flush=True)
+    from tfcluster.terminal import printable
+    print(f"tfcluster: {printable(line)}", file=sys.stderr, flush=True)   # record strings in it
 
 
 def traceable_tasks(record: Dict, only: Sequence[str] = ()) -> List[Dict]:
@@ -57,10 +62,64 @@ def traceable_tasks(record: Dict, only: Sequence[str] = ()) -> List[Dict]:
 
 
 def task_address(row: Dict) -> str:
-    host = row.get("host") or "localhost"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
+    """``host:port`` of a task's profiler server as TensorFlow's client reads it (no brackets:
+    it reads no IPv6 literal, so this machine's ``::1`` is asked at 127.0.0.1, where its server
+    listens too)."""
+    from tfcluster.net.addresses import is_local
+    host = (row.get("host") or "localhost").strip("[]")
+    if ":" in host and is_local(host):
+        host = "127.0.0.1"
     return f"{host}:{int(row['profiler_port'])}"
+
+
+class _Relay:
+    """A local TCP relay to ``host:port`` (an IPv6 literal TensorFlow's client cannot dial):
+    127.0.0.1:<its port> forwards every connection there, for the trace's length."""
+
+    def __init__(self, host: str, port: int):
+        import socket
+        import threading
+        self.target = (host, port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:           # closed: the trace is over
+                return
+            try:
+                up = socket.create_connection(self.target, timeout=10)
+            except OSError:           # the task's server is gone: the client sees it close
+                conn.close()
+                continue
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:               # either side closed: the other is closed below
+            pass
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:           # closed by the other direction already
+                pass
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def _open_own_dir(path: str, parent_fd: Optional[int] = None, make: bool = False) -> int:
@@ -90,41 +149,64 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
     """Trace the run's live tasks for ``seconds`` into ``<run_dir>/profile/<time>/``; print
     where it went and how to open it. Exit code 0 when every asked task gave a trace, 1 when
     some did not, 2 (UserError) when there is nothing to trace."""
+    from tfcluster.runs.inside import enter_run_network
     from tfcluster.runs.result import derive_result
+    from tfcluster.terminal import printable
 
-    run_id = record.get("run_id") or os.path.basename(run_dir)
+    run_id = printable(record.get("run_id") or os.path.basename(run_dir))
+    if not any(isinstance(t, dict) and t.get("profiler_port") for t in record.get("tasks") or ()):
+        raise UserError(f"run {run_id} was launched without the profiler: launch it with "
+                        f"--profiler (or profiler: true in the file) to trace it")
     result = derive_result(record, run_dir=run_dir)
     if result != "running":
-        raise UserError(f"run {run_id} is not running (result: {result}); only live tasks can "
-                        f"be profiled")
+        raise UserError(f"run {run_id} is not running (result: {printable(result)}); only live "
+                        f"tasks can be profiled")
     if not seconds or seconds <= 0:
         raise UserError("--seconds: give a positive number of seconds")
     rows = traceable_tasks(record, tasks)
     if not rows:
-        raise UserError(f"run {run_id}: no running task has a profiler port in run.json "
-                        f"(a run launched by an older tfcluster, or its tasks are not running)")
+        raise UserError(f"run {run_id}: no task with a profiler port is running")
+    record = enter_run_network(run_dir, "profile")     # a private run is traced from inside
     run_fd = _open_own_dir(run_dir)
     stamp = time.strftime("%Y_%m_%d_%H_%M_%S")
     by_port: Dict[str, Dict] = {str(int(r["profiler_port"])): r for r in rows}
     tmp = tempfile.mkdtemp(prefix="tfcluster-profile-")
+    relays: List[_Relay] = []
     try:
-        addrs = ",".join(f"grpc://{task_address(r)}" for r in rows)
         _say(f"tracing {', '.join(r['task'] for r in rows)} of run {run_id} for {seconds:g} s")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.run([sys.executable, "-I", "-c", _TRACE, addrs, tmp,
-                               str(int(seconds * 1000))], env=env, capture_output=True, text=True,
-                              timeout=seconds + timeout)
         found: Dict[str, str] = {}          # task -> file
-        for dirpath, _, files in os.walk(tmp):
-            for f in files:
-                if f.endswith(".xplane.pb"):
-                    port = f[:-len(".xplane.pb")].rpartition("_")[2]
-                    row = by_port.get(port)
-                    if row is not None and os.path.getsize(os.path.join(dirpath, f)) > 0:
-                        found[row["task"]] = os.path.join(dirpath, f)
+        tail = "no output"
+        for attempt in range(2):
+            wanted = [r for r in rows if r["task"] not in found]
+            if not wanted:
+                break
+            if attempt:
+                _say(f"no trace from {', '.join(r['task'] for r in wanted)} on the first try "
+                     f"(TensorFlow's first capture of a process can come back empty); tracing again")
+            addrs = []
+            for r in wanted:
+                address = task_address(r)
+                host, _, port = address.rpartition(":")
+                if ":" in host:             # another host's IPv6 literal: through a relay
+                    relays.append(_Relay(host, int(port)))
+                    by_port[str(relays[-1].port)] = r
+                    address = f"127.0.0.1:{relays[-1].port}"
+                addrs.append(f"grpc://{address}")
+            out = os.path.join(tmp, str(attempt))
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+            proc = subprocess.run([sys.executable, "-I", "-c", _TRACE, ",".join(addrs), out,
+                                   str(int(seconds * 1000))], env=env, capture_output=True,
+                                  text=True, timeout=seconds + timeout)
+            tail = ((proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"])[0]
+            for dirpath, _, files in os.walk(out):
+                for f in files:
+                    if f.endswith(".xplane.pb"):
+                        port = f[:-len(".xplane.pb")].rpartition("_")[2]
+                        row = by_port.get(port)
+                        if row is not None and os.path.getsize(os.path.join(dirpath, f)) > 0:
+                            found[row["task"]] = os.path.join(dirpath, f)
         if not found:
-            tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-            _say(f"no task gave a trace ({tail[0][:300]})")
+            _say(f"no task gave a trace ({printable(tail[:300])})")
             return 1
         try:
             pfd = _open_own_dir(PROFILE_DIR, run_fd, make=True)
@@ -145,14 +227,16 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
         except OSError as e:
             raise UserError(f"{run_dir}/{PROFILE_DIR}: cannot write the profile ({e.strerror or e})")
     finally:
+        for relay in relays:
+            relay.close()
         os.close(run_fd)
         shutil.rmtree(tmp, ignore_errors=True)
     out = os.path.join(run_dir, PROFILE_DIR, stamp)
     missing = [r["task"] for r in rows if r["task"] not in found]
-    print(f"profile of {', '.join(sorted(found))} ({seconds:g} s): {out}")
+    print(printable(f"profile of {', '.join(sorted(found))} ({seconds:g} s): {out}"))
     if missing:
         _say(f"no trace from {', '.join(missing)} (its profiler server did not answer; a program "
              f"not built on tfcluster.runtime starts it with one line: see docs/RUNTIME.md)")
-    print(f"open it: tfcluster tensorboard {run_arg or run_id} --profile"
+    print(f"open it: tfcluster tensorboard {printable(run_arg or run_id)} --profile"
           f"   (TensorBoard's profile tab: pip install tensorboard-plugin-profile)")
     return 1 if missing else 0
