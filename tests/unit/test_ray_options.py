@@ -123,3 +123,52 @@ def test_a_data_service_on_ray_is_one_line_exit_2_before_anything_starts(tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["cluster.yaml", "train.py"]     # no runs/ folder
     rc, out, err = cli(capsys, "launch", str(c), "--backend", "local", "--dry-run")
     assert rc == 0 and "tfdata_dispatcher:0" in out, err      # the other backends carry it
+
+
+# ---- Ray's bootstrap file (RAY_TMPDIR/ray/ray_current_cluster) is followed only when it is safe
+def _bootstrap(tmp_path, text="10.9.9.9:6379", folder_mode=0o700, file_mode=0o600):
+    folder = tmp_path / "ray"
+    folder.mkdir(mode=folder_mode)
+    os.chmod(folder, folder_mode)
+    f = folder / "ray_current_cluster"
+    f.write_text(text)
+    os.chmod(f, file_mode)
+    return {"RAY_TMPDIR": str(tmp_path)}, f
+
+
+def test_ray_address_and_the_files_address_win_over_the_bootstrap_file(tmp_path):
+    from tfcluster.backends.ray import ray_address
+    from tfcluster.clusterfile.models import RaySpec
+    env, _ = _bootstrap(tmp_path, folder_mode=0o777)       # not read at all
+    assert ray_address(RaySpec(), dict(env, RAY_ADDRESS="h:1")) == "h:1"
+    assert ray_address(RaySpec(address="ray://h:10001"), env) == "ray://h:10001"
+
+
+def test_an_own_bootstrap_file_in_a_private_folder_is_read(tmp_path):
+    from tfcluster.backends.ray import ray_address
+    env, _ = _bootstrap(tmp_path)
+    assert ray_address(None, env) == "10.9.9.9:6379"
+    assert ray_address(None, {"RAY_TMPDIR": str(tmp_path / "none")}) is None
+
+
+@pytest.mark.parametrize("folder_mode, file_mode, words", [
+    (0o777, 0o600, "which others can change"),          # Ray's own /tmp/ray is 0777: anyone may swap it
+    (0o700, 0o666, "can be written by others"),
+])
+def test_a_bootstrap_file_others_could_have_written_is_not_followed(tmp_path, folder_mode, file_mode, words):
+    from tfcluster.backends.ray import ray_address
+    from tfcluster.errors import UserError
+    env, _ = _bootstrap(tmp_path, folder_mode=folder_mode, file_mode=file_mode)
+    with pytest.raises(UserError, match=f"ray: Ray's bootstrap file .* {words}; it is not followed: "
+                       "set RAY_ADDRESS"):
+        ray_address(None, env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_a_bootstrap_file_another_user_wrote_is_not_followed(tmp_path):
+    from tfcluster.backends.ray import ray_address
+    from tfcluster.errors import UserError
+    env, f = _bootstrap(tmp_path)
+    os.chown(f, 65534, 65534)
+    with pytest.raises(UserError, match=r"belongs to another user \(uid 65534\)"):
+        ray_address(None, env)

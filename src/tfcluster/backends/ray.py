@@ -370,6 +370,48 @@ class _Lost(Handle):
 
 # ---------------------------------------------------------------------- placement
 
+def bootstrap_file(environ=None) -> str:
+    """Where Ray keeps the address of the cluster started last on this machine (its own rule:
+    ``$RAY_TMPDIR``, else ``$TMPDIR``, else /tmp, then ``ray/ray_current_cluster``)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
+    return os.path.join(base, "ray", "ray_current_cluster")
+
+
+def ray_address(spec, environ=None) -> Optional[str]:
+    """The Ray cluster to connect to: ``RAY_ADDRESS``, else the file's ``ray.address``, else
+    the one in Ray's bootstrap file -- read here, and only when it is a regular file of the
+    caller's (or root's) that nobody else can write, in a folder nobody else can swap it in
+    (another user could otherwise name the cluster, and the launcher would send the run's
+    program and secrets there). No file: None (Ray starts a cluster here)."""
+    import stat
+
+    from tfcluster.clusterfile.ray import address
+    given = address(spec, environ)
+    if given:
+        return given
+    path = bootstrap_file(environ)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    folder = os.stat(os.path.dirname(path))
+    mine = (os.geteuid(), 0)
+    why = ("is a link" if stat.S_ISLNK(st.st_mode) else
+           "is not a regular file" if not stat.S_ISREG(st.st_mode) else
+           f"belongs to another user (uid {st.st_uid})" if st.st_uid not in mine else
+           "can be written by others" if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else
+           f"is in {os.path.dirname(path)}, which others can change" if (
+               folder.st_uid not in mine or (folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                                            and not folder.st_mode & stat.S_ISVTX)) else "")
+    if why:
+        raise UserError(f"ray: Ray's bootstrap file {path} {why}; it is not followed: set "
+                        f"RAY_ADDRESS (or ray.address in the file) to the cluster you mean")
+    from tfcluster import safe_files
+    text = (safe_files.read_bytes(path, 4096) or b"").decode("utf-8", "replace").strip()
+    return text or None
+
+
 class RayPlacement:
     """A run's hold on a Ray cluster, as a context manager: connect (``ray.address``), place one
     bundle per task (one placement group), start one actor per task in its bundle; on leaving,
@@ -389,9 +431,9 @@ class RayPlacement:
         return bundles(self.spec, [t.job for t in self.plan.selected_tasks])
 
     def __enter__(self) -> "RayPlacement":
-        from tfcluster.clusterfile.ray import address, runtime_env
+        from tfcluster.clusterfile.ray import runtime_env
         ray = _ray()
-        where = address(self.spec)
+        where = ray_address(self.spec)
         env = self.env = runtime_env(self.spec, self.base_dir)
         try:
             ray.init(address=where, runtime_env=env or None, log_to_driver=False,
