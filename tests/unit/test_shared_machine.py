@@ -510,3 +510,21 @@ def test_import_o_never_writes_into_an_existing_file(tmp_path, capsys, kind):
         assert out.read_text() == "# mallory's\n"
     fresh = tmp_path / "new.yaml"
     assert main(["import", _tfjob(), "-o", str(fresh)]) == 0 and fresh.stat().st_uid == os.geteuid()
+
+
+def test_a_secret_program_argument_is_masked_inside_other_values_too(tmp_path, capsys):
+    """``--db-password=VALUE`` in the program's args, and the same value inside a variable
+    that does not look secret: masked there too, in validate, the dry run and the Slurm
+    script (where the variable is held back and carried to the job)."""
+    from tfcluster.cli.main import main
+    f = tmp_path / "cluster.yaml"
+    (tmp_path / "t.py").write_text("")
+    f.write_text("cluster: {worker: [localhost:2223]}\nprogram:\n  command: [python, t.py]\n"
+                 "  args: [--db-password=s3cr3t-pw-8842]\n"
+                 "  env: {DSN: 'postgres://app:s3cr3t-pw-8842@db/app', OTHER: plain}\n")
+    for cmd in (["validate", "--file-only", str(f), "--json"], ["validate", "--file-only", str(f)],
+                ["launch", str(f), "--dry-run"], ["render", "slurm", str(f)]):
+        assert main(cmd) == 0, cmd
+        out = capsys.readouterr().out
+        assert "s3cr3t-pw-8842" not in out, (cmd, out)
+        assert "OTHER" in out and "DSN" in out, (cmd, out)

@@ -71,13 +71,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
                "warnings": list(cluster.warnings), "tasks": []}
         for t in cluster.tasks:
             env = dict(t.env)
+            hidden = (secrets.argv_secret_values(list(t.command) + list(t.args), declared)
+                      + secrets.secret_values(env, declared=declared))
             out["tasks"].append({
                 "task": t.name, "endpoint": str(t.endpoint) if t.endpoint else None,
                 "local": bool(t.endpoint and is_local(t.endpoint.host)),
                 "argv": secrets.mask_argv(list(t.command) + list(t.args), declared,
                                           secrets.secret_values(env, declared=declared)),
                 "cwd": t.cwd, "task_flags": t.task_flags,
-                "gpus": t.gpus, "env": secrets.mask_env(env, declared), "restart": t.restart.policy})
+                "gpus": t.gpus, "env": secrets.mask_env(env, declared, hidden), "restart": t.restart.policy})
         if cluster.resolved:
             out["cluster_spec"] = cluster.cluster_spec_dict()
         out["ssh"] = {h: argv for h, argv in _ssh_commands(cluster)}

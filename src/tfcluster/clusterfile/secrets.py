@@ -157,9 +157,13 @@ def holders(envs: Iterable[Mapping[str, str]], declared: Collection[str] = ()) -
     return out
 
 
-def mask_env(env: Mapping[str, str], declared: Collection[str] = ()) -> Dict[str, str]:
-    """A copy of ``env`` whose secret values are masked."""
-    return {k: (MASK if v and is_secret(k, declared) else v) for k, v in env.items()}
+def mask_env(env: Mapping[str, str], declared: Collection[str] = (),
+             values: Iterable[str] = ()) -> Dict[str, str]:
+    """A copy of ``env`` whose secret values are masked, and any of ``values`` (the run's other
+    secrets: a ``--db-password=...`` of the program's argv, say) masked inside the others."""
+    masker = Masker(values)
+    return {k: (MASK if v and is_secret(k, declared) else (masker(v) if v else v))
+            for k, v in env.items()}
 
 
 def secret_values(*envs: Mapping[str, str], declared: Collection[str] = ()) -> List[str]:

@@ -21,7 +21,7 @@ def describe(plan: RunPlan, backend: Backend) -> str:
         out.append(f"{t.name}  ({t.endpoint})  {view['where']}")
         out.append("  argv: " + " ".join(shlex.quote(a) for a in secrets.mask_argv(view["argv"], declared, values)))
         out.append(f"  cwd:  {view['cwd']}")
-        for k, v in secrets.mask_env(spec.env, declared).items():
+        for k, v in secrets.mask_env(spec.env, declared, values).items():
             out.append(f"  env:  {k}={v}")
     for t in plan.skipped_tasks:
         out.append(f"{t.name}  ({t.endpoint})  skipped: "

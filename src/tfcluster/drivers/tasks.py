@@ -186,7 +186,7 @@ class SecretMasks:
         got = self._kept.get(tr.name)
         if got is None or got[0] is not tr.spec:
             got = (tr.spec, secrets.mask_argv(tr.spec.argv, self._declared, self._values),
-                   secrets.mask_env(tr.spec.env, self._declared))
+                   secrets.mask_env(tr.spec.env, self._declared, self._values))
             self._kept[tr.name] = got
         return got[1], got[2]
 

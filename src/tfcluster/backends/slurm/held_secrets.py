@@ -31,8 +31,12 @@ def hold_back_secrets(data: Dict[str, Any]) -> Dict[str, str]:
     carried: Dict[str, str] = {}
     for job, j in data["jobs"].items():
         env_values = secrets.secret_values({k: v for k, v in j["env"].items() if v}, declared=declared)
+        # a non-secret variable that holds a secret of the argv or the env is held back too
+        inside = secrets.Masker(secrets.argv_secret_values([str(w) for w in j["argv"]], declared)
+                                + env_values)
         for k, v in list(j["env"].items()):
-            if v and secrets.is_secret(k, declared):
+            if v and (secrets.is_secret(k, declared)
+                      or (inside.pattern is not None and inside.pattern.search(str(v)))):
                 carried[secret_var(job, k)] = v
                 j["env"][k] = None
         argv = [str(w) for w in j["argv"]]
