@@ -407,6 +407,12 @@ def test_profile_of_a_run_that_is_not_running_is_one_line_and_exit_2(tmp_path, s
     d = make_run(tmp_path, "pr1")
     runindex.register(str(d))
     assert cli.main(["profile", "pr1", "--seconds", "1"]) == 2
+    err = capsys.readouterr().err         # launched without the profiler: that first
+    assert "pr1 was launched without the profiler" in err and "Traceback" not in err
+    rec = json.loads((d / "run.json").read_text())
+    rec["tasks"][0]["profiler_port"] = 41000
+    (d / "run.json").write_text(json.dumps(rec))
+    assert cli.main(["profile", "pr1", "--seconds", "1"]) == 2
     err = capsys.readouterr().err
     assert "pr1 is not running" in err and "Traceback" not in err
 

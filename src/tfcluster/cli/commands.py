@@ -35,7 +35,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from tfcluster.drivers import doctor
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     cluster = config.load(cluster_file(args.file, runs=True))     # doctor runs ssh: as launch
-    return doctor.run(build_plan(cluster, LaunchOptions(backend=args.backend)), cluster)
+    return doctor.run(build_plan(cluster, LaunchOptions(backend=args.backend, network=args.network)),
+                      cluster)
 
 
 # ------------------------------------------------------------------ the cluster file
@@ -144,11 +145,13 @@ def _launch_checks(cluster: Cluster) -> Optional[str]:
         plan = build_plan(cluster, LaunchOptions(run_id="validate", slurm=slurm), need_program=False)
     except UserError as e:
         return e.message
+    from tfcluster.drivers.preflight import port_problems
+    problems = port_problems(plan)
     if plan.backend != "local" or any(not t.argv for t in plan.tasks):
-        return None
+        return "\n".join(problems) or None
     from tfcluster.backends.local import LocalBackend
     from tfcluster.drivers.preflight import program_problems
-    return "\n".join(program_problems(plan, LocalBackend())) or None
+    return "\n".join(problems + program_problems(plan, LocalBackend())) or None
 
 
 def cmd_tf_config(args: argparse.Namespace) -> int:

@@ -117,6 +117,9 @@ def build_parser() -> RecordingParser:
     s.add_argument("file", nargs="?", help="cluster file (default: ./cluster.yaml)")
     s.add_argument("--backend", choices=["local", "ssh", "slurm"],
                    help="how the hosts are reached (default: as launch would)")
+    s.add_argument("--network", choices=["private", "host"],
+                   help="the network the run would use (default: as launch would); in a private "
+                   "network this machine's ports do not matter")
 
     s = sub.add_parser("validate", help="check a cluster file and print the resolved cluster",
                        epilog="Exit codes: 0 the file is valid and launch would start it here; "

@@ -45,13 +45,26 @@ def ver(*names):
             pass
     return None
 def bind(port):
-    s = socket.socket()
-    try:
-        s.bind(("0.0.0.0", port))
-        return s
-    except OSError:
-        s.close()
-        return None
+    # as TensorFlow's gRPC server binds: SO_REUSEADDR (a socket in TIME-WAIT does not hold the
+    # port), the wildcard address of IPv4 and of IPv6
+    held = []
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind((addr, port))
+            held.append(s)
+        except OSError:
+            s.close()
+            for h in held:
+                h.close()
+            return None
+    return held[0] if held else None
 if mode == "facts":
     out = {"node": os.environ.get("SLURMD_NODENAME") or platform.node(),
            "python": platform.python_version(),
@@ -180,7 +193,12 @@ def hosts_of(plan, cluster) -> List[Host]:
     here = [sys.executable, "-I", "-c", PROBE]
     by_host: Dict[str, Dict[int, str]] = {}
     for t in plan.tasks:
-        by_host.setdefault(t.host or "localhost", {})[t.port] = t.name
+        ports = by_host.setdefault(t.host or "localhost", {})
+        if plan.network == "private":   # the run's own network: this machine's ports do not matter
+            continue
+        ports[t.port] = t.name
+        if t.profiler_port:
+            ports[t.profiler_port] = f"{t.name}'s profiler"
     out = [Host(HERE, here, {f: f for f in files}, {})]
     ssh = None
     for host, ports in by_host.items():
@@ -342,10 +360,38 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def who_can_connect(plan) -> List[str]:
+    """Who can reach the run's ports, per place: nobody else in a private network; every user
+    of this machine in its network; on other hosts, their users and whoever reaches them."""
+    from tfcluster.net.addresses import is_local
+    by_host: Dict[str, List[str]] = {}
+    for t in plan.tasks:
+        ports = [str(p) for p in (t.port, t.profiler_port) if p]
+        by_host.setdefault(t.host or "(Slurm's nodes)", []).extend(ports)
+    out = []
+    for host, ports in by_host.items():
+        listed = ", ".join(ports) if ports else "chosen on the nodes"
+        if plan.network == "private":
+            out.append(f"{host} ports {listed}: this run's processes only (network: private)")
+        elif plan.backend == "local" or (host != "(Slurm's nodes)" and is_local(host)
+                                         and plan.backend != "slurm"):
+            out.append(f"{host} ports {listed}: every user of this machine"
+                       + (f" (network: host: {plan.network_why})" if plan.network_why else " (network: host)")
+                       + (", and other hosts" if not is_local(host) else ""))
+        else:
+            out.append(f"{host} ports {listed}: every user of {host} and whoever reaches it "
+                       f"(fence them: tfcluster help security)")
+    return out
+
+
 def run(plan, cluster, out=sys.stdout) -> int:
-    """Print the table and the problems; 0 when every host agrees, 1 otherwise."""
+    """Print the table, who can connect to the run's ports, and the problems; 0 when every host
+    agrees, 1 otherwise."""
     table, problems = check(plan, cluster)
     print(format_table(table), file=out)
+    print("who can connect to the run's ports:", file=out)
+    for line in who_can_connect(plan):
+        print(f"  {line}", file=out)
     for p in problems:
         print(f"tfcluster doctor: {p}", file=sys.stderr)
     if problems:

@@ -30,6 +30,27 @@ def preflight(plan: RunPlan, backend: Backend) -> List[str]:
                          for t in plan.selected_tasks if is_local(t.host) or backend.name == "local"])
 
 
+def port_problems(plan: RunPlan) -> List[str]:
+    """The ports of this machine's tasks (and their profiler servers) that are taken: one line
+    each, naming the field, the task and who holds the port. None in a private network, where
+    every port is the run's own; a socket in TIME-WAIT does not count (TensorFlow binds with
+    SO_REUSEADDR)."""
+    from tfcluster.net.ports import describe_port_holder, port_in_use
+    if plan.network == "private" or plan.backend not in ("local", "ssh"):
+        return []
+    out = []
+    for t in plan.selected_tasks:
+        if not t.host or not is_local(t.host):
+            continue
+        if t.port and port_in_use(t.port):
+            out.append(f"{t.where}: port {t.port} ({t.name}) is already in use"
+                       f"{describe_port_holder(t.port)}")
+        if t.profiler_port and port_in_use(t.profiler_port):
+            out.append(f"{t.name}'s profiler port {t.profiler_port} is already in use"
+                       f"{describe_port_holder(t.profiler_port)} (launch again: it is chosen anew)")
+    return out
+
+
 def program_problems(plan: RunPlan, backend: Backend) -> List[str]:
     """What would fail every task at once, one line per problem naming the task (a missing
     program, script or folder; legacy Keras without tf_keras): launch's check, and validate's."""

@@ -53,7 +53,6 @@ from tfcluster.drivers.pump import OutputPump, join_readers
 from tfcluster.drivers.tasks import ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard, start_failure
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
-from tfcluster.net.ports import describe_port_holder, port_in_use
 from tfcluster.plan import contract
 from tfcluster.plan.progress import Progress
 from tfcluster.plan.runplan import RunPlan, TaskPlan
@@ -210,20 +209,12 @@ class Supervisor:
     def check_ports(self) -> None:
         """Every local port must be free before anything starts (exit 2 otherwise). In a
         private network every port is the run's own: the host's do not matter."""
-        if not self.backend.checks_local_ports or self.plan.network == "private":
+        if not self.backend.checks_local_ports:
             return
-        problems = []
-        for tr in self.runs.values():
-            t = tr.plan
-            if is_local(t.host) and port_in_use(t.port):
-                problems.append(f"{t.where}: port {t.port} ({t.name}) is already in use"
-                                f"{describe_port_holder(t.port)}; nothing was started")
-            if t.profiler_port and is_local(t.host) and port_in_use(t.profiler_port):
-                problems.append(f"{t.name}'s profiler port {t.profiler_port} is already in use"
-                                f"{describe_port_holder(t.profiler_port)}; nothing was started "
-                                f"(launch again: it is chosen anew)")
+        from tfcluster.drivers.preflight import port_problems
+        problems = port_problems(self.plan)
         if problems:
-            raise UserError("\n".join(problems))
+            raise UserError("\n".join(f"{p}; nothing was started" for p in problems))
 
     # ------------------------------------------------------------------ main
     def run(self) -> int:
