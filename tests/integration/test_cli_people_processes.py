@@ -87,7 +87,8 @@ def test_detach_reports_a_launch_that_fails_at_once(tmp_path, ports, state):
     p = ports(2)
     (tmp_path / "cluster.yaml").write_text(
         f"cluster:\n  ps: [localhost:{p[0]}]\n  worker: [localhost:{p[1]}]\n"
-        f"program: {{command: [python, {json.dumps(LISTENER)}]}}\nlogdir: runs\n")
+        f"program: {{command: [python, {json.dumps(LISTENER)}]}}\nlogdir: runs\n"
+        "network: host\n")            # (in a run's own network the host's ports do not matter)
     env = dict(os.environ, XDG_STATE_HOME=str(state))
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

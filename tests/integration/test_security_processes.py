@@ -130,6 +130,17 @@ def _reachable(family, addr, port, timeout=1.0) -> bool:
             return False
 
 
+def _loopback_reaches(ns: str, port: int, uid: int) -> bool:
+    """Whether user ``uid`` connects to 127.0.0.1:port (and [::1]) inside namespace ``ns``."""
+    code = (f"import encodings.idna, os, socket, sys\nos.setgid({uid}); os.setuid({uid})\nok = 0\n"
+            f"for a in ('127.0.0.1', '::1'):\n"
+            f"    try:\n        socket.create_connection((a, {port}), timeout=2).close(); ok += 1\n"
+            f"    except OSError:\n        pass\nsys.exit(0 if ok == 2 else 1 if ok == 0 else 3)")
+    rc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-I", "-c", code], timeout=30).returncode
+    assert rc in (0, 1), "IPv4 and IPv6 loopback disagree"
+    return rc == 0
+
+
 LISTEN = """
 import socket, sys, time
 socks = []
@@ -184,12 +195,18 @@ def test_firewall_recipe_closes_the_ports_over_ipv4_ipv6_and_link_local(tmp_path
                    (socket.AF_INET6, link_local)]
         for family, addr in targets:  # without a firewall, all open
             assert _reachable(family, addr, 2222), addr
+        # on the namespace's own loopback, before the firewall: every user reaches 2222
+        assert _loopback_reaches(ns, 2222, 65534) and _loopback_reaches(ns, 2222, 0)
         rules = tmp_path / "r.nft"
-        rules.write_text(_recipe())
+        rules.write_text(_recipe().replace("meta skuid != 1000", "meta skuid != 0"))   # the tasks' user: root here
         subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", str(rules)], check=True, timeout=30)
         for family, addr in targets:
             assert not _reachable(family, addr, 2222), f"{addr}:2222 is still reachable"
             assert _reachable(family, addr, 2225), addr
+        # on loopback: another user of the machine is refused, the tasks' user gets in
+        assert not _loopback_reaches(ns, 2222, 65534), "another local user reaches 2222 over loopback"
+        assert _loopback_reaches(ns, 2225, 65534)
+        assert _loopback_reaches(ns, 2222, 0)
         # the recipe's sets admit the cluster: allow this host's addresses and 2222 opens again
         subprocess.run(["ip", "netns", "exec", ns, "nft", "add", "element", "inet", "tfcluster",
                         "cluster4", "{ 10.99.7.1 }"], check=True, timeout=30)
