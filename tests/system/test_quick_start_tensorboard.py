@@ -1,5 +1,5 @@
-"""Runs for people with real TensorFlow (issue 23): the quick start without a file, and
-tfcluster tensorboard serving a run's summaries."""
+"""With real TensorFlow: the quick start without a file (``launch --ps/--workers``) trains, and
+tfcluster tensorboard serves a run's summaries."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,9 @@
-"""Runs for people (issue 23): the run index, logs, stop, the default FILE, a cluster without a
-file, hints, output options, help, the Python API and the one translation from argparse
-(issue 20). Pure logic, in-process (``cli.main`` with capsys): no process, no TensorFlow.
-Processes: tests/test_cli_people_processes.py; TensorFlow: tests/test_cli_people_tf.py."""
+"""The commands people run on their runs, in this process: the run index, logs, stop, the
+default FILE (./cluster.yaml), a quick cluster without a file (--ps/--workers), hints, output
+options, help, tensorboard and profile's answers, the Python API and the one translation from
+argparse. Pure logic, in-process (``cli.main`` with capsys): no process, no TensorFlow.
+(Detach, logs -f and stop with real processes: tests/integration/test_detach_logs_stop.py; the
+quick start and tensorboard with TensorFlow: tests/system/test_quick_start_tensorboard.py.)"""
 from __future__ import annotations
 
 import json
