@@ -1,4 +1,4 @@
-"""Masking (issue 22) with real processes: a launch whose program prints a multi-line secret, and a
+"""Masking of secrets with real processes: a launch whose program prints a multi-line secret, and a
 real one-node Slurm run with secret program arguments. No TensorFlow."""
 import json
 import os
