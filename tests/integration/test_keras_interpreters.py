@@ -1,6 +1,6 @@
 """Which interpreter can load tf_keras: tfcluster.core.keras_hints.legacy_keras_problem asks the task's
 real interpreter (a subprocess, cached); and importing tfcluster.runtime.keras loads no TensorFlow, in a
-fresh interpreter. (The pure parts of keras_support are in tests/unit/test_keras_support.py.)
+fresh interpreter. (The pure parts of keras_hints are in tests/unit/test_keras_hints.py.)
 """
 import os
 import stat

@@ -1,4 +1,4 @@
-"""Masking (issue 22) with real processes: a launch whose program prints a multi-line secret, and a
+"""Masking of secrets with real processes: a launch whose program prints a multi-line secret, and a
 real one-node Slurm run with secret program arguments. No TensorFlow."""
 import json
 import os
@@ -55,7 +55,7 @@ def test_slurm_job_gets_the_real_arguments_while_the_script_and_logs_mask_them(t
     import shutil
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("sbatch", "srun", "slurmctld",
                                                               "slurmd", "munged")):
-        pytest.skip("needs the one-node Slurm of tests/test_slurm.py (root, slurm-wlm, munge)")
+        pytest.skip("needs the one-node Slurm of tests/helpers/slurm.py (root, slurm-wlm, munge)")
     slurm_node = _one_node_slurm()(str(tmp_path / "slurm"))
     old_conf = os.environ.get("SLURM_CONF")
     try:
@@ -105,14 +105,6 @@ def stat_mode(path):
 
 
 def _one_node_slurm():
-    """The one-node Slurm of the Slurm tests (tests/helpers/slurm.py, or tests/test_slurm.py in
-    the older flat layout)."""
-    try:
-        from helpers.slurm import OneNodeSlurm
-    except ImportError:
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        try:
-            from test_slurm import OneNodeSlurm
-        finally:
-            sys.path.pop(0)
+    """The one-node Slurm of the Slurm tests (tests/helpers/slurm.py)."""
+    from helpers.slurm import OneNodeSlurm
     return OneNodeSlurm

@@ -1,4 +1,5 @@
-"""A launch of a plain cluster file reads it without pydantic (issue 35: the launcher's start)."""
+"""A launch of a plain cluster file reads it without pydantic (the quick reader, which shortens the
+launcher's start)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Run folders that cannot be redirected (tfcluster.safe_files, issue 22), with real processes: a live
+"""Run folders that cannot be redirected (tfcluster.safe_files), with real processes: a live
 launcher whose run folder is swapped for a link, another user acting on a sticky logdir, launches
 refused for an unsafe logdir, four simultaneous launches. No TensorFlow."""
 import json
@@ -70,7 +70,7 @@ def test_launch_with_logdir_dev_null_gives_a_true_message(tmp_path, ports, capsy
 def test_four_simultaneous_launches_of_one_file_never_collide(tmp_path, ports):
     """Four real launchers of one file, started together: no two share a run folder. Each one
     either runs to the end in a run folder of its own, or is refused before anything starts
-    (exit 2) because the file's run is already live, naming that run (issue 19's guard)."""
+    (exit 2) because the file's run is already live, naming that run (the guard against launching a live run's file twice)."""
     (base,) = ports(1)
     logdir = tmp_path / "runs"
     f = tmp_path / "cluster.yaml"

@@ -1,4 +1,4 @@
-"""Issue 30 with real processes: another local user (uid 65534 stands in, through chown and
+"""A shared machine (docs/SECURITY.md), with real processes: another local user (uid 65534 stands in, through chown and
 setuid, as root) plants files where tfcluster reads them. ``stop`` signals nothing that is not
 the caller's own launcher; TAB completion runs nothing named in a record; no module planted in
 the current folder runs (detach, the reaper, tensorboard, the Slurm node command); ``logs``

@@ -1,4 +1,4 @@
-"""status on a real one-node Slurm (the fixture of tests/test_slurm.py): the launcher that
+"""status on a real one-node Slurm (the ``slurm_cluster`` fixture of tests/integration/conftest.py): the launcher that
 submitted a job is killed with SIGKILL while the job runs; status must say running (the job
 goes on), then lost once the job is cancelled. Skips where Slurm cannot be started."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A TF1 asynchronous between-graph trainer (the guide's flags) that hangs, starts late or ends
-slowly on request: the hang scenarios of tests/system/test_hangs.py (issues 31 and 32).
+slowly on request: the hang scenarios of tests/system/test_hangs.py.
 
 Each worker adds to a global step on the ps and reports its own steps (tfcluster.plan.progress).
 

@@ -1,6 +1,7 @@
-"""scripts/benchmark.py --quick on the tiny setting: every figure of issues 7, 15, 24 and 35 is in
-the JSON with a sane value. No timing assertions (timings belong in the benchmark's own table).
-The launcher-at-scale part (issue 24, no TensorFlow) is also run in-process on a few tasks.
+"""scripts/benchmark.py --quick on the tiny setting: every figure it reports (throughput, ps
+balance, scale, compute-bound efficiency, the first step, simulated links, peers, embeddings;
+docs/BENCHMARKS.md) is in the JSON with a sane value. No timing assertions (timings belong in the benchmark's own table).
+The launcher-at-scale part (no TensorFlow) is also run in-process on a few tasks.
 The simulated-link figures need root, ``ip`` and ``tc``; without them the benchmark says why in
 one line and their test is skipped."""
 from __future__ import annotations
@@ -184,7 +185,7 @@ def test_peers(results):
 
 @pytest.mark.tf
 def test_embeddings(results):
-    """Issue 35: DLRM-style tables (>= 100 MB), the runtime vs TF2 PSS with ShardedVariables,
+    """The embedding tables: DLRM-style tables (>= 100 MB), the runtime vs TF2 PSS with ShardedVariables,
     the bytes the cluster's connections carried over the sparse floor (measured with ss)."""
     em = results["embeddings"]
     for key in ("runtime_over_pss", "bytes_over_sparse_floor", "pss_bytes_over_sparse_floor"):

@@ -1,4 +1,4 @@
-"""The runtime's update path for embedding tables stays sparse (issue 35): a table split over
+"""The runtime's update path for embedding tables stays sparse: a table split over
 2 ps by ``Placement.partitioner``, looked up with ``embedding_lookup`` and trained with SGD,
 gets ``IndexedSlices`` gradients that reach each ps as a scatter of the touched rows; no dense
 gradient of a whole table (or of a partition) is made anywhere, and the worker never holds a

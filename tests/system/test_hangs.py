@@ -1,4 +1,4 @@
-"""Hangs with real TensorFlow (issues 31 and 32): a stuck task is named early and shown where it
+"""Hangs with real TensorFlow: a stuck task is named early and shown where it
 hangs; tasks that take a while to end after their final step are not killed as stalls.
 
 Real servers on loopback, real training steps. The timings asserted are the watchdog's own
@@ -74,7 +74,7 @@ def test_a_stuck_worker_is_named_early_shown_where_it_hangs_and_kept_in_the_summ
 
 
 def test_a_late_ps_keeps_running_and_tasks_that_end_slowly_pass_a_tight_stall(tmp_path, ports):
-    """Issue 31, with real TensorFlow: the ps starts 12 s late, so each worker prints
+    """The ps starts 12 s late, so each worker prints
     "CreateSession still waiting for response from worker: /job:ps/..." once and then trains;
     waiting_timeout 8 no longer kills the ps. Then each worker takes 12 s to exit after its
     final step: under stall_timeout 5 the run still succeeds, with no stall."""

@@ -184,7 +184,7 @@ def test_mwms_example_fits_to_the_end_with_keras2(tmp_path, ports):
 @pytest.mark.parametrize("workers", [2, 1])
 def test_mwms_progress_shows_the_metrics_keras_prints_never_a_sum_over_workers(
         tmp_path, ports, workers):
-    """Issue 41: tf_keras logs a step's loss and accuracy summed over the workers (its bar
+    """tf_keras logs a step's loss and accuracy summed over the workers (its bar
     shows "accuracy: 1.2281" mid-epoch with 2 workers); the epoch's line prints the metrics'
     own values. tfcluster's progress shows the metrics' own values at every step: the epoch
     line's values at the epoch's end, Keras' step values divided by the workers it summed."""

@@ -1,4 +1,4 @@
-"""``tfcluster profile RUN`` (issue 35): a TensorFlow profile of every live task of a real
+"""``tfcluster profile RUN``: a TensorFlow profile of every live task of a real
 trainer.py run (1 ps + 2 workers, TF1 graph mode), written into the run folder in the layout
 TensorBoard's profile plugin reads; and a TF2 program's profiler server started with one line."""
 from __future__ import annotations

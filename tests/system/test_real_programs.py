@@ -1,4 +1,4 @@
-"""Supervising real programs as they are (issue 19): the guide's shapes, preflight guards,
+"""Supervising real programs as they are: the guide's shapes, preflight guards,
 progress and liveness from unmodified programs, watchdogs that never kill a healthy run, and
 hand-started clusters that end. In-process checks first; tests that start TensorFlow are
 marked ``tf`` and kept few and short."""
@@ -173,7 +173,7 @@ open(sys.argv[1], "w").write("reached 4000")
 
 
 def test_a_run_whose_log_disk_fills_up_keeps_training(tmp_path, ports):
-    """Issue 22: the task's log on a 64 KiB tmpfs; the task trains to its target anyway and the
+    """The task's log on a 64 KiB tmpfs; the task trains to its target anyway and the
     launcher names the log failure."""
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -219,7 +219,7 @@ MEASURE = ("import os, subprocess, sys\n"
 
 
 def test_300_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_log(tmp_path, ports):
-    """Issue 22: the launcher's own peak memory (wait4's rusage of the launcher process) stays
+    """The launcher's own peak memory (wait4's rusage of the launcher process) stays
     under 200 MB, and the task's last line is in its log."""
     (tmp_path / "endless.py").write_text(ENDLESS)
     (port,) = ports(1)
@@ -265,7 +265,7 @@ def test_a_failing_programs_summary_shows_its_exception_after_50_progress_lines(
     assert r.returncode == 1
     summary = r.stderr[r.stderr.index("last lines of worker:0:"):]
     shown = summary.splitlines()[1:4]
-    # the exception first, then the program's own frame (issue 32: the real error leads)
+    # the exception first, then the program's own frame: the real error leads
     assert "AttributeError: 'SparseCategoricalAccuracy' object has no attribute 'reset_states'" \
         in shown[0]
     frames = [ln.strip() for ln in summary.splitlines()[2:8] if ln.strip().startswith('File "')]

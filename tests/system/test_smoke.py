@@ -40,7 +40,7 @@ def test_hello_without_file():
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "Hello, distributed TensorFlow!"
-    # issue 32: TensorFlow's start-up noise (absl, oneDNN, no GPU, cuInit) folded: the
+    # TensorFlow's start-up noise (absl, oneDNN, no GPU, cuInit) folded: the
     # greeting comes first, on the terminal too
     assert not any(w in r.stderr for w in ("oneDNN", "InitializeLog", "cuda drivers", "cuInit")), r.stderr
 

@@ -113,7 +113,7 @@ def test_mwms_example_runs_to_the_end_and_resumes(tmp_path, ports):
         assert f"CUDA_VISIBLE_DEVICES='{i}'" in log
         sums[i] = summary(log, f"mwms: worker:{i}")
         assert sums[i]["step"] == 100 and sums[i]["replicas"] == 2
-        assert "StartAbort" not in log, log[-2000:]   # issue 23: no error line at the end
+        assert "StartAbort" not in log, log[-2000:]   # no error line at the end
     # synchronous training: both workers hold the same model
     assert sums[0]["loss"] == sums[1]["loss"] and sums[0]["accuracy"] == sums[1]["accuracy"]
     assert sums[0]["accuracy"] > 0.6, sums[0]

@@ -64,7 +64,7 @@ def test_resume_from_checkpoint(async_run, tmp_path):
 
 
 def test_a_rerun_at_the_target_step_says_nothing_was_trained(async_run, tmp_path):
-    """Issue 23: a second quick-start run on the same checkpoint folder trains nothing; the
+    """A second quick-start run on the same checkpoint folder trains nothing; the
     chief says so and names the folder to clear and the flag to raise."""
     _, ckpt = async_run
     cluster = local_cluster(1, 1)

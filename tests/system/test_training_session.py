@@ -63,7 +63,7 @@ def test_sync_replicas_take_the_fast_path():
         r = reps[task]
         assert r["fast"], (task, r)
         assert r["runs"] > 0 and r["monitored_runs"] == 0, (task, r)
-        # the steps this worker ran itself (its own rate; issue 32), not the global step
+        # the steps this worker ran itself (its own rate), not the global step
         assert r["local_step"] == r["runs"], (task, r)
         assert r["final_step"] >= 40
 

@@ -180,7 +180,7 @@ def test_committed_schema_is_current_and_accepts_the_shipped_file():
         jsonschema.validate({"cluster": {"worker": ["a:1"]}, "sucess": "chief"}, committed)
 
 
-# ---- hostile and careless files (issue 14): each is exit 2 with one line naming the field
+# ---- hostile and careless files: each is exit 2 with one line naming the field
 
 @pytest.mark.parametrize("text,expected", [
     ("cluster:\n  worker: [a:1]\n  ps: [a:2]\n  worker: [a:3]\n",

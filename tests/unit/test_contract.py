@@ -1,4 +1,4 @@
-"""The task contract (tfcluster/contract.py) as tables: TF_CONFIG, the seed's task flags, the
+"""The task contract (tfcluster/plan/contract.py) as tables: TF_CONFIG, the seed's task flags, the
 environment every task gets, and the symbolic interpreter."""
 from __future__ import annotations
 

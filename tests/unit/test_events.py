@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -198,3 +199,15 @@ def test_every_event_the_machine_and_the_supervisor_write_is_listed_with_its_key
     for name, keys in written:
         assert name in EVENTS and keys <= set(EVENTS[name]), (name, keys)
     assert set(input_fields(Tick(1.0))) <= set(EVENTS["input"])
+
+
+def test_docs_launch_lists_every_event_with_its_keys():
+    """docs/LAUNCH.md's table of events.jsonl has a row for every event, naming each of its keys."""
+    with open(os.path.join(helpers.DOCS, "LAUNCH.md")) as f:
+        page = f.read()
+    table = page[page.index("| event | task | other keys |"):]
+    table = table[: table.index("\n\n")]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|[^|]*\|(.*)\|$", table, re.M)}
+    assert set(rows) == set(EVENTS)
+    for name, keys in EVENTS.items():
+        assert all(f"`{k}`" in rows[name] for k in keys), (name, keys, rows[name])

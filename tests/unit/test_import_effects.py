@@ -1,6 +1,6 @@
 """Importing tfcluster does nothing but define things: no signal handler installed, no thread
-started (issue 29: importing the Slurm node agent used to install SIGINT/SIGTERM/SIGHUP/SIGURG
-handlers, so a test that imported it made pytest swallow Ctrl-C). Every module but those that
+started (a module that installed SIGINT/SIGTERM/SIGHUP/SIGURG handlers at import, as the Slurm
+node agent once did, makes a test that imports it swallow pytest's Ctrl-C). Every module but those that
 import TensorFlow at their top, imported afresh."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Masking (issue 22): multi-line secret values, secret program arguments on every path (Slurm
+"""Masking of secrets: multi-line secret values, secret program arguments on every path (Slurm
 included, while the job still gets the real value), the word-based name heuristic, and masking
 that never breaks a progress line. Pure: no TensorFlow, no process
 (tests/integration/test_masking_processes.py has the launches, local and Slurm)."""

@@ -1,4 +1,4 @@
-"""``--arg NAME=VALUE`` (issue 32): one argument of the program changed in the resolved plan,
+"""``--arg NAME=VALUE``: one argument of the program changed in the resolved plan,
 so that launch, its dry run, ``commands`` and the Slurm script all run the same argv."""
 import json
 

@@ -1,4 +1,4 @@
-"""tfcluster profile (issue 35): which tasks of a run record it traces, and where it asks.
+"""tfcluster profile: which tasks of a run record it traces, and where it asks.
 No TensorFlow, no processes (tests/system/test_profile.py traces a real run)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The quick reader of cluster files (tfcluster.clusterfile.quick, issue 35): a launch reads the plain
+"""The quick reader of cluster files (tfcluster.clusterfile.quick): a launch reads the plain
 subset of a file without building pydantic's models, and it never accepts what the models
 reject, nor reads a value other than theirs."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run folders that cannot be redirected (tfcluster.safe_files, issue 22): the review's symlink swap,
+"""Run folders that cannot be redirected (tfcluster.safe_files): a run folder swapped for a symlink,
 unsafe log folders, run ids that never collide. Pure: no TensorFlow, no process
 (tests/integration/test_safe_files_processes.py has the launches)."""
 import json

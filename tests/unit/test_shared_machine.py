@@ -1,4 +1,4 @@
-"""Issue 30: a shared machine, where another local user writes files where tfcluster reads them
+"""A shared machine (docs/SECURITY.md), where another local user writes files where tfcluster reads them
 (a shared logdir, /tmp, the current folder). Each test plants what that user would and shows the
 attack fails: the record, the log, the cluster file, the terminal. (Process-level attacks --
 stop, completion, planted modules -- are in tests/integration/test_shared_machine_processes.py.)

@@ -33,8 +33,8 @@ entry points, whose tasks must end by themselves):
                               local backend); :func:`tfcluster.plan.progress.report_progress` writes
                               there when the descriptor is still that pipe, else to stdout
 ``TFCLUSTER_LAUNCHER_PID``    the pid of the launcher that will stop the ps tasks at the end
-                              (on ssh hosts and Slurm nodes: the wrapper that does it for the
-                              launcher; on Ray: the task's actor), the program's parent; the
+                              (what does it for the launcher: on ssh hosts the ssh wrapper, on
+                              Slurm the node agent, on Ray the task's actor), the program's parent; the
                               runtime trusts it only when that process started the task's
                               process group and is a tfcluster supervisor (:func:`supervised`)
 

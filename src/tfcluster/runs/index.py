@@ -189,7 +189,7 @@ def lookup(run_id: str) -> Optional[str]:
 
 def resolve_run(arg: Optional[str] = None, file: Optional[str] = None) -> str:
     """The run folder ``arg`` names: a run folder (a path holding run.json), or a run id from
-    the index. Without ``arg``: see :func:`default_run`. Raises UserError (exit 2) naming where
+    the index. Without ``arg``: see :func:`choose_run`. Raises UserError (exit 2) naming where
     it looked."""
     return choose_run(arg, file)[0]
 

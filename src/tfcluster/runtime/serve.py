@@ -81,7 +81,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         stop.set()
 
     main_thread = threading.current_thread() is threading.main_thread()
-    # an ignored SIGTERM stays ignored (a Slurm node's ps: its wrapper stops it with SIGHUP)
+    # an ignored SIGTERM stays ignored (a Slurm node's ps: its node agent stops it with SIGHUP)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
            if signal.getsignal(s) != signal.SIG_IGN} if main_thread else {}
     try:

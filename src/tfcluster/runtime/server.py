@@ -307,7 +307,7 @@ def join_forever(server=None) -> None:
     """Block until the process is signalled. Unlike ``server.join()``, Ctrl-C works (exit 130)
     and SIGTERM (or SIGHUP) ends the process with exit 0. A SIGTERM that was ignored when the
     process started stays ignored: a ps on a Slurm node starts so, to outlive Slurm's SIGTERM
-    until its chief has saved, and its wrapper stops it with SIGHUP."""
+    until its chief has saved, and its node agent stops it with SIGHUP."""
     import signal
 
     stop = threading.Event()

@@ -12,15 +12,15 @@ import time
 import types
 
 import pytest
-from test_slurm_node import Node
 
+from helpers.node_agent import Node
 from tfcluster.backends.agent.node import MAX_LINE
 from tfcluster.core import machine as mc
 
 
 @pytest.fixture
 def task(tmp_path):
-    """worker:0's agent, built without Slurm (test_slurm_node.Node); what it shows is kept."""
+    """worker:0's agent, built without Slurm (helpers.node_agent.Node); what it shows is kept."""
     node = Node(tmp_path, rank=1)
     shown = []
     node.agent.emit = shown.append

@@ -1,5 +1,5 @@
-"""Runs for people with real processes (issue 23): launch --detach, then logs -f and stop from
-another folder; a detached launch that fails at once. The tasks are tests/programs/listener.py
+"""launch --detach with real processes, then logs -f and stop from another folder; a detached
+launch that fails at once. The tasks are tests/programs/listener.py
 (no TensorFlow)."""
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""status, runs and report on hostile or broken records (issue 22): a FIFO or a 3 GB file in
+"""status, runs and report on hostile or broken records: a FIFO or a 3 GB file in
 place of a record, numbers out of range or of the wrong type, deep nesting, control characters,
 and 1,000 mutated run.json/events.jsonl files. Every case ends with one line (exit 2) or a
-result, never a traceback or a hang. No TensorFlow; no process but for the memory check."""
+result, never a traceback or a hang. No TensorFlow, no process. (A long run's report in bounded memory:
+tests/integration/test_report_memory.py.)"""
 from __future__ import annotations
 
 import copy

@@ -1,7 +1,9 @@
-"""Runs for people (issue 23): the run index, logs, stop, the default FILE, a cluster without a
-file, hints, output options, help, the Python API and the one translation from argparse
-(issue 20). Pure logic, in-process (``cli.main`` with capsys): no process, no TensorFlow.
-Processes: tests/test_cli_people_processes.py; TensorFlow: tests/test_cli_people_tf.py."""
+"""The commands people run on their runs, in this process: the run index, logs, stop, the
+default FILE (./cluster.yaml), a quick cluster without a file (--ps/--workers), hints, output
+options, help, tensorboard and profile's answers, the Python API and the one translation from
+argparse. Pure logic, in-process (``cli.main`` with capsys): no process, no TensorFlow.
+(Detach, logs -f and stop with real processes: tests/integration/test_detach_logs_stop.py; the
+quick start and tensorboard with TensorFlow: tests/system/test_quick_start_tensorboard.py.)"""
 from __future__ import annotations
 
 import json
@@ -69,7 +71,7 @@ def test_register_and_resolve_by_id_from_anywhere(state, tmp_path, monkeypatch):
 
 def test_without_a_run_this_folders_runs_come_first_and_the_choice_is_said(state, tmp_path,
                                                                            monkeypatch, capsys):
-    """Issue 32: the index holds every folder's runs; logs and runs without arguments prefer
+    """The index holds every folder's runs; logs and runs without arguments prefer
     this folder's and say which run or which index they read."""
     mine = make_run(tmp_path / "a" / "out", "mine")
     other = make_run(tmp_path / "b" / "out", "other")
@@ -163,7 +165,7 @@ ONEDNN = ("I0000 00:00:1796189771.961067   17078 port.cc:153] oneDNN custom oper
 
 
 def test_logs_show_what_the_console_shows_and_raw_shows_everything(tmp_path, capsys):
-    """Issue 32: no raw protocol lines, no start-up noise (one note on stderr says so);
+    """No raw protocol lines, no start-up noise (one note on stderr says so);
     --raw prints the log as written."""
     from tfcluster.plan.progress import format_progress
     d = tmp_path
@@ -266,7 +268,7 @@ def test_quick_cluster_dry_run_and_save(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["validate", "c.yaml"]) == 0
     assert "3 tasks in 2 jobs" in capsys.readouterr().out
-    # counts, not the ports this run happened to get (issue 32): each launch takes free ones
+    # counts, not the ports this run happened to get: each launch takes free ones
     saved = (tmp_path / "c.yaml").read_text()
     assert "  ps: 1\n" in saved and "  worker: 2\n" in saved and "localhost:" not in saved
     assert cli.main(["launch", "--workers", "1", "--save", "c.yaml", "--", "python", "train.py"]) == 2
@@ -418,7 +420,7 @@ def test_profile_of_a_run_that_is_not_running_is_one_line_and_exit_2(tmp_path, s
 
 
 def test_one_translation_from_argparse_leaves_the_namespace_alone(tmp_path, monkeypatch):
-    """Issue 20: launch_request is the one reader of launch's argparse; main does not add to
+    """launch_request is the one reader of launch's argparse; main does not add to
     the namespace."""
     args = cli.build_parser().parse_args(["launch", "c.yaml", "--tasks", "worker:0", "--timestamps",
                                           "--quiet", "--restart", "on-failure", "--detach"])

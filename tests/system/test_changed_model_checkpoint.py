@@ -1,4 +1,4 @@
-"""Everyday mistakes with real TensorFlow (issue 32): a model changed after its checkpoint was
+"""An everyday mistake with real TensorFlow: a model changed after its checkpoint was
 saved, run again on the same checkpoint folder. The failure summary shows TensorFlow's own
 error first and says the checkpoint no longer matches the model and how to clear it; the
 other worker ends on SIGTERM instead of needing SIGKILL."""

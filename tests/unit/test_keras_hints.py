@@ -177,7 +177,7 @@ def test_progress_reporter_without_known_steps_counts_batches():
         rep.epoch_end(epoch, {"loss": 0.25})
     got = _reports(out.getvalue())
     assert [p.step for p in got] == [1, 2, 3, 3, 4, 5, 6, 6]
-    # local_step: the batches this process ran itself (its own rate, issue 32)
+    # local_step: the batches this process ran itself (its own rate)
     assert [p.local_step for p in got] == [1, 2, 3, 3, 4, 5, 6, 6]
     assert all(p.total is None for p in got)
     assert got[0].metrics == {"loss": 0.5, "epoch": 1}
@@ -225,7 +225,7 @@ def test_progress_reporter_fetches_remote_logs_only_when_it_reports():
 
 
 def test_progress_reporter_divides_what_keras_summed_over_the_workers():
-    """Issue 41: under MultiWorkerMirroredStrategy tf_keras logs a step's metrics summed over
+    """Under MultiWorkerMirroredStrategy tf_keras logs a step's metrics summed over
     the workers (accuracy 1.29 for 0.64 with 2); the epoch's end hands the metrics' own
     results. Every line shows the model's metric: a step's values divided by the workers."""
     import io

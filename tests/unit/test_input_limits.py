@@ -1,6 +1,7 @@
-"""Hostile and unlucky input to the cluster file and the command line (issue 22): alias
-amplification, long names, odd spellings of loopback, injection through names. Pure logic: no
-TensorFlow, no processes."""
+"""Hostile and unlucky input to the cluster file and the command line, each refused in one line
+and in bounded time, or read as meant: YAML alias amplification, overlong endpoints and names,
+tabs and duplicate keys, GPU ids with newlines, other spellings of loopback, newlines in render's
+flags. Pure logic: no TensorFlow, no processes."""
 import time
 
 import pytest

@@ -1,5 +1,5 @@
-"""Runs for people with real TensorFlow (issue 23): the quick start without a file, and
-tfcluster tensorboard serving a run's summaries."""
+"""With real TensorFlow: the quick start without a file (``launch --ps/--workers``) trains, and
+tfcluster tensorboard serves a run's summaries."""
 from __future__ import annotations
 
 import json
@@ -33,7 +33,7 @@ REPO = os.path.dirname(HERE)
 
 @pytest.mark.tf
 def test_quick_start_without_a_file_trains(tmp_path, state):
-    """Issue 23: tfcluster launch --ps 1 --workers 2 -- python trainer.py --train_steps=200,
+    """tfcluster launch --ps 1 --workers 2 -- python trainer.py --train_steps=200,
     with no cluster file: free ports on this machine, the usual records, indexed by run id."""
     import shutil
     shutil.copy(os.path.join(REPO, "trainer.py"), tmp_path / "trainer.py")

@@ -1,7 +1,6 @@
-"""status, runs and report on hostile or broken records (issue 22): a FIFO or a 3 GB file in
-place of a record, numbers out of range or of the wrong type, deep nesting, control characters,
-and 1,000 mutated run.json/events.jsonl files. Every case ends with one line (exit 2) or a
-result, never a traceback or a hang. No TensorFlow; no process but for the memory check."""
+"""tfcluster report on a long run's records, in a process of its own (its peak memory is
+measured): the events are streamed, so the memory stays bounded whatever the length of
+events.jsonl. No TensorFlow. (Broken and hostile records: tests/unit/test_broken_records.py.)"""
 from __future__ import annotations
 
 import os
@@ -39,7 +38,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, round(time.tim
 def test_report_of_a_long_run_stays_within_a_memory_bound(tmp_path):
     """A long run's events are streamed: 20 tasks x 4,000 progress reports (about 14 MB of
     events.jsonl) make a report in bounded memory, with at most MAX_POINTS points per task.
-    (The issue's 100 tasks x 3 h, 122 MB, is measured in docs/LAUNCH.md.)"""
+    (100 tasks x 3 h, 122 MB of events, is measured in docs/LAUNCH.md.)"""
     d = make(tmp_path, record=good_record(tasks=[], ended=T0 + 7000))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
     subprocess.run([sys.executable, "-c", GEN, d, "20", "4000"], check=True, timeout=120, env=env)
