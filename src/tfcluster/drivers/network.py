@@ -7,9 +7,12 @@ service, and a restart) inherits it, and only the run's processes reach its port
 keeps its pid, its files and its signals: ``stop``, ``attach``, ``logs`` and ``stack`` work from
 outside as before; ``exec`` and ``profile`` enter the network (:func:`tfcluster.net.private.enter_namespaces`).
 
-Where the launcher must not or cannot move (the Python API: the caller's program keeps its own
-network; a process with several threads), it forks a child that moves and runs the supervisor,
-and waits for it; the child is the run's launcher (its pid is the record's). Where the private network cannot be made
+Where the launcher must not move (the Python API: the caller's program keeps its own network),
+root moves only the calling thread for the run (a network namespace is a thread's: what the
+supervisor starts from it, threads and tasks, is inside) and brings it back after; another user
+cannot come back from a user namespace, so the run goes to a forked child that moves, whose
+output the caller's ``sys.stdout``/``sys.stderr`` get through pipes, and the caller waits; the
+child is then the run's launcher (its pid is the record's). Where the private network cannot be made
 at all, a run that asked for it (``network: private``, ``--network private``) stops with one
 line (exit 2); a run that got it by default goes on in the host network and says why.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from dataclasses import replace
 from typing import Callable, Optional, Tuple
 
@@ -37,9 +41,12 @@ def run_in_network(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:
     network without outbound connections, or why a default private network is the host's)."""
     if plan.network != "private":
         return run(plan, "")
-    if not MOVE_THIS_PROCESS or (os.geteuid() != 0 and private.threads_here() > 1):
+    root = os.geteuid() == 0
+    if not MOVE_THIS_PROCESS and not root:
         return _in_child(plan, run)
-    net, plan, note = _enter(plan)
+    if MOVE_THIS_PROCESS and not root and private.threads_here() > 1:
+        return _in_child(plan, run)
+    net, plan, note = _enter(plan, back=not MOVE_THIS_PROCESS)
     try:
         return run(plan, note)
     finally:
@@ -47,9 +54,9 @@ def run_in_network(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:
             net.close()
 
 
-def _enter(plan: RunPlan) -> Tuple[Optional[private.Private], RunPlan, str]:
+def _enter(plan: RunPlan, back: bool = False) -> Tuple[Optional[private.Private], RunPlan, str]:
     try:
-        net = private.enter(outbound=True)
+        net = private.enter(outbound=True, back=back)
     except private.PrivateNetworkError as e:
         if plan.network_asked:
             raise UserError(f"network: private: {e}; use --network host")
@@ -62,11 +69,18 @@ def _in_child(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:
     on the signals it is sent by another process (the terminal's Ctrl-C reaches both)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    relays = [(os.pipe(), stream) for stream in (sys.stdout, sys.stderr)]
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.setpgid(0, 0)    # the terminal's signals reach the parent alone, which passes them on
+            (out_r, out_w), _ = relays[0]
+            (err_r, err_w), _ = relays[1]
+            os.close(out_r)
+            os.close(err_r)
+            sys.stdout = os.fdopen(out_w, "w", buffering=1, encoding="utf-8", errors="replace")
+            sys.stderr = os.fdopen(err_w, "w", buffering=1, encoding="utf-8", errors="replace")
 
             net, child_plan, note = _enter(plan)
             try:
@@ -84,8 +98,15 @@ def _in_child(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+    threads = []
+    for (r, w), stream in relays:
+        os.close(w)
+        t = threading.Thread(target=_relay, args=(r, stream), daemon=True)
+        t.start()
+        threads.append(t)
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, _forward_to(pid)) for s in forwarded}
+    main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, _forward_to(pid)) for s in forwarded} if main else {}
     try:
         while True:
             try:
@@ -96,7 +117,24 @@ def _in_child(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        for t in threads:
+            t.join(10)
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _relay(fd: int, stream) -> None:
+    """What the child writes to its stdout or stderr, to this process's (a notebook's, a test's
+    capture), a chunk at a time, until the child closes its end."""
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        while True:
+            data = f.read(65536)
+            if not data:
+                return
+            try:
+                stream.write(data.decode("utf-8", "replace"))
+                stream.flush()
+            except (OSError, ValueError):   # the caller's stream is closed: the rest is dropped
+                pass
 
 
 def _forward_to(pid: int):

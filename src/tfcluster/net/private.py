@@ -122,13 +122,18 @@ class Private:
     note: str = ""
     _helper_pid: Optional[int] = None
     _exit_fd: Optional[int] = None
+    _back_fd: Optional[int] = None        # the thread's network before (enter(back=True))
 
     def close(self) -> None:
         """Stop the outbound helper (it ends when its exit pipe closes, as it does when this
-        process dies)."""
+        process dies); with ``enter(back=True)``, return the calling thread to its network."""
         if self._exit_fd is not None:
             os.close(self._exit_fd)
             self._exit_fd = None
+        if self._back_fd is not None:
+            _check(_libc().setns(self._back_fd, CLONE_NEWNET), "returning to the host's network")
+            os.close(self._back_fd)
+            self._back_fd = None
         if self._helper_pid is not None:
             try:
                 os.waitpid(self._helper_pid, 0)
@@ -137,25 +142,32 @@ class Private:
             self._helper_pid = None
 
 
-def enter(outbound: bool = True) -> Private:
+def enter(outbound: bool = True, back: bool = False) -> Private:
     """Move this process into a network namespace of its own (see the module's docstring), and
     start the outbound helper in the host's network when ``outbound``. The process must have one
-    thread (a user namespace takes only a single-threaded process). Raises PrivateNetworkError."""
+    thread (a user namespace takes only a single-threaded process). ``back`` (root only): only
+    the calling thread moves (a network namespace is a thread's), with what it starts, and
+    :meth:`Private.close` returns it. Raises PrivateNetworkError."""
     why = unavailable()
     if why:
         raise PrivateNetworkError(why)
     root = os.geteuid() == 0
+    if back and not root:
+        raise PrivateNetworkError("only root can return a thread from a private network")
     if not root and threads_here() > 1:
         raise PrivateNetworkError("the launcher has several threads here; a user namespace "
                                   "takes only a single-threaded process")
+    back_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC) if back else None
     helper = _start_helper_waiting() if outbound else None
     try:
         _unshare(root)
     except BaseException:
         if helper is not None:
             helper.abandon()
+        if back_fd is not None:
+            os.close(back_fd)
         raise
-    net = Private(pid=os.getpid(), userns=not root)
+    net = Private(pid=os.getpid(), userns=not root, _back_fd=back_fd)
     if helper is None:
         return net
     net.outbound, net.note, net._helper_pid, net._exit_fd = helper.go()
@@ -202,13 +214,15 @@ class _WaitingHelper:
         exit_r, self.exit_w = os.pipe()
         self.err_r, err_w = os.pipe()
         parent = os.getpid()
+        thread = threading.get_native_id()    # the thread that moves (its namespace, not the process's)
         pid = os.fork()
         if pid == 0:                    # the child: only system calls until exec
             try:
                 for fd in (self.go_w, self.ready_r, self.exit_w, self.err_r):
                     os.close(fd)
                 os.read(go_r, 1)
-                _exec_slirp(self.path, parent, ready_w, exit_r, err_w)
+                _exec_slirp(self.path, parent, ready_w, exit_r, err_w,
+                            thread if thread != parent else None)
             finally:
                 os._exit(127)
         for fd in (go_r, ready_w, exit_r, err_w):
@@ -277,7 +291,8 @@ def _read_some(fd: int) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def _exec_slirp(path: str, parent: int, ready_w: int, exit_r: int, err_w: int) -> None:
+def _exec_slirp(path: str, parent: int, ready_w: int, exit_r: int, err_w: int,
+                thread: Optional[int] = None) -> None:
     args = [path] + SLIRP_ARGS + [f"--ready-fd={ready_w}", f"--exit-fd={exit_r}"]
     keep = [ready_w, exit_r]
     if os.geteuid() != 0:
@@ -286,7 +301,8 @@ def _exec_slirp(path: str, parent: int, ready_w: int, exit_r: int, err_w: int) -
         os.close(u2)
         keep.append(u1)
         args.append(f"--userns-path=/proc/self/fd/{u1}")
-    args += ["--netns-type=path", f"/proc/{parent}/ns/net", "tap0"]
+    where = f"/proc/{parent}/task/{thread}/ns/net" if thread else f"/proc/{parent}/ns/net"
+    args += ["--netns-type=path", where, "tap0"]
     for fd in keep:
         os.set_inheritable(fd, True)
     devnull = os.open(os.devnull, os.O_RDWR)

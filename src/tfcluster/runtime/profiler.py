@@ -1,8 +1,9 @@
 """Start TensorFlow's profiler server in a task, so ``tfcluster profile RUN`` can trace it.
 
-The launcher gives every task of the cluster a profiler port through the task contract
-(``TFCLUSTER_PROFILER_PORT``, :func:`tfcluster.plan.contract.profiler_port`) and records it in
-run.json. :func:`tfcluster.runtime.start_server` starts the profiler server there; any other
+With the run's profiler on (``profiler: true`` in the file, ``launch --profiler``), the launcher
+gives every task a profiler port chosen with the task ports (``TFCLUSTER_PROFILER_PORT``, the
+plan's ``TaskPlan.profiler_port``) and records it in run.json; off (the default), there is none
+and no port is opened. :func:`tfcluster.runtime.start_server` starts the profiler server there; any other
 program does the same with one line::
 
     import tfcluster.runtime as rt; rt.start_profiler()          # or, without tfcluster:
