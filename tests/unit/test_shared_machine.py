@@ -5,6 +5,7 @@ stop, completion, planted modules -- are in tests/integration/test_shared_machin
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -528,3 +529,35 @@ def test_a_secret_program_argument_is_masked_inside_other_values_too(tmp_path, c
         out = capsys.readouterr().out
         assert "s3cr3t-pw-8842" not in out, (cmd, out)
         assert "OTHER" in out and "DSN" in out, (cmd, out)
+
+
+# ---- tensorboard and profile on records of others, or with hostile strings
+def _record(folder, run_id="r1", **more):
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    rec = {"run_id": run_id, "result": "succeeded", "run_dir": str(folder), "tasks": [
+        {"task": "worker:0", "state": "succeeded", "argv": ["python", "t.py", "--logdir", "/root"]}]}
+    rec.update(more)
+    (folder / "run.json").write_text(json.dumps(rec))
+    return folder
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a run folder to another user")
+def test_tensorboard_serves_only_the_callers_own_runs(tmp_path, capsys):
+    from tfcluster.cli.main import main
+    theirs = _record(tmp_path / "runs" / "r1")
+    for p in (theirs, theirs / "run.json"):
+        os.chown(p, 65534, 65534)
+    assert main(["tensorboard", str(theirs), "--print"]) == 2
+    err = capsys.readouterr().err
+    assert "owned by another user (uid 65534)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_profile_and_tensorboard_print_a_hostile_run_id_as_printable_text(tmp_path, capsys):
+    from tfcluster.cli.main import main
+    hostile = "r1\x1b]0;owned\x07\x1b[2J\x1bc"
+    run = _record(tmp_path / "runs" / "r1", run_id=hostile)
+    assert main(["tensorboard", str(run), "--profile"]) == 2
+    assert main(["profile", str(run), "--seconds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "r1" in err
