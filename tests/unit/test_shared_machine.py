@@ -561,3 +561,19 @@ def test_profile_and_tensorboard_print_a_hostile_run_id_as_printable_text(tmp_pa
     assert main(["profile", str(run), "--seconds", "1"]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "r1" in err
+
+
+def test_tensorboard_says_who_else_can_open_its_port(tmp_path, capsys, monkeypatch):
+    from tfcluster.runs import control
+    run = _record(tmp_path / "runs" / "r1")
+    ran = []
+
+    def no_exec(path, argv):
+        ran.append(argv)
+        raise SystemExit(0)
+    monkeypatch.setattr(control.os, "execv", no_exec)
+    monkeypatch.setattr(control, "tensorboard_installed", lambda: True)
+    with pytest.raises(SystemExit):
+        control.tensorboard(str(run), json.loads((run / "run.json").read_text()), port=6123)
+    err = capsys.readouterr().err
+    assert ran and "note: TensorBoard has no login: every user of this machine can open http://localhost:6123/" in err
