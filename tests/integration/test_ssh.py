@@ -297,7 +297,7 @@ def test_a_start_failure_leaves_a_closed_record(tmp_path):
     f = tmp_path / "cluster.yaml"
     f.write_text("cluster: {ps: [h1:2222], worker: [h1:2223]}\n"
                  "program: {command: [python, t.py]}\n"
-                 "remote: {ssh_options: [ProxyCommand=false]}\n")
+                 "remote: {ssh_options: [ProxyCommand=false], allow_ssh_commands: [ProxyCommand]}\n")
     r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", str(f), "--run-id", "s1"],
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 2, r.stderr
