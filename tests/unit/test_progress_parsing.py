@@ -7,6 +7,7 @@ carriage returns and backspaces included) and TF1 hooks (capture_tf1.py)."""
 from __future__ import annotations
 
 import os
+import shlex
 
 import pytest
 
@@ -118,13 +119,14 @@ def test_supervised_needs_a_tfcluster_supervisor(tmp_path, monkeypatch):
 
 
 def test_the_wrappers_that_set_launcher_pid_are_supervisors_and_another_ray_actor_is_not(monkeypatch):
-    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh wrapper, the Slurm node agent and the
+    """docs/PLAN.md, TFCLUSTER_LAUNCHER_PID: the ssh hosts' node agent, the Slurm node agent and the
     Ray actor (which Ray retitles ``ray::<its class name>``) are known by their command lines
     (as they run them); another Ray actor, holding no run folder, is not taken for a supervisor."""
     from tfcluster.backends import ssh
     from tfcluster.backends.slurm.batch import TASK_COMMAND
     me = os.getpid()
-    for argv in (["python3", "-I", "-c", ssh._BOOT],
+    boot = ssh.remote_command(ssh.RemoteSpec())            # python3 -I -c '"tfcluster node agent";...'
+    for argv in (shlex.split(boot),
                  ["/usr/bin/python3", "-c", TASK_COMMAND],
                  ["/venv/bin/python3", "/venv/bin/tfcluster", "launch", "cluster.yaml"]):
         monkeypatch.setattr(contract, "_cmdline", lambda pid, a=argv: [w.encode() for w in a])

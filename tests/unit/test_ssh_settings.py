@@ -19,7 +19,7 @@ def test_remote_settings_merge_and_ssh_argv(tmp_path):
     argv = ssh_argv(s2, "h2")
     assert argv[-1] == "10.0.0.2" and "BatchMode=yes" in argv and ["-p", "2200"] == argv[argv.index("-p"):][:2]
     assert ["-l", "bob"] == argv[argv.index("-l"):][:2] and "A=b" in argv
-    assert remote_command(s1).startswith("/opt/venv/bin/python -I -c '\"tfcluster ssh wrapper\";import base64;exec(")
+    assert remote_command(s1).startswith("/opt/venv/bin/python -I -c '\"tfcluster node agent\";import base64;exec(")
 
 
 # ---- ssh options that run a command on this machine (ProxyCommand, ...): only when allowed by name

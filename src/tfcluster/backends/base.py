@@ -91,6 +91,11 @@ class Backend:
     def start(self, spec: ProcessSpec) -> Handle:
         raise NotImplementedError
 
+    def place(self, plan):
+        """The plan with what only the hosts can say before the first start: the ports chosen
+        there (the ssh agents'); this backend has nothing to add."""
+        return plan
+
     def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
         """Every task has stopped because a task's node was lost: place ``names`` again (the
         lost node excluded) and return their new endpoints (task -> (host, port)); None: this

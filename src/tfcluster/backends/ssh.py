@@ -1,28 +1,28 @@
-"""ssh: start each remote task over OpenSSH, tied to its ssh session.
+"""ssh: the tasks of each remote host under one node agent, over one ssh session per host.
 
 What runs where
-  On the launching machine, one ``ssh`` client per task (batch mode: no password prompts),
-  sharing one master connection per host (``ssh -M -N``, a child of the launcher, its socket in
-  a private folder; it ends with the launcher, and every session of the host with it). On the
-  remote host, ``python3 -c <wrapper>`` reads one JSON line from its stdin (argv, environment
-  additions, folder: nothing secret appears in a command line on either side), starts the
-  task in its own process group, and then keeps reading stdin:
-
-  * a line with a signal number: deliver that signal to the task's whole process group
-    (:meth:`SshHandle.signal`; ssh forwards no signals without a terminal);
-  * end of file -- the launcher closed the session, or the ssh client, the launcher or the
-    connection died: SIGTERM to the group, a bounded wait, SIGKILL. No remote orphans.
-
-  When the task's leader exits, what is left of its group is killed and the wrapper exits with
-  the task's code (128+N for a signal N; :meth:`SshHandle.poll` reports it as -N, as Popen
-  does). ssh's own failures (unreachable host, refused key) exit 255.
+  On the launching machine, one shared connection per host (``ssh -M -N``, a child of the
+  launcher, its socket in a private folder; it ends with the launcher, and every session of
+  the host with it), and over it one session per host that runs the host's node agent
+  (:mod:`tfcluster.backends.agent.host`: ``python3 -I -c <its source>``, the host's standard
+  library only). The agent chooses the ports of the host's tasks there when the run starts
+  (a listed ``host:port`` keeps its port, checked free and held), starts every task of the host
+  in its own process group, streams its output back, delivers signals to its group and reports
+  its exit; the launcher's run machine decides, as for local tasks. Nothing secret appears in a
+  command line on either side: argv, environment and folder travel in the session.
+  When the session ends -- the launcher closed it, or the ssh client, the launcher or the
+  connection died -- the agent stops every task of its host (SIGTERM to the group, the stop
+  timeout, SIGKILL): no remote orphans. ssh's own failures (unreachable host, refused key) end
+  the session with 255.
 
 Settings (cluster.yaml ``remote:`` for every host, ``hosts.<name>:`` per host, merged): ssh_host,
-user, port, identity_file, ssh_options (``-o`` options), python (remote interpreter, default
-python3; also replaces ``python``/``python3`` as the task's command) and workdir (the remote
-folder that mirrors the cluster file's folder: paths under the file's folder in argv and the
-task's folder are mapped there; without it paths are used as they are, as on a shared file
-system). Tasks on this machine's own names and addresses run locally, not over ssh.
+user, port, identity_file, ssh_options (``-o`` options; those that run a command here only when
+named in allow_ssh_commands), python (remote interpreter, default python3; also replaces
+``python``/``python3`` as the task's command), workdir (the remote folder that mirrors the
+cluster file's folder: paths under the file's folder in argv and the task's folder are mapped
+there; without it paths are used as they are, as on a shared file system) and slots (how many
+tasks of jobs given as a count the host takes: :func:`tfcluster.plan.runplan.place_on_hosts`).
+Tasks on this machine's own names and addresses run locally, not over ssh.
 """
 from __future__ import annotations
 
@@ -31,14 +31,13 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.backends.base import Backend, Handle, ProcessSpec, signal_group, start_child, stop_group
+from tfcluster.backends.base import Backend, Handle, ProcessSpec, start_child, stop_group
 from tfcluster.backends.local import LocalBackend
 from tfcluster.clusterfile.config import Cluster
 from tfcluster.clusterfile.models import RemoteSpec
@@ -49,64 +48,14 @@ DEFAULT_PYTHON = "python3"
 CONNECT_TIMEOUT = 10     # remote.connect_timeout: seconds a host has to answer at the start
 ALIVE_INTERVAL = 5       # remote.alive_interval: seconds between keep-alives (ServerAliveInterval)
 ALIVE_COUNT_MAX = 3      # remote.alive_count_max: unanswered keep-alives before a host is lost
+ANSWER_TIMEOUT = 60.0    # seconds an agent has to answer a request (a start, the ports)
 
-# The remote side. Kept small; it runs with the remote python3's standard library only.
-WRAPPER = r'''
-import json, os, signal, subprocess, sys, threading
-inp = sys.stdin.buffer
-head = json.loads(inp.readline() or b"null")
-if not head:
-    sys.exit(255)
-def say(m):
-    sys.stderr.write("tfcluster (ssh wrapper): %s\n" % m)
-    sys.stderr.flush()
-try:
-    os.chdir(head["cwd"])
-except OSError as e:
-    say("cannot enter the task's folder %s: %s" % (head["cwd"], e.strerror))
-    sys.exit(126)
-env = dict(os.environ)
-env.update(head["env"])
-env["TFCLUSTER_LAUNCHER_PID"] = str(os.getpid())   # this wrapper stops the task for the launcher
-def pre():
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
-try:
-    p = subprocess.Popen(head["argv"], env=env, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                         start_new_session=True, preexec_fn=pre)
-except OSError as e:
-    say("cannot start %s: %s" % (head["argv"][0], e.strerror))
-    sys.exit(127)
-def kill(s):
-    try:
-        os.killpg(p.pid, s)
-    except OSError:
-        pass
-def watch():
-    for line in inp:
-        line = line.strip()
-        if line.isdigit():
-            kill(int(line))
-    kill(signal.SIGTERM)
-    try:
-        p.wait(head.get("stop_timeout", 5))
-    except subprocess.TimeoutExpired:
-        pass
-    kill(signal.SIGKILL)
-threading.Thread(target=watch, daemon=True).start()
-for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-    signal.signal(s, lambda n, f: kill(n))
-rc = p.wait()
-kill(signal.SIGKILL)
-sys.stdout.flush()
-os._exit(rc if rc >= 0 else 128 - rc)
-'''
-# "tfcluster" in the command line marks the wrapper as a task's supervisor (contract.supervised)
-_BOOT = ('"tfcluster ssh wrapper";import base64;exec(base64.b64decode("%s"))'
-         % base64.b64encode(WRAPPER.encode()).decode())
+
+def agent_source() -> str:
+    """The node agent's source, sent to each host (it runs there with the standard library)."""
+    from tfcluster.backends.agent import host
+    with open(host.__file__, encoding="utf-8") as f:
+        return f.read()
 
 
 def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:
@@ -143,74 +92,166 @@ def lost_after(settings: RemoteSpec) -> int:
 
 
 def remote_command(settings: RemoteSpec) -> str:
-    """The command line the remote shell runs: the wrapper, on the remote python."""
-    python = shlex.split(settings.python or DEFAULT_PYTHON)
-    # -I: the remote folder (its home, a workdir) is not on the module path; stdlib only
-    return " ".join(shlex.quote(w) for w in python) + " -I -c " + shlex.quote(_BOOT)
+    """The command line the remote shell runs: the node agent, on the remote python (-I: the
+    remote folder, its home or a workdir, is not on the module path; stdlib only)."""
+    from tfcluster.backends.agent.host import boot_command
+    return boot_command(shlex.split(settings.python or DEFAULT_PYTHON), agent_source())
 
 
-class SshHandle(Handle):
-    """A remote task: ``pid`` is the local ssh client's; ``stdout`` the task's output."""
+class AgentHandle(Handle):
+    """A task under a host's node agent: ``pid`` is its pid there; ``stdout`` a local pipe the
+    agent's output for it is written into; its exit comes from the agent (-N: signal N, as
+    Popen says; 255: the session ended with the host)."""
 
-    def __init__(self, proc: subprocess.Popen, name: str, lost=None):
-        self.proc = proc
-        self.pid = proc.pid
-        self.stdout = proc.stdout
-        self.name = name
-        self._lock = threading.Lock()
-        self._lost = lost          # () -> why the task's host is lost, or ""
+    def __init__(self, link: "AgentLink", name: str, pid: int):
+        self.link, self.name, self.pid = link, name, pid
+        r, self._w = os.pipe()
+        self.stdout = os.fdopen(r, "rb", buffering=0)
+        self._exit_r, self._exit_w = os.pipe()
+        self.rc: Optional[int] = None
+        self._done = threading.Event()
 
-    def cause(self, rc: int) -> str:
-        """What ended the task, when ssh knows: its host lost (the shared connection to it died:
-        keep-alives unanswered, or the host's sshd gone)."""
-        return self._lost() if rc == 255 and self._lost is not None else ""
+    def feed(self, data: bytes) -> None:
+        if self._w is not None:
+            try:
+                os.write(self._w, data)
+            except OSError:        # the reader gave up on this attempt: its output is dropped
+                pass
 
-    def _code(self, rc: Optional[int]) -> Optional[int]:
-        if rc is None:
-            return None
-        self._close_stdin()
-        if 128 < rc < 128 + 65:   # the wrapper's 128+N: killed by signal N
-            return -(rc - 128)
-        return rc
+    def exited(self, rc: int) -> None:
+        if self._done.is_set():
+            return
+        self.rc = rc
+        if self._w is not None:
+            os.close(self._w)
+            self._w = None
+        os.write(self._exit_w, b"x")
+        self._done.set()
 
     def poll(self) -> Optional[int]:
-        return self._code(self.proc.poll())
+        return self.rc
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        try:
-            return self._code(self.proc.wait(timeout))
-        except subprocess.TimeoutExpired:
-            return None
+        self._done.wait(timeout)
+        return self.rc
 
     def signal(self, sig: int) -> None:
-        """Deliver ``sig`` to the remote task's process group (through the session's stdin).
-        SIGKILL also ends the session, so the remote side stops the task even if the line
-        is lost, and the local ssh client is killed shortly after."""
-        with self._lock:
+        self.link.send(op="signal", task=self.name, sig=int(sig))
+
+    def cause(self, rc: int) -> str:
+        return self.link.lost_words() if rc == 255 else ""
+
+    def exit_fd(self) -> Optional[int]:
+        return self._exit_r
+
+
+class AgentLink:
+    """The session to one host's node agent: requests go down its stdin, a reader thread
+    hands what comes up (output, exits, answers) to the task handles and the waiting
+    requests."""
+
+    def __init__(self, host: str, argv: List[str], stop_timeout: float, lost):
+        self.host, self._lost = host, lost
+        self.err = tempfile.TemporaryFile()
+        self.proc = start_child(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                start_new_session=True, close_fds=True)
+        self.handles: Dict[str, AgentHandle] = {}
+        self.answers: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        self.cond = threading.Condition()
+        self.gone = False
+        self._wlock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True, name=f"agent {host}")
+        self.reader.start()
+        self.send(op="hello", stop_timeout=stop_timeout)
+
+    def send(self, **msg: Any) -> None:
+        line = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        with self._wlock:
             stdin = self.proc.stdin
-            if stdin is not None and not stdin.closed:
-                try:
-                    stdin.write(f"{int(sig)}\n".encode())
-                    stdin.flush()
-                except (BrokenPipeError, OSError, ValueError):
-                    pass   # the session has ended: the remote side has stopped the task already
-        if sig == signal.SIGKILL:
-            self._close_stdin()
-            timer = threading.Timer(3.0, self._kill_client)
-            timer.daemon = True
-            timer.start()
+            if stdin is None or stdin.closed:
+                return
+            try:
+                stdin.write(line)
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass    # the session has ended: the agent stops the host's tasks by itself
 
-    def _kill_client(self) -> None:
-        if self.proc.poll() is None:   # its own session: the group is the ssh client
-            signal_group(self.proc.pid, signal.SIGKILL)
+    def ask(self, kind: str, key: str, timeout: float = ANSWER_TIMEOUT) -> Optional[Dict[str, Any]]:
+        """The answer ``kind`` (for task ``key``), or None when the session ended first."""
+        deadline = time.time() + timeout
+        with self.cond:
+            while (kind, key) not in self.answers and not self.gone:
+                left = deadline - time.time()
+                if left <= 0:
+                    return None
+                self.cond.wait(left)
+            return self.answers.pop((kind, key), None)
 
-    def _close_stdin(self) -> None:
-        with self._lock:
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            ev, task = msg.get("ev"), msg.get("task", "")
+            h = self.handles.get(task)
+            if ev == "out" and h is not None:
+                h.feed(base64.b64decode(msg.get("d") or ""))
+            elif ev == "exit" and h is not None:
+                h.exited(int(msg.get("rc", 1)))
+            else:
+                with self.cond:
+                    self.answers[(ev, task if ev in ("started", "failed") else "")] = msg
+                    self.cond.notify_all()
+        with self.cond:
+            self.gone = True
+            self.cond.notify_all()
+        self.proc.wait()
+        for h in list(self.handles.values()):
+            h.exited(255)
+
+    def lost_words(self) -> str:
+        why = self._lost()
+        if why:
+            return why
+        try:
+            self.err.seek(0)
+            lines = self.err.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, ValueError):
+            lines = []
+        return f"the node agent's session with {self.host} ended" + (f" ({lines[-1]})" if lines else "")
+
+    def start(self, spec_name: str, payload: Dict[str, Any]) -> AgentHandle:
+        self.send(op="start", task=spec_name, **payload)
+        got = self.ask("started", spec_name)
+        if got is None:
+            failed = self.answers.pop(("failed", spec_name), None)
+            if failed is None:      # no answer: the session ended (the host lost) or hung
+                h = AgentHandle(self, spec_name, 0)
+                self.handles[spec_name] = h
+                h.exited(255)
+                return h
+            got = failed
+        if got.get("ev") == "failed" or "pid" not in got:
+            raise OSError(int(got.get("errno") or 0), str(got.get("msg") or "cannot start"))
+        h = AgentHandle(self, spec_name, int(got["pid"]))
+        self.handles[spec_name] = h
+        return h
+
+    def close(self) -> None:
+        """End the session: the agent stops every task of the host, then exits."""
+        with self._wlock:
             if self.proc.stdin is not None and not self.proc.stdin.closed:
                 try:
                     self.proc.stdin.close()
-                except (BrokenPipeError, OSError):
-                    pass   # the session is gone: closing its stdin was only to end it
+                except (BrokenPipeError, OSError):   # the session is gone already
+                    pass
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            stop_group(self.proc, ask=None)
+        self.reader.join(10)
+        self.err.close()
 
 
 class SshBackend(Backend):
@@ -227,6 +268,8 @@ class SshBackend(Backend):
         self._masters: Dict[str, List[str]] = {}                 # host -> ssh argv
         self._procs: List[subprocess.Popen] = []                 # master connections
         self._by_host: Dict[str, tuple] = {}                     # host -> (master, its stderr)
+        self._agents: Dict[str, AgentLink] = {}                  # host -> its node agent
+        self._pending: Dict[str, tuple] = {}                     # host -> a master not yet up
         self._lock = threading.Lock()
         self._local = LocalBackend()
 
@@ -247,7 +290,7 @@ class SshBackend(Backend):
         mapped to ``workdir``)."""
         s = self.settings(spec.host)
         return {"argv": [self._map_path(w, s) for w in spec.argv], "env": dict(spec.env),
-                "cwd": self._map_path(spec.cwd, s), "stop_timeout": self.stop_timeout}
+                "cwd": self._map_path(spec.cwd, s)}
 
     def describe(self, spec: ProcessSpec) -> Dict[str, object]:
         if not self.is_remote(spec.host):
@@ -256,7 +299,7 @@ class SshBackend(Backend):
         target = f"{s.user + '@' if s.user else ''}{s.ssh_host or spec.host}" + (
             f" (port {s.port})" if s.port else "")
         r = self.remote_spec(spec)
-        return {"where": f"ssh {target}", "argv": r["argv"], "cwd": r["cwd"]}
+        return {"where": f"ssh {target} (its node agent)", "argv": r["argv"], "cwd": r["cwd"]}
 
     def _map_path(self, word: str, s: RemoteSpec) -> str:
         if not s.workdir:
@@ -275,21 +318,91 @@ class SshBackend(Backend):
     def start(self, spec: ProcessSpec) -> Handle:
         if not self.is_remote(spec.host):
             return self._local.start(spec)
-        s = self.settings(spec.host)
-        base = self._master(spec.host, s, spec.name)
-        argv = base + ["--", remote_command(s)]
-        proc = start_child(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-        head = json.dumps(self.remote_spec(spec), separators=(",", ":")) + "\n"
-        try:
-            proc.stdin.write(head.encode())
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # ssh failed at once; its exit code and message tell why
-        return SshHandle(proc, spec.name, lambda host=spec.host: self.host_lost(host))
+        return self.agent(spec.host, spec.name).start(spec.name, self.remote_spec(spec))
 
-    def _master(self, host: str, s: RemoteSpec, task: str) -> List[str]:
-        """ssh argv for ``host``'s tasks, after starting its shared connection (once per host).
+    def agent(self, host: str, task: str = "", greet: bool = True) -> AgentLink:
+        """``host``'s node agent: its session started (over the shared connection) the first
+        time, and (``greet``) its answer waited for. Call from the thread that lives as long as
+        the run (the launcher's): a child dies with the thread that started it."""
+        with self._lock:
+            link = self._agents.get(host)
+        if link is not None:
+            return link
+        s = self.settings(host)
+        base = self._master(host, s, task or host)
+        with self._lock:
+            link = self._agents.get(host)
+            if link is None:
+                link = AgentLink(host, base + ["--", remote_command(s)], self.stop_timeout,
+                                 lambda h=host: self.host_lost(h, wait=0.5))
+                self._agents[host] = link
+        if greet and link.ask("hello", "", timeout=(s.connect_timeout or CONNECT_TIMEOUT) + 20) is None and \
+                not link.handles:
+            raise UserError(f"{task or host}: the node agent on {host} did not start "
+                            f"({link.lost_words()}); check remote.python ({s.python or DEFAULT_PYTHON}) there")
+        return link
+
+    def place(self, plan):
+        """The plan with the ports its tasks get on their hosts, chosen there by each host's
+        agent (a task of a job given as a count, and every profiler port) or checked free there
+        (a listed ``host:port``), all hosts at once; every port is held by its agent until its
+        task starts. A task on this machine gets a free port here."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tfcluster.net.ports import free_ports
+        remote: Dict[str, Dict[str, Dict[str, Any]]] = {}
+        local = []
+        for t in plan.tasks:
+            if self.is_remote(t.host):
+                remote.setdefault(t.host, {})[t.name] = {"port": None if t.port_chosen else t.port,
+                                                         "profiler": plan.profiler and t.job != "evaluator"}
+            elif t.port_chosen or (plan.profiler and t.job != "evaluator"):
+                local.append(t)
+        base = plan.base_port if plan.base_port_given else None
+        # processes are started from this thread (a child's death signal follows the thread
+        # that started it): the shared connections first, all at once, then the agents
+        for host in remote:
+            self._master(host, self.settings(host), next(iter(remote[host])), wait=False)
+        if remote:
+            with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
+                list(pool.map(lambda h: self._master(h, self.settings(h), next(iter(remote[h]))), remote))
+        links = {host: self.agent(host, next(iter(remote[host])), greet=False) for host in remote}
+
+        def ask(host: str) -> Dict[str, Any]:
+            link = links[host]
+            s = self.settings(host)
+            if link.ask("hello", "", timeout=(s.connect_timeout or CONNECT_TIMEOUT) + 20) is None:
+                raise UserError(f"{next(iter(remote[host]))}: the node agent on {host} did not start "
+                                f"({link.lost_words()}); check remote.python ({s.python or DEFAULT_PYTHON}) there")
+            link.send(op="ports", want=remote[host], base=base)
+            got = link.ask("ports", "")
+            if got is None:
+                raise UserError(f"{host}: its node agent did not choose ports ({link.lost_words()})")
+            return got
+        chosen: Dict[str, List[Optional[int]]] = {}
+        if remote:
+            with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
+                for got in pool.map(ask, remote):
+                    taken = got.get("taken") or {}
+                    if taken:
+                        name = next(iter(taken))
+                        raise UserError(f"{plan.task(name).where}: {taken[name]} ({name}); nothing was "
+                                        f"started")
+                    chosen.update({k: list(v) for k, v in (got.get("ports") or {}).items()})
+        if local:
+            ports = iter(free_ports(2 * len(local)))
+            for t in local:
+                chosen[t.name] = [next(ports) if t.port_chosen else t.port,
+                                  next(ports) if plan.profiler and t.job != "evaluator" else None]
+        if not chosen:
+            return plan
+        endpoints = {t.name: (t.host, chosen[t.name][0] if t.name in chosen else t.port) for t in plan.tasks}
+        profilers = {t.name: chosen[t.name][1] for t in plan.tasks if t.name in chosen and chosen[t.name][1]}
+        return plan.with_endpoints(endpoints, profilers)
+
+    def _master(self, host: str, s: RemoteSpec, task: str, wait: bool = True) -> List[str]:
+        """ssh argv for ``host``'s sessions, after starting its shared connection (once per host)
+        and, with ``wait``, waiting until it is up (without: started only; a later call waits).
 
         The master connection is a child of the launcher (``ssh -M -N``, with the launcher's
         death signal), not a ControlPersist daemon: when the launcher ends or dies, it ends, and
@@ -297,34 +410,44 @@ class SshBackend(Backend):
         with self._lock:
             if host in self._masters:
                 return self._masters[host]
-            base = ssh_argv(s, host)
-            if self.control_dir is None:
-                self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
-            path = os.path.join(self.control_dir, f"m{len(self._procs)}")
-            mux = ["-o", f"ControlPath={path}"]
-            err = tempfile.TemporaryFile()
-            master = start_child(base[:-1] + mux + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
-                                                    "-N", base[-1]],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                 start_new_session=True, close_fds=True)
-            deadline = time.time() + (s.connect_timeout or CONNECT_TIMEOUT) + 20
-            why = None
-            while True:
-                if master.poll() is not None:
-                    err.seek(0)
-                    lines = err.read().decode("utf-8", "replace").strip().splitlines()
-                    why = lines[-1] if lines else f"ssh exit code {master.returncode}"
-                    break
-                check = subprocess.run(base[:-1] + mux + ["-O", "check", base[-1]], stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-                if check.returncode == 0:
-                    break
-                if time.time() > deadline:
-                    why = "timed out"
-                    _stop_master(master)
-                    break
-                time.sleep(0.1)
+            pending = self._pending.get(host)
+            if pending is None:
+                base = ssh_argv(s, host)
+                if self.control_dir is None:
+                    self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
+                path = os.path.join(self.control_dir, f"m{len(self._procs) + len(self._pending)}")
+                mux = ["-o", f"ControlPath={path}"]
+                err = tempfile.TemporaryFile()
+                master = start_child(base[:-1] + mux + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
+                                                        "-N", base[-1]],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                     start_new_session=True, close_fds=True)
+                pending = self._pending[host] = (base, mux, master, err)
+        if not wait:
+            return []
+        base, mux, master, err = pending
+        deadline = time.time() + (s.connect_timeout or CONNECT_TIMEOUT) + 20
+        why = None
+        while True:
+            if master.poll() is not None:
+                err.seek(0)
+                lines = err.read().decode("utf-8", "replace").strip().splitlines()
+                why = lines[-1] if lines else f"ssh exit code {master.returncode}"
+                break
+            check = subprocess.run(base[:-1] + mux + ["-O", "check", base[-1]], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+            if check.returncode == 0:
+                break
+            if time.time() > deadline:
+                why = "timed out"
+                break
+            time.sleep(0.1)
+        with self._lock:
+            if host in self._masters:
+                return self._masters[host]
+            self._pending.pop(host, None)
             if why is not None:
+                _stop_master(master)
                 err.close()
                 target = f"{s.user + '@' if s.user else ''}{s.ssh_host or host}"
                 if s.ssh_host and s.ssh_host != host:
@@ -362,9 +485,16 @@ class SshBackend(Backend):
                 f"remote.alive_count_max {s.alive_count_max or ALIVE_COUNT_MAX})")
 
     def close(self) -> None:
-        """End the shared connections (and so any session still open) and remove their sockets."""
+        """End the node agents' sessions (each stops its host's tasks), then the shared
+        connections (and so any session still open), and remove their sockets."""
+        with self._lock:
+            agents, self._agents = list(self._agents.values()), {}
+        for link in agents:
+            link.close()
         with self._lock:
             procs, self._procs, self._masters = list(self._procs), [], {}
+            procs += [p[2] for p in self._pending.values()]
+            self._pending = {}
             errs, self._by_host = [e for _, e in self._by_host.values()], {}
         for p in procs:
             _stop_master(p)

@@ -46,6 +46,14 @@ def _load(path: Optional[str], assign_counts: bool = False) -> Cluster:
     from tfcluster.clusterfile import config
     cluster = config.load(cluster_file(path))
     if assign_counts and not cluster.resolved:
+        placed = _placed(cluster)
+        if placed:     # ssh: on the hosts' slots; a launch chooses free ports there at the start
+            from tfcluster.plan.runplan import assign_placed_ports
+            cluster = assign_placed_ports(cluster, placed)
+            print(f"tfcluster: note: {', '.join(cluster.count_jobs)} given as a count, placed on the "
+                  f"slots of hosts:; ports here from {cluster.base_port} on each host, where a launch "
+                  f"chooses free ones on each host at the start", file=sys.stderr)
+            return cluster
         from tfcluster.plan.runplan import assign_local_ports
         cluster = assign_local_ports(cluster)
         print(f"tfcluster: note: {', '.join(cluster.count_jobs)} given as a count; "
@@ -95,8 +103,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     f"chief: {cluster.chief}; success: {cluster.success}; "
                     f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
     width = max(len(t.name) for t in cluster.tasks)
+    placed = _placed(cluster)
     for t in cluster.tasks:
-        ep = str(t.endpoint) if t.endpoint else "(assigned at launch)"
+        ep = str(t.endpoint) if t.endpoint else (f"{placed[t.name]}, port chosen at the start"
+                                                  if t.name in placed else "(assigned at launch)")
         where = "" if not t.endpoint else ("" if is_local(t.endpoint.host) else "  [remote]")
         argv = secrets.mask_argv(list(t.command) + list(t.args), declared,
                                  secrets.secret_values(dict(t.env), declared=declared))
@@ -118,6 +128,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 2 if refused else 0
 
 
+def _placed(cluster: Cluster) -> Dict[str, str]:
+    """task -> host of an ssh file's count jobs on its hosts' slots (as launch places them)."""
+    from tfcluster.plan.runplan import default_backend, place_on_hosts
+    if cluster.resolved or (cluster.spec.backend or default_backend(cluster)) != "ssh":
+        return {}
+    try:
+        return place_on_hosts(cluster)
+    except UserError:           # the launch checks say why (below)
+        return {}
+
+
 def _ssh_commands(cluster: Cluster) -> List[Tuple[str, List[str]]]:
     """(host, the ssh client's argv) for every remote host of an ssh file: every option shows."""
     from tfcluster.plan.runplan import default_backend
@@ -126,8 +147,9 @@ def _ssh_commands(cluster: Cluster) -> List[Tuple[str, List[str]]]:
     from tfcluster.backends.ssh import remote_settings, ssh_argv
     from tfcluster.net.addresses import is_local
     hosts = []
+    placed = _placed(cluster)
     for t in cluster.tasks:
-        h = t.endpoint.host if t.endpoint else None
+        h = t.endpoint.host if t.endpoint else placed.get(t.name)
         if h and h not in hosts and (h in cluster.spec.hosts or not is_local(h)):
             hosts.append(h)
     return [(h, ssh_argv(remote_settings(cluster, h), h)) for h in hosts]

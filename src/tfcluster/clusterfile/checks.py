@@ -167,7 +167,8 @@ def _check_jobs(jobs: Any, raw_cluster: Any) -> List[str]:
 
 
 def _check_hosts(hosts: Any, raw_cluster: Any) -> List[str]:
-    """``hosts.<name>`` must name a host of ``cluster:`` (as ``jobs.<job>`` must name a job)."""
+    """``hosts.<name>`` must name a host of ``cluster:`` (as ``jobs.<job>`` must name a job),
+    unless it has ``slots`` (it takes tasks of jobs given as a count)."""
     if not isinstance(hosts, dict) or not isinstance(raw_cluster, dict):
         return []
     names = []
@@ -181,6 +182,9 @@ def _check_hosts(hosts: Any, raw_cluster: Any) -> List[str]:
                 names.append(host)
     problems = []
     for host in hosts:
+        spec = hosts[host]
+        if isinstance(spec, dict) and spec.get("slots") is not None:
+            continue                 # a host of slots: the tasks of count jobs go there
         if host not in names:
             known = f"hosts in cluster: {', '.join(names[:10])}" if names else "cluster: has no host:port entries"
             problems.append(f"hosts.{host}: no host '{host}' in cluster ({known}){did_you_mean(host, names)}")
@@ -275,6 +279,8 @@ def _check_names(data: Dict[str, Any]) -> List[str]:
                     problems.append(f"{where}.ssh_options[{i}]: {known} runs a command on this "
                                     f"machine when ssh connects (launch, doctor); allow it by "
                                     f"name: {where}.allow_ssh_commands: [{known}]")
+        if where == "remote" and spec.get("slots") is not None:
+            problems.append("remote.slots: slots are a host's own: hosts.<name>.slots")
         names = spec.get("allow_ssh_commands")
         for i, name in enumerate(names if isinstance(names, list) else []):
             if isinstance(name, str) and name.lower() not in {k.lower() for k in SSH_COMMAND_OPTIONS}:

@@ -138,6 +138,9 @@ class RemoteSpec(_Strict):
                                            "to answer at the start (ssh ConnectTimeout; default 10)")
     alive_interval: Optional[int] = Field(None, ge=1, le=3600, description="seconds between "
                                           "keep-alives to a host (ssh ServerAliveInterval; default 5)")
+    slots: Optional[int] = Field(None, ge=1, le=4096, description="how many tasks of jobs given as a "
+                                 "count this host takes (hosts.<name>: only); hosts fill in order, "
+                                 "jobs in sorted name order, as Slurm's block distribution")
     alive_count_max: Optional[int] = Field(None, ge=1, le=100, description="keep-alives a host may "
                                            "leave unanswered (ssh ServerAliveCountMax; default 3): a "
                                            "host lost mid-run is noticed within about "

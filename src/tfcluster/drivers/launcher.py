@@ -25,6 +25,7 @@ class SupervisedLauncher(Launcher):
     def run(self, view) -> int:
         from tfcluster.drivers.display import OutputOptions
         from tfcluster.drivers.network import run_in_network
+        self.plan = self.backend.place(self.plan)     # ports chosen on the hosts (ssh agents)
         from tfcluster.drivers.supervisor import Supervisor
         if getattr(view, "output", None) is None or not view.output.hosts:
             out = getattr(view, "output", None) or OutputOptions()

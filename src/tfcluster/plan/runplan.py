@@ -79,6 +79,7 @@ class TaskPlan:
     restart: vocabulary.RestartRule
     local_tasks: int = 1                     # tasks of the cluster on this task's host
     profiler_port: Optional[int] = None      # the profiler server's port (profiler on), else None
+    port_chosen: bool = False                # the port is chosen on the task's host at the start
 
     @property
     def name(self) -> str:
@@ -90,6 +91,8 @@ class TaskPlan:
 
     @property
     def endpoint(self) -> str:
+        if self.host is not None and self.port is None:
+            return f"{self.host}:<port chosen at the start>"
         return str(Endpoint(self.host, self.port)) if self.host is not None else ""
 
     @property
@@ -127,6 +130,7 @@ class RunPlan:
     network_asked: bool = False              # --network or the file's network: said which
     profiler: bool = False                   # the tasks' profiler servers are on
     outbound: str = ""                       # a private network's outbound helper (slirp4netns), once made
+    base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
 
     # ---- tasks
     @property
@@ -222,6 +226,7 @@ class RunPlan:
                 "endpoints": None if first.host is None else [t.endpoint for t in tasks],
                 "local_tasks": [t.local_tasks for t in tasks],
                 "profiler_ports": [t.profiler_port for t in tasks],
+                "port_chosen": [t.port_chosen for t in tasks],
                 "restart": {"policy": r.policy, "max_restarts": r.max_restarts,
                             "max_total_restarts": r.max_total_restarts, "backoff": r.backoff,
                             "min_uptime": r.min_uptime},
@@ -237,6 +242,7 @@ class RunPlan:
             "secret_names": list(self.secret_names), "run_id_given": self.run_id_given,
             "extra": dict(self.extra), "network": self.network, "network_why": self.network_why,
             "network_asked": self.network_asked, "profiler": self.profiler,
+            "base_port_given": self.base_port_given,
         }
 
     @classmethod
@@ -256,7 +262,8 @@ class RunPlan:
                     job=job, index=i, host=host, port=port, argv=tuple(j["argv"]),
                     env=tuple(j["env"].items()), cwd=j["cwd"], gpus=j["gpus"][i],
                     task_flags=bool(j["task_flags"]), restart=r, local_tasks=j["local_tasks"][i],
-                    profiler_port=(j.get("profiler_ports") or [None] * j["count"])[i]))
+                    profiler_port=(j.get("profiler_ports") or [None] * j["count"])[i],
+                    port_chosen=bool((j.get("port_chosen") or [False] * j["count"])[i])))
         return cls(source=d["source"], base_dir=d["base_dir"], backend=d["backend"],
                    tasks=tuple(tasks), selected=tuple(d["selected"]), chief=d["chief"],
                    success=d["success"], grace=float(d["grace"]),
@@ -268,7 +275,7 @@ class RunPlan:
                    run_id_given=bool(d.get("run_id_given", True)),
                    extra=dict(d.get("extra") or {}), network=d.get("network") or "host",
                    network_why=d.get("network_why") or "", network_asked=bool(d.get("network_asked")),
-                   profiler=bool(d.get("profiler")))
+                   profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")))
 
 
 # --------------------------------------------------------------------------------------
@@ -298,13 +305,87 @@ def assign_local_ports(cluster: Cluster, host_network: bool = True) -> Cluster:
     return cluster.with_endpoints(lambda t: assigned[t.id])
 
 
+def assign_placed_ports(cluster: Cluster, placed: Dict[str, str]) -> Cluster:
+    """The placed tasks (:func:`place_on_hosts`) with ports from base_port on each host, in
+    rank order: what ``commands`` and ``tf-config`` print (a launch chooses free ports on each
+    host at the start instead)."""
+    taken: Dict[str, set] = {}
+    for t in cluster.tasks:
+        if t.endpoint is not None:
+            taken.setdefault(t.endpoint.host, set()).add(t.endpoint.port)
+    ports: Dict[str, Endpoint] = {}
+    for t in cluster.tasks:
+        if t.endpoint is None:
+            host = placed[t.name]
+            used = taken.setdefault(host, set())
+            port = cluster.base_port
+            while port in used:
+                port += 1
+            used.add(port)
+            ports[t.name] = Endpoint(host, port)
+    return cluster.with_endpoints(lambda t: ports[t.name])
+
+
+def place_on_hosts(cluster: Cluster) -> Dict[str, str]:
+    """task name -> host for ``--backend ssh``: every listed task on its own host, the tasks of
+    jobs given as a count on the slots of ``hosts: {NAME: {slots: N}}`` in file order
+    (:func:`tfcluster.plan.placement.block_layout`; a listed task takes a slot of its host).
+    Their ports are chosen on each host when the run starts. UserError without slots."""
+    from tfcluster.plan.placement import block_layout
+    hosts = cluster.spec.hosts
+    slots = [(name, spec.slots) for name, spec in hosts.items() if spec.slots]
+    counts = {job: len(cluster.jobs[job]) for job in cluster.count_jobs}
+    if not slots:
+        raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count over ssh needs hosts with "
+                        f"slots (hosts: {{node1: {{slots: 4}}, node2: {{slots: 4}}}}), or host:port "
+                        f"entries")
+    taken: Dict[str, int] = {}
+    out: Dict[str, str] = {}
+    for t in cluster.tasks:
+        if t.endpoint is not None:
+            out[t.name] = t.endpoint.host
+            taken[t.endpoint.host] = taken.get(t.endpoint.host, 0) + 1
+    left = [(name, max(0, n - taken.get(name, 0))) for name, n in slots]
+    try:
+        layout = block_layout(counts, left)
+    except ValueError as e:
+        raise UserError(f"hosts: {e} (the slots of hosts: take the tasks of "
+                        f"{', '.join(cluster.count_jobs)})")
+    for job, where in layout.items():
+        for i, host in enumerate(where):
+            out[f"{job}:{i}"] = host
+    return out
+
+
+def _on_placed_hosts(tasks: Tuple[TaskPlan, ...], placed: Dict[str, str]) -> Tuple[TaskPlan, ...]:
+    """The tasks on the hosts :func:`place_on_hosts` chose; a task given as a count gets its
+    port on its host when the run starts (``port_chosen``)."""
+    keys: Dict[str, int] = {}
+    for host in placed.values():
+        keys[host_key(host)] = keys.get(host_key(host), 0) + 1
+    return tuple(replace(t, host=placed[t.name], local_tasks=keys[host_key(placed[t.name])],
+                         port_chosen=t.port is None) for t in tasks)
+
+
 def default_backend(cluster: Cluster, hosts: Sequence[str] = ()) -> str:
     """local when every host is this machine (or in per-host mode), else ssh."""
     if hosts:
         return "local"
     if cluster.resolved and not all(is_local(t.endpoint.host) for t in cluster.tasks):
         return "ssh"
+    if not cluster.resolved and "hosts" in _given(cluster) and any(
+            s.slots for s in cluster.spec.hosts.values()):
+        return "ssh"              # counts placed on the slots of the file's hosts
     return "local"
+
+
+def _given(cluster: Cluster):
+    """The top-level keys the cluster file wrote (without building its models when the quick
+    reader read it)."""
+    data = getattr(cluster.spec, "_data", None)
+    if isinstance(data, dict):
+        return data.keys()
+    return getattr(cluster.spec, "model_fields_set", ())
 
 
 def host_key(host: str) -> str:
@@ -332,11 +413,13 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     network, network_why = resolve_network(cluster, backend, asked, opts.hosts)
     if backend == "slurm":
         pass
+    elif not cluster.resolved and backend == "ssh":
+        placed = place_on_hosts(cluster)     # hosts from the file's slots; ports chosen there
     elif not cluster.resolved:
         # ray: placeholders, replaced by each task's node and port once Ray has placed it
         if backend not in ("local", "ray"):
-            raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local, slurm or ray "
-                            f"backend; list host:port entries for --backend {backend}")
+            raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local, slurm, "
+                            f"ray or ssh backend; list host:port entries for --backend {backend}")
         cluster = assign_local_ports(cluster, host_network=network == "host")
 
     run_id = opts.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -366,6 +449,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
             k = host_key(t.endpoint.host)
             keys[k] = keys.get(k, 0) + 1
     tasks = tuple(_task_plan(cluster, t, opts, keys, edits) for t in cluster.tasks)
+    if backend == "ssh" and not endpoints:
+        tasks = _on_placed_hosts(tasks, placed)
     if need_program:
         empty = next((t for t in tasks if not t.argv), None)
         if empty is not None:
@@ -412,7 +497,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
         extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
-        profiler=profiler)
+        profiler=profiler, base_port_given="base_port" in _given(cluster))
 
 
 def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
+from tfcluster.plan import placement
+
 
 def job_order(plan: Dict[str, Any]) -> List[str]:
-    """SlurmClusterResolver's order of jobs: ``sorted(jobs.items())``."""
-    return sorted(plan["jobs"])
+    """SlurmClusterResolver's order of jobs (:func:`tfcluster.plan.placement.job_order`)."""
+    return placement.job_order(plan["jobs"])
 
 
 def ntasks(plan: Dict[str, Any]) -> int:
@@ -23,8 +25,8 @@ def ntasks(plan: Dict[str, Any]) -> int:
 
 
 def rank_table(plan: Dict[str, Any]) -> List[Tuple[str, int]]:
-    """(job, index) of every rank: jobs in plan order, indexes within a job."""
-    return [(job, i) for job in job_order(plan) for i in range(plan["jobs"][job]["count"])]
+    """(job, index) of every rank (:func:`tfcluster.plan.placement.rank_table`)."""
+    return placement.rank_table({job: j["count"] for job, j in plan["jobs"].items()})
 
 
 def layout(plan: Dict[str, Any], nodes: Sequence[str], per_node: Sequence[int]

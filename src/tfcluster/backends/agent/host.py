@@ -1,0 +1,259 @@
+"""The node agent of an ssh host: one process per host that starts and watches every task of
+the run on that host, chooses their ports there, and talks to the launcher over its ssh
+session's stdin and stdout (the Slurm node agent, :mod:`.node`, talks through the run folder).
+
+It runs with the host's Python standard library only (tfcluster need not be installed there):
+the launcher sends this file's source (``python3 -I -c``, :func:`boot_command`). The launcher's
+run machine decides (restarts, success, the stop order); the agent carries out and reports, one
+JSON line a message:
+
+launcher -> agent
+  ``{"op": "hello", "stop_timeout": 5}``                 -> ``{"ev": "hello", "pid": ..}``
+  ``{"op": "ports", "want": {TASK: {"port": P|null, "profiler": bool}}, "base": B|null}``
+      each task's port checked free (a listed one) or chosen free here (from ``base`` when the
+      file gives one, else a free port the kernel picks); held (bound) until the task starts
+      -> ``{"ev": "ports", "ports": {TASK: [port, profiler port|null]}, "taken": {TASK: why}}``
+  ``{"op": "start", "task": T, "argv": [..], "env": {..}, "cwd": ".."}``
+      -> ``{"ev": "started", "task": T, "pid": N}`` or ``{"ev": "failed", "task": T, ...}``
+  ``{"op": "signal", "task": T, "sig": N}``             the task's whole process group
+agent -> launcher, besides the answers
+  ``{"ev": "out", "task": T, "d": BASE64}``              the task's stdout and stderr, as written
+  ``{"ev": "exit", "task": T, "rc": N}``                 after its output's end (-N: signal N)
+
+End of stdin -- the launcher closed the session, or the ssh client, the launcher or the
+connection died -- stops every task (SIGTERM to its group, the stop timeout, SIGKILL) and ends
+the agent: no remote orphans. Each task dies with the agent too (``PR_SET_PDEATHSIG``).
+"""
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+MARK = "tfcluster node agent"     # in the agent's command line: contract.supervised() trusts it
+READ = 65536
+
+
+def bind_free(port, hold=False):
+    """Whether a TensorFlow server could bind ``port`` here (the IPv4 and IPv6 wildcards, with
+    SO_REUSEADDR as gRPC binds: a socket in TIME-WAIT does not count); with ``hold``, the
+    sockets that keep it, listening (a listening socket is what keeps another SO_REUSEADDR
+    bind out), else True/False."""
+    held = []
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind((addr, port))
+            if hold:
+                s.listen(1)
+            held.append(s)
+        except OSError:
+            s.close()
+            for h in held:
+                h.close()
+            return None if hold else False
+    if hold:
+        return held
+    for h in held:
+        h.close()
+    return True
+
+
+def choose_ports(n, base=None, avoid=()):
+    """``n`` ports free here and held: from ``base`` upward, or (no base) picked by the kernel.
+    [(port, [held sockets])]."""
+    out, avoid = [], set(avoid)
+    port = base
+    for _ in range(20000):
+        if len(out) == n:
+            return out
+        if base is None:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+        elif port > 65535:
+            break
+        if port not in avoid and bind_free(port):
+            held = bind_free(port, hold=True)
+            if held:
+                out.append((port, held))
+                avoid.add(port)
+        if base is not None:
+            port += 1
+    for _, held in out:
+        for s in held:
+            s.close()
+    raise OSError("no %d free ports%s here" % (n, "" if base is None else " from %d" % base))
+
+
+def _pdeathsig():
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except Exception:   # no prctl here: the end of stdin still stops the task
+        pass
+
+
+class Agent:
+    def __init__(self, out):
+        self.out = out
+        self.lock = threading.Lock()
+        self.procs = {}           # task -> Popen
+        self.held = {}            # task -> [sockets] keeping its ports until it starts
+        self.stop_timeout = 5.0
+
+    def send(self, **msg):
+        line = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        with self.lock:
+            try:
+                self.out.write(line)
+                self.out.flush()
+            except (OSError, ValueError):   # the session is gone: stdin's end stops everything
+                pass
+
+    def handle(self, msg):
+        op = msg.get("op")
+        if op == "hello":
+            self.stop_timeout = float(msg.get("stop_timeout") or 5.0)
+            self.send(ev="hello", pid=os.getpid(), python=sys.version.split()[0],
+                      host=socket.gethostname())
+        elif op == "ports":
+            self.ports(msg.get("want") or {}, msg.get("base"))
+        elif op == "start":
+            self.start(msg)
+        elif op == "signal":
+            p = self.procs.get(msg.get("task"))
+            if p is not None:
+                try:
+                    os.killpg(p.pid, int(msg["sig"]))
+                except OSError:   # the task's group has gone: its exit is on its way
+                    pass
+
+    def ports(self, want, base):
+        chosen, taken = {}, {}
+        used = set()
+        for task, need in want.items():
+            port = need.get("port")
+            ports = []
+            if port:
+                held = bind_free(int(port), hold=True)
+                if not held:
+                    taken[task] = "port %d is in use on %s" % (port, socket.gethostname())
+                    continue
+                self.held.setdefault(task, []).extend(held)
+                ports.append(int(port))
+                used.add(int(port))
+            else:
+                got = choose_ports(1, base, used)
+                self.held.setdefault(task, []).extend(got[0][1])
+                ports.append(got[0][0])
+                used.add(got[0][0])
+            if need.get("profiler"):
+                got = choose_ports(1, None, used)
+                self.held.setdefault(task, []).extend(got[0][1])
+                ports.append(got[0][0])
+                used.add(got[0][0])
+            else:
+                ports.append(None)
+            chosen[task] = ports
+        self.send(ev="ports", ports=chosen, taken=taken)
+
+    def start(self, msg):
+        task = msg["task"]
+        for s in self.held.pop(task, []):     # the task binds them now
+            s.close()
+        env = dict(os.environ)
+        env.update(msg.get("env") or {})
+        env["TFCLUSTER_LAUNCHER_PID"] = str(os.getpid())    # this agent stops the task
+        try:
+            p = subprocess.Popen(msg["argv"], env=env, cwd=msg.get("cwd") or None,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                 preexec_fn=_pdeathsig)
+        except OSError as e:
+            self.send(ev="failed", task=task, errno=e.errno or 0, msg=e.strerror or str(e),
+                      cwd_ok=os.path.isdir(msg.get("cwd") or "."))
+            return
+        self.procs[task] = p
+        self.send(ev="started", task=task, pid=p.pid)
+        threading.Thread(target=self.pump, args=(task, p), daemon=True).start()
+
+    def pump(self, task, p):
+        read = getattr(p.stdout, "read1", p.stdout.read)
+        while True:
+            try:
+                data = read(READ)
+            except (OSError, ValueError):
+                data = b""
+            if not data:
+                break
+            self.send(ev="out", task=task, d=base64.b64encode(data).decode())
+        rc = p.wait()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)      # what is left of its group
+        except OSError:
+            pass
+        self.send(ev="exit", task=task, rc=rc)
+
+    def shutdown(self):
+        alive = [p for p in self.procs.values() if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.time() + self.stop_timeout
+        for p in alive:
+            try:
+                p.wait(max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.procs.values():
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def main():
+    agent = Agent(sys.stdout.buffer)
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda n, f: os.close(0))       # as the session's end: stop all
+    try:
+        for line in sys.stdin.buffer:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            agent.handle(msg)
+    except (OSError, ValueError):    # stdin closed by a signal: the same end
+        pass
+    agent.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def boot_command(python_words, source):
+    """The command line that runs this file's ``source`` on a host with ``python_words``: the
+    host's standard library only, no module path from the current folder (-I)."""
+    import shlex
+    boot = '"%s";import base64;exec(base64.b64decode("%s"))' % (
+        MARK, base64.b64encode(source.encode()).decode())
+    return " ".join(shlex.quote(w) for w in python_words) + " -I -c " + shlex.quote(boot)
+
+
+if __name__ == "__main__":
+    main()
