@@ -132,6 +132,29 @@ def test_ssh_slots_place_counted_jobs_and_train_trainer_py_with_ports_chosen_on_
     assert hosts.wait_quiet() == {}, "processes left in the namespaces"
 
 
+def test_a_port_chosen_on_a_host_and_taken_before_its_server_bound_it_is_chosen_again(hosts, tmp_path):
+    """worker:0's server cannot bind the port its host's agent chose (another program took
+    it meanwhile: TensorFlow's 'Could not start gRPC server'): the run stops its tasks, the
+    agents choose the ports again, and every task starts with the new TF_CONFIG; the run
+    succeeds instead of failing on the port."""
+    a, b = hosts.addrs[0], hosts.addrs[1]
+    path = _file(tmp_path, hosts, f"""\
+        cluster: {{ps: 1, worker: 1}}
+        hosts: {{"{a}": {{slots: 1}}, "{b}": {{slots: 1}}}}
+        program: {{command: [python, {os.path.join(PROGRAMS, "listener.py")}]}}
+        jobs: {{worker: {{env: {{MODE: bind-fail-once}}}}}}
+    """)
+    r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", path, "--no-live", "--run-id", "rc1"],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "was taken before its server bound it: ports are chosen again (1 of 3)" in out, out[-3000:]
+    assert "placed again with ports chosen again" in out or "placed again:" in out
+    rec = json.loads((tmp_path / "runs" / "rc1" / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec.get("moves"), rec
+    assert hosts.wait_quiet() == {}, "processes left in the namespaces"
+
+
 def test_ssh_env_folder_and_exit_code(hosts, tmp_path):
     """Environment (quoted safely), the remote folder (workdir mapping), python, exit codes."""
     remote = tmp_path / "remote"

@@ -1,7 +1,8 @@
 """Not TensorFlow: binds its TF_CONFIG port like a server would and behaves as told by MODE
 (or MODE_<job>_<index>): sleep (forever), exit:N (after a moment), ignore-term (ignores
 SIGTERM, sleeps), child (also starts a grandchild that sleeps), nobind (never opens its port),
-wait-ps (prints TensorFlow's 'still waiting' line about ps:0), bind-fail (TensorFlow's bind error), stall (reports step 5, then
+wait-ps (prints TensorFlow's 'still waiting' line about ps:0), bind-fail (TensorFlow's bind error;
+bind-fail-once: on the first run only, then exit 0), stall (reports step 5, then
 nothing), exit-once:N (exit N on the first run, then run forever: a restart marker file)."""
 import json
 import os
@@ -15,6 +16,13 @@ cfg = json.loads(os.environ["TF_CONFIG"])
 job, index = cfg["task"]["type"], cfg["task"]["index"]
 port = int(cfg["cluster"][job][index].rsplit(":", 1)[1])
 mode = os.environ.get(f"MODE_{job}_{index}", os.environ.get("MODE", "sleep"))
+if mode == "bind-fail-once":   # the port taken on the first run only; then done at once
+    marker = os.path.join(os.environ["TFCLUSTER_RUN_DIR"], f"bound-{job}-{index}")
+    if os.path.exists(marker):
+        mode = "exit:0"
+    else:
+        open(marker, "w").close()
+        mode = "bind-fail"
 if mode == "bind-fail":  # what TensorFlow says when another process took the port meanwhile
     print("tensorflow.python.framework.errors_impl.UnknownError: Could not start gRPC server",
           file=sys.stderr, flush=True)

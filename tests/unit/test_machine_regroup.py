@@ -185,3 +185,45 @@ def test_the_input_log_replays_a_move():
     acts = replay(again, 0.0, inputs)
     assert of(acts, Regroup) == [Regroup("ps:0", NODE)]
     assert of(acts, Start)[-3:] == [Start("ps:0", 1), Start("worker:0", 1), Start("worker:1", 1)]
+
+
+# ---- a port chosen where the task runs, taken before its server bound it: chosen again
+def _conflict(m, name="worker:0", now=5.0):
+    from tfcluster.core.machine import PortConflict
+    m.handle(PortConflict(name, now))
+    return m.handle(Exited(name, 1, now + 0.1))
+
+
+def test_a_chosen_port_taken_before_the_server_bound_it_is_chosen_again_not_counted():
+    m = make(policy="never", names=("ps:0", "worker:0"))
+    m.movable_ports = {"ps:0", "worker:0"}
+    started(m)
+    out = _conflict(m)
+    assert m.phase == Phase.REGROUP and not m.decided and m.total_restarts == 0
+    assert "its port 3001 was taken before its server bound it: ports are chosen again (1 of 3)" in says(out)
+    assert kills(out) == [("ps:0", TERM)]
+    out = m.handle(Exited("ps:0", -int(TERM), 6.0))
+    assert of(out, Regroup) == [Regroup("worker:0", "")] and m.phase == Phase.REPLACE
+    out = m.handle(Regrouped(True, 7.0))
+    assert [a.task for a in of(out, Start)] == ["ps:0", "worker:0"] and m.phase == Phase.RUN
+    assert "placed again with ports chosen again" in says(out)
+
+
+def test_a_listed_port_taken_fails_the_run_as_before_and_chosen_ports_are_chosen_again_three_times():
+    m = make(policy="never", names=("ps:0", "worker:0"))
+    started(m)
+    _conflict(m)
+    assert m.decided and m.exit_code == rules.EXIT_BAD_INPUT      # a listed port: bad input
+    m = make(policy="never", names=("ps:0", "worker:0"))
+    m.movable_ports = {"worker:0"}
+    started(m)
+    now = 5.0
+    for attempt in range(3):
+        _conflict(m, now=now)
+        m.handle(Exited("ps:0", -int(TERM), now + 1))
+        m.handle(Regrouped(True, now + 2))
+        for n in ("ps:0", "worker:0"):
+            m.handle(Started(n, 200 + attempt, now + 2))
+        now += 10
+    _conflict(m, now=now)
+    assert m.decided, "a fourth taken port fails the run"

@@ -35,6 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from tfcluster.backends.base import Backend, Handle, ProcessSpec, start_child, stop_group
@@ -159,6 +160,7 @@ class AgentLink:
         self.answers: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.cond = threading.Condition()
         self.gone = False
+        self.hello: Optional[Dict[str, Any]] = None     # the agent's greeting, once it came
         self._wlock = threading.Lock()
         self.reader = threading.Thread(target=self._read, daemon=True, name=f"agent {host}")
         self.reader.start()
@@ -175,6 +177,12 @@ class AgentLink:
                 stdin.flush()
             except (BrokenPipeError, OSError, ValueError):
                 pass    # the session has ended: the agent stops the host's tasks by itself
+
+    def greeted(self, timeout: float) -> bool:
+        """Whether the agent has answered the session's greeting (waiting up to ``timeout``)."""
+        if self.hello is None:
+            self.hello = self.ask("hello", "", timeout=timeout)
+        return self.hello is not None
 
     def ask(self, kind: str, key: str, timeout: float = ANSWER_TIMEOUT) -> Optional[Dict[str, Any]]:
         """The answer ``kind`` (for task ``key``), or None when the session ended first."""
@@ -336,8 +344,7 @@ class SshBackend(Backend):
                 link = AgentLink(host, base + ["--", remote_command(s)], self.stop_timeout,
                                  lambda h=host: self.host_lost(h, wait=0.5))
                 self._agents[host] = link
-        if greet and link.ask("hello", "", timeout=(s.connect_timeout or CONNECT_TIMEOUT) + 20) is None and \
-                not link.handles:
+        if greet and not link.greeted((s.connect_timeout or CONNECT_TIMEOUT) + 20) and not link.handles:
             raise UserError(f"{task or host}: the node agent on {host} did not start "
                             f"({link.lost_words()}); check remote.python ({s.python or DEFAULT_PYTHON}) there")
         return link
@@ -371,7 +378,7 @@ class SshBackend(Backend):
         def ask(host: str) -> Dict[str, Any]:
             link = links[host]
             s = self.settings(host)
-            if link.ask("hello", "", timeout=(s.connect_timeout or CONNECT_TIMEOUT) + 20) is None:
+            if not link.greeted((s.connect_timeout or CONNECT_TIMEOUT) + 20):
                 raise UserError(f"{next(iter(remote[host]))}: the node agent on {host} did not start "
                                 f"({link.lost_words()}); check remote.python ({s.python or DEFAULT_PYTHON}) there")
             link.send(op="ports", want=remote[host], base=base)
@@ -394,11 +401,24 @@ class SshBackend(Backend):
             for t in local:
                 chosen[t.name] = [next(ports) if t.port_chosen else t.port,
                                   next(ports) if plan.profiler and t.job != "evaluator" else None]
+        self._placed = plan
         if not chosen:
             return plan
         endpoints = {t.name: (t.host, chosen[t.name][0] if t.name in chosen else t.port) for t in plan.tasks}
         profilers = {t.name: chosen[t.name][1] for t in plan.tasks if t.name in chosen and chosen[t.name][1]}
-        return plan.with_endpoints(endpoints, profilers)
+        self._placed = plan.with_endpoints(endpoints, profilers)
+        return self._placed
+
+    def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
+        """A chosen port was taken before its task's server bound it: every task has stopped;
+        the ports chosen at the start are chosen again, on the same hosts (a listed port stays).
+        None when nothing was chosen here (this backend cannot move a task to another host)."""
+        plan = getattr(self, "_placed", None)
+        if plan is None or not any(t.port_chosen for t in plan.tasks):
+            return None
+        again = self.place(replace(plan, tasks=tuple(
+            replace(t, port=None if t.port_chosen else t.port) for t in plan.tasks)))
+        return {t.name: (t.host, t.port) for t in again.tasks if t.name in names}
 
     def _master(self, host: str, s: RemoteSpec, task: str, wait: bool = True) -> List[str]:
         """ssh argv for ``host``'s sessions, after starting its shared connection (once per host)

@@ -35,6 +35,10 @@ from tfcluster.core.task_output import still_waiting_on
 # ---------------------------------------------------------------------------- states
 
 
+#: how many times a run chooses its chosen ports again after one was taken (then it fails)
+MAX_PORT_RECHOICES = 3
+
+
 class TaskState(str, enum.Enum):
     """State of one task in a run.
 
@@ -356,9 +360,11 @@ class Finished:
 
 @dataclass(frozen=True)
 class Regroup:
-    """Every task has stopped because ``task``'s node (``node``) was lost: place the tasks
-    again (the lost node excluded), give them new endpoints, and answer :class:`Regrouped`; the
-    machine then starts every task (a new TF_CONFIG, the next restart count)."""
+    """Every task has stopped because ``task``'s node (``node``) was lost, or (``node`` "") the
+    port chosen for it was taken before its server bound it: place the tasks again (the lost
+    node excluded; ports chosen again), give them new endpoints, and answer
+    :class:`Regrouped`; the machine then starts every task (a new TF_CONFIG, the next restart
+    count)."""
     task: str
     node: str
 
@@ -478,6 +484,11 @@ class RunMachine:
         self.finished = False
         self.phase = Phase.START                     # changed by _enter alone
         self._moving: Optional[Tuple[str, str]] = None   # (task, node) whose loss regroups
+        #: tasks whose port is chosen where they run when the run starts (``port_chosen``): a
+        #: port taken before the task's server bound it is chosen again, at most
+        #: MAX_PORT_RECHOICES times a run, not a failed run
+        self.movable_ports: set = set()
+        self._rechoices = 0
         self._last_watch: Optional[float] = None
         self._grace_until = 0.0
         self._grace_tasks: List[str] = []
@@ -524,7 +535,9 @@ class RunMachine:
         mine = set(here)
         others = {t.name: t.job for t in plan.tasks if t.name not in mine}
         where = {t.name: t.endpoint for t in plan.tasks}
-        return cls(tasks, settings, others, where)
+        m = cls(tasks, settings, others, where)
+        m.movable_ports = {n for n in here if getattr(by_name[n], "port_chosen", False)}
+        return m
 
     # ------------------------------------------------------------------ entry points
     def begin(self, now: float) -> List[Action]:
@@ -706,6 +719,13 @@ class RunMachine:
             t.why = ev.cause
         out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.why}" if t.why else ""),
                        error=True))
+        if t.port_conflict and t.name in self.movable_ports and not self.s.shared_budget \
+                and self._rechoices < MAX_PORT_RECHOICES:
+            self._rechoices += 1
+            self._begin_regroup(t, "", rules.Decision(
+                True, f"its port {t.port} was taken before its server bound it: ports are chosen "
+                      f"again ({self._rechoices} of {MAX_PORT_RECHOICES})"), ev.now, out, counted=False)
+            return
         if ev.lost_node:
             total = 0 if self.s.shared_budget else self.total_restarts
             d = rules.decide_move(t.rule, t.restarts, total, ev.lost_node)
@@ -829,13 +849,15 @@ class RunMachine:
         self.phase = check_phase_change(self.phase, phase)
 
     def _begin_regroup(self, t: TaskTrack, node: str, d: rules.Decision, now: float,
-                       out: List[Action]) -> None:
-        """``t``'s node is lost (rules.decide_move allowed it to move): stop every task in the
-        stop order (chief and workers first, so the chief can save, ps last), then ask the
-        driver to place the cluster again (:class:`Regroup`)."""
+                       out: List[Action], counted: bool = True) -> None:
+        """``t``'s node is lost (rules.decide_move allowed it to move), or (``node`` "") its
+        chosen port was taken: stop every task in the stop order (chief and workers first, so
+        the chief can save, ps last), then ask the driver to place the cluster again
+        (:class:`Regroup`). ``counted``: a restart of the run (a port chosen again is not)."""
         self._enter(Phase.REGROUP)
         self._moving = (t.name, node)
-        self.total_restarts += 1
+        if counted:
+            self.total_restarts += 1
         t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
         t.start_at = float("inf")
         for other in self.tasks.values():       # a restart already due waits for the regroup
@@ -859,7 +881,8 @@ class RunMachine:
         self._enter(Phase.RUN)
         if not ev.ok:
             t.state = check_transition(t.state, TaskState.FAILED, t.name)
-            self._fail(t, f"its node {node} was lost and the cluster could not be placed again"
+            what = f"its node {node} was lost" if node else "its port was taken"
+            self._fail(t, f"{what} and the cluster could not be placed again"
                           + (f": {ev.message}" if ev.message else ""), out)
             return
         self._last_watch = ev.now
@@ -870,7 +893,8 @@ class RunMachine:
                     x.restarts += 1     # every process is a new attempt (TFCLUSTER_RESTART_COUNT)
                 x.start_at = float("inf")
                 by_job.setdefault(x.job, []).append(x.name)
-        out.append(Say(f"the cluster was placed again without node {node}: starting every task "
+        how = f"without node {node}" if node else "with ports chosen again"
+        out.append(Say(f"the cluster was placed again {how}: starting every task "
                        f"with the new TF_CONFIG (restart {t.restarts})"))
         out.append(log_event("cluster_restarted", name, node=node, attempt=t.restarts))
         out.extend(Start(n, self.tasks[n].restarts)

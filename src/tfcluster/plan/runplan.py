@@ -202,10 +202,10 @@ class RunPlan:
         keys: Dict[str, int] = {}
         for host, _ in endpoints.values():
             keys[host_key(host)] = keys.get(host_key(host), 0) + 1
-        profiler_ports = profiler_ports or {}
         tasks = tuple(replace(t, host=endpoints[t.name][0], port=endpoints[t.name][1],
                               local_tasks=keys[host_key(endpoints[t.name][0])],
-                              profiler_port=profiler_ports.get(t.name))
+                              profiler_port=t.profiler_port if profiler_ports is None
+                              else profiler_ports.get(t.name))
                       for t in self.tasks)
         jobs: Dict[str, List[str]] = {}
         for t in tasks:
