@@ -70,6 +70,61 @@ def test_slurm_trains_1ps_2workers_to_the_end(slurm_cluster, tmp_path):
     assert {t["task"]: t["state"] for t in rec["tasks"]}["worker:0"] == "succeeded"
 
 
+@pytest.mark.tf
+@pytest.mark.timeout(900)
+def test_two_jobs_of_one_file_share_a_node_and_a_third_meets_a_held_base_port(slurm_cluster, tmp_path):
+    """Ports are chosen free on the node when the job starts (the node agents' rendezvous
+    through the run folder): two jobs of the same file (1 ps + 2 workers, trainer.py) started
+    together on the one node both train to the end; a third, started while another user's
+    process holds the file's ports, trains too; status shows the ports chosen."""
+    trainer = os.path.join(ROOT, "trainer.py")
+    (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
+        cluster: {{ps: 1, worker: 2}}
+        program: {{command: [python, {trainer}], args: [--train_steps=300]}}
+        grace: 20
+        logdir: runs
+    """))
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+
+    def launch(run_id):
+        return subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", "cluster.yaml", "--backend", "slurm",
+                                 "--no-live", "--run-id", run_id, "--arg", f"--checkpoint_dir=ckpt-{run_id}"],
+                                cwd=str(tmp_path), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    a, b = launch("j1"), launch("j2")
+    outs = [p.communicate(timeout=600)[0] for p in (a, b)]
+    for p, out in zip((a, b), outs):
+        assert p.returncode == 0, out[-3000:]
+    # the old rule's ports (base_port 2222 and up: the file's default) held by another user
+    held = []
+    for port in range(2222, 2225):
+        code = (f"import encodings.idna, os, socket, time\ns = socket.socket(); s.bind(('0.0.0.0', {port})); "
+                f"s.listen()\nos.setgid(65534); os.setuid(65534)\nprint('held', flush=True)\ntime.sleep(600)")
+        h = subprocess.Popen([sys.executable, "-I", "-c", code], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        if h.stdout.readline().strip() == "held":
+            held.append(h)
+        else:
+            os.killpg(h.pid, signal.SIGKILL)
+            h.wait()
+    try:
+        c = launch("j3")
+        out = c.communicate(timeout=600)[0]
+        assert c.returncode == 0, out[-3000:]
+    finally:
+        for h in held:
+            os.killpg(h.pid, signal.SIGKILL)
+            h.wait()
+    st = subprocess.run([sys.executable, "-m", "tfcluster", "status", str(tmp_path / "runs" / "j3"), "--json"],
+                        capture_output=True, text=True, timeout=60)
+    rec = json.loads(st.stdout)
+    ports = [int(t["endpoint"].rsplit(":", 1)[1]) for t in rec["tasks"]]
+    assert len(set(ports)) == 3 and not set(ports) & {h for h in range(2222, 2225)} or not held, rec["tasks"]
+    assert slurm_cluster.wait_empty_queue(10) == ""
+
+
 FAIL_PROGRAM = """\
 import os, sys, time
 task = os.environ["TFCLUSTER_TASK"]

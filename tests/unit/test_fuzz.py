@@ -232,7 +232,7 @@ def _check_accepted(path, text, out_validate):
 
 
 # what the task contract adds to every task's env (a run by hand has no TFCLUSTER_RUN_DIR)
-CONTRACT_VARS = {"PYTHONUNBUFFERED", "TFCLUSTER_TASK", "TFCLUSTER_LOCAL_TASKS",
+CONTRACT_VARS = {"PYTHONUNBUFFERED", "TFCLUSTER_TASK", "TFCLUSTER_LOCAL_TASKS", "TFCLUSTER_RUN_TOKEN",
                  "TFCLUSTER_RESTART_COUNT", "TFCLUSTER_MAX_RESTARTS"}
 
 

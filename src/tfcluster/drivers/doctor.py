@@ -219,14 +219,17 @@ def hosts_of(plan, cluster) -> List[Host]:
 
 
 def slurm_hosts(plan) -> List[Host]:
-    """Inside an allocation: one probe per node (srun), the node's ports base_port and up."""
+    """Inside an allocation: one probe per node (srun); the node's ports base_port and up when
+    the file gives base_port."""
     if not os.environ.get("SLURM_JOB_ID"):
         raise UserError("doctor with --backend slurm runs inside an allocation, where the nodes "
                         "are known: salloc -N NODES tfcluster doctor FILE --backend slurm")
     files = [p for _, p in program_files(plan)]
     n = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
     per_node = min(len(plan.tasks), max(1, -(-len(plan.tasks) // n)))
-    ports = {plan.base_port + i: f"local rank {i}" for i in range(per_node)}
+    # ports are chosen free on each node when the job starts; only a base_port the file gives
+    # (a firewall's range) is looked at here
+    ports = {plan.base_port + i: f"local rank {i}" for i in range(per_node)} if plan.base_port_given else {}
     argv = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--overlap",
             sys.executable, "-I", "-c", PROBE]
     return [Host(HERE, [sys.executable, "-I", "-c", PROBE], {f: f for f in files}, {}),

@@ -51,6 +51,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 TF_CONFIG = "TF_CONFIG"
 TASK = "TFCLUSTER_TASK"
 RUN_DIR = "TFCLUSTER_RUN_DIR"
+#: one random word per run, the same for every task of it: tfcluster's runtime checks it on
+#: ps:0 before training, so a task never trains against another run's ps
+RUN_TOKEN = "TFCLUSTER_RUN_TOKEN"
 LOCAL_TASKS = "TFCLUSTER_LOCAL_TASKS"
 RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
 MAX_RESTARTS = "TFCLUSTER_MAX_RESTARTS"
@@ -114,7 +117,7 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
              file_env: Mapping[str, str] = (), gpus: Optional[str] = None,
              run_dir: Optional[str] = None, local_tasks: Optional[int] = None,
              restart_count: int = 0, max_restarts: int = 0,
-             profiler: Optional[int] = None) -> Dict[str, str]:
+             profiler: Optional[int] = None, run_token: Optional[str] = None) -> Dict[str, str]:
     """The environment additions of one task (over the environment it is started in).
 
     ``cluster`` None leaves TF_CONFIG out (a backend that learns the endpoints only where
@@ -133,6 +136,8 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
         env[LOCAL_TASKS] = str(max(1, int(local_tasks)))
     if run_dir:
         env[RUN_DIR] = run_dir
+    if run_token:
+        env[RUN_TOKEN] = run_token
     env[RESTART_COUNT] = str(int(restart_count))
     env[MAX_RESTARTS] = str(int(max_restarts))
     if profiler:

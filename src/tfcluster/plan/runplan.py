@@ -131,6 +131,7 @@ class RunPlan:
     profiler: bool = False                   # the tasks' profiler servers are on
     outbound: str = ""                       # a private network's outbound helper (slirp4netns), once made
     base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
+    run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
 
     # ---- tasks
     @property
@@ -178,7 +179,7 @@ class RunPlan:
             local_tasks=task.local_tasks if local_tasks is None else local_tasks,
             restart_count=restart_count,
             max_restarts=0 if task.restart.policy == "never" else task.restart.max_restarts,
-            profiler=task.profiler_port)
+            profiler=task.profiler_port, run_token=self.run_token)
 
     def secret_values(self, environ=None) -> List[str]:
         """What is masked in output, logs and records: secret values of the tasks' env, of the
@@ -242,7 +243,7 @@ class RunPlan:
             "secret_names": list(self.secret_names), "run_id_given": self.run_id_given,
             "extra": dict(self.extra), "network": self.network, "network_why": self.network_why,
             "network_asked": self.network_asked, "profiler": self.profiler,
-            "base_port_given": self.base_port_given,
+            "base_port_given": self.base_port_given, "run_token": self.run_token,
         }
 
     @classmethod
@@ -275,7 +276,8 @@ class RunPlan:
                    run_id_given=bool(d.get("run_id_given", True)),
                    extra=dict(d.get("extra") or {}), network=d.get("network") or "host",
                    network_why=d.get("network_why") or "", network_asked=bool(d.get("network_asked")),
-                   profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")))
+                   profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")),
+                   run_token=str(d.get("run_token") or os.urandom(8).hex()))
 
 
 # --------------------------------------------------------------------------------------

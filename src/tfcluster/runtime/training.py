@@ -69,6 +69,41 @@ def quiet_deprecations() -> ContextManager[object]:
         return contextlib.nullcontext()
 
 
+class OtherRunError(RuntimeError):
+    """The ps this task reached belongs to another run (its run token differs)."""
+
+
+def check_run_token(tf, ctx: TaskContext, target, config) -> None:
+    """Before training: the run's token (``TFCLUSTER_RUN_TOKEN``, one random word per run) on
+    ps:0. The first task of the run that gets there writes it; every other one reads it and
+    stops with :class:`OtherRunError` when it is another run's (its port reached another run's
+    ps: a stale endpoint, a port reused). The variable is in no collection: checkpoints do not
+    hold it and the model's readiness does not wait for it. Nothing is checked for a task that
+    tfcluster did not start, or a cluster without a ps."""
+    import os
+
+    from tfcluster.plan.contract import RUN_TOKEN
+    token = os.environ.get(RUN_TOKEN, "")
+    if not token or not ctx.cluster.get("ps") or not ctx.in_cluster:
+        return
+    graph = tf.compat.v1.get_default_graph()
+    with graph.as_default(), tf.compat.v1.device("/job:ps/task:0/device:CPU:0"):
+        var = tf.compat.v1.Variable("", dtype=tf.string, trainable=False, collections=[],
+                                    name="tfcluster_run_token")
+        ready = tf.compat.v1.is_variable_initialized(var)
+        write = tf.compat.v1.assign(var, token)
+        read = var.read_value() if hasattr(var, "read_value") else var.value()
+    with tf.compat.v1.Session(target, config=config) as sess:
+        if not sess.run(ready):
+            sess.run(write)
+        seen = sess.run(read)
+    seen = seen.decode("utf-8", "replace") if isinstance(seen, bytes) else str(seen)
+    if seen != token:
+        raise OtherRunError(f"{ctx.task_id}: the ps at {ctx.cluster['ps'][0]} belongs to another run "
+                            f"(its run token is not this run's): not training against it; is that "
+                            f"endpoint stale, or its port reused?")
+
+
 def is_sync_optimizer(opt) -> bool:
     import tensorflow as tf
 
@@ -290,6 +325,7 @@ class TrainingSession:
             # variables are restored.
             self.restored_from = tf.train.latest_checkpoint(self.checkpoint_dir)
             self.restored_step = _checkpoint_step(tf, self.restored_from)
+        check_run_token(tf, self.ctx, self.target, self.config)
         with quiet_deprecations():   # TF's own restore path calls get_checkpoint_mtimes
             self._sess = tf.compat.v1.train.MonitoredSession(
                 session_creator=self._creator, hooks=self.hooks,

@@ -19,6 +19,9 @@ be recorded is no restart).
                        names its segment, so a requeued job does not read the last one's
 ``JOB-I.events.jsonl`` the task's events (starts, exits, restarts, watchdog, stops), merged
                        into the run's events.jsonl by the launcher
+``JOB-I.port-S.json``  the host and ports (its server's, its profiler's) a task's agent chose
+                       on its node for segment S: every agent waits until each task has one,
+                       then writes TF_CONFIG from them (the rendezvous)
 =====================  ===================================================================
 """
 from __future__ import annotations
@@ -150,6 +153,36 @@ class FolderChannel:
         """The end records that say their task failed, oldest first."""
         out = [(t, r) for t, r in self.exits().items() if r.get("failed")]
         out.sort(key=lambda x: x[1].get("time") or 0)
+        return out
+
+    # ---- the ports chosen on the nodes (the rendezvous)
+    def publish_port(self, task: str, record: Dict[str, Any]) -> Optional[str]:
+        """Write the host and ports ``task``'s agent chose for this segment; the error, if any."""
+        try:
+            safe_files.write_file(self._p(f"{stem(task)}.port-{self.segment}.json"),
+                                  json.dumps(record).encode())
+        except OSError as e:
+            return str(e)
+        return None
+
+    def ports(self) -> Dict[str, Dict[str, Any]]:
+        """The ports published for this segment, by task name."""
+        out: Dict[str, Dict[str, Any]] = {}
+        suffix = f".port-{self.segment}.json"
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return out
+        for n in names:
+            if not n.endswith(suffix):
+                continue
+            try:
+                rec = json.loads(safe_files.read_bytes(self._p(n), SMALL) or b"null")
+            except (OSError, ValueError, UserError):
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("task"), str) \
+                    and isinstance(rec.get("host"), str) and isinstance(rec.get("port"), int):
+                out[rec["task"]] = rec
         return out
 
     # ---- events

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from tfcluster import safe_files
@@ -118,10 +119,12 @@ class NodeAgent:
         self.name = f"{self.job}:{self.index}"
         self.prefix = f"[{self.name}] "
         localid = environ.get("SLURM_LOCALID")
+        self.localid = int(localid) if localid and localid.isdigit() else 0
         node = environ.get("SLURMD_NODENAME")
         if (node and node != self.host) or (localid is not None and self.port != self.plan.base_port + int(localid)):
             raise ValueError(f"rank {rank} runs on {node} (local id {localid}) but the block layout "
                              f"puts it on {self.host}:{self.port}; run srun with --distribution=block")
+        self.held: List[Any] = []       # the sockets that keep the ports chosen here until the start
         self.cluster = contract.cluster_dict(_endpoints(table))
         self.local_tasks = per_node[nodes.index(self.host)] if self.host in nodes else 1
         self.task = self.plan.task(self.name)
@@ -257,8 +260,57 @@ class NodeAgent:
         self.life_fed = at
         return [mc.Progressed(self.name, None, at)]
 
+    # ---- the ports: chosen on this node, gathered through the run folder
+    def rendezvous(self, timeout: float = 300.0, nap: Callable[[float], None] = time.sleep) -> None:
+        """Choose this task's port on its node (and its profiler's, when the run has one):
+        free here, from ``base_port`` + its local id when the file gives ``base_port``, else a
+        port the kernel picks; held until the task starts. Publish them in the run folder and
+        wait until every task of the run has, then write TF_CONFIG from what was published:
+        two jobs of one file on one node, or a port another user holds, do not collide. The
+        ``base_port`` + local id layout stands without a run folder."""
+        if self.channel is None:
+            return
+        from tfcluster.backends.agent.host import choose_ports
+        base = self.plan.base_port + self.localid if self.plan.base_port_given else None
+        want_profiler = self.plan.profiler and self.job != "evaluator"
+        try:
+            got = choose_ports(1, base) + (choose_ports(1, None) if want_profiler else [])
+        except OSError as e:
+            raise ValueError(f"{self.name}: {e}")
+        self.held = [s for _, held in got for s in held]
+        self.port = got[0][0]
+        profiler = got[1][0] if want_profiler else None
+        err = self.channel.publish_port(self.name, {"task": self.name, "host": self.host, "port": self.port,
+                                                    "profiler_port": profiler, "rank": self.rank})
+        if err:
+            raise ValueError(f"{self.name}: its port cannot be written in the run folder ({err})")
+        names = [t.name for t in self.plan.tasks]
+        deadline = self.clock() + timeout
+        while True:
+            seen = self.channel.ports()
+            missing = [n for n in names if n not in seen]
+            if not missing:
+                break
+            if self.signals.cancelled or self.signals.over.is_set() or self.clock() > deadline:
+                self._release()
+                raise ValueError(f"{self.name}: the ports of {', '.join(missing[:5])} were not published "
+                                 f"within {timeout:g}s (their node agents did not start?)")
+            nap(0.1)
+        table = [(t.job, t.index, seen[t.name]["host"], seen[t.name]["port"]) for t in self.plan.tasks]
+        self.cluster = contract.cluster_dict(_endpoints(table))
+        self.where = {f"{j}:{i}": f"{h}:{p}" for j, i, h, p in table}
+        self.machine.where = dict(self.where)
+        self.machine.tasks[self.name].port = self.port
+        self.task = replace(self.task, host=self.host, port=self.port, profiler_port=profiler)
+
+    def _release(self) -> None:
+        for s in self.held:
+            s.close()
+        self.held = []
+
     # ---- life: the loop that drives the machine
     def run(self) -> int:
+        self.rendezvous(timeout=self.plan.watchdog.startup_timeout or 300.0)
         self.begin()
         while not self.machine.finished:
             self.turn()
@@ -366,6 +418,7 @@ class NodeAgent:
         self.kill(self.proc.pid, sig)
 
     def _start(self, attempt: int) -> None:
+        self._release()            # the task binds its port itself now
         try:
             # the program dies with its agent, even when the agent is SIGKILLed
             self.proc = self.spawn(self.argv(), env=self.env(attempt), cwd=self.task.cwd,
@@ -393,6 +446,7 @@ class NodeAgent:
         row = self.machine.end_row(self.name, final)
         err = self.channel.write_exit(self.name, {
             "task": self.name, "host": self.host, "port": self.port, "rank": self.rank,
+            "profiler_port": self.task.profiler_port,
             **row, "time": self.clock(), "segment": self.segment})
         if err:     # the other nodes will not hear of this end: a ps waits its bound out
             self.say(f"cannot record this task's end in the run folder: {err}")
