@@ -95,7 +95,7 @@ def test_trainer_reaches_its_target_on_ray_with_the_endpoints_ray_gave(ray_head,
     path = write(tmp_path, f"cluster: {{ps: 1, worker: 2}}\n"
                            f"program: {{command: [python, {TRAINER}], "
                            f"args: [--train_steps=300, '--checkpoint_dir={tmp_path / 'ckpt'}']}}")
-    rc, out = finish(launch(ray_head, path, "--backend", "ray"))
+    rc, out = finish(launch(ray_head, path, "--backend", "ray", "--profiler"))
     assert rc == 0, out[-4000:]
     rec = record(tmp_path)
     assert rec["backend"] == "ray"
@@ -103,6 +103,11 @@ def test_trainer_reaches_its_target_on_ray_with_the_endpoints_ray_gave(ray_head,
     assert rows["worker:0"]["progress"]["step"] >= 300
     eps = {name: row["endpoint"] for name, row in rows.items()}
     assert all(ep.startswith("127.0.0.2:") for ep in eps.values()), eps
+    # --profiler: each actor reserved a second port on its node for the task's profiler server
+    for name, row in rows.items():
+        prof = row.get("profiler_port")
+        assert isinstance(prof, int) and str(prof) != row["endpoint"].rsplit(":", 1)[1], (name, row)
+        assert row["env"]["TFCLUSTER_PROFILER_PORT"] == str(prof), (name, row["env"])
     # TF_CONFIG names the endpoints Ray gave, and so does the launcher's first line
     conf = json.loads(rows["worker:1"]["env"]["TF_CONFIG"])
     assert conf["cluster"] == {"ps": [eps["ps:0"]], "worker": [eps["worker:0"], eps["worker:1"]]}

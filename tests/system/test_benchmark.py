@@ -222,9 +222,13 @@ def test_scale_local_and_ssh_in_full_run(results):
         assert any(n.startswith("scale.ssh: skipped") for n in results["notes"])
         assert here_unavailable("scale_ssh"), f"scale.ssh skipped on a machine that can run it: {ssh}"
         pytest.skip(f"scale.ssh: {ssh['skipped']}")
-    assert ssh["failed_runs"] == 0, ssh["errors"]
-    for key in ("start_seconds", "stop_seconds", "launcher_cpu_seconds", "rss_kb_per_task_gross"):
-        assert positive(ssh[key]), (key, ssh)
+    for n in results["meta"]["settings"]["scale_ssh_totals"]:
+        one = ssh[str(n - n % 3)]
+        assert one["failed_runs"] == 0, one["errors"]
+        for key in ("start_seconds", "local_start_seconds", "shell_loop_start_seconds", "start_over_local",
+                    "stop_seconds", "launcher_cpu_seconds"):
+            assert positive(one[key]), (n, key, one)
+        assert one["left_on_hosts"] == {}, (n, one)
     assert ssh["namespaces_left"] == [] and len(ssh["namespaces"]) == 4   # a hub and 3 hosts
 
 

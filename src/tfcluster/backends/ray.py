@@ -68,17 +68,20 @@ class TaskRunner:
         self.rc: Optional[int] = None
         self.exited_at: Optional[float] = None
         self.lock = threading.Lock()
-        self.hold: Optional[socket.socket] = None
+        self.hold: List[socket.socket] = []
 
-    def where(self) -> Dict[str, Any]:
-        """This node's address, a port reserved on it (held until the task starts), the
-        interpreter, the node and the devices Ray gave this task."""
+    def where(self, profiler: bool = False) -> Dict[str, Any]:
+        """This node's address, a port reserved on it (held until the task starts), with
+        ``profiler`` a second one for the task's profiler server, the interpreter, the node and
+        the devices Ray gave this task."""
         import ray
         ctx = ray.get_runtime_context()
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("", 0))
-        self.hold = s
-        return {"ip": ray.util.get_node_ip_address(), "port": s.getsockname()[1],
+        for _ in range(2 if profiler else 1):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("", 0))
+            self.hold.append(s)
+        return {"ip": ray.util.get_node_ip_address(), "port": self.hold[0].getsockname()[1],
+                "profiler_port": self.hold[1].getsockname()[1] if profiler else None,
                 "python": sys.executable, "node_id": ctx.get_node_id(), "pid": os.getpid(),
                 "cwd": os.getcwd(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
@@ -88,9 +91,9 @@ class TaskRunner:
         env = dict(env)
         if not self.gpus and contract.CUDA_VISIBLE_DEVICES not in env:
             env[contract.CUDA_VISIBLE_DEVICES] = ""     # Ray gave this task no GPU
-        if self.hold is not None:
-            self.hold.close()
-            self.hold = None
+        for s in self.hold:
+            s.close()
+        self.hold = []
         try:
             handle = self.backend.start(ProcessSpec(name="", argv=argv, env=env, cwd=cwd))
         except OSError as e:
@@ -478,8 +481,10 @@ class RayPlacement:
 
     def _place(self, ray, env) -> None:
         runners = self._reserve(ray)
-        self.plan = self.plan.with_endpoints({name: (info["ip"], info["port"])
-                                              for name, (_, info) in runners.items()})
+        self.plan = self.plan.with_endpoints(
+            {name: (info["ip"], info["port"]) for name, (_, info) in runners.items()},
+            {name: info["profiler_port"] for name, (_, info) in runners.items() if info.get("profiler_port")}
+            if self.plan.profiler else None)
         self.backend = RayBackend(runners, (env.get("working_dir") or "").rstrip("/"), self)
 
     def _group(self, ray) -> None:
@@ -530,5 +535,6 @@ class RayPlacement:
             if b.get("memory"):
                 opts["memory"] = b["memory"]
             self.actors.append(runner.options(**opts).remote(bool(b.get("GPU"))))
-        infos = ray.get([a.where.remote() for a in self.actors])
+        infos = ray.get([a.where.remote(self.plan.profiler and t.job != "evaluator")
+                         for t, a in zip(tasks, self.actors)])
         return {t.name: (a, info) for t, a, info in zip(tasks, self.actors, infos)}

@@ -145,6 +145,13 @@ class AgentHandle(Handle):
     def exit_fd(self) -> Optional[int]:
         return self._exit_r
 
+    def drop(self) -> None:
+        """A task that never started: its pipes closed."""
+        self.exited(127)
+        for fd in (self._exit_r, self._exit_w):
+            os.close(fd)
+        self.stdout.close()
+
 
 class AgentLink:
     """The session to one host's node agent: requests go down its stdin, a reader thread
@@ -209,7 +216,8 @@ class AgentLink:
                 h.exited(int(msg.get("rc", 1)))
             else:
                 with self.cond:
-                    self.answers[(ev, task if ev in ("started", "failed") else "")] = msg
+                    # a start's answer, "started" or "failed", is waited for as "started"
+                    self.answers[("started", task) if ev in ("started", "failed") else (ev, "")] = msg
                     self.cond.notify_all()
         with self.cond:
             self.gone = True
@@ -229,22 +237,32 @@ class AgentLink:
             lines = []
         return f"the node agent's session with {self.host} ended" + (f" ({lines[-1]})" if lines else "")
 
-    def start(self, spec_name: str, payload: Dict[str, Any]) -> AgentHandle:
-        self.send(op="start", task=spec_name, **payload)
-        got = self.ask("started", spec_name)
-        if got is None:
-            failed = self.answers.pop(("failed", spec_name), None)
-            if failed is None:      # no answer: the session ended (the host lost) or hung
-                h = AgentHandle(self, spec_name, 0)
-                self.handles[spec_name] = h
-                h.exited(255)
-                return h
-            got = failed
-        if got.get("ev") == "failed" or "pid" not in got:
-            raise OSError(int(got.get("errno") or 0), str(got.get("msg") or "cannot start"))
-        h = AgentHandle(self, spec_name, int(got["pid"]))
+    def begin(self, spec_name: str, payload: Dict[str, Any]) -> AgentHandle:
+        """Ask the agent to start a task and return at once: the task's handle, registered
+        before the request goes, so none of its output or its exit is missed; :meth:`started`
+        waits for the answer. Many begun one after the other start side by side."""
+        h = AgentHandle(self, spec_name, 0)
         self.handles[spec_name] = h
+        self.send(op="start", task=spec_name, **payload)
         return h
+
+    def started(self, h: AgentHandle) -> AgentHandle:
+        """``h`` once its agent has started it (its pid there); OSError when the agent could not
+        (a missing program or folder); ended with 255 when the session ended first."""
+        got = self.ask("started", h.name)
+        if got is None:          # no answer: the session ended (the host lost) or hung
+            h.exited(255)
+            return h
+        if got.get("ev") == "failed" or "pid" not in got:
+            if self.handles.get(h.name) is h:
+                del self.handles[h.name]
+            h.drop()
+            raise OSError(int(got.get("errno") or 0), str(got.get("msg") or "cannot start"))
+        h.pid = int(got["pid"])
+        return h
+
+    def start(self, spec_name: str, payload: Dict[str, Any]) -> AgentHandle:
+        return self.started(self.begin(spec_name, payload))
 
     def close(self) -> None:
         """End the session: the agent stops every task of the host, then exits."""
@@ -328,6 +346,36 @@ class SshBackend(Backend):
             return self._local.start(spec)
         return self.agent(spec.host, spec.name).start(spec.name, self.remote_spec(spec))
 
+    parallel_starts = True      # a start wave: every request sent, then the answers (start_many)
+
+    def start_many(self, specs: List[ProcessSpec]) -> List[Any]:
+        """Start ``specs`` side by side: every remote task's request goes to its host's agent
+        first, then the answers are collected, so the hosts start their tasks at once, each at
+        its own pace, instead of one round trip per task. One answer per spec, in order: its
+        handle, or the OSError/UserError that kept it from starting. Tasks on this machine start
+        here, from this thread."""
+        begun: List[Any] = []
+        for spec in specs:
+            if not self.is_remote(spec.host):
+                begun.append(None)
+                continue
+            try:
+                begun.append(self.agent(spec.host, spec.name).begin(spec.name, self.remote_spec(spec)))
+            except (OSError, UserError) as e:
+                begun.append(e)
+        out: List[Any] = []
+        for spec, b in zip(specs, begun):
+            try:
+                if b is None:
+                    out.append(self._local.start(spec))
+                elif isinstance(b, AgentHandle):
+                    out.append(b.link.started(b))
+                else:
+                    out.append(b)
+            except (OSError, UserError) as e:
+                out.append(e)
+        return out
+
     def agent(self, host: str, task: str = "", greet: bool = True) -> AgentLink:
         """``host``'s node agent: its session started (over the shared connection) the first
         time, and (``greet``) its answer waited for. Call from the thread that lives as long as
@@ -370,10 +418,13 @@ class SshBackend(Backend):
         # that started it): the shared connections first, all at once, then the agents
         for host in remote:
             self._master(host, self.settings(host), next(iter(remote[host])), wait=False)
-        if remote:
-            with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
-                list(pool.map(lambda h: self._master(h, self.settings(h), next(iter(remote[h]))), remote))
-        links = {host: self.agent(host, next(iter(remote[host])), greet=False) for host in remote}
+        links: Dict[str, AgentLink] = {}
+        while len(links) < len(remote):     # each host's agent as soon as its connection is up
+            for host in remote:
+                if host not in links and self._master_up(host, self.settings(host), next(iter(remote[host]))):
+                    links[host] = self.agent(host, next(iter(remote[host])), greet=False)
+            if len(links) < len(remote):
+                time.sleep(0.01)
 
         def ask(host: str) -> Dict[str, Any]:
             link = links[host]
@@ -422,7 +473,8 @@ class SshBackend(Backend):
 
     def _master(self, host: str, s: RemoteSpec, task: str, wait: bool = True) -> List[str]:
         """ssh argv for ``host``'s sessions, after starting its shared connection (once per host)
-        and, with ``wait``, waiting until it is up (without: started only; a later call waits).
+        and, with ``wait``, waiting until it is up (without: started only, ``[]``; a later call,
+        or :meth:`_master_up`, waits).
 
         The master connection is a child of the launcher (``ssh -M -N``, with the launcher's
         death signal), not a ControlPersist daemon: when the launcher ends or dies, it ends, and
@@ -442,26 +494,40 @@ class SshBackend(Backend):
                                                         "-N", base[-1]],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                      start_new_session=True, close_fds=True)
-                pending = self._pending[host] = (base, mux, master, err)
+                deadline = time.time() + (s.connect_timeout or CONNECT_TIMEOUT) + 20
+                self._pending[host] = (base, mux, master, err, deadline)
         if not wait:
             return []
-        base, mux, master, err = pending
-        deadline = time.time() + (s.connect_timeout or CONNECT_TIMEOUT) + 20
-        why = None
         while True:
-            if master.poll() is not None:
-                err.seek(0)
-                lines = err.read().decode("utf-8", "replace").strip().splitlines()
-                why = lines[-1] if lines else f"ssh exit code {master.returncode}"
-                break
-            check = subprocess.run(base[:-1] + mux + ["-O", "check", base[-1]], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-            if check.returncode == 0:
-                break
-            if time.time() > deadline:
-                why = "timed out"
-                break
-            time.sleep(0.1)
+            argv = self._master_up(host, s, task)
+            if argv:
+                return argv
+            time.sleep(0.01)
+
+    def _master_up(self, host: str, s: RemoteSpec, task: str) -> List[str]:
+        """One look at ``host``'s shared connection, started by :meth:`_master`: its sessions'
+        ssh argv once it is up, ``[]`` while it is not yet; UserError when it failed or did not
+        come up in time (``remote.connect_timeout``)."""
+        with self._lock:
+            if host in self._masters:
+                return self._masters[host]
+            pending = self._pending.get(host)
+            if pending is None:     # its start failed, and said so, in another call
+                raise UserError(f"{task}: cannot reach {host} over ssh")
+            base, mux, master, err, deadline = pending
+        why = None
+        if master.poll() is not None:
+            err.seek(0)
+            lines = err.read().decode("utf-8", "replace").strip().splitlines()
+            why = lines[-1] if lines else f"ssh exit code {master.returncode}"
+        # the master makes its socket once the host has let it in: looked for often (cheap),
+        # then confirmed by ssh itself
+        elif not (os.path.exists(mux[1].split("=", 1)[1]) and subprocess.run(
+                base[:-1] + mux + ["-O", "check", base[-1]], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0):
+            if time.time() <= deadline:
+                return []
+            why = "timed out"
         with self._lock:
             if host in self._masters:
                 return self._masters[host]

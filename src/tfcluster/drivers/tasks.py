@@ -158,6 +158,10 @@ class Starter:
 
     def many(self, specs: List[ProcessSpec]) -> list:
         """:meth:`one` for each spec, side by side; the answers in the order of ``specs``."""
+        got = self.backend.start_many(specs)
+        if got is not None:      # the backend's own wave (the ssh agents)
+            now = self.clock()
+            return [(None, a, None) if isinstance(a, Exception) else (a, None, now) for a in got]
         if self._threads is None:
             # Kept until the run's end: a child's death signal (PR_SET_PDEATHSIG) follows the
             # *thread* that started it, so these threads must outlive the tasks they started.

@@ -33,7 +33,7 @@ entry points, whose tasks must end by themselves):
                               local backend); :func:`tfcluster.plan.progress.report_progress` writes
                               there when the descriptor is still that pipe, else to stdout
 ``TFCLUSTER_LAUNCHER_PID``    the pid of the launcher that will stop the ps tasks at the end
-                              (what does it for the launcher: on ssh hosts the ssh wrapper, on
+                              (what does it for the launcher: on ssh hosts the host's node agent, on
                               Slurm the node agent, on Ray the task's actor), the program's parent; the
                               runtime trusts it only when that process started the task's
                               process group and is a tfcluster supervisor (:func:`supervised`)
@@ -214,7 +214,7 @@ def _cmdline(pid: int) -> List[bytes]:
 
 def _is_supervisor(pid: int, env: Mapping[str, str]) -> bool:
     """Whether process ``pid`` is a tfcluster supervisor: its command line runs tfcluster (the
-    ``tfcluster`` command, ``python -m tfcluster``, the Slurm and ssh task wrappers), or it
+    ``tfcluster`` command, ``python -m tfcluster``, the Slurm and ssh node agents), or it
     holds the run folder ``TFCLUSTER_RUN_DIR`` open (a launcher started through the Python API
     keeps its run folder open for the whole run; tfcluster.safe_files)."""
     if any(b"tfcluster" in a for a in _cmdline(pid)[:4]):

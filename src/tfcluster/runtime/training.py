@@ -18,7 +18,7 @@
   ps started by hand ends by itself -- unless a supervising launcher will stop the ps
   (:func:`tfcluster.plan.contract.supervised`: ``TFCLUSTER_LAUNCHER_PID`` names the parent of
   this task's process-group leader, and that process is a tfcluster supervisor: the launcher,
-  the ssh wrapper or the Slurm node agent).
+  the node agent of an ssh host or the Slurm node agent).
 """
 from __future__ import annotations
 

@@ -104,6 +104,49 @@ def _pdeathsig():
         pass
 
 
+def find_setpriv():
+    """A ``setpriv`` of this host that sets a parent-death signal (util-linux >= 2.33), or None.
+    With it a task starts without Python code between fork and exec, so Python uses vfork
+    instead of copying the agent (tfcluster.backends.base.start_child's fast start).
+    ``TFCLUSTER_SETPRIV`` names another or, empty, none (as for the launcher)."""
+    import shutil
+    path = os.environ.get("TFCLUSTER_SETPRIV")
+    path = shutil.which("setpriv") if path is None else (path or None)
+    if path is None:
+        return None
+    try:
+        ok = subprocess.run([path, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", ":"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return path if ok else None
+
+
+def check_program(argv0, path, cwd):
+    """Raise what exec would for ``argv0`` (FileNotFoundError, PermissionError): with a ``/``
+    relative to ``cwd``, else on ``path`` (the task's PATH). setpriv would report it only as
+    its exit code 127."""
+    import errno
+
+    def runnable(f):
+        f = os.path.join(cwd, f)
+        if not os.path.exists(f):
+            return None
+        return os.path.isfile(f) and os.access(f, os.X_OK)
+    if "/" in argv0:
+        found = runnable(argv0)
+    else:
+        seen = [runnable(os.path.join(d or ".", argv0)) for d in (path or os.defpath).split(os.pathsep)]
+        if True in seen:
+            return
+        found = False if False in seen else None
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+    if found is False:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), argv0)
+
+
 class Agent:
     def __init__(self, out):
         self.out = out
@@ -111,6 +154,9 @@ class Agent:
         self.procs = {}           # task -> Popen
         self.held = {}            # task -> [sockets] keeping its ports until it starts
         self.stop_timeout = 5.0
+        self._setpriv = []        # found in the background: the probe overlaps hello and ports
+        self._probe = threading.Thread(target=lambda: self._setpriv.append(find_setpriv()), daemon=True)
+        self._probe.start()
 
     def send(self, **msg):
         line = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
@@ -175,11 +221,19 @@ class Agent:
         env = dict(os.environ)
         env.update(msg.get("env") or {})
         env["TFCLUSTER_LAUNCHER_PID"] = str(os.getpid())    # this agent stops the task
+        argv, cwd = msg["argv"], msg.get("cwd") or None
         try:
-            p = subprocess.Popen(msg["argv"], env=env, cwd=msg.get("cwd") or None,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                 preexec_fn=_pdeathsig)
+            self._probe.join()
+            setpriv = self._setpriv[0]
+            if setpriv and os.path.isdir(cwd or "."):
+                check_program(argv[0], env.get("PATH"), cwd or os.getcwd())
+                p = subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--"] + argv, env=env, cwd=cwd,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            else:
+                p = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=_pdeathsig)
         except OSError as e:
             self.send(ev="failed", task=task, errno=e.errno or 0, msg=e.strerror or str(e),
                       cwd_ok=os.path.isdir(msg.get("cwd") or "."))
