@@ -84,6 +84,33 @@ def sbatch_hint(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+#: files a word that names the cluster file ends with (not taken for an --arg's value)
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def arg_value_hint(argv: Sequence[str], exists: Callable[[str], bool] = os.path.exists) -> Optional[str]:
+    """``--arg --train_steps 10``: argparse takes ``--train_steps`` alone (a flag without a
+    value is a valid edit) and ``10`` for the cluster file or an unknown word. The fix, when the
+    word after ``--arg --NAME`` is a value (it does not start with '-', is no file here and does
+    not look like a cluster file): ``--arg --NAME=VALUE``. ``argv``: the subcommand's words,
+    before a program's ``--``."""
+    words = list(argv)
+    for i, w in enumerate(words):
+        if w == "--arg" and i + 2 < len(words):
+            name, value = words[i + 1], words[i + 2]
+        elif w.startswith("--arg=") and i + 1 < len(words):
+            name, value = w[len("--arg="):], words[i + 1]
+        else:
+            continue
+        if not name or "=" in name or name == "--" or not value or value.startswith("-"):
+            continue
+        if exists(value) or value.endswith(FILE_SUFFIXES):
+            continue
+        return (f"--arg {name} {value}: --arg takes one word, NAME=VALUE; write "
+                f"--arg {shlex.quote(name + '=' + value)}")
+    return None
+
+
 def script_hint(program: Sequence[str], cluster_dir: Optional[str], cwd: str) -> Optional[str]:
     """A relative script path after ``--`` that is not in the current folder but is beside
     the cluster file: the did-you-mean."""
