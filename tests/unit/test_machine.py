@@ -760,7 +760,7 @@ def test_a_task_whose_progress_stops_while_others_go_on_is_named_early():
             break
     assert t <= 2.0 + 24.0 / 2, t                 # within about half the deadline
     line = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text][0]
-    assert "while worker:0 go on" in line and "tfcluster stack runs/r1 worker:1" in line
+    assert "while worker:0 goes on" in line and "tfcluster stack runs/r1 worker:1" in line
     assert [n.task for n in logged(out, "task_stalled")] == ["worker:1"]
     assert "worker:0 (no" not in says(out)          # the one going on is not named
     m.handle(Exited("worker:0", 0, 30.0))
@@ -814,6 +814,59 @@ def test_the_whole_run_standing_still_is_warned_once_naming_suspects():
     assert not m.decided
     m.handle(Tick(22.5))
     assert m.result == RunState.FAILED and "suspects: worker:0" in m.root_cause_words
+
+
+def test_the_stall_warning_states_the_deadline_the_watchdog_applies():
+    """A run whose slowest wait for progress was 26 s fails 52 s after its last progress, not at
+    stall_timeout 40: the warning says so (the 2x rule), and the run fails then."""
+    m = make(stall_timeout=40.0, stall_warning=0.4)
+    started(m)
+    for t in (1.0, 2.0, 28.0, 30.0):
+        m.handle(Progressed("worker:0", int(t), t), Progressed("worker:1", int(t), t), Tick(t + 0.1))
+    out = []
+    for t in range(31, 50):
+        out += m.handle(Tick(float(t)))
+    [warned] = [a.text for a in of(out, Say) if a.text.startswith("no task has made progress")]
+    assert "no task has made progress for 16s (global step 30); the run fails in 36s if nothing " \
+        "moves, 52s after the last progress (twice its slowest report so far; " \
+        "watchdog.stall_timeout: 40)" in warned, warned
+    m.handle(Tick(75.0))
+    assert not m.decided                            # past 30 + 40: the 2x rule holds it
+    m.handle(Tick(82.5))
+    assert m.result == RunState.FAILED and "for 52s (twice its slowest report so far)" in m.root_cause_words
+
+
+def test_the_stall_warning_names_the_timeout_when_it_is_the_deadline():
+    m = make(stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    m.handle(Progressed("worker:0", 40, 1.0), Progressed("worker:1", 39, 2.0))
+    out = m.handle(Tick(10.5))
+    [warned] = [a.text for a in of(out, Say) if a.text.startswith("no task has made progress")]
+    assert "the run fails in 12s if nothing moves, 20s after the last progress " \
+        "(watchdog.stall_timeout: 20)" in warned, warned
+
+
+def test_one_task_going_on_goes_on_several_go_on():
+    m = make(names=("ps:0", "worker:0", "worker:1", "worker:2"), stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    out = []
+    for i in range(1, 14):
+        t = float(i)
+        evs = [Progressed("worker:0", 10 * i, t), Progressed("worker:2", 10 * i, t)]
+        if t <= 2.0:
+            evs.append(Progressed("worker:1", 10 * i + 1, t))
+        out += m.handle(*evs, Tick(t + 0.1))
+    [line] = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text]
+    assert "while worker:0, worker:2 go on:" in line, line
+    m = make(stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    out = []
+    for i in range(1, 14):
+        t = float(i)
+        evs = [Progressed("worker:0", 10 * i, t)] + ([Progressed("worker:1", i, t)] if t <= 2 else [])
+        out += m.handle(*evs, Tick(t + 0.1))
+    [line] = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text]
+    assert "while worker:0 goes on:" in line, line
 
 
 def test_ps_tasks_and_tasks_without_progress_are_never_named_stuck():

@@ -1009,8 +1009,9 @@ class RunMachine:
                 continue
             t.stalled_at, t.stalled_step = t.alive_at, t.step
             silent = now - t.alive_at
+            verb = "goes on" if len(going) == 1 else "go on"
             out.append(Say(f"{rules.describe_silence(name, silent, t.step)} while "
-                           f"{', '.join(going)} go on: it may be stuck; {self._stack_hint([name])}",
+                           f"{', '.join(going)} {verb}: it may be stuck; {self._stack_hint([name])}",
                            error=True))
             out.append(log_event("task_stalled", name, step=t.step, silent=round(silent, 1)))
         if not watched:
@@ -1022,11 +1023,29 @@ class RunMachine:
         elif not self._run_warned:
             self._run_warned = True
             out.append(Say(f"no task has made progress for {now - last:.0f}s (global step "
-                           f"{self.best_step}; the run fails at watchdog.stall_timeout: "
-                           f"{s.stall_timeout:g}); suspects: "
+                           f"{self.best_step}); {self._stall_deadline_words(now)}; suspects: "
                            f"{', '.join(self._suspects(watched, now))}; {self._stack_hint()}",
                            error=True))
             out.append(log_event("run_stalling", step=self.best_step, silent=round(now - last, 1)))
+
+    def _stall_clock(self) -> Tuple[float, float]:
+        """(the last sign of progress, the stall deadline) as the stall watchdog reads them
+        (:func:`rules.check_stall`): the run fails at their sum if nothing moves before."""
+        lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]
+        since = max([self.best_step_at] + lives)
+        cadence = max((t.longest_gap for t in self.tasks.values()), default=0.0)
+        return since, rules.stall_deadline(self.s.stall_timeout, cadence)
+
+    def _stall_deadline_words(self, now: float) -> str:
+        """When the stall watchdog will fail the run if nothing moves, and by which rule: the
+        deadline it will really apply (the timeout, or twice the slowest report so far)."""
+        since, deadline = self._stall_clock()
+        timeout = self.s.stall_timeout
+        rule = f"watchdog.stall_timeout: {timeout:g}"
+        if deadline > timeout:
+            rule = f"twice its slowest report so far; {rule}"
+        return (f"the run fails in {max(0.0, since + deadline - now):.0f}s if nothing moves, "
+                f"{deadline:.0f}s after the last progress ({rule})")
 
     def stalled(self) -> List[str]:
         """Lines for the end summary: every task seen to stop making progress while the run
