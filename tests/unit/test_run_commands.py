@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import psutil
 import pytest
@@ -321,6 +322,19 @@ def test_task_filter_host_prefix_and_timestamps():
     assert out.text == "[worker:0] hi\n[chief:0] hi\n"
     opts = OutputOptions(hosts=(("worker:0", "node-a"), ("ps:0", "node-b")), timestamps=True)
     assert opts.prefix("worker:0", now=0).endswith(".000 [node-a/worker:0] ")
+    # --timestamps dates tfcluster's own lines too (its warnings included), not only the tasks'
+    out, err = Buf(), Buf()
+    d = Display(stream=out, err_stream=err, options=OutputOptions.parse(timestamps=True))
+    d.task_line("worker:0", "a task line")
+    d.info("started worker:0 (pid 7)")
+    d.error("worker:1 (no progress for 16s, at step 40) while worker:0 goes on")
+    stamp = r"\d\d:\d\d:\d\d\.\d\d\d "
+    assert re.fullmatch(stamp + re.escape("[worker:0] a task line\n"), out.text), out.text
+    assert [re.sub("^" + stamp, "", x) for x in err.text.splitlines()] == [
+        "tfcluster: started worker:0 (pid 7)",
+        "tfcluster: worker:1 (no progress for 16s, at step 40) while worker:0 goes on"], err.text
+    assert all(re.match(stamp, x) for x in err.text.splitlines()), err.text
+    assert OutputOptions.parse().stamp() == ""
     with pytest.raises(UserError, match="--tasks: worker:9"):
         OutputOptions.parse(tasks="worker:9").check(["ps:0", "worker:0"])
     with pytest.raises(UserError, match="not a list of tasks"):

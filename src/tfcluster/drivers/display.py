@@ -74,10 +74,14 @@ class OutputOptions:
     def prefix(self, name: str, now: Optional[float] = None) -> str:
         host = dict(self.hosts).get(name)
         label = f"[{host}/{name}] " if host else f"[{name}] "
-        if self.timestamps:
-            t = time.time() if now is None else now
-            label = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} " + label
-        return label
+        return self.stamp(now) + label
+
+    def stamp(self, now: Optional[float] = None) -> str:
+        """``12:04:05.123 `` with ``--timestamps`` (task lines and tfcluster's own), else ''."""
+        if not self.timestamps:
+            return ""
+        t = time.time() if now is None else now
+        return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} "
 
     def check(self, names) -> None:
         """``--tasks`` must name tasks or jobs of the run (exit 2 naming the word)."""
@@ -174,7 +178,7 @@ class Display:
     def _launcher(self, line: str, style: str, log: bool = True) -> None:
         if self.echo is not None and log:
             self.echo(line)
-        self._emit(self.err, "tfcluster: ", line, style)
+        self._emit(self.err, self.options.stamp() + "tfcluster: ", line, style)
 
     def block(self, text: str) -> None:
         """A block of launcher text (the summary, a dry run's plan)."""
