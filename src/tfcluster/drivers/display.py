@@ -10,7 +10,7 @@ table or progress lines, and the run's end.
 - The words of a run as it goes: when stdout and stderr are both a terminal, rich draws a live
   table (:func:`live_table`: task, state, uptime, restarts, step, its own steps/s, metrics; the
   chief marked; global step, steps/s, ETA) under the scrolling output, on that one screen;
-  otherwise the launcher prints :func:`progress_lines` every few seconds
+  otherwise the launcher prints :class:`ProgressLines` every few seconds
   (:class:`ProgressPace`). At the end, :func:`summary`: the verdict, the first failure, every
   task, the failed task's last lines and a hint naming the fix.
 """
@@ -240,36 +240,58 @@ class ProgressPace:
         return due
 
 
-def progress_lines(runs: Iterable, run_rate: Optional[float], now: float,
-                   every: float) -> List[str]:
+class ProgressLines:
     """Without a live table: one line per running task that reports progress -- its step, its
-    own steps/s (from its ``local_step`` reports), the ETA at the run's rate (the global
-    step's), its metrics, and the age of its last report once that is late."""
-    out = []
-    for tr in runs:
-        p = tr.progress
-        if p is None or tr.state != TaskState.RUNNING:
-            continue
-        line = f"{tr.name}: step {p.step}" + (f"/{p.total}" if p.total else "")
-        if tr.own_rate.value:
-            line += f", {tr.own_rate.value:.1f} steps/s"
-        if run_rate and p.total and p.total > p.step:
-            line += f", ETA {format_duration((p.total - p.step) / run_rate)}"
-        if p.metrics:
-            line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
-        age = now - (tr.seen.progress_at or now)
-        if age > 2 * every:
-            line += f" (last report {format_duration(age)} ago)"
-        out.append(line)
-    return out
+    own steps/s (from its ``local_step`` reports), the ETA at the run's rate (the global step's;
+    only once that rate is steady: :meth:`tfcluster.drivers.tasks.StepRate.steady`), its
+    metrics. A line is said only when it says something new: the same line is not said again,
+    and a task whose reports have stopped (none for twice the interval between lines) gets one
+    line that says so, then another each time that silence has doubled -- never its stale line
+    with an ETA from a rate it no longer has."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._said: dict = {}      # task -> the last progress line said for it
+        self._silent: dict = {}    # task -> the silence after which the next "no report" line is due
+
+    def lines(self, runs: Iterable, eta_rate: Optional[float], now: float) -> List[str]:
+        out = []
+        for tr in runs:
+            p = tr.progress
+            if p is None or tr.state != TaskState.RUNNING:
+                continue
+            at = f"{p.step}" + (f"/{p.total}" if p.total else "")
+            age = now - (tr.seen.progress_at or now)
+            if age > 2 * self.every:
+                due = self._silent.get(tr.name)
+                if due is None or age >= due:
+                    still = "still " if due is not None else ""
+                    out.append(f"{tr.name}: {still}no progress report for {format_duration(age)} "
+                               f"(at step {at})")
+                    self._silent[tr.name] = 2 * age
+                continue
+            self._silent.pop(tr.name, None)
+            line = f"{tr.name}: step {at}"
+            own = tr.own_rate.current(now)
+            if own:
+                line += f", {own:.1f} steps/s"
+            if eta_rate and p.total and p.total > p.step:
+                line += f", ETA {format_duration((p.total - p.step) / eta_rate)}"
+            if p.metrics:
+                line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
+            if self._said.get(tr.name) == line:
+                continue
+            self._said[tr.name] = line
+            out.append(line)
+        return out
 
 
 def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Optional[float],
-               now: float):
+               now: float, eta_rate: Optional[float] = None):
     """The live table (a rich Table): a row per task -- its state as the machine shows it,
     pid, uptime, restarts, step, its own steps/s, the age of its last sign of life and of its
     last output, up to four metrics -- and a caption with the global step, the run's steps/s
-    and the ETA."""
+    (``run_rate``: None once stale) and the ETA (at ``eta_rate``: the steady rate, or none)."""
     from rich.table import Table
     runs = list(runs)
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -291,7 +313,7 @@ def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Option
         name = tr.name + (" (chief)" if tr.name == chief else "")
         running = tr.state == TaskState.RUNNING
         table.add_row(name, machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
-                      _own_rate(tr),
+                      _own_rate(tr, now),
                       ago(tr.track.alive_at, now) if running else "",
                       ago(tr.seen.output_at, now) if running else "",
                       *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
@@ -300,8 +322,8 @@ def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Option
         line = f"global step {best.step}" + (f"/{best.total}" if best.total else "")
         if run_rate:
             line += f"  {run_rate:.1f} steps/s"
-            if best.total and best.total > best.step:
-                line += f"  ETA {format_duration((best.total - best.step) / run_rate)}"
+        if eta_rate and best.total and best.total > best.step:
+            line += f"  ETA {format_duration((best.total - best.step) / eta_rate)}"
         table.caption = line
     return table
 
@@ -356,11 +378,13 @@ def _checkpoint_dir(record: dict, task: str) -> Tuple[Optional[str], str]:
     return folder, flag
 
 
-def _own_rate(tr) -> str:
-    """The live table's steps/s of a task: its own rate (from ``local_step`` reports); ``global``
-    for a task that reports only the global step (the run's rate is the caption's)."""
+def _own_rate(tr, now: float) -> str:
+    """The live table's steps/s of a task: its own rate (from ``local_step`` reports; none
+    once stale); ``global`` for a task that reports only the global step (the run's rate is
+    the caption's)."""
     if tr.own_rate.value is not None:
-        return f"{tr.own_rate.value:.1f}"
+        own = tr.own_rate.current(now)
+        return "" if own is None else f"{own:.1f}"
     return "global" if tr.progress is not None and not tr.own_rate.points else ""
 
 

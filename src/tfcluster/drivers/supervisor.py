@@ -48,7 +48,7 @@ from tfcluster.core.machine import (
 from tfcluster.core.messages import security_note
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
-from tfcluster.drivers.display import Display, ProgressPace, View, live_table, progress_lines, summary
+from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
 from tfcluster.drivers.pump import OutputPump, join_readers
 from tfcluster.drivers.tasks import ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard, start_failure
 from tfcluster.errors import UserError
@@ -164,6 +164,7 @@ class Supervisor:
                                stream=self.view.stream, err_stream=self.view.err_stream,
                                options=self.view.output)
         self.pace = ProgressPace(self.view.progress_every)   # progress lines without a table
+        self.progress_lines = ProgressLines(self.view.progress_every)   # ... and what they say
         # the line that says noise is hidden is the launcher's, not a task's
         self.noise = NoiseFold(show=self.view.show_tf_noise,
                                say=lambda line: self.display.info(line.replace("tfcluster: ", "", 1)))
@@ -179,7 +180,7 @@ class Supervisor:
         self.probes = PortProbes()
         self.chief_elsewhere = ChiefElsewhere(backend, plan.grace, self.display.info)
         self.life_looked = 0.0         # when the loop last looked at every task's signs of life
-        self.rate = StepRate()         # the run's steps/s: the global step's
+        self.rate = StepRate(monotonic=True)   # the run's steps/s: the global step's
         self.oom = OomWatch()          # the kernel's and the cgroup's OOM-kill counters at start
 
     # ---- the machine's verdicts, read through
@@ -531,13 +532,14 @@ class Supervisor:
         if self.display.shows_table:
             self.display.refresh()
         elif self.machine.best_step is not None and self.pace.due(self.machine.best_step, now):
-            for line in progress_lines(self.runs.values(), self.rate.value, self.clock(),
-                                       self.view.progress_every):
+            for line in self.progress_lines.lines(self.runs.values(), self.rate.steady(now),
+                                                  self.clock()):
                 self.display.info(line, log=False)    # progress events are in launcher.log
 
     def _live_table(self):
-        return live_table(self.runs.values(), self.machine, self.plan.chief, self.rate.value,
-                          self.clock())
+        now = self.clock()
+        return live_table(self.runs.values(), self.machine, self.plan.chief, self.rate.current(now),
+                          now, eta_rate=self.rate.steady(now))
 
     def _emergency_stop(self) -> None:
         """The loop broke (a bug): SIGTERM, a bounded wait, SIGKILL to every task's group."""
