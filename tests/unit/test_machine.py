@@ -648,6 +648,46 @@ def test_a_cause_the_driver_learnt_becomes_why_the_failed_task_ended():
     assert m.tasks["worker:1"].why == "out of memory: the memory limit was hit"
 
 
+def test_a_sigkill_says_who_sent_it_as_far_as_tfcluster_can_tell():
+    """Linux does not tell a parent who sent a SIGKILL: tfcluster knows its own kills, the
+    driver reads the OOM killer's counters; anything else is said to be neither."""
+    outside = "not tfcluster, not the OOM killer (its counters did not grow: oom_kill in /proc/vmstat)"
+    m = make()
+    started(m)
+    out = m.handle(Exited("worker:1", -9, 1.0, outside))
+    assert f"worker:1 failed (SIGKILL): {outside}" in says(out) and m.tasks["worker:1"].why == outside
+    # the driver could ask no counter (another host): still not tfcluster
+    m = make()
+    started(m)
+    m.handle(Exited("worker:1", -9, 1.0))
+    assert m.tasks["worker:1"].why.startswith("not tfcluster (SIGKILL from elsewhere; whether the "
+                                              "OOM killer sent it could not be read here)")
+    # a SIGKILL tfcluster sent in a stop that timed out: its own, whatever the counters say
+    m = make(stop_timeout=3.0)
+    started(m)
+    m.handle(Interrupt(TERM, 1.0))
+    m.handle(Exited("worker:0", -TERM, 1.5))
+    out = m.handle(Tick(4.5))
+    assert ("worker:1", KILL) in kills(out)
+    m.handle(Exited("worker:1", -9, 4.6, outside))
+    assert m.tasks["worker:1"].why == "killed by tfcluster: still running 3s after SIGTERM"
+    # the watchdog's kill: its reason names it
+    m = make(startup_timeout=2.0)
+    started(m)
+    m.handle(PortOpen("worker:0", 0.5), PortOpen("worker:1", 0.5))
+    out = m.handle(Tick(3.0))
+    assert ("ps:0", KILL) in kills(out)
+    m.handle(Exited("ps:0", -9, 3.1, outside))
+    assert m.tasks["ps:0"].why.startswith("watchdog: its server did not open port 3000 within 2s")
+    # a second Ctrl-C
+    m = make()
+    started(m)
+    m.handle(Interrupt(signal.SIGINT, 1.0))
+    m.handle(Interrupt(signal.SIGINT, 1.2))
+    m.handle(Exited("worker:0", -9, 1.3, outside))
+    assert m.tasks["worker:0"].why == "killed by tfcluster: a second Ctrl-C killed every task at once"
+
+
 # ---------------------------------------------------------------------------- stuck and ending tasks
 # A stuck task is named early, the stall names suspects, the summary keeps it; the watchdogs
 # read the run as it is ("still waiting" then progress, final steps).

@@ -407,6 +407,7 @@ class TaskTrack:
     stalled_at: Optional[float] = None     # its last life, once the watchdog saw it stop
                                            # while the run went on (None: not stalled)
     stalled_step: Optional[int] = None     # ... and the step it stood at
+    killed: str = ""                       # why tfcluster sent this attempt SIGKILL ('' : it did not)
 
     def mark_life(self, now: float) -> None:
         self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)
@@ -651,6 +652,7 @@ class RunMachine:
         t.waiting_on.clear()
         t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
         t.ending_at = t.stalled_at = t.stalled_step = None
+        t.killed = ""
         if self.phase.stopping:    # started while the run was being stopped
             self._wave.append(t.name)
             self._wave_all.append(t.name)
@@ -673,6 +675,8 @@ class RunMachine:
             out.append(self._exit_event(t, TaskState.STOPPED))
             return
         if t.state == TaskState.STOPPING or self.phase == Phase.STOP:
+            if rules.is_sigkill(rc) and not t.why:     # (a stalled task's why says more)
+                t.why = self._sigkill_words(t, ev.cause)
             if t.state == TaskState.RUNNING:
                 t.state = check_transition(t.state, TaskState.STOPPING, t.name)
             t.state = check_transition(t.state, TaskState.STOPPED, t.name)
@@ -680,6 +684,8 @@ class RunMachine:
             return
         new = TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED
         t.state = check_transition(t.state, new, t.name)
+        if rules.is_sigkill(rc):
+            t.why = self._sigkill_words(t, ev.cause)
         if new == TaskState.SUCCEEDED and not self.s.peers_report:
             if self._needs is None:
                 self._needs = rules.success_needs(self.s.success, self.s.chief, self.tasks,
@@ -698,7 +704,9 @@ class RunMachine:
             ran = ev.now - (ev.now if t.started is None else t.started)
             out.append(Say(f"{t.name} exited 0 after {_duration(ran)}"))
             return
-        if t.forced:
+        if rules.is_sigkill(rc):
+            pass                      # _sigkill_words said who sent it (and tfcluster, why)
+        elif t.forced:
             t.why = t.forced
         elif t.port_conflict:
             t.why = f"port conflict: {self.where.get(t.name) or t.port} is in use (Could not start gRPC server)"
@@ -730,6 +738,21 @@ class RunMachine:
             self._restart(t, d, ev.now, out)
             return
         self._fail(t, d.reason, out)
+
+    @staticmethod
+    def _sigkill_words(t: TaskTrack, cause: str) -> str:
+        """Who sent a task its SIGKILL, as far as anyone can tell (Linux does not tell a parent
+        who sent a signal): tfcluster, which knows its own kills (the watchdog: its reason; a
+        stop that timed out, a second Ctrl-C: "killed by tfcluster: ..."); else what the
+        driver learnt (the OOM killer's counters, :mod:`tfcluster.backends.oom`: "out of
+        memory", or "not tfcluster, not the OOM killer"; a lost host or node); else not
+        tfcluster, the OOM killer not asked."""
+        if t.forced:                  # the watchdog's reason names it (tfcluster's watchdog)
+            return t.forced
+        if t.killed:
+            return f"killed by tfcluster: {t.killed}"
+        return cause or ("not tfcluster (SIGKILL from elsewhere; whether the OOM killer sent it "
+                         "could not be read here)")
 
     def _on_RestartClaim(self, ev: RestartClaim, out: List[Action]) -> None:
         t = self.tasks[ev.task]
@@ -793,6 +816,7 @@ class RunMachine:
                 out.append(Say("second Ctrl-C: killing every task now (SIGKILL)"))
                 if self.phase == Phase.STOP:
                     for name in self._wave:
+                        self.tasks[name].killed = "a second Ctrl-C killed every task at once"
                         out.append(Kill(name, signal.SIGKILL))
                         out.append(log_event("stop_sent", name, signal="SIGKILL"))
                     self._wave_killed = True
@@ -898,7 +922,7 @@ class RunMachine:
         self._decide(RunState.FAILED, code, f"{t.name} failed ({describe_exit(t.returncode)})", out)
 
     def _force(self, t: TaskTrack, reason: str, out: List[Action]) -> None:
-        t.forced = reason
+        t.forced = t.killed = reason
         out.append(Say(f"{t.name}: {reason}; killing it", error=True))
         out.append(Kill(t.name, signal.SIGKILL))
 
@@ -1179,6 +1203,8 @@ class RunMachine:
         if t.stalled_at is not None and not t.why:
             at = f" at step {t.stalled_step}" if t.stalled_step is not None else ""
             t.why = f"stopped making progress{at} {_duration(self._now - t.stalled_at)} before it was stopped"
+        if sig == signal.SIGKILL:
+            t.killed = "a second Ctrl-C killed every task at once"
         out.append(Kill(t.name, sig))
         out.append(log_event("stop_sent", t.name, signal=signal.Signals(sig).name))
 
@@ -1209,6 +1235,7 @@ class RunMachine:
                     t = self.tasks[name]
                     out.append(Say(f"{t.name} (pid {t.pid}) still running "
                                    f"{self.s.stop_timeout:g}s after SIGTERM: SIGKILL"))
+                    t.killed = f"still running {self.s.stop_timeout:g}s after SIGTERM"
                     out.append(Kill(name, signal.SIGKILL))
                     out.append(log_event("stop_sent", name, signal="SIGKILL"))
                 self._wave_killed = True

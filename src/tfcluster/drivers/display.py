@@ -351,6 +351,9 @@ def summary(record: dict, runs: Mapping[str, object], machine: RunMachine, run_i
         text.append(f"first failure: {root.name} ({describe_exit(root.returncode)})"
                     + (f" — {root.why}" if root.why else "") + f"; log: {root.log_path}")
     text.append(format_table(HEADER, rows))
+    for tr in order:        # who sent a SIGKILL, as far as tfcluster can tell (the root's is above)
+        if tr is not root and tr.why and describe_exit(tr.returncode) == "SIGKILL":
+            text.append(f"{tr.name} ended by SIGKILL: {tr.why}")
     if root is not None:
         lines = list(root.seen.tail)
         tail = failure_tail(lines, 10)
