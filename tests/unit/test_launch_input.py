@@ -120,7 +120,7 @@ def test_launch_usage_shows_the_program_and_hints_at_the_double_dash(tmp_path, p
     f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
     r = tfcluster("launch", f, "python", "my_trainer.py")
     assert r.returncode == 2
-    assert "hint: put the program after '--': tfcluster launch FILE -- python my_trainer.py" in r.stderr
+    assert f"hint: put the program after '--': tfcluster launch {f} -- python my_trainer.py" in r.stderr
 
 
 @pytest.mark.parametrize("words", [

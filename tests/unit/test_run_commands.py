@@ -376,6 +376,24 @@ def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
 def test_nothing_trained_says_why_and_what_to_do():
     s = messages.nothing_trained(2001, 2000, "runs/checkpoints")
     assert "nothing trained" in s and "clear runs/checkpoints" in s and "--train_steps above 2001" in s
+    assert "FILE" not in s
+
+
+def test_hints_name_the_runs_real_cluster_file(tmp_path, monkeypatch):
+    """A task of a run reads its cluster file from the run's record: the hint is a command to
+    paste, not 'tfcluster launch FILE'."""
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": "r1", "file": str(tmp_path / "my cluster.yaml")}))
+    monkeypatch.setenv("TFCLUSTER_RUN_DIR", str(run))
+    s = messages.nothing_trained(2001, 2000, "runs/checkpoints")
+    assert s.endswith(f"tfcluster launch '{tmp_path}/my cluster.yaml' --arg --train_steps=4002"), s
+    assert messages.launch_command(str(tmp_path / "c.yaml"), str(tmp_path)) == "tfcluster launch c.yaml"
+    assert messages.launch_command(str(tmp_path / "c.yaml"), str(tmp_path / "sub")) == \
+        f"tfcluster launch {tmp_path}/c.yaml"
+    assert messages.launch_command("", str(tmp_path)) is None
+    monkeypatch.setenv("TFCLUSTER_RUN_DIR", str(tmp_path / "none"))
+    assert "launch it again with --arg --train_steps=4002" in messages.nothing_trained(2001, 2000, None)
 
 
 def test_summaries_dir_from_the_chiefs_flags(tmp_path):

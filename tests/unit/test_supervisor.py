@@ -419,6 +419,50 @@ def test_progress_lines_say_a_stall_once_and_its_growth_when_it_doubles():
     assert lines.lines([t], None, 1100.5) == ["worker:0: step 318/2000"]   # no steady rate: no ETA
 
 
+TF_TRACEBACK = (["Traceback (most recent call last):"]
+                + [f'  File "/venv/lib/python3.11/site-packages/tensorflow/x{i}.py", line {i}, in f'
+                   for i in range(60)]
+                + ["tensorflow.python.framework.errors_impl.NotFoundError: Restoring from checkpoint "
+                   "failed. Original error:", "", "Key model/hidden3/bias not found in checkpoint",
+                   "\t [[{{node save/RestoreV2}}]]"])
+
+
+def test_a_failure_says_its_cause_first_and_folds_its_traceback(tmp_path):
+    """A task that fails with a long traceback: the first tfcluster line after it names the
+    exception; the traceback comes after it, folded to where it is whole and its exception."""
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {
+        "worker:0": [(1, 2.0, ["training"] + TF_TRACEBACK)], "worker:1": [(None, None, [])]})
+    assert sup.run() == 1
+    e = err.getvalue().splitlines()
+    failed = next(i for i, x in enumerate(e) if "worker:0 failed" in x)
+    assert e[failed].startswith("tfcluster: worker:0 failed (exit 1): NotFoundError: Key "
+                                "model/hidden3/bias not found in checkpoint; hint: the checkpoint "
+                                "the program restores no longer matches the model"), e
+    assert e[failed].endswith(f"(tfcluster launch {tmp_path}/c.yaml --arg --checkpoint_dir=NEW_FOLDER)")
+    shown = [x for x in out.getvalue().splitlines() if x.startswith("[worker:0]")]
+    assert shown == [
+        "[worker:0] training",
+        "[worker:0] Traceback (most recent call last): 65 lines folded: tfcluster logs t worker:0 shows them",
+        "[worker:0] tensorflow.python.framework.errors_impl.NotFoundError: Restoring from checkpoint "
+        "failed. Original error:",
+        "[worker:0] Key model/hidden3/bias not found in checkpoint"], shown
+    log = (tmp_path / "runs" / "t" / "worker-0.log").read_text()
+    assert all(x in log for x in TF_TRACEBACK if x.strip())       # the log has it whole
+    assert "first failure: worker:0 (exit 1) — NotFoundError: Key model/hidden3/bias" in err.getvalue()
+
+
+def test_a_traceback_of_a_task_that_goes_on_is_shown_whole():
+    from tfcluster.drivers.display import TracebackFold
+    fold = TracebackFold()
+    assert fold.feed("before", 0.0) == ["before"]
+    assert fold.feed("Traceback (most recent call last):", 1.0) == []
+    assert fold.feed('  File "x.py", line 1, in f', 1.1) == [] and fold.feed("KeyError: 'a'", 1.2) == []
+    assert not fold.due(10.9) and fold.due(11.0)                 # held HOLD seconds at most
+    assert fold.release() == ["Traceback (most recent call last):", '  File "x.py", line 1, in f',
+                              "KeyError: 'a'"]
+    assert fold.feed("after", 12.0) == ["after"] and fold.fold("tfcluster logs r w") == []
+
+
 def test_launcher_log_records_each_start_once(tmp_path):
     """The console's "started worker:0 (pid N)" is not written to launcher.log beside the
     task_started event's line."""

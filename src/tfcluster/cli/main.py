@@ -79,8 +79,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif argv and argv[0] == "launch" and not program:
             args, unknown = parser.parse_known_args(argv)
             if unknown:
+                launch = messages.launch_command(args.file) if args.file else "tfcluster launch"
                 print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
-                      f"tfcluster launch: hint: put the program after '--': tfcluster launch FILE -- "
+                      f"tfcluster launch: hint: put the program after '--': {launch} -- "
                       f"{' '.join(unknown)}", file=sys.stderr)
                 return 2
         else:

@@ -193,8 +193,10 @@ class Exited:
     task: str
     returncode: int               # negative: killed by signal -returncode
     now: float
-    cause: str = ""               # what the driver learnt of the death (tfcluster.backends.oom)
+    cause: str = ""               # what the driver learnt of the death (tfcluster.backends.oom,
+                                  # the exception in its output: tfcluster.runs.failure)
     lost_node: str = ""           # the task's node was lost: it can only come back elsewhere
+    hint: str = ""                # "hint: ..." naming the fix, said with the failure
 
 
 @dataclass(frozen=True)
@@ -712,8 +714,8 @@ class RunMachine:
             t.why = f"port conflict: {self.where.get(t.name) or t.port} is in use (Could not start gRPC server)"
         elif ev.cause:
             t.why = ev.cause
-        out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.why}" if t.why else ""),
-                       error=True))
+        out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.why}" if t.why else "")
+                       + (f"; {ev.hint}" if ev.hint else ""), error=True))
         if ev.lost_node:
             total = 0 if self.s.shared_budget else self.total_restarts
             d = rules.decide_move(t.rule, t.restarts, total, ev.lost_node)

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from tfcluster.core.machine import RunMachine, TaskState
-from tfcluster.core.output_patterns import failure_hint, failure_tail
+from tfcluster.core.output_patterns import exception_lines
 from tfcluster.core.rules import describe_exit, format_duration
 from tfcluster.errors import UserError
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
+from tfcluster.runs.failure import read_failure
 from tfcluster.runs.table import HEADER, ago, format_table, task_rows
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta",
@@ -355,30 +356,67 @@ def summary(record: dict, runs: Mapping[str, object], machine: RunMachine, run_i
         if tr is not root and tr.why and describe_exit(tr.returncode) == "SIGKILL":
             text.append(f"{tr.name} ended by SIGKILL: {tr.why}")
     if root is not None:
-        lines = list(root.seen.tail)
-        tail = failure_tail(lines, 10)
-        if tail:
+        failure = read_failure(root.seen.tail, record, root.name, os.getcwd())
+        if failure.tail:
             text.append(f"last lines of {root.name}:")
-            text.extend("  " + line for line in tail)
-        hint = failure_hint(lines, *_checkpoint_dir(record, root.name))
-        if hint:
-            text.append(hint)     # "hint: ..." naming the fix
+            text.extend("  " + line for line in failure.tail)
+        if failure.hint:
+            text.append(failure.hint)     # "hint: ..." naming the fix
     return "\n".join(text)
 
 
-def _checkpoint_dir(record: dict, task: str) -> Tuple[Optional[str], str]:
-    """The checkpoint folder a failed task restores from, as its argv names it
-    (``--checkpoint_dir``, ``--model_dir``, ...; control.summaries_dir's reading, that task
-    first) when it holds a checkpoint (else None), and the flag."""
-    from tfcluster.runs.control import SUMMARY_FLAGS, summaries_dir
-    rows = [t for t in record.get("tasks") or [] if t.get("task") == task]
-    folder = summaries_dir(dict(record, tasks=rows)) or summaries_dir(record)
-    if folder is not None and not os.path.isfile(os.path.join(folder, "checkpoint")):
-        folder = None
-    argv = [w for t in rows for w in t.get("argv") or [] if isinstance(w, str)]
-    flag = next((f for f in SUMMARY_FLAGS for w in argv if w == f or w.startswith(f + "=")),
-                "--checkpoint_dir")
-    return folder, flag
+class TracebackFold:
+    """A task's Python traceback on the console: held back from the moment it starts
+    (``Traceback (most recent call last):``). If the task then fails, the console gets the
+    failure's one-line cause and hint first (the machine's failure line) and the traceback
+    folded after them (:meth:`fold`: where to read it whole, and its exception); if the task
+    goes on (a progress report, HOLD seconds still running, a chatty stream) or exits 0, every
+    held line is shown as it came (:meth:`release`). Shared by the task's reader thread and the
+    launcher's loop."""
+
+    HOLD = 10.0           # seconds a traceback is held while its task runs on
+    MAX_HELD = 1000       # lines held at most: a task that prints more is not dying
+
+    def __init__(self) -> None:
+        self.held: List[str] = []
+        self.since: Optional[float] = None
+        self._lock = threading.Lock()
+
+    def feed(self, line: str, now: float) -> List[str]:
+        """The lines to show now for one line of the task's output."""
+        with self._lock:
+            if self.since is None:
+                if not line.startswith("Traceback (most recent call last):"):
+                    return [line]
+                self.since = now
+            self.held.append(line)
+            if len(self.held) > self.MAX_HELD:
+                return self._take()
+            return []
+
+    def due(self, now: float) -> bool:
+        """A traceback held HOLD seconds while its task runs on: show it."""
+        return self.since is not None and now - self.since >= self.HOLD
+
+    def release(self) -> List[str]:
+        """Every held line, as it came (the task went on, or exited 0)."""
+        with self._lock:
+            return self._take()
+
+    def fold(self, logs: str) -> List[str]:
+        """The traceback as the console shows it after a failure: one line that says how many
+        lines were folded and where they all are (``logs``: the ``tfcluster logs`` command),
+        then its exception's lines."""
+        with self._lock:
+            held = self._take()
+        if not held:
+            return []
+        head = exception_lines(held)
+        return [f"{held[0].rstrip()} {len(held)} lines folded: {logs} shows them"] + head
+
+    def _take(self) -> List[str]:
+        held, self.held, self.since = self.held, [], None
+        return held
 
 
 def _own_rate(tr, now: float) -> str:

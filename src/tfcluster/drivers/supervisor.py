@@ -59,6 +59,7 @@ from tfcluster.plan.runplan import RunPlan, TaskPlan
 from tfcluster.runs import index as runindex
 from tfcluster.runs.control import prepared_run_dir, summaries_line
 from tfcluster.runs.eventlog import EventLog, NullEventLog
+from tfcluster.runs.failure import Failure, read_failure
 from tfcluster.runs.record import run_record, task_row, write_record
 from tfcluster.runs.table import shlex_quote
 
@@ -182,6 +183,7 @@ class Supervisor:
         self.life_looked = 0.0         # when the loop last looked at every task's signs of life
         self.rate = StepRate(monotonic=True)   # the run's steps/s: the global step's
         self.oom = OomWatch()          # the kernel's and the cgroup's OOM-kill counters at start
+        self.folds_due: List[TaskRun] = []   # failed tasks whose traceback is yet to be shown folded
 
     # ---- the machine's verdicts, read through
     result = property(lambda self: self.machine.result)
@@ -348,11 +350,36 @@ class Supervisor:
                 self.events.emit(a.event, task=a.task, **a.as_dict())
             elif isinstance(a, Say):
                 (self.display.error if a.error else self.display.info)(a.text)
+                self._show_folds()     # a failure's traceback after its cause and hint
             elif isinstance(a, Regroup):
                 self._regroup(a)
             # ClaimRestart, AskKill, EndRun: the Slurm node's business (one machine, one
             # launcher here: the budget is counted by the machine, every task is ours)
+        self._show_folds()
         self.dirty = True
+
+    def _show_folds(self) -> None:
+        """The tracebacks of the tasks that failed, folded
+        (:meth:`tfcluster.drivers.display.TracebackFold.fold`)."""
+        while self.folds_due:
+            tr = self.folds_due.pop(0)
+            logs = f"tfcluster logs {shlex_quote(self.plan.run_id)} {tr.name}"
+            for text in tr.fold.fold(logs):
+                self.display.task_line(tr.name, text)
+
+    def _failure(self, tr: TaskRun) -> Failure:
+        """What ``tr``'s output says of its failure (:func:`tfcluster.runs.failure.read_failure`):
+        its one-line cause and a hint whose command names the run's file."""
+        rows = []
+        for other in (tr, self.runs.get(self.plan.chief)):
+            if other is not None:
+                rows.append({"task": other.name, "chief": other.name == self.plan.chief,
+                             "argv": self.masks.argv_env(other)[0], "cwd": other.plan.cwd})
+        with self.lock:
+            lines = list(tr.seen.tail)
+        source = os.path.abspath(self.plan.source) if self.plan.source else ""
+        return read_failure(lines, {"file": source, "run_dir": self.plan.run_dir, "tasks": rows},
+                            tr.name, os.getcwd())
 
     def _waiting_to_start(self, name: str) -> bool:
         return not self.machine.finished and \
@@ -426,6 +453,8 @@ class Supervisor:
 
     def _started(self, tr: TaskRun, handle: Handle, at: Optional[float] = None) -> None:
         at = self.clock() if at is None else at
+        for text in tr.fold.release():        # (held lines of an attempt that ended unseen)
+            self.display.task_line(tr.name, text)
         with self.lock:
             tr.handle = handle
             tr.seen.reset()
@@ -448,11 +477,15 @@ class Supervisor:
             tr.reader.start()         # a stream without a descriptor: a thread of its own
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
-        """Called by a task's reader for each line (reader thread): show it, and pass what it
-        says to the loop (the machine is the loop's alone)."""
-        if p is None or self.view.echo_progress:
-            self.display.task_line(tr.name, line)
+        """Called by a task's reader for each line (reader thread): show it (a traceback is held
+        back: :class:`tfcluster.drivers.display.TracebackFold`), and pass what it says to the
+        loop (the machine is the loop's alone)."""
         now = self.clock()
+        shown = tr.fold.feed(line, now) if p is None else tr.fold.release()   # a report: it goes on
+        for text in shown:
+            self.display.task_line(tr.name, text)
+        if p is not None and self.view.echo_progress:
+            self.display.task_line(tr.name, line)
         self.inbox.events.extend(line_events(tr.name, line, p, now))
         if p is None:
             return
@@ -479,8 +512,17 @@ class Supervisor:
                         self.exits.remove(tr)
                         cause = tr.handle.cause(rc) or (   # a lost host or Ray node
                             self.oom.words(rc) if is_local(tr.plan.host) else "")
+                        hint = ""
+                        if rc != 0 and not cause and not rules.is_sigkill(rc):
+                            failure = self._failure(tr)   # its exception, and the fix if known
+                            cause, hint = failure.cause or "", failure.hint or ""
+                        if rc == 0:
+                            for text in tr.fold.release():
+                                self.display.task_line(tr.name, text)
+                        else:
+                            self.folds_due.append(tr)    # folded after the machine's failure line
                         exits.append(Exited(tr.name, rc, self.clock(), cause,
-                                            tr.handle.lost_node()))
+                                            tr.handle.lost_node(), hint=hint))
             events = self.inbox.take_events()
             if now - self.life_looked >= LIFE_EVERY:   # dated signs: a late look changes nothing
                 self.life_looked = now
@@ -529,6 +571,10 @@ class Supervisor:
             self._write_record()
         self.events.flush_due()
         self.events.flush()
+        for tr in self.runs.values():    # a traceback held while its task runs on: shown whole
+            if not tr.exit_fed and tr.fold.due(now):
+                for text in tr.fold.release():
+                    self.display.task_line(tr.name, text)
         if self.display.shows_table:
             self.display.refresh()
         elif self.machine.best_step is not None and self.pace.due(self.machine.best_step, now):

@@ -24,6 +24,7 @@ from tfcluster.backends.base import Backend, Handle, ProcessSpec
 from tfcluster.clusterfile import secrets
 from tfcluster.core.machine import TaskTrack
 from tfcluster.core.task_output import Seen
+from tfcluster.drivers.display import TracebackFold
 from tfcluster.errors import UserError
 from tfcluster.plan.progress import Progress
 from tfcluster.plan.runplan import RunPlan, TaskPlan
@@ -114,6 +115,7 @@ class TaskRun:
     # from its local_step reports: the steps this task itself ran (the global step moves with
     # every worker's steps, so its rate is the run's, never one task's)
     own_rate: StepRate = field(default_factory=StepRate)
+    fold: TracebackFold = field(default_factory=TracebackFold)   # its traceback on the console
 
     @property
     def name(self) -> str:
