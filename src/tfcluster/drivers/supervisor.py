@@ -240,6 +240,9 @@ class Supervisor:
                     self._emergency_stop()
                 self._drain_readers()
                 self.pump.close()
+                for tr in self.runs.values():     # what a reader held to the end
+                    for text in tr.fold.release():
+                        self.display.task_line(tr.name, text)
             finally:
                 self.starter.close()           # every task has ended: its threads may go
                 self.ended = self.clock()
@@ -571,8 +574,8 @@ class Supervisor:
             self._write_record()
         self.events.flush_due()
         self.events.flush()
-        for tr in self.runs.values():    # a traceback held while its task runs on: shown whole
-            if not tr.exit_fed and tr.fold.due(now):
+        for tr in self.runs.values():    # a traceback held while its task runs on (or lines
+            if tr.fold.due(now) or (tr.exit_fed and tr.fold.held):   # after its fold): shown
                 for text in tr.fold.release():
                     self.display.task_line(tr.name, text)
         if self.display.shows_table:
