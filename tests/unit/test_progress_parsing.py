@@ -301,6 +301,12 @@ def _failure_log(name):
     (["Traceback (most recent call last):", '  File "/w/t.py", line 3, in <module>',
       "    raise SystemExit(3)", "SystemExit: 3"], "SystemExit: 3"),
     (["a plain line", "another", "Segmentation fault"], None),
+    (["Traceback (most recent call last):", '  File "/w/t.py", line 80, in <module>',
+      "    model.fit(x)", "ValueError: Attempt to convert a value (PerReplica:{",
+      "  0: <tf.Tensor: shape=(2,), dtype=float32, numpy=", "array([1., 2.], dtype=float32)>",
+      "}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor."],
+     "ValueError: Attempt to convert a value (PerReplica:{ ... }) with an unsupported type "
+     "(<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor."),
 ])
 def test_a_failures_one_line_cause_is_its_exception(lines, cause):
     assert outputs.failure_cause(lines) == cause

@@ -319,10 +319,31 @@ def _traceback(kept: List[str]) -> Optional[Tuple[int, List[Tuple[int, int]]]]:
     return exc, frames
 
 
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _message_end(kept: List[str], exc: int) -> Optional[str]:
+    """The line that ends an exception's message which opened a bracket on its first line and
+    dumped a value over many lines (``ValueError: Attempt to convert a value (PerReplica:{``
+    ... ``}) with an unsupported type (...) to a Tensor.``): the first later line that starts
+    with the closing bracket; None when the first line closes what it opens."""
+    line = kept[exc]
+    if sum(line.count(c) for c in _OPEN) <= sum(line.count(c) for c in _CLOSE):
+        return None
+    for later in kept[exc + 1:exc + 2000]:
+        if later[:1] in _CLOSE:
+            return later.strip()
+    return None
+
+
 def _exception_head(kept: List[str], exc: int) -> List[str]:
     """The exception line at ``kept[exc]`` and, when it ends with ':' (TensorFlow's "Graph
     execution error:", "Original error:"), the lines after it that say what happened (two
-    when its first line is generic, else one)."""
+    when its first line is generic, else one); a message that dumps a value over many lines
+    gets its last line (after '... ')."""
+    end = _message_end(kept, exc)
+    if end is not None:
+        return [kept[exc], "... " + end]
     details: List[str] = []
     for line in kept[exc + 1:] if kept[exc].rstrip().endswith(":") else ():
         if len(details) >= 2 or (line[:1] not in (" ", "\t") and _EXC.match(line)):
@@ -362,7 +383,9 @@ def failure_cause(lines: Sequence[str]) -> Optional[str]:
     name, _, message = head[0].strip().partition(":")
     name = name.rsplit(".", 1)[-1]
     message = message.strip()
-    if len(head) > 1 and (not message or message.endswith(":")):
+    if len(head) > 1 and head[1].startswith("... "):      # a value dumped: its start and end
+        message = f"{message} {head[1]}"
+    elif len(head) > 1 and (not message or message.endswith(":")):
         message = head[1].strip()
     cause = f"{name}: {message}" if message else name
     return cause if len(cause) <= CAUSE_CHARS else cause[:CAUSE_CHARS - 1] + "\u2026"
