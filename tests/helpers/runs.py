@@ -68,4 +68,41 @@ def make_run(folder, events=True, result="failed", file=None, run_id="20261130-1
     return d
 
 
-# ------------------------------------------------------------------ the page as text
+# ------------------------------------------------------------------ the quick start's shape
+def quick_start_run(folder, chief_rate=7.0, other_rate=10.0, tail=0.2,
+                    end_states=("succeeded", "succeeded"), total=1000, last_step=None, run_id="qs",
+                    workers=2):
+    """The quick start's shape: ps:0, worker:0 (the chief, slower: it saves checkpoints and
+    summaries) and worker:1 (and more ``workers``, as fast) training one global step; every
+    worker reports the global step and its own steps (local_step) every second, and they all
+    end together, ``tail`` seconds after their last report."""
+    d = folder / run_id
+    d.mkdir(parents=True)
+    names = ["ps:0"] + [f"worker:{k}" for k in range(workers)]
+    rates = [("worker:0", chief_rate)] + [(f"worker:{k}", other_rate) for k in range(1, workers)]
+    end_states = tuple(end_states) + ("succeeded",) * (workers - len(end_states))
+    steps = int(total / (chief_rate + other_rate))
+    end = T0 + 1 + steps + tail
+    write_json(str(d / "run.json"), {
+        "run_id": run_id, "file": str(folder / "cluster.yaml"), "run_dir": str(d),
+        "launcher_pid": 999999, "backend": "local", "chief": "worker:0", "started": T0,
+        "ended": end + 0.5, "result": "succeeded", "exit_code": 0, "total_restarts": 0,
+        "tasks": [{"task": n, "state": "stopped" if n == "ps:0" else "succeeded"} for n in names]})
+    log = EventLog(str(d))
+    log.emit("run_started", time=T0, run_id=run_id, file="cluster.yaml", backend="local",
+             tasks=names, chief="worker:0")
+    for i, n in enumerate(names):
+        log.emit("task_started", n, time=T0 + 0.1, pid=100 + i, attempt=0, host="localhost")
+    for s in range(1, steps + 1):
+        g = last_step if (last_step is not None and s == steps) else int(s * (chief_rate + other_rate))
+        for n, rate in rates:
+            log.emit("progress", n, time=T0 + 1 + s, step=g, total=total, local_step=int(s * rate))
+    for (n, _), state in zip(rates, end_states):
+        log.emit("task_exited", n, time=end, exit_code=0 if state == "succeeded" else None,
+                 signal=None if state == "succeeded" else "SIGTERM",
+                 exit="exit 0" if state == "succeeded" else "SIGTERM", state=state)
+    log.emit("task_exited", "ps:0", time=end + 0.4, exit_code=None, signal="SIGTERM",
+             exit="SIGTERM", state="stopped")
+    log.emit("run_ended", time=end + 0.5, result="succeeded", exit_code=0)
+    log.close()
+    return d

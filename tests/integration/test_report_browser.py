@@ -23,7 +23,7 @@ from tfcluster.runs.report import build_model, render_html, write_report
 from tfcluster.safe_files import write_json
 
 T0 = 1_764_500_000.0
-from helpers.runs import make_run  # noqa: E402 (the documented run folder)
+from helpers.runs import make_run, quick_start_run  # noqa: E402 (the documented run folders)
 
 RESTART_RGB = (0x56, 0xB4, 0xE9)   # .restart-marker fill in report.CSS (Okabe-Ito sky blue)
 
@@ -578,3 +578,39 @@ def test_outcome_colours_in_chromium(tmp_path, result):
     for id_, colour in want.items():
         got, exp = seen[id_], hexrgb(colour)
         assert all(abs(got[i] - exp[i]) <= 10 for i in range(3)), (id_, got, colour)
+
+
+# ------------------------------------------------------------------ end labels
+LABEL_BOXES = ("[...document.querySelectorAll('#steps .line-label')].map(e => {const b = e.getBBox(); "
+               "return [e.textContent, b.x, b.y, b.width, b.height]})")
+
+
+def _overlaps(boxes):
+    """Pairs of (name, x, y, w, h) boxes that intersect."""
+    out = []
+    for i, (n1, x1, y1, w1, h1) in enumerate(boxes):
+        for n2, x2, y2, w2, h2 in boxes[i + 1:]:
+            if x1 < x2 + w2 and x2 < x1 + w1 and y1 < y2 + h2 and y2 < y1 + h1:
+                out.append((n1, n2))
+    return out
+
+
+@needs_browser
+@pytest.mark.parametrize("workers", [2, 5, 28])
+def test_the_end_labels_of_lines_that_end_together_do_not_overlap(tmp_path, workers):
+    """The quick start's workers end at the same step at the same moment: their labels at the
+    end of the step chart's lines are laid out apart, as the browser draws them (getBBox)."""
+    d = quick_start_run(tmp_path, workers=workers)
+    page = write_report(str(d))
+    logged, _, png, boxes = render(page, str(tmp_path / "profile"), probe=LABEL_BOXES)
+    assert logged == [], logged
+    assert sorted(b[0] for b in boxes) == sorted(f"worker:{k}" for k in range(workers))
+    assert all(w > 20 and h > 8 for _, _, _, w, h in boxes), boxes
+    assert _overlaps(boxes) == [], boxes
+    svg_h = float(re.search(r'<svg id="steps" class="chart" viewBox="0 0 \d+ (\d+)"',
+                            open(page, encoding="utf-8").read()).group(1))
+    assert all(y >= 0 and y + h <= svg_h for _, _, y, _, h in boxes), (boxes, svg_h)   # all in the chart
+    if SHOTS:
+        os.makedirs(SHOTS, exist_ok=True)
+        with open(os.path.join(SHOTS, f"labels-{workers}.png"), "wb") as f:
+            f.write(png)

@@ -10,6 +10,8 @@ the variants measured by tests/system/test_keras.py:
     --epochs N --steps_per_epoch N --backup_dir DIR
     --verbose 0|1|2              Model.fit's verbose (default 2, one line per epoch)
     --tfcluster_callback         add tfcluster.runtime.keras.ProgressCallback (the only tfcluster use)
+    --finish_seconds S           take S seconds after fit before it ends (saving, evaluating: no
+                                 progress is reported meanwhile)
 
 It prints one line at the end: ``keras_tutorial: done: {"loss": [...], "accuracy": [...]}``
 (the per-epoch history on this worker).
@@ -17,6 +19,7 @@ It prints one line at the end: ``keras_tutorial: done: {"loss": [...], "accuracy
 import argparse
 import json
 import os
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +32,7 @@ parser.add_argument("--steps_per_epoch", type=int, default=20)
 parser.add_argument("--backup_dir", default="")
 parser.add_argument("--verbose", type=int, default=2)
 parser.add_argument("--tfcluster_callback", action="store_true")
+parser.add_argument("--finish_seconds", type=float, default=0.0)
 args = parser.parse_args()
 
 per_worker_batch_size = 32
@@ -83,5 +87,6 @@ else:
                                      steps_per_epoch=args.steps_per_epoch,
                                      callbacks=callbacks, verbose=args.verbose)
 
+time.sleep(args.finish_seconds)
 print("keras_tutorial: done: " + json.dumps(
     {k: [round(float(v), 4) for v in vs] for k, vs in history.history.items()}), flush=True)

@@ -1,7 +1,10 @@
 """An everyday mistake with real TensorFlow: a model changed after its checkpoint was
-saved, run again on the same checkpoint folder. The failure summary shows TensorFlow's own
-error first and says the checkpoint no longer matches the model and how to clear it; the
-other worker ends on SIGTERM instead of needing SIGKILL."""
+saved, run again on the same checkpoint folder. The first tfcluster line after the failure
+says what does not match, the checkpoint folder and the command to fix it with the real
+cluster file; TensorFlow's long traceback is folded after it (whole in the task's log); the
+failure summary shows TensorFlow's own error first and the hint again; the other worker ends
+on SIGTERM instead of needing SIGKILL. A run again at the target step says it trained nothing
+and names the real file to train on with."""
 from __future__ import annotations
 
 import os
@@ -42,6 +45,12 @@ def test_a_changed_model_on_an_old_checkpoint_says_to_clear_it(tmp_path, ports):
     r = _launch(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert os.path.isfile(os.path.join(ckpt, "checkpoint"))
+    # again, at the target step: nothing trained, and the command to train on names the file
+    r = _launch(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = [x for x in r.stdout.splitlines() if "already at the target step, nothing trained" in x]
+    assert said and all(f"tfcluster launch {tmp_path}/cluster.yaml --arg --train_steps=" in x
+                        for x in said), said
 
     # a changed layer width (--arg changes that one flag and keeps --checkpoint_dir)
     r = _launch(tmp_path, "--arg", "--hidden_units=32", "--arg", "train_steps=80")
@@ -66,6 +75,18 @@ def test_a_changed_model_on_an_old_checkpoint_says_to_clear_it(tmp_path, ports):
     (tmp_path / "trainer.py").write_text(text)
     r = _launch(tmp_path, "--arg", "train_steps=80")
     assert r.returncode == 1, r.stderr[-3000:]
+    # the first tfcluster line after the failure: the mismatch, the folder, the real file
+    first = next(x for x in r.stderr.splitlines() if x.startswith("tfcluster: worker:") and " failed (" in x)
+    assert "NotFoundError: Key model/hidden3/" in first and "not found in checkpoint" in first, first
+    assert f"the checkpoint in {ckpt} no longer matches the model" in first, first
+    assert f"tfcluster launch cluster.yaml --arg --checkpoint_dir={ckpt}-2" in first, first
+    # the traceback (about 170 lines) folded after it: where it is whole, and its exception
+    failed = first.split()[1].rstrip(":")
+    shown = [x for x in r.stdout.splitlines() if x.startswith(f"[{failed}]")]
+    assert len(shown) < 10, "\n".join(shown)
+    folded = next(x for x in shown if "lines folded: tfcluster logs" in x)
+    assert int(folded.split("lines folded")[0].split()[-1]) > 100, folded
+    assert any("Key model/hidden3/" in x for x in shown), shown
     tail = _summary_tail(r.stderr)
     assert tail[0].strip().startswith("tensorflow.python.framework.errors_impl.NotFoundError: "
                                       "Restoring from checkpoint failed"), "\n".join(tail)

@@ -29,7 +29,7 @@ def test_a_stuck_worker_is_named_early_shown_where_it_hangs_and_kept_in_the_summ
         assert _wait_for(out_path, "worker:1 (no progress for", proc, 90), out_path.read_text()[-3000:]
         text = out_path.read_text()
         line = [ln for ln in text.splitlines() if "worker:1 (no progress for" in ln][0]
-        assert "while worker:0 go on" in line and f"tfcluster stack {run_dir} worker:1" in line
+        assert "while worker:0 goes on" in line and f"tfcluster stack {run_dir} worker:1" in line
         [stalled] = [e for e in _events(run_dir) if e.get("event") == "task_stalled"]
         assert stalled["task"] == "worker:1"
         assert stalled["silent"] <= 24 / 2, stalled       # named within half the deadline

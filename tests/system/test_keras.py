@@ -273,6 +273,29 @@ def test_unmodified_mwms_tutorial_program_fits_with_keras2(tmp_path, ports, vari
 
 
 @needs_tf_keras
+def test_a_successful_keras_runs_report_shows_no_stall_at_its_end(tmp_path, ports):
+    """Keras reports once an epoch (verbose=2); after fit the program takes 12 s more (saving,
+    evaluating) without a report, then every worker exits 0: its report draws no stall band
+    (the yellow 'stall (no progress)'), at the end of a worker or anywhere."""
+    from tfcluster.runs.report import build_model, write_report
+    path = program_file(tmp_path, ports, "keras_tutorial_mwms.py",
+                        ["--epochs=3", "--steps_per_epoch=10", "--finish_seconds=12"], KERAS2)
+    proc, rc = launch(path, tmp_path)
+    assert rc == 0, tail(proc)
+    record = run_record(tmp_path)
+    run_dir = record["run_dir"]
+    m = build_model(run_dir)
+    for v in m["tasks"]:
+        assert v.outcome == "succeeded" and v.points, (v.name, v.outcome)
+        last, end = v.attempts[-1].last[0], v.attempts[-1].end
+        assert end - last >= 12, (v.name, last, end)       # the quiet end is there ...
+        assert v.stalls == [], (v.name, v.stalls)          # ... and is no stall
+    page = open(write_report(run_dir), encoding="utf-8").read()
+    assert '<rect class="stall"' not in page
+    assert_all_gone(record)
+
+
+@needs_tf_keras
 def test_mwms_worker_killed_mid_fit_every_worker_resumes_from_the_backup(tmp_path, ports):
     """The dead worker aborts the others' collectives; on-failure restarts every worker and
     BackupAndRestore resumes fit after the last finished epoch."""

@@ -120,7 +120,28 @@ def test_launch_usage_shows_the_program_and_hints_at_the_double_dash(tmp_path, p
     f = write_cluster(tmp_path, ports(2), ["python", LISTENER])
     r = tfcluster("launch", f, "python", "my_trainer.py")
     assert r.returncode == 2
-    assert "hint: put the program after '--': tfcluster launch FILE -- python my_trainer.py" in r.stderr
+    assert f"hint: put the program after '--': tfcluster launch {f} -- python my_trainer.py" in r.stderr
+
+
+@pytest.mark.parametrize("words", [
+    ["launch", "--arg", "--train_steps", "10"],                  # 10 taken for the file
+    ["launch", "cluster.yaml", "--arg", "--train_steps", "10"],  # 10 an unknown word
+    ["launch", "--arg=--train_steps", "10", "cluster.yaml"],
+    ["commands", "cluster.yaml", "--arg", "--train_steps", "10"],
+])
+def test_an_arg_value_after_a_space_says_to_join_it(tmp_path, ports, words):
+    write_cluster(tmp_path, ports(2), ["python", LISTENER])
+    r = tfcluster(*words, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [
+        f"tfcluster {words[0]}: error: --arg --train_steps 10: --arg takes one word, NAME=VALUE; "
+        "write --arg --train_steps=10"], r.stderr
+
+
+def test_an_arg_flag_without_a_value_before_the_file_is_still_a_flag(tmp_path, ports):
+    write_cluster(tmp_path, ports(2), ["python", LISTENER])
+    r = tfcluster("commands", "--arg", "--verbose", "cluster.yaml", cwd=tmp_path)
+    assert r.returncode == 0 and "--verbose" in r.stdout, r.stderr
 
 
 SLURM_FILE = ("cluster:\n  ps: 1\n  worker: 2\nprogram:\n  command: [python, t.py]\n"

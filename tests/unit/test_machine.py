@@ -648,6 +648,46 @@ def test_a_cause_the_driver_learnt_becomes_why_the_failed_task_ended():
     assert m.tasks["worker:1"].why == "out of memory: the memory limit was hit"
 
 
+def test_a_sigkill_says_who_sent_it_as_far_as_tfcluster_can_tell():
+    """Linux does not tell a parent who sent a SIGKILL: tfcluster knows its own kills, the
+    driver reads the OOM killer's counters; anything else is said to be neither."""
+    outside = "not tfcluster, not the OOM killer (its counters did not grow: oom_kill in /proc/vmstat)"
+    m = make()
+    started(m)
+    out = m.handle(Exited("worker:1", -9, 1.0, outside))
+    assert f"worker:1 failed (SIGKILL): {outside}" in says(out) and m.tasks["worker:1"].why == outside
+    # the driver could ask no counter (another host): still not tfcluster
+    m = make()
+    started(m)
+    m.handle(Exited("worker:1", -9, 1.0))
+    assert m.tasks["worker:1"].why.startswith("not tfcluster (SIGKILL from elsewhere; whether the "
+                                              "OOM killer sent it could not be read here)")
+    # a SIGKILL tfcluster sent in a stop that timed out: its own, whatever the counters say
+    m = make(stop_timeout=3.0)
+    started(m)
+    m.handle(Interrupt(TERM, 1.0))
+    m.handle(Exited("worker:0", -TERM, 1.5))
+    out = m.handle(Tick(4.5))
+    assert ("worker:1", KILL) in kills(out)
+    m.handle(Exited("worker:1", -9, 4.6, outside))
+    assert m.tasks["worker:1"].why == "killed by tfcluster: still running 3s after SIGTERM"
+    # the watchdog's kill: its reason names it
+    m = make(startup_timeout=2.0)
+    started(m)
+    m.handle(PortOpen("worker:0", 0.5), PortOpen("worker:1", 0.5))
+    out = m.handle(Tick(3.0))
+    assert ("ps:0", KILL) in kills(out)
+    m.handle(Exited("ps:0", -9, 3.1, outside))
+    assert m.tasks["ps:0"].why.startswith("watchdog: its server did not open port 3000 within 2s")
+    # a second Ctrl-C
+    m = make()
+    started(m)
+    m.handle(Interrupt(signal.SIGINT, 1.0))
+    m.handle(Interrupt(signal.SIGINT, 1.2))
+    m.handle(Exited("worker:0", -9, 1.3, outside))
+    assert m.tasks["worker:0"].why == "killed by tfcluster: a second Ctrl-C killed every task at once"
+
+
 # ---------------------------------------------------------------------------- stuck and ending tasks
 # A stuck task is named early, the stall names suspects, the summary keeps it; the watchdogs
 # read the run as it is ("still waiting" then progress, final steps).
@@ -760,7 +800,7 @@ def test_a_task_whose_progress_stops_while_others_go_on_is_named_early():
             break
     assert t <= 2.0 + 24.0 / 2, t                 # within about half the deadline
     line = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text][0]
-    assert "while worker:0 go on" in line and "tfcluster stack runs/r1 worker:1" in line
+    assert "while worker:0 goes on" in line and "tfcluster stack runs/r1 worker:1" in line
     assert [n.task for n in logged(out, "task_stalled")] == ["worker:1"]
     assert "worker:0 (no" not in says(out)          # the one going on is not named
     m.handle(Exited("worker:0", 0, 30.0))
@@ -814,6 +854,59 @@ def test_the_whole_run_standing_still_is_warned_once_naming_suspects():
     assert not m.decided
     m.handle(Tick(22.5))
     assert m.result == RunState.FAILED and "suspects: worker:0" in m.root_cause_words
+
+
+def test_the_stall_warning_states_the_deadline_the_watchdog_applies():
+    """A run whose slowest wait for progress was 26 s fails 52 s after its last progress, not at
+    stall_timeout 40: the warning says so (the 2x rule), and the run fails then."""
+    m = make(stall_timeout=40.0, stall_warning=0.4)
+    started(m)
+    for t in (1.0, 2.0, 28.0, 30.0):
+        m.handle(Progressed("worker:0", int(t), t), Progressed("worker:1", int(t), t), Tick(t + 0.1))
+    out = []
+    for t in range(31, 50):
+        out += m.handle(Tick(float(t)))
+    [warned] = [a.text for a in of(out, Say) if a.text.startswith("no task has made progress")]
+    assert "no task has made progress for 16s (global step 30); the run fails in 36s if nothing " \
+        "moves, 52s after the last progress (twice its slowest report so far; " \
+        "watchdog.stall_timeout: 40)" in warned, warned
+    m.handle(Tick(75.0))
+    assert not m.decided                            # past 30 + 40: the 2x rule holds it
+    m.handle(Tick(82.5))
+    assert m.result == RunState.FAILED and "for 52s (twice its slowest report so far)" in m.root_cause_words
+
+
+def test_the_stall_warning_names_the_timeout_when_it_is_the_deadline():
+    m = make(stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    m.handle(Progressed("worker:0", 40, 1.0), Progressed("worker:1", 39, 2.0))
+    out = m.handle(Tick(10.5))
+    [warned] = [a.text for a in of(out, Say) if a.text.startswith("no task has made progress")]
+    assert "the run fails in 12s if nothing moves, 20s after the last progress " \
+        "(watchdog.stall_timeout: 20)" in warned, warned
+
+
+def test_one_task_going_on_goes_on_several_go_on():
+    m = make(names=("ps:0", "worker:0", "worker:1", "worker:2"), stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    out = []
+    for i in range(1, 14):
+        t = float(i)
+        evs = [Progressed("worker:0", 10 * i, t), Progressed("worker:2", 10 * i, t)]
+        if t <= 2.0:
+            evs.append(Progressed("worker:1", 10 * i + 1, t))
+        out += m.handle(*evs, Tick(t + 0.1))
+    [line] = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text]
+    assert "while worker:0, worker:2 go on:" in line, line
+    m = make(stall_timeout=20.0, stall_warning=0.4)
+    started(m)
+    out = []
+    for i in range(1, 14):
+        t = float(i)
+        evs = [Progressed("worker:0", 10 * i, t)] + ([Progressed("worker:1", i, t)] if t <= 2 else [])
+        out += m.handle(*evs, Tick(t + 0.1))
+    [line] = [a.text for a in of(out, Say) if "worker:1 (no progress" in a.text]
+    assert "while worker:0 goes on:" in line, line
 
 
 def test_ps_tasks_and_tasks_without_progress_are_never_named_stuck():

@@ -35,7 +35,9 @@ def test_the_cgroup_file_is_found_for_v1_and_v2(tmp_path):
 def test_only_a_sigkill_with_a_grown_counter_is_called_out_of_memory(tmp_path):
     vmstat, root, events = _files(tmp_path, vm=3, cg=0)
     w = OomWatch(str(vmstat), str(events))
-    assert w.words(-9) == ""                              # nothing grew: a person, a scheduler
+    # nothing grew: a person, a scheduler, another program -- not the OOM killer, and says so
+    assert w.words(-9) == (f"not tfcluster, not the OOM killer (its counters did not grow: oom_kill "
+                           f"in {vmstat} and {events}); Linux does not say which process sent a SIGKILL")
     vmstat.write_text("oom_kill 4\n")
     assert w.words(-9).startswith("possibly out of memory: the kernel's out-of-memory killer")
     assert w.words(137).startswith("possibly out of memory")
@@ -48,4 +50,8 @@ def test_only_a_sigkill_with_a_grown_counter_is_called_out_of_memory(tmp_path):
 def test_unreadable_counters_say_nothing(tmp_path):
     w = OomWatch(str(tmp_path / "no-vmstat"), str(tmp_path / "no-events"))
     assert w.words(-9) == "" and w.grown() == {}
+    vmstat, _, _ = _files(tmp_path, vm=3)
+    only = OomWatch(str(vmstat), str(tmp_path / "no-events"))     # one counter read: it speaks
+    assert only.words(-9).startswith(f"not tfcluster, not the OOM killer (its counters did not grow: "
+                                     f"oom_kill in {vmstat});")
     assert is_sigkill(-9) and is_sigkill(137) and not is_sigkill(9)

@@ -289,6 +289,39 @@ def test_a_missing_variable_names_the_checkpoint_folder_given():
     assert "--arg --model_dir=/data/ckpt-2" in hint
 
 
+def _failure_log(name):
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "tf_failures", name)
+    with open(path, encoding="utf-8") as f:
+        return [x.rstrip("\n") for x in f][-200:]
+
+
+@pytest.mark.parametrize("lines,cause", [
+    (_failure_log("notfound-on-restore.log"), "NotFoundError: Key model/hidden3/bias not found in checkpoint"),
+    (_failure_log("reshape-after-restore.log"),
+     "InvalidArgumentError: Input to reshape is a tensor with 64 values, but the requested shape has 32"),
+    (TRACEBACK, "AttributeError: 'SparseCategoricalAccuracy' object has no attribute 'reset_states'"),
+    (["Traceback (most recent call last):", '  File "/w/t.py", line 3, in <module>',
+      "    raise SystemExit(3)", "SystemExit: 3"], "SystemExit: 3"),
+    (["a plain line", "another", "Segmentation fault"], None),
+    (["Traceback (most recent call last):", '  File "/w/t.py", line 80, in <module>',
+      "    model.fit(x)", "ValueError: Attempt to convert a value (PerReplica:{",
+      "  0: <tf.Tensor: shape=(2,), dtype=float32, numpy=", "array([1., 2.], dtype=float32)>",
+      "}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor."],
+     "ValueError: Attempt to convert a value (PerReplica:{ ... }) with an unsupported type "
+     "(<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor."),
+])
+def test_a_failures_one_line_cause_is_its_exception(lines, cause):
+    assert outputs.failure_cause(lines) == cause
+
+
+def test_the_hint_names_the_launch_command_it_is_given():
+    lines = _failure_log("notfound-on-restore.log")
+    hint = outputs.failure_hint(lines, "/data/ckpt", launch="tfcluster launch my.yaml")
+    assert hint.endswith("train into another folder: tfcluster launch my.yaml --arg "
+                         "--checkpoint_dir=/data/ckpt-2"), hint
+    assert "FILE" not in outputs.failure_hint(lines, "/data/ckpt")
+
+
 def test_hints_for_removed_modules_and_none_for_other_failures():
     hint = outputs.failure_hint(["ModuleNotFoundError: No module named 'tensorflow.examples'"])
     assert "tensorflow.examples" in hint and "tf.keras.datasets.mnist" in hint

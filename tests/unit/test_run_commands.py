@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import psutil
 import pytest
@@ -321,6 +322,19 @@ def test_task_filter_host_prefix_and_timestamps():
     assert out.text == "[worker:0] hi\n[chief:0] hi\n"
     opts = OutputOptions(hosts=(("worker:0", "node-a"), ("ps:0", "node-b")), timestamps=True)
     assert opts.prefix("worker:0", now=0).endswith(".000 [node-a/worker:0] ")
+    # --timestamps dates tfcluster's own lines too (its warnings included), not only the tasks'
+    out, err = Buf(), Buf()
+    d = Display(stream=out, err_stream=err, options=OutputOptions.parse(timestamps=True))
+    d.task_line("worker:0", "a task line")
+    d.info("started worker:0 (pid 7)")
+    d.error("worker:1 (no progress for 16s, at step 40) while worker:0 goes on")
+    stamp = r"\d\d:\d\d:\d\d\.\d\d\d "
+    assert re.fullmatch(stamp + re.escape("[worker:0] a task line\n"), out.text), out.text
+    assert [re.sub("^" + stamp, "", x) for x in err.text.splitlines()] == [
+        "tfcluster: started worker:0 (pid 7)",
+        "tfcluster: worker:1 (no progress for 16s, at step 40) while worker:0 goes on"], err.text
+    assert all(re.match(stamp, x) for x in err.text.splitlines()), err.text
+    assert OutputOptions.parse().stamp() == ""
     with pytest.raises(UserError, match="--tasks: worker:9"):
         OutputOptions.parse(tasks="worker:9").check(["ps:0", "worker:0"])
     with pytest.raises(UserError, match="not a list of tasks"):
@@ -362,6 +376,24 @@ def test_help_security_prints_the_packaged_text(capsys, tmp_path, monkeypatch):
 def test_nothing_trained_says_why_and_what_to_do():
     s = messages.nothing_trained(2001, 2000, "runs/checkpoints")
     assert "nothing trained" in s and "clear runs/checkpoints" in s and "--train_steps above 2001" in s
+    assert "FILE" not in s
+
+
+def test_hints_name_the_runs_real_cluster_file(tmp_path, monkeypatch):
+    """A task of a run reads its cluster file from the run's record: the hint is a command to
+    paste, not 'tfcluster launch FILE'."""
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": "r1", "file": str(tmp_path / "my cluster.yaml")}))
+    monkeypatch.setenv("TFCLUSTER_RUN_DIR", str(run))
+    s = messages.nothing_trained(2001, 2000, "runs/checkpoints")
+    assert s.endswith(f"tfcluster launch '{tmp_path}/my cluster.yaml' --arg --train_steps=4002"), s
+    assert messages.launch_command(str(tmp_path / "c.yaml"), str(tmp_path)) == "tfcluster launch c.yaml"
+    assert messages.launch_command(str(tmp_path / "c.yaml"), str(tmp_path / "sub")) == \
+        f"tfcluster launch {tmp_path}/c.yaml"
+    assert messages.launch_command("", str(tmp_path)) is None
+    monkeypatch.setenv("TFCLUSTER_RUN_DIR", str(tmp_path / "none"))
+    assert "launch it again with --arg --train_steps=4002" in messages.nothing_trained(2001, 2000, None)
 
 
 def test_summaries_dir_from_the_chiefs_flags(tmp_path):

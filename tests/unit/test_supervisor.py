@@ -11,7 +11,7 @@ import pytest
 
 from helpers.fake import make
 from tfcluster.core.machine import TaskState
-from tfcluster.drivers.display import ProgressPace, View, progress_lines
+from tfcluster.drivers.display import ProgressLines, ProgressPace, View
 from tfcluster.drivers.tasks import StepRate
 from tfcluster.plan.runplan import LaunchOptions
 from tfcluster.runs.eventlog import NullEventLog
@@ -374,6 +374,95 @@ def test_piped_progress_lines_come_every_few_seconds_the_first_after_the_first_s
     assert not pace.due(0, 200.0) and pace.due(0, 205.0)
 
 
+def test_an_eta_rate_is_steady_recent_and_never_from_the_first_report():
+    r = StepRate(monotonic=True)
+    r.add(100.0, 0)                 # the run's first report; its first step took 6 s
+    r.add(106.0, 1)
+    assert r.value == pytest.approx(1 / 6) and r.steady(106.0) is None    # never from step 1
+    for i in range(1, 4):
+        r.add(106.0 + i, 1 + 100 * i)
+    assert r.steady(109.0) == pytest.approx(100.0)      # 4 reports after the first, one pace
+    assert r.steady(109.0 + 3.5) is None and r.current(112.5) is None     # stale: no report for 3 gaps
+    assert r.steady(110.0) == pytest.approx(100.0)
+    speeding = StepRate()
+    for i, step in enumerate([0, 1, 10, 30, 70, 150, 310]):
+        speeding.add(200.0 + i, step)
+    assert speeding.steady(206.0) is None                # the halves' rates differ
+    behind = StepRate(monotonic=True)                    # a worker that read the step earlier
+    for i, step in enumerate([0, 50, 40, 150, 200, 250]):
+        behind.add(300.0 + i, step)
+    assert [s for _, s in behind.points] == [0, 50, 50, 150, 200, 250]
+
+
+class _Task:
+    def __init__(self, name, step, total, at, own=None):
+        from tfcluster.plan.progress import Progress
+        self.name, self.state = name, TaskState.RUNNING
+        self.progress = Progress(step=step, total=total, metrics={})
+        self.seen = type("Seen", (), {"progress_at": at})()
+        self.own_rate = StepRate()
+
+
+def test_progress_lines_say_a_stall_once_and_its_growth_when_it_doubles():
+    lines = ProgressLines(5.0)
+    t = _Task("worker:0", 317, 2000, 1000.0)
+    assert lines.lines([t], 10.0, 1001.0) == ["worker:0: step 317/2000, ETA 2m48s"]
+    assert lines.lines([t], 10.0, 1006.0) == []             # the same line is not said again
+    said = []
+    for now in range(1007, 1100):
+        said += [(now, x) for x in lines.lines([t], 10.0, float(now))]
+    assert said == [(1011, "worker:0: no progress report for 11.0s (at step 317/2000)"),
+                    (1022, "worker:0: still no progress report for 22.0s (at step 317/2000)"),
+                    (1044, "worker:0: still no progress report for 44.0s (at step 317/2000)"),
+                    (1088, "worker:0: still no progress report for 1m28s (at step 317/2000)")]
+    t.progress.step, t.seen.progress_at = 318, 1100.0        # reports again
+    assert lines.lines([t], None, 1100.5) == ["worker:0: step 318/2000"]   # no steady rate: no ETA
+
+
+TF_TRACEBACK = (["Traceback (most recent call last):"]
+                + [f'  File "/venv/lib/python3.11/site-packages/tensorflow/x{i}.py", line {i}, in f'
+                   for i in range(60)]
+                + ["tensorflow.python.framework.errors_impl.NotFoundError: Restoring from checkpoint "
+                   "failed. Original error:", "", "Key model/hidden3/bias not found in checkpoint",
+                   "\t [[{{node save/RestoreV2}}]]"])
+
+
+def test_a_failure_says_its_cause_first_and_folds_its_traceback(tmp_path):
+    """A task that fails with a long traceback: the first tfcluster line after it names the
+    exception; the traceback comes after it, folded to where it is whole and its exception."""
+    sup, be, clock, out, err = make(tmp_path, CLUSTER, {
+        "worker:0": [(1, 2.0, ["training"] + TF_TRACEBACK)], "worker:1": [(None, None, [])]})
+    assert sup.run() == 1
+    e = err.getvalue().splitlines()
+    failed = next(i for i, x in enumerate(e) if "worker:0 failed" in x)
+    assert e[failed].startswith("tfcluster: worker:0 failed (exit 1): NotFoundError: Key "
+                                "model/hidden3/bias not found in checkpoint; hint: the checkpoint "
+                                "the program restores no longer matches the model"), e
+    assert e[failed].endswith(f"(tfcluster launch {tmp_path}/c.yaml --arg --checkpoint_dir=NEW_FOLDER)")
+    shown = [x for x in out.getvalue().splitlines() if x.startswith("[worker:0]")]
+    assert shown == [
+        "[worker:0] training",
+        "[worker:0] Traceback (most recent call last): 65 lines folded: tfcluster logs t worker:0 shows them",
+        "[worker:0] tensorflow.python.framework.errors_impl.NotFoundError: Restoring from checkpoint "
+        "failed. Original error:",
+        "[worker:0] Key model/hidden3/bias not found in checkpoint"], shown
+    log = (tmp_path / "runs" / "t" / "worker-0.log").read_text()
+    assert all(x in log for x in TF_TRACEBACK if x.strip())       # the log has it whole
+    assert "first failure: worker:0 (exit 1) — NotFoundError: Key model/hidden3/bias" in err.getvalue()
+
+
+def test_a_traceback_of_a_task_that_goes_on_is_shown_whole():
+    from tfcluster.drivers.display import TracebackFold
+    fold = TracebackFold()
+    assert fold.feed("before", 0.0) == ["before"]
+    assert fold.feed("Traceback (most recent call last):", 1.0) == []
+    assert fold.feed('  File "x.py", line 1, in f', 1.1) == [] and fold.feed("KeyError: 'a'", 1.2) == []
+    assert not fold.due(10.9) and fold.due(11.0)                 # held HOLD seconds at most
+    assert fold.release() == ["Traceback (most recent call last):", '  File "x.py", line 1, in f',
+                              "KeyError: 'a'"]
+    assert fold.feed("after", 12.0) == ["after"] and fold.fold("tfcluster logs r w") == []
+
+
 def test_launcher_log_records_each_start_once(tmp_path):
     """The console's "started worker:0 (pid N)" is not written to launcher.log beside the
     task_started event's line."""
@@ -400,7 +489,7 @@ def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
     assert sup.run() == 0
     sup.events = NullEventLog()
     w0, w1 = sup.runs["worker:0"], sup.runs["worker:1"]
-    for i in range(3):
+    for i in range(6):
         clock.now += 1.0
         for tr, own in ((w0, 30 * i), (w1, None)):
             body = '{"step": %d, "total": 1000' % (40 * i) + (
@@ -416,11 +505,11 @@ def test_live_table_shows_each_task_its_own_rate_not_the_global_one(tmp_path):
     row0 = next(ln for ln in text.splitlines() if ln.startswith("worker:0"))
     row1 = next(ln for ln in text.splitlines() if ln.startswith("worker:1"))
     assert " 30.0 " in row0 and " global " in row1 and "40.0" not in row1, text
-    assert "global step 80/1000  40.0 steps/s" in text      # the run's rate, in the caption
+    assert "global step 200/1000  40.0 steps/s  ETA 20.0s" in text   # the run's rate, in the caption
     # the piped lines: the own rate where there is one; the ETA from the global step's rate
     for tr in (w0, w1):
         tr.track.state = TaskState.RUNNING
         tr.seen.progress_at = clock.now
-    lines = progress_lines([w0, w1], sup.rate.value, clock.now, 5.0)
-    assert lines == ["worker:0: step 80/1000, 30.0 steps/s, ETA 23.0s",
-                     "worker:1: step 80/1000, ETA 23.0s"], lines
+    lines = ProgressLines(5.0).lines([w0, w1], sup.rate.steady(clock.now), clock.now)
+    assert lines == ["worker:0: step 200/1000, 30.0 steps/s, ETA 20.0s",
+                     "worker:1: step 200/1000, ETA 20.0s"], lines

@@ -12,13 +12,16 @@ killer apart, and both only grow:
 
 :class:`OomWatch` reads both when the run starts and again when a task dies of SIGKILL; a
 counter that grew names the cause. Where neither can be read (another OS, a hidden /proc),
-it says nothing rather than guess. It only speaks for tasks on this machine.
+it says nothing rather than guess; where they can and did not grow, it says so: "not
+tfcluster, not the OOM killer" (the run machine names the kills tfcluster sent itself, which
+win). It only speaks for tasks on this machine.
 """
 from __future__ import annotations
 
 import os
-import signal
 from typing import Dict, Optional
+
+from tfcluster.core.rules import is_sigkill
 
 VMSTAT = "/proc/vmstat"
 CGROUP_SELF = "/proc/self/cgroup"
@@ -62,11 +65,6 @@ def cgroup_events_path(cgroup_self: str = CGROUP_SELF, root: str = CGROUP_ROOT) 
     return None
 
 
-def is_sigkill(returncode: Optional[int]) -> bool:
-    """Killed by SIGKILL: -9 from the process itself, 137 through a shell or a remote wrapper."""
-    return returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
-
-
 class OomWatch:
     """The OOM counters at the start of a run, and what has grown since."""
 
@@ -87,7 +85,9 @@ class OomWatch:
         return out
 
     def words(self, returncode: Optional[int]) -> str:
-        """For a task that died of SIGKILL: the OOM killer's part in it, or ''."""
+        """For a task that died of SIGKILL: the OOM killer's part in it; where its counters
+        did not grow, "not tfcluster, not the OOM killer" (the run machine names the kills
+        tfcluster sent itself before it reads this); '' where no counter can be read."""
         if not is_sigkill(returncode):
             return ""
         grown = self.grown()
@@ -97,4 +97,8 @@ class OomWatch:
         if "kernel" in grown:
             return ("possibly out of memory: the kernel's out-of-memory killer ran during the "
                     "run (oom_kill in /proc/vmstat)")
-        return ""
+        read = [self.paths[k] for k in ("kernel", "cgroup") if self.start.get(k) is not None]
+        if not read:
+            return ""
+        return (f"not tfcluster, not the OOM killer (its counters did not grow: oom_kill in "
+                f"{' and '.join(read)}); Linux does not say which process sent a SIGKILL")

@@ -64,6 +64,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] in ("launch", "exec") and "--" in argv:
         cut = argv.index("--")
         argv, program = argv[:cut], argv[cut + 1:]
+    if argv and argv[0] in ("launch", "commands", "render"):
+        hint = messages.arg_value_hint(argv[1:])
+        if hint:
+            print(f"tfcluster {argv[0]}: error: {hint}", file=sys.stderr)
+            return 2
     argv = grammar.glue_arg_values(argv)
     parser = build_parser()
     try:
@@ -74,8 +79,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif argv and argv[0] == "launch" and not program:
             args, unknown = parser.parse_known_args(argv)
             if unknown:
+                launch = messages.launch_command(args.file) if args.file else "tfcluster launch"
                 print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
-                      f"tfcluster launch: hint: put the program after '--': tfcluster launch FILE -- "
+                      f"tfcluster launch: hint: put the program after '--': {launch} -- "
                       f"{' '.join(unknown)}", file=sys.stderr)
                 return 2
         else:

@@ -98,7 +98,8 @@ def build_parser() -> RecordingParser:
     o.add_argument("--tasks", metavar="LIST",
                    help="show only these tasks' output, e.g. worker:0,chief (a job name means "
                    "all its tasks); every task's log is still written")
-    o.add_argument("--timestamps", action="store_true", help="prefix task lines with the time")
+    o.add_argument("--timestamps", action="store_true",
+                   help="prefix task lines and tfcluster's own lines with the time")
     o.add_argument("--no-security-note", action="store_true",
                    help="do not print the network security note (also TFCLUSTER_NO_SECURITY_NOTE=1; "
                    "it is printed once per cluster file anyway)")

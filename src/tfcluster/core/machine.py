@@ -197,8 +197,10 @@ class Exited:
     task: str
     returncode: int               # negative: killed by signal -returncode
     now: float
-    cause: str = ""               # what the driver learnt of the death (tfcluster.backends.oom)
+    cause: str = ""               # what the driver learnt of the death (tfcluster.backends.oom,
+                                  # the exception in its output: tfcluster.runs.failure)
     lost_node: str = ""           # the task's node was lost: it can only come back elsewhere
+    hint: str = ""                # "hint: ..." naming the fix, said with the failure
 
 
 @dataclass(frozen=True)
@@ -413,6 +415,7 @@ class TaskTrack:
     stalled_at: Optional[float] = None     # its last life, once the watchdog saw it stop
                                            # while the run went on (None: not stalled)
     stalled_step: Optional[int] = None     # ... and the step it stood at
+    killed: str = ""                       # why tfcluster sent this attempt SIGKILL ('' : it did not)
 
     def mark_life(self, now: float) -> None:
         self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)
@@ -664,6 +667,7 @@ class RunMachine:
         t.waiting_on.clear()
         t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
         t.ending_at = t.stalled_at = t.stalled_step = None
+        t.killed = ""
         if self.phase.stopping:    # started while the run was being stopped
             self._wave.append(t.name)
             self._wave_all.append(t.name)
@@ -686,6 +690,8 @@ class RunMachine:
             out.append(self._exit_event(t, TaskState.STOPPED))
             return
         if t.state == TaskState.STOPPING or self.phase == Phase.STOP:
+            if rules.is_sigkill(rc) and not t.why:     # (a stalled task's why says more)
+                t.why = self._sigkill_words(t, ev.cause)
             if t.state == TaskState.RUNNING:
                 t.state = check_transition(t.state, TaskState.STOPPING, t.name)
             t.state = check_transition(t.state, TaskState.STOPPED, t.name)
@@ -693,6 +699,8 @@ class RunMachine:
             return
         new = TaskState.SUCCEEDED if rc == 0 else TaskState.FAILED
         t.state = check_transition(t.state, new, t.name)
+        if rules.is_sigkill(rc):
+            t.why = self._sigkill_words(t, ev.cause)
         if new == TaskState.SUCCEEDED and not self.s.peers_report:
             if self._needs is None:
                 self._needs = rules.success_needs(self.s.success, self.s.chief, self.tasks,
@@ -711,14 +719,16 @@ class RunMachine:
             ran = ev.now - (ev.now if t.started is None else t.started)
             out.append(Say(f"{t.name} exited 0 after {_duration(ran)}"))
             return
-        if t.forced:
+        if rules.is_sigkill(rc):
+            pass                      # _sigkill_words said who sent it (and tfcluster, why)
+        elif t.forced:
             t.why = t.forced
         elif t.port_conflict:
             t.why = f"port conflict: {self.where.get(t.name) or t.port} is in use (Could not start gRPC server)"
         elif ev.cause:
             t.why = ev.cause
-        out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.why}" if t.why else ""),
-                       error=True))
+        out.append(Say(f"{t.name} failed ({describe_exit(rc)})" + (f": {t.why}" if t.why else "")
+                       + (f"; {ev.hint}" if ev.hint else ""), error=True))
         if t.port_conflict and t.name in self.movable_ports and not self.s.shared_budget \
                 and self._rechoices < MAX_PORT_RECHOICES:
             self._rechoices += 1
@@ -750,6 +760,21 @@ class RunMachine:
             self._restart(t, d, ev.now, out)
             return
         self._fail(t, d.reason, out)
+
+    @staticmethod
+    def _sigkill_words(t: TaskTrack, cause: str) -> str:
+        """Who sent a task its SIGKILL, as far as anyone can tell (Linux does not tell a parent
+        who sent a signal): tfcluster, which knows its own kills (the watchdog: its reason; a
+        stop that timed out, a second Ctrl-C: "killed by tfcluster: ..."); else what the
+        driver learnt (the OOM killer's counters, :mod:`tfcluster.backends.oom`: "out of
+        memory", or "not tfcluster, not the OOM killer"; a lost host or node); else not
+        tfcluster, the OOM killer not asked."""
+        if t.forced:                  # the watchdog's reason names it (tfcluster's watchdog)
+            return t.forced
+        if t.killed:
+            return f"killed by tfcluster: {t.killed}"
+        return cause or ("not tfcluster (SIGKILL from elsewhere; whether the OOM killer sent it "
+                         "could not be read here)")
 
     def _on_RestartClaim(self, ev: RestartClaim, out: List[Action]) -> None:
         t = self.tasks[ev.task]
@@ -813,6 +838,7 @@ class RunMachine:
                 out.append(Say("second Ctrl-C: killing every task now (SIGKILL)"))
                 if self.phase == Phase.STOP:
                     for name in self._wave:
+                        self.tasks[name].killed = "a second Ctrl-C killed every task at once"
                         out.append(Kill(name, signal.SIGKILL))
                         out.append(log_event("stop_sent", name, signal="SIGKILL"))
                     self._wave_killed = True
@@ -922,7 +948,7 @@ class RunMachine:
         self._decide(RunState.FAILED, code, f"{t.name} failed ({describe_exit(t.returncode)})", out)
 
     def _force(self, t: TaskTrack, reason: str, out: List[Action]) -> None:
-        t.forced = reason
+        t.forced = t.killed = reason
         out.append(Say(f"{t.name}: {reason}; killing it", error=True))
         out.append(Kill(t.name, signal.SIGKILL))
 
@@ -1033,8 +1059,9 @@ class RunMachine:
                 continue
             t.stalled_at, t.stalled_step = t.alive_at, t.step
             silent = now - t.alive_at
+            verb = "goes on" if len(going) == 1 else "go on"
             out.append(Say(f"{rules.describe_silence(name, silent, t.step)} while "
-                           f"{', '.join(going)} go on: it may be stuck; {self._stack_hint([name])}",
+                           f"{', '.join(going)} {verb}: it may be stuck; {self._stack_hint([name])}",
                            error=True))
             out.append(log_event("task_stalled", name, step=t.step, silent=round(silent, 1)))
         if not watched:
@@ -1046,11 +1073,29 @@ class RunMachine:
         elif not self._run_warned:
             self._run_warned = True
             out.append(Say(f"no task has made progress for {now - last:.0f}s (global step "
-                           f"{self.best_step}; the run fails at watchdog.stall_timeout: "
-                           f"{s.stall_timeout:g}); suspects: "
+                           f"{self.best_step}); {self._stall_deadline_words(now)}; suspects: "
                            f"{', '.join(self._suspects(watched, now))}; {self._stack_hint()}",
                            error=True))
             out.append(log_event("run_stalling", step=self.best_step, silent=round(now - last, 1)))
+
+    def _stall_clock(self) -> Tuple[float, float]:
+        """(the last sign of progress, the stall deadline) as the stall watchdog reads them
+        (:func:`rules.check_stall`): the run fails at their sum if nothing moves before."""
+        lives = [t.alive_at for t in self.tasks.values() if t.alive_at is not None]
+        since = max([self.best_step_at] + lives)
+        cadence = max((t.longest_gap for t in self.tasks.values()), default=0.0)
+        return since, rules.stall_deadline(self.s.stall_timeout, cadence)
+
+    def _stall_deadline_words(self, now: float) -> str:
+        """When the stall watchdog will fail the run if nothing moves, and by which rule: the
+        deadline it will really apply (the timeout, or twice the slowest report so far)."""
+        since, deadline = self._stall_clock()
+        timeout = self.s.stall_timeout
+        rule = f"watchdog.stall_timeout: {timeout:g}"
+        if deadline > timeout:
+            rule = f"twice its slowest report so far; {rule}"
+        return (f"the run fails in {max(0.0, since + deadline - now):.0f}s if nothing moves, "
+                f"{deadline:.0f}s after the last progress ({rule})")
 
     def stalled(self) -> List[str]:
         """Lines for the end summary: every task seen to stop making progress while the run
@@ -1184,6 +1229,8 @@ class RunMachine:
         if t.stalled_at is not None and not t.why:
             at = f" at step {t.stalled_step}" if t.stalled_step is not None else ""
             t.why = f"stopped making progress{at} {_duration(self._now - t.stalled_at)} before it was stopped"
+        if sig == signal.SIGKILL:
+            t.killed = "a second Ctrl-C killed every task at once"
         out.append(Kill(t.name, sig))
         out.append(log_event("stop_sent", t.name, signal=signal.Signals(sig).name))
 
@@ -1214,6 +1261,7 @@ class RunMachine:
                     t = self.tasks[name]
                     out.append(Say(f"{t.name} (pid {t.pid}) still running "
                                    f"{self.s.stop_timeout:g}s after SIGTERM: SIGKILL"))
+                    t.killed = f"still running {self.s.stop_timeout:g}s after SIGTERM"
                     out.append(Kill(name, signal.SIGKILL))
                     out.append(log_event("stop_sent", name, signal="SIGKILL"))
                 self._wave_killed = True

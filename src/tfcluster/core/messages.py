@@ -84,6 +84,33 @@ def sbatch_hint(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+#: files a word that names the cluster file ends with (not taken for an --arg's value)
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def arg_value_hint(argv: Sequence[str], exists: Callable[[str], bool] = os.path.exists) -> Optional[str]:
+    """``--arg --train_steps 10``: argparse takes ``--train_steps`` alone (a flag without a
+    value is a valid edit) and ``10`` for the cluster file or an unknown word. The fix, when the
+    word after ``--arg --NAME`` is a value (it does not start with '-', is no file here and does
+    not look like a cluster file): ``--arg --NAME=VALUE``. ``argv``: the subcommand's words,
+    before a program's ``--``."""
+    words = list(argv)
+    for i, w in enumerate(words):
+        if w == "--arg" and i + 2 < len(words):
+            name, value = words[i + 1], words[i + 2]
+        elif w.startswith("--arg=") and i + 1 < len(words):
+            name, value = w[len("--arg="):], words[i + 1]
+        else:
+            continue
+        if not name or "=" in name or name == "--" or not value or value.startswith("-"):
+            continue
+        if exists(value) or value.endswith(FILE_SUFFIXES):
+            continue
+        return (f"--arg {name} {value}: --arg takes one word, NAME=VALUE; write "
+                f"--arg {shlex.quote(name + '=' + value)}")
+    return None
+
+
 def script_hint(program: Sequence[str], cluster_dir: Optional[str], cwd: str) -> Optional[str]:
     """A relative script path after ``--`` that is not in the current folder but is beside
     the cluster file: the did-you-mean."""
@@ -107,14 +134,57 @@ def script_hint(program: Sequence[str], cluster_dir: Optional[str], cwd: str) ->
     return None
 
 
+# ------------------------------------------------------------------ the command a hint names
+RUN_FILE_LIMIT = 64 << 20      # bytes of run.json read for its "file" (as tfcluster status reads it)
+
+
+def launch_command(file: Optional[str], cwd: Optional[str] = None) -> Optional[str]:
+    """``tfcluster launch cluster.yaml``: how the person launches the run's cluster file again,
+    for a hint to name -- the file as a path from ``cwd`` when it is below it, else whole;
+    None for a run without a file (``launch --ps 1 --workers 2 -- ...``)."""
+    if not file:
+        return None
+    shown = file
+    if cwd and os.path.isabs(file):
+        rel = os.path.relpath(file, cwd)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            shown = rel
+    return "tfcluster launch " + shlex.quote(shown)
+
+
+def run_cluster_file(environ=None) -> Optional[str]:
+    """For a program: the cluster file its run was launched from (``file`` in the run's
+    run.json, in ``TFCLUSTER_RUN_DIR``), or None (no run folder here, no file, unreadable)."""
+    import json
+
+    from tfcluster import safe_files
+    from tfcluster.errors import UserError
+    from tfcluster.plan.contract import RUN_DIR
+    run_dir = (os.environ if environ is None else environ).get(RUN_DIR)
+    if not run_dir:
+        return None
+    try:
+        data = safe_files.read_bytes(os.path.join(run_dir, safe_files.RUN_FILE), RUN_FILE_LIMIT)
+        record = json.loads(data) if data else None
+    except (OSError, ValueError, UserError):   # no record to read (not a file, too big): no file named
+        return None
+    file = record.get("file") if isinstance(record, dict) else None
+    return file if isinstance(file, str) and file else None
+
+
 # ------------------------------------------------------------------ training
 def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
-                    flag: str = "--train_steps") -> str:
+                    flag: str = "--train_steps", launch: Optional[str] = None) -> str:
     """What a trainer says when it starts at or after its target step. The way to train on is
     ``--arg``, which changes that one flag and keeps the others (``--checkpoint_dir``); a
-    program after ``--`` would replace every argument of the file's program."""
+    program after ``--`` would replace every argument of the file's program. ``launch``: the
+    command that launches the run's file (default: the file of the run this program is a task
+    of, :func:`run_cluster_file`); without one, the ``--arg`` alone."""
+    if launch is None:
+        launch = launch_command(run_cluster_file())
     where = f" restored from {checkpoint_dir}" if checkpoint_dir else ""
-    more = f"tfcluster launch FILE --arg {flag}={max(step, target) * 2}"
+    edit = f"--arg {flag}={max(step, target) * 2}"
+    more = f"{launch} {edit}" if launch else f"launch it again with {edit}"
     fix = (f"to train again from scratch, clear {checkpoint_dir} (or give another "
            f"--checkpoint_dir: --arg --checkpoint_dir=DIR); to train on, raise {flag} above "
            f"{step}: {more}") if checkpoint_dir \

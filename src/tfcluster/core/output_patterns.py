@@ -21,6 +21,9 @@ programs write it:
 - :func:`failure_tail`: the lines worth showing from the end of a failed task's output:
   progress and noise left out; a Python traceback's exception line first, then its frames
   that matter, in order.
+- :func:`failure_cause`: why a failed task ended, in one line (its exception, as
+  ``NotFoundError: Key ... not found in checkpoint``); :func:`exception_lines`: that
+  exception's lines as the tail shows them first.
 - :func:`failure_hint`: one line naming the fix for a known cause (a Keras 3 failure, from
   :mod:`tfcluster.core.keras_hints`; a checkpoint that no longer matches the model; a module
   TensorFlow 2 removed): the one the drivers ask.
@@ -316,22 +319,31 @@ def _traceback(kept: List[str]) -> Optional[Tuple[int, List[Tuple[int, int]]]]:
     return exc, frames
 
 
-def failure_tail(lines: Sequence[str], n: int = 10) -> List[str]:
-    """The lines to show for a failed task from the end of its output (at most ``n``), with
-    progress and TensorFlow's noise (:func:`is_noise`) left out. When a Python traceback is
-    there: its exception line first (with the line that says what happened when TensorFlow's
-    first line says only "Graph execution error"), then the frames that matter, in order: the
-    program's own (not in installed packages, the standard library or tfcluster), else the
-    last one. TensorFlow's "Original stack trace" (inside the message) is never taken for the
-    traceback. Without one: the last lines."""
-    kept = [ln for ln in lines if ln.strip() and not is_progress_line(ln) and not is_noise(ln)]
-    if not kept:
-        return []
-    found = _traceback(kept)
-    if found is None:
-        return kept[-n:]
-    exc, frames = found
-    head = [kept[exc]]
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _message_end(kept: List[str], exc: int) -> Optional[str]:
+    """The line that ends an exception's message which opened a bracket on its first line and
+    dumped a value over many lines (``ValueError: Attempt to convert a value (PerReplica:{``
+    ... ``}) with an unsupported type (...) to a Tensor.``): the first later line that starts
+    with the closing bracket; None when the first line closes what it opens."""
+    line = kept[exc]
+    if sum(line.count(c) for c in _OPEN) <= sum(line.count(c) for c in _CLOSE):
+        return None
+    for later in kept[exc + 1:exc + 2000]:
+        if later[:1] in _CLOSE:
+            return later.strip()
+    return None
+
+
+def _exception_head(kept: List[str], exc: int) -> List[str]:
+    """The exception line at ``kept[exc]`` and, when it ends with ':' (TensorFlow's "Graph
+    execution error:", "Original error:"), the lines after it that say what happened (two
+    when its first line is generic, else one); a message that dumps a value over many lines
+    gets its last line (after '... ')."""
+    end = _message_end(kept, exc)
+    if end is not None:
+        return [kept[exc], "... " + end]
     details: List[str] = []
     for line in kept[exc + 1:] if kept[exc].rstrip().endswith(":") else ():
         if len(details) >= 2 or (line[:1] not in (" ", "\t") and _EXC.match(line)):
@@ -341,7 +353,60 @@ def failure_tail(lines: Sequence[str], n: int = 10) -> List[str]:
             details.append(line.strip())
     if details and not _GENERIC.search(kept[exc]):
         details = details[:1]
-    head += details
+    return [kept[exc]] + details
+
+
+def _kept(lines: Sequence[str]) -> List[str]:
+    return [ln for ln in lines if ln.strip() and not is_progress_line(ln) and not is_noise(ln)]
+
+
+def exception_lines(lines: Sequence[str]) -> List[str]:
+    """The last Python exception in ``lines`` as :func:`failure_tail` shows it first (its line
+    and what happened), without the frames; [] without one."""
+    kept = _kept(lines)
+    found = _traceback(kept) if kept else None
+    return _exception_head(kept, found[0]) if found else []
+
+
+CAUSE_CHARS = 300
+
+
+def failure_cause(lines: Sequence[str]) -> Optional[str]:
+    """Why a failed task ended, in one line, from its output: the last Python exception as
+    ``NotFoundError: Key model/hidden3/bias not found in checkpoint`` -- its class without its
+    module, and its message, or where the message only says that something failed (it ends
+    with ':': "Graph execution error:", "Restoring from checkpoint failed. ... Original
+    error:") the line after it that says what; None without an exception."""
+    head = exception_lines(lines)
+    if not head:
+        return None
+    name, _, message = head[0].strip().partition(":")
+    name = name.rsplit(".", 1)[-1]
+    message = message.strip()
+    if len(head) > 1 and head[1].startswith("... "):      # a value dumped: its start and end
+        message = f"{message} {head[1]}"
+    elif len(head) > 1 and (not message or message.endswith(":")):
+        message = head[1].strip()
+    cause = f"{name}: {message}" if message else name
+    return cause if len(cause) <= CAUSE_CHARS else cause[:CAUSE_CHARS - 1] + "\u2026"
+
+
+def failure_tail(lines: Sequence[str], n: int = 10) -> List[str]:
+    """The lines to show for a failed task from the end of its output (at most ``n``), with
+    progress and TensorFlow's noise (:func:`is_noise`) left out. When a Python traceback is
+    there: its exception line first (with the line that says what happened when TensorFlow's
+    first line says only "Graph execution error"), then the frames that matter, in order: the
+    program's own (not in installed packages, the standard library or tfcluster), else the
+    last one. TensorFlow's "Original stack trace" (inside the message) is never taken for the
+    traceback. Without one: the last lines."""
+    kept = _kept(lines)
+    if not kept:
+        return []
+    found = _traceback(kept)
+    if found is None:
+        return kept[-n:]
+    exc, frames = found
+    head = _exception_head(kept, exc)
     mine = [(a, b) for a, b in frames if not _library_frame(kept[a])] or frames[-1:]
     shown: List[str] = []
     for a, b in mine:
@@ -397,7 +462,7 @@ def checkpoint_in_log(lines: Sequence[str]) -> Optional[str]:
 
 
 def failure_hint(lines: Sequence[str], checkpoint_dir: Optional[str] = None,
-                 flag: str = "--checkpoint_dir") -> Optional[str]:
+                 flag: str = "--checkpoint_dir", launch: Optional[str] = None) -> Optional[str]:
     """One ``hint: ...`` line naming the fix when a failed task's output (a generous tail of
     it) shows a known cause, else None -- the one question a driver asks:
 
@@ -406,7 +471,8 @@ def failure_hint(lines: Sequence[str], checkpoint_dir: Optional[str] = None,
       failed", or a shape mismatch after a restore) names the folder (``checkpoint_dir``: the
       task's checkpoint folder when it holds a checkpoint; else the one the log says it
       restored; ``flag``: the flag that names it) and how to clear it or train into another
-      (``--arg``);
+      (``--arg``, on ``launch``: the command that launched the run's file,
+      :func:`tfcluster.core.messages.launch_command`);
     - a module TensorFlow 2 removed names its replacement."""
     from tfcluster.core.keras_hints import keras_failure_hint  # only when a run has failed
     lines = list(lines)
@@ -417,15 +483,16 @@ def failure_hint(lines: Sequence[str], checkpoint_dir: Optional[str] = None,
     restored = checkpoint_in_log(lines)
     if _RESTORE_FAILED.search(text) or ((restored or checkpoint_dir) and _SHAPE_MISMATCH.search(text)):
         folder = checkpoint_dir or restored
+        again = f"{launch} --arg" if launch else "--arg"
         if folder:
             other = folder.rstrip("/") + "-2"
             return (f"hint: the checkpoint in {folder} no longer matches the model (a variable "
                     f"is missing from it or has another shape: the model was changed after it "
                     f"was saved); clear it (rm -r {folder}) to train from scratch, or train into "
-                    f"another folder: tfcluster launch FILE --arg {flag}={other}")
+                    f"another folder: {again} {flag}={other}")
         return ("hint: the checkpoint the program restores no longer matches the model (a variable "
                 "is missing from it or has another shape: the model was changed after it was "
-                "saved); clear the checkpoint folder, or give another one (--arg "
+                f"saved); clear the checkpoint folder, or give another one ({again} "
                 f"{flag}=NEW_FOLDER)")
     for pattern, words in _REMOVED_MODULES:
         m = pattern.search(text)

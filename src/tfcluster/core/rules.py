@@ -99,6 +99,11 @@ def describe_exit(returncode: Optional[int]) -> str:
     return f"exit {returncode}"
 
 
+def is_sigkill(returncode: Optional[int]) -> bool:
+    """Killed by SIGKILL: -9 from the process itself, 137 through a shell or a remote wrapper."""
+    return returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+
+
 def exit_words(exit_code: Any, signal_name_: Any, unknown: str = "?") -> str:
     """The same wording from a record's ``exit_code`` and ``signal`` fields (as events.jsonl
     and run.json keep them); ``unknown`` when neither is known."""

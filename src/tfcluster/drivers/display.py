@@ -10,7 +10,7 @@ table or progress lines, and the run's end.
 - The words of a run as it goes: when stdout and stderr are both a terminal, rich draws a live
   table (:func:`live_table`: task, state, uptime, restarts, step, its own steps/s, metrics; the
   chief marked; global step, steps/s, ETA) under the scrolling output, on that one screen;
-  otherwise the launcher prints :func:`progress_lines` every few seconds
+  otherwise the launcher prints :class:`ProgressLines` every few seconds
   (:class:`ProgressPace`). At the end, :func:`summary`: the verdict, the first failure, every
   task, the failed task's last lines and a hint naming the fix.
 """
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from tfcluster.core.machine import RunMachine, TaskState
-from tfcluster.core.output_patterns import failure_hint, failure_tail
+from tfcluster.core.output_patterns import exception_lines
 from tfcluster.core.rules import describe_exit, format_duration
 from tfcluster.errors import UserError
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY
+from tfcluster.runs.failure import read_failure
 from tfcluster.runs.table import HEADER, ago, format_table, task_rows
 
 COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta",
@@ -74,10 +75,14 @@ class OutputOptions:
     def prefix(self, name: str, now: Optional[float] = None) -> str:
         host = dict(self.hosts).get(name)
         label = f"[{host}/{name}] " if host else f"[{name}] "
-        if self.timestamps:
-            t = time.time() if now is None else now
-            label = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} " + label
-        return label
+        return self.stamp(now) + label
+
+    def stamp(self, now: Optional[float] = None) -> str:
+        """``12:04:05.123 `` with ``--timestamps`` (task lines and tfcluster's own), else ''."""
+        if not self.timestamps:
+            return ""
+        t = time.time() if now is None else now
+        return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} "
 
     def check(self, names) -> None:
         """``--tasks`` must name tasks or jobs of the run (exit 2 naming the word)."""
@@ -174,7 +179,7 @@ class Display:
     def _launcher(self, line: str, style: str, log: bool = True) -> None:
         if self.echo is not None and log:
             self.echo(line)
-        self._emit(self.err, "tfcluster: ", line, style)
+        self._emit(self.err, self.options.stamp() + "tfcluster: ", line, style)
 
     def block(self, text: str) -> None:
         """A block of launcher text (the summary, a dry run's plan)."""
@@ -236,36 +241,58 @@ class ProgressPace:
         return due
 
 
-def progress_lines(runs: Iterable, run_rate: Optional[float], now: float,
-                   every: float) -> List[str]:
+class ProgressLines:
     """Without a live table: one line per running task that reports progress -- its step, its
-    own steps/s (from its ``local_step`` reports), the ETA at the run's rate (the global
-    step's), its metrics, and the age of its last report once that is late."""
-    out = []
-    for tr in runs:
-        p = tr.progress
-        if p is None or tr.state != TaskState.RUNNING:
-            continue
-        line = f"{tr.name}: step {p.step}" + (f"/{p.total}" if p.total else "")
-        if tr.own_rate.value:
-            line += f", {tr.own_rate.value:.1f} steps/s"
-        if run_rate and p.total and p.total > p.step:
-            line += f", ETA {format_duration((p.total - p.step) / run_rate)}"
-        if p.metrics:
-            line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
-        age = now - (tr.seen.progress_at or now)
-        if age > 2 * every:
-            line += f" (last report {format_duration(age)} ago)"
-        out.append(line)
-    return out
+    own steps/s (from its ``local_step`` reports), the ETA at the run's rate (the global step's;
+    only once that rate is steady: :meth:`tfcluster.drivers.tasks.StepRate.steady`), its
+    metrics. A line is said only when it says something new: the same line is not said again,
+    and a task whose reports have stopped (none for twice the interval between lines) gets one
+    line that says so, then another each time that silence has doubled -- never its stale line
+    with an ETA from a rate it no longer has."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._said: dict = {}      # task -> the last progress line said for it
+        self._silent: dict = {}    # task -> the silence after which the next "no report" line is due
+
+    def lines(self, runs: Iterable, eta_rate: Optional[float], now: float) -> List[str]:
+        out = []
+        for tr in runs:
+            p = tr.progress
+            if p is None or tr.state != TaskState.RUNNING:
+                continue
+            at = f"{p.step}" + (f"/{p.total}" if p.total else "")
+            age = now - (tr.seen.progress_at or now)
+            if age > 2 * self.every:
+                due = self._silent.get(tr.name)
+                if due is None or age >= due:
+                    still = "still " if due is not None else ""
+                    out.append(f"{tr.name}: {still}no progress report for {format_duration(age)} "
+                               f"(at step {at})")
+                    self._silent[tr.name] = 2 * age
+                continue
+            self._silent.pop(tr.name, None)
+            line = f"{tr.name}: step {at}"
+            own = tr.own_rate.current(now)
+            if own:
+                line += f", {own:.1f} steps/s"
+            if eta_rate and p.total and p.total > p.step:
+                line += f", ETA {format_duration((p.total - p.step) / eta_rate)}"
+            if p.metrics:
+                line += ", " + ", ".join(f"{k} {_num(v)}" for k, v in p.metrics.items())
+            if self._said.get(tr.name) == line:
+                continue
+            self._said[tr.name] = line
+            out.append(line)
+        return out
 
 
 def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Optional[float],
-               now: float):
+               now: float, eta_rate: Optional[float] = None):
     """The live table (a rich Table): a row per task -- its state as the machine shows it,
     pid, uptime, restarts, step, its own steps/s, the age of its last sign of life and of its
     last output, up to four metrics -- and a caption with the global step, the run's steps/s
-    and the ETA."""
+    (``run_rate``: None once stale) and the ETA (at ``eta_rate``: the steady rate, or none)."""
     from rich.table import Table
     runs = list(runs)
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -287,7 +314,7 @@ def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Option
         name = tr.name + (" (chief)" if tr.name == chief else "")
         running = tr.state == TaskState.RUNNING
         table.add_row(name, machine.shown(tr.name), str(tr.pid or ""), up, str(tr.restarts), step,
-                      _own_rate(tr),
+                      _own_rate(tr, now),
                       ago(tr.track.alive_at, now) if running else "",
                       ago(tr.seen.output_at, now) if running else "",
                       *[_num(p.metrics[k]) if p is not None and k in p.metrics else ""
@@ -296,8 +323,8 @@ def live_table(runs: Iterable, machine: RunMachine, chief: str, run_rate: Option
         line = f"global step {best.step}" + (f"/{best.total}" if best.total else "")
         if run_rate:
             line += f"  {run_rate:.1f} steps/s"
-            if best.total and best.total > best.step:
-                line += f"  ETA {format_duration((best.total - best.step) / run_rate)}"
+        if eta_rate and best.total and best.total > best.step:
+            line += f"  ETA {format_duration((best.total - best.step) / eta_rate)}"
         table.caption = line
     return table
 
@@ -325,38 +352,80 @@ def summary(record: dict, runs: Mapping[str, object], machine: RunMachine, run_i
         text.append(f"first failure: {root.name} ({describe_exit(root.returncode)})"
                     + (f" — {root.why}" if root.why else "") + f"; log: {root.log_path}")
     text.append(format_table(HEADER, rows))
+    for tr in order:        # who sent a SIGKILL, as far as tfcluster can tell (the root's is above)
+        if tr is not root and tr.why and describe_exit(tr.returncode) == "SIGKILL":
+            text.append(f"{tr.name} ended by SIGKILL: {tr.why}")
     if root is not None:
-        lines = list(root.seen.tail)
-        tail = failure_tail(lines, 10)
-        if tail:
+        failure = read_failure(root.seen.tail, record, root.name, os.getcwd())
+        if failure.tail:
             text.append(f"last lines of {root.name}:")
-            text.extend("  " + line for line in tail)
-        hint = failure_hint(lines, *_checkpoint_dir(record, root.name))
-        if hint:
-            text.append(hint)     # "hint: ..." naming the fix
+            text.extend("  " + line for line in failure.tail)
+        if failure.hint:
+            text.append(failure.hint)     # "hint: ..." naming the fix
     return "\n".join(text)
 
 
-def _checkpoint_dir(record: dict, task: str) -> Tuple[Optional[str], str]:
-    """The checkpoint folder a failed task restores from, as its argv names it
-    (``--checkpoint_dir``, ``--model_dir``, ...; control.summaries_dir's reading, that task
-    first) when it holds a checkpoint (else None), and the flag."""
-    from tfcluster.runs.control import SUMMARY_FLAGS, summaries_dir
-    rows = [t for t in record.get("tasks") or [] if t.get("task") == task]
-    folder = summaries_dir(dict(record, tasks=rows)) or summaries_dir(record)
-    if folder is not None and not os.path.isfile(os.path.join(folder, "checkpoint")):
-        folder = None
-    argv = [w for t in rows for w in t.get("argv") or [] if isinstance(w, str)]
-    flag = next((f for f in SUMMARY_FLAGS for w in argv if w == f or w.startswith(f + "=")),
-                "--checkpoint_dir")
-    return folder, flag
+class TracebackFold:
+    """A task's Python traceback on the console: held back from the moment it starts
+    (``Traceback (most recent call last):``). If the task then fails, the console gets the
+    failure's one-line cause and hint first (the machine's failure line) and the traceback
+    folded after them (:meth:`fold`: where to read it whole, and its exception); if the task
+    goes on (a progress report, HOLD seconds still running, a chatty stream) or exits 0, every
+    held line is shown as it came (:meth:`release`). Shared by the task's reader thread and the
+    launcher's loop."""
+
+    HOLD = 10.0           # seconds a traceback is held while its task runs on
+    MAX_HELD = 1000       # lines held at most: a task that prints more is not dying
+
+    def __init__(self) -> None:
+        self.held: List[str] = []
+        self.since: Optional[float] = None
+        self._lock = threading.Lock()
+
+    def feed(self, line: str, now: float) -> List[str]:
+        """The lines to show now for one line of the task's output."""
+        with self._lock:
+            if self.since is None:
+                if not line.startswith("Traceback (most recent call last):"):
+                    return [line]
+                self.since = now
+            self.held.append(line)
+            if len(self.held) > self.MAX_HELD:
+                return self._take()
+            return []
+
+    def due(self, now: float) -> bool:
+        """A traceback held HOLD seconds while its task runs on: show it."""
+        return self.since is not None and now - self.since >= self.HOLD
+
+    def release(self) -> List[str]:
+        """Every held line, as it came (the task went on, or exited 0)."""
+        with self._lock:
+            return self._take()
+
+    def fold(self, logs: str) -> List[str]:
+        """The traceback as the console shows it after a failure: one line that says how many
+        lines were folded and where they all are (``logs``: the ``tfcluster logs`` command),
+        then its exception's lines."""
+        with self._lock:
+            held = self._take()
+        if not held:
+            return []
+        head = exception_lines(held)
+        return [f"{held[0].rstrip()} {len(held)} lines folded: {logs} shows them"] + head
+
+    def _take(self) -> List[str]:
+        held, self.held, self.since = self.held, [], None
+        return held
 
 
-def _own_rate(tr) -> str:
-    """The live table's steps/s of a task: its own rate (from ``local_step`` reports); ``global``
-    for a task that reports only the global step (the run's rate is the caption's)."""
+def _own_rate(tr, now: float) -> str:
+    """The live table's steps/s of a task: its own rate (from ``local_step`` reports; none
+    once stale); ``global`` for a task that reports only the global step (the run's rate is
+    the caption's)."""
     if tr.own_rate.value is not None:
-        return f"{tr.own_rate.value:.1f}"
+        own = tr.own_rate.current(now)
+        return "" if own is None else f"{own:.1f}"
     return "global" if tr.progress is not None and not tr.own_rate.points else ""
 
 

@@ -48,7 +48,7 @@ from tfcluster.core.machine import (
 from tfcluster.core.messages import security_note
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
-from tfcluster.drivers.display import Display, ProgressPace, View, live_table, progress_lines, summary
+from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
 from tfcluster.drivers.pump import OutputPump, join_readers
 from tfcluster.drivers.tasks import ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard, start_failure
 from tfcluster.errors import UserError
@@ -59,6 +59,7 @@ from tfcluster.plan.runplan import RunPlan, TaskPlan
 from tfcluster.runs import index as runindex
 from tfcluster.runs.control import prepared_run_dir, summaries_line
 from tfcluster.runs.eventlog import EventLog, NullEventLog
+from tfcluster.runs.failure import Failure, read_failure
 from tfcluster.runs.record import run_record, task_row, write_record
 from tfcluster.runs.table import shlex_quote
 
@@ -164,6 +165,7 @@ class Supervisor:
                                stream=self.view.stream, err_stream=self.view.err_stream,
                                options=self.view.output)
         self.pace = ProgressPace(self.view.progress_every)   # progress lines without a table
+        self.progress_lines = ProgressLines(self.view.progress_every)   # ... and what they say
         # the line that says noise is hidden is the launcher's, not a task's
         self.noise = NoiseFold(show=self.view.show_tf_noise,
                                say=lambda line: self.display.info(line.replace("tfcluster: ", "", 1)))
@@ -179,8 +181,9 @@ class Supervisor:
         self.probes = PortProbes()
         self.chief_elsewhere = ChiefElsewhere(backend, plan.grace, self.display.info)
         self.life_looked = 0.0         # when the loop last looked at every task's signs of life
-        self.rate = StepRate()         # the run's steps/s: the global step's
+        self.rate = StepRate(monotonic=True)   # the run's steps/s: the global step's
         self.oom = OomWatch()          # the kernel's and the cgroup's OOM-kill counters at start
+        self.folds_due: List[TaskRun] = []   # failed tasks whose traceback is yet to be shown folded
 
     # ---- the machine's verdicts, read through
     result = property(lambda self: self.machine.result)
@@ -237,6 +240,9 @@ class Supervisor:
                     self._emergency_stop()
                 self._drain_readers()
                 self.pump.close()
+                for tr in self.runs.values():     # what a reader held to the end
+                    for text in tr.fold.release():
+                        self.display.task_line(tr.name, text)
             finally:
                 self.starter.close()           # every task has ended: its threads may go
                 self.ended = self.clock()
@@ -347,11 +353,36 @@ class Supervisor:
                 self.events.emit(a.event, task=a.task, **a.as_dict())
             elif isinstance(a, Say):
                 (self.display.error if a.error else self.display.info)(a.text)
+                self._show_folds()     # a failure's traceback after its cause and hint
             elif isinstance(a, Regroup):
                 self._regroup(a)
             # ClaimRestart, AskKill, EndRun: the Slurm node's business (one machine, one
             # launcher here: the budget is counted by the machine, every task is ours)
+        self._show_folds()
         self.dirty = True
+
+    def _show_folds(self) -> None:
+        """The tracebacks of the tasks that failed, folded
+        (:meth:`tfcluster.drivers.display.TracebackFold.fold`)."""
+        while self.folds_due:
+            tr = self.folds_due.pop(0)
+            logs = f"tfcluster logs {shlex_quote(self.plan.run_id)} {tr.name}"
+            for text in tr.fold.fold(logs):
+                self.display.task_line(tr.name, text)
+
+    def _failure(self, tr: TaskRun) -> Failure:
+        """What ``tr``'s output says of its failure (:func:`tfcluster.runs.failure.read_failure`):
+        its one-line cause and a hint whose command names the run's file."""
+        rows = []
+        for other in (tr, self.runs.get(self.plan.chief)):
+            if other is not None:
+                rows.append({"task": other.name, "chief": other.name == self.plan.chief,
+                             "argv": self.masks.argv_env(other)[0], "cwd": other.plan.cwd})
+        with self.lock:
+            lines = list(tr.seen.tail)
+        source = os.path.abspath(self.plan.source) if self.plan.source else ""
+        return read_failure(lines, {"file": source, "run_dir": self.plan.run_dir, "tasks": rows},
+                            tr.name, os.getcwd())
 
     def _waiting_to_start(self, name: str) -> bool:
         return not self.machine.finished and \
@@ -425,6 +456,8 @@ class Supervisor:
 
     def _started(self, tr: TaskRun, handle: Handle, at: Optional[float] = None) -> None:
         at = self.clock() if at is None else at
+        for text in tr.fold.release():        # (held lines of an attempt that ended unseen)
+            self.display.task_line(tr.name, text)
         with self.lock:
             tr.handle = handle
             tr.seen.reset()
@@ -447,11 +480,15 @@ class Supervisor:
             tr.reader.start()         # a stream without a descriptor: a thread of its own
 
     def _on_line(self, tr: TaskRun, line: str, p: Optional[Progress]) -> None:
-        """Called by a task's reader for each line (reader thread): show it, and pass what it
-        says to the loop (the machine is the loop's alone)."""
-        if p is None or self.view.echo_progress:
-            self.display.task_line(tr.name, line)
+        """Called by a task's reader for each line (reader thread): show it (a traceback is held
+        back: :class:`tfcluster.drivers.display.TracebackFold`), and pass what it says to the
+        loop (the machine is the loop's alone)."""
         now = self.clock()
+        shown = tr.fold.feed(line, now) if p is None else tr.fold.release()   # a report: it goes on
+        for text in shown:
+            self.display.task_line(tr.name, text)
+        if p is not None and self.view.echo_progress:
+            self.display.task_line(tr.name, line)
         self.inbox.events.extend(line_events(tr.name, line, p, now))
         if p is None:
             return
@@ -478,8 +515,17 @@ class Supervisor:
                         self.exits.remove(tr)
                         cause = tr.handle.cause(rc) or (   # a lost host or Ray node
                             self.oom.words(rc) if is_local(tr.plan.host) else "")
+                        hint = ""
+                        if rc != 0 and not cause and not rules.is_sigkill(rc):
+                            failure = self._failure(tr)   # its exception, and the fix if known
+                            cause, hint = failure.cause or "", failure.hint or ""
+                        if rc == 0:
+                            for text in tr.fold.release():
+                                self.display.task_line(tr.name, text)
+                        else:
+                            self.folds_due.append(tr)    # folded after the machine's failure line
                         exits.append(Exited(tr.name, rc, self.clock(), cause,
-                                            tr.handle.lost_node()))
+                                            tr.handle.lost_node(), hint=hint))
             events = self.inbox.take_events()
             if now - self.life_looked >= LIFE_EVERY:   # dated signs: a late look changes nothing
                 self.life_looked = now
@@ -528,16 +574,21 @@ class Supervisor:
             self._write_record()
         self.events.flush_due()
         self.events.flush()
+        for tr in self.runs.values():    # a traceback held while its task runs on (or lines
+            if tr.fold.due(now) or (tr.exit_fed and tr.fold.held):   # after its fold): shown
+                for text in tr.fold.release():
+                    self.display.task_line(tr.name, text)
         if self.display.shows_table:
             self.display.refresh()
         elif self.machine.best_step is not None and self.pace.due(self.machine.best_step, now):
-            for line in progress_lines(self.runs.values(), self.rate.value, self.clock(),
-                                       self.view.progress_every):
+            for line in self.progress_lines.lines(self.runs.values(), self.rate.steady(now),
+                                                  self.clock()):
                 self.display.info(line, log=False)    # progress events are in launcher.log
 
     def _live_table(self):
-        return live_table(self.runs.values(), self.machine, self.plan.chief, self.rate.value,
-                          self.clock())
+        now = self.clock()
+        return live_table(self.runs.values(), self.machine, self.plan.chief, self.rate.current(now),
+                          now, eta_rate=self.rate.steady(now))
 
     def _emergency_stop(self) -> None:
         """The loop broke (a bug): SIGTERM, a bounded wait, SIGKILL to every task's group."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import statistics
 import threading
 import time
 from collections import deque
@@ -23,27 +24,77 @@ from tfcluster.backends.base import Backend, Handle, ProcessSpec
 from tfcluster.clusterfile import secrets
 from tfcluster.core.machine import TaskTrack
 from tfcluster.core.task_output import Seen
+from tfcluster.drivers.display import TracebackFold
 from tfcluster.errors import UserError
 from tfcluster.plan.progress import Progress
 from tfcluster.plan.runplan import RunPlan, TaskPlan
 
 PARALLEL_STARTS = 4            # threads that start a big wave of tasks (Starter.many)
 RATE_WINDOW = 30.0             # seconds of reports a rate is taken over
+STEADY_REPORTS = 4             # reports (the run's first left out) an ETA's rate needs at least
+STEADY_SPREAD = 0.2            # ... whose two halves' rates differ by at most this fraction
+STALE_GAPS = 3.0               # a rate is stale once no report came for this many usual gaps
+STALE_MIN = 2.0                # ... and at least this many seconds
+
+
+def _slope(a: Tuple[float, int], b: Tuple[float, int]) -> Optional[float]:
+    return (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else None
 
 
 class StepRate:
     """Steps per second over the reports of the last RATE_WINDOW seconds (at most 20 of them);
-    the last rate while there are too few (``value``: None until there are two)."""
+    the last rate while there are too few (``value``: None until there are two).
 
-    def __init__(self) -> None:
+    An ETA takes its rate from :meth:`steady` only: the reports of the window but the run's
+    first (the time up to its second report holds the first steps, which build the graph, open
+    the session and warm up: one report of step 1 after 6 s said ETA 22m40s of a 25 s run), at
+    least STEADY_REPORTS of them, the rate of their first half and of their second half within
+    STEADY_SPREAD of each other, and not stale (:meth:`stale`)."""
+
+    def __init__(self, monotonic: bool = False) -> None:
         self.points: Deque[Tuple[float, int]] = deque(maxlen=20)
         self.value: Optional[float] = None
+        self.first_at: Optional[float] = None      # the run's first report: start-up, not rate
+        # the global step, which every worker reports: a report behind one already seen (a
+        # worker that read it earlier) is old news, not a step back
+        self.monotonic = monotonic
 
     def add(self, now: float, step: int) -> None:
+        if self.first_at is None:
+            self.first_at = now
+        if self.monotonic and self.points and step < self.points[-1][1]:
+            step = self.points[-1][1]
         self.points.append((now, step))
         pts = [x for x in self.points if now - x[0] <= RATE_WINDOW]
         if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
             self.value = max(0.0, (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
+
+    def stale(self, now: float) -> bool:
+        """No report for STALE_GAPS times the usual gap between reports (at least STALE_MIN
+        seconds): the rate says how fast it went, not how fast it goes."""
+        pts = [x[0] for x in self.points if x[0] > (self.first_at or 0.0)] or [x[0] for x in self.points]
+        if len(pts) < 2:
+            return False
+        gap = statistics.median(b - a for a, b in zip(pts, pts[1:]))
+        return now - pts[-1] > max(STALE_MIN, STALE_GAPS * gap)
+
+    def current(self, now: float) -> Optional[float]:
+        """``value`` unless it is stale."""
+        return None if self.stale(now) else self.value
+
+    def steady(self, now: float) -> Optional[float]:
+        """The rate an ETA may be taken from (see the class), or None."""
+        pts = [x for x in self.points if x[0] > (self.first_at or 0.0)
+               and self.points[-1][0] - x[0] <= RATE_WINDOW]
+        if len(pts) < STEADY_REPORTS or self.stale(now):
+            return None
+        mid = len(pts) // 2
+        a, b, whole = _slope(pts[0], pts[mid]), _slope(pts[mid], pts[-1]), _slope(pts[0], pts[-1])
+        if not a or not b or not whole or a <= 0 or b <= 0:
+            return None
+        if abs(a - b) > STEADY_SPREAD * max(a, b):
+            return None
+        return whole
 
 
 @dataclass
@@ -64,6 +115,7 @@ class TaskRun:
     # from its local_step reports: the steps this task itself ran (the global step moves with
     # every worker's steps, so its rate is the run's, never one task's)
     own_rate: StepRate = field(default_factory=StepRate)
+    fold: TracebackFold = field(default_factory=TracebackFold)   # its traceback on the console
 
     @property
     def name(self) -> str:

@@ -7,10 +7,14 @@ so it opens offline and can be mailed or attached to a ticket. It shows
 - a timeline of every task: each attempt as a bar (coloured by how it ended, labelled with the
   exit code or signal), restarts (marker and backoff gap), watchdog actions, stop signals, and
   stalls (gaps between progress reports longer than :func:`stall_threshold`);
-- the global step each task reported over time, with each task's own steps/s (from the
+- the global step each task reported over time (each line labelled at its end, the labels
+  laid out apart: :func:`spread_labels`), with each task's own steps/s (from the
   ``local_step`` of its reports: the steps it ran itself; the global step's rate is every
   worker's together, so a task that reports only the global step has no rate of its own and is
-  not compared) and its share of the fastest task's (a straggler's rate is flagged);
+  not compared) and its share of the fastest task's (a straggler's rate is flagged; a task
+  that restarted, failed or is the chief is not compared: :attr:`TaskView.straggler_exempt`);
+- for a failed run, the failed task's one-line cause, hint and log tail, as the console said
+  them (:func:`tfcluster.runs.failure.read_failure`);
 - the task table of run.json and the run's events.
 
 A run without ``events.jsonl`` (recorded before tfcluster wrote event logs) still gets a page:
@@ -32,6 +36,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from tfcluster.core.rules import exit_words, format_duration
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event, iter_events
+from tfcluster.runs.failure import log_tail, read_failure, root_task
 from tfcluster.runs.result import derive_result, last_update
 from tfcluster.runs.run_file import read_run
 from tfcluster.runs.table import HEADER, task_rows
@@ -41,6 +46,7 @@ REPORT_FILE = "report.html"
 STALL_MIN_S = 10.0        # a gap between progress reports is a stall if at least this long ...
 STALL_FACTOR = 5.0        # ... and this many times the task's median gap
 STRAGGLER_RATIO = 0.8     # a task below this fraction of the fastest task's steps/s is flagged
+CHIEF_EXEMPT = "the chief: checkpoints and summaries are work besides its steps"
 MAX_POINTS = 1500         # progress points kept per task (thinned evenly as they stream in)
 EXACT_GAPS = 4096         # gaps per attempt kept exactly for the median; beyond, a histogram
 MAX_STALLS = 200          # stall candidates kept per attempt (the longest)
@@ -48,6 +54,7 @@ MAX_MARKS = 400           # attempts / restarts / watchdog / stop marks kept per
 MAX_TASKS = 1000          # task lanes drawn
 MAX_ROWS = 2000           # rows of the event table (the first and the last half)
 TEXT_LIMIT = 300          # characters of any one value written into the page
+LINE_LIMIT = 2000         # ... of a failure's hint or of a line of its log's tail
 
 WIDTH, LEFT, RIGHT = 1000, 120, 150   # RIGHT: room for the end labels
 ROW_H, BAR_H = 30, 14
@@ -187,6 +194,7 @@ class TaskView:
     dropped: int = 0          # marks left out beyond MAX_MARKS
     restart_events: int = 0
     restarted_attempts: int = 0
+    chief: bool = False       # the run's chief
 
     @property
     def outcome(self) -> str:
@@ -197,11 +205,15 @@ class TaskView:
     def straggler_exempt(self) -> str:
         """Why this task is not compared with the others' speed ('' when it is): a task that
         restarted or whose last attempt failed or was lost lags because it crashed, not
-        because it is slow."""
+        because it is slow; the chief does work besides its steps (trainer.py's, like a
+        Supervisor's or MonitoredTrainingSession's chief, saves the checkpoints and writes the
+        summaries), so its fewer steps are not slowness either."""
         if self.restart_count:
             return f"restarted {self.restart_count}x"
         if self.outcome in ("failed", "lost"):
             return self.outcome
+        if self.chief:
+            return CHIEF_EXEMPT
         return ""
 
 
@@ -224,15 +236,21 @@ def _threshold(median: Optional[float]) -> float:
     return STALL_MIN_S if median is None else max(STALL_MIN_S, STALL_FACTOR * median)
 
 
-def _stalls(attempts: List[Attempt]) -> List[Tuple[float, float]]:
+def _stalls(attempts: List[Attempt], total: Optional[float] = None) -> List[Tuple[float, float]]:
     """Gaps in progress, within one attempt: between reports, and from the last report to the
-    end of the attempt (a task that hangs, then is killed) or to now (a task hanging now)."""
+    end of the attempt (a task that hangs, then is killed) or to now (a task hanging now). The
+    end of an attempt that ended by itself with exit 0, or whose last report was its final
+    step (``total``), is no stall: the program was finishing (saving, evaluating, saying
+    goodbye to its peers), which Keras and other programs that report per epoch or at
+    intervals do without a report."""
     out: List[Tuple[float, float]] = []
     for a in attempts:
         if a.last is None:
             continue
         limit = _threshold(a.gaps.median())
         out.extend(sorted((x, b) for gap, x, b in a.gaps.long if gap >= limit))
+        if a.state == "succeeded" or (total and a.last[1] >= total):
+            continue
         end = a.end if a.end is not None else a.start
         if end - a.last[0] >= limit:
             out.append((a.last[0], end))
@@ -257,13 +275,13 @@ def _number(x: Any, limit: float = 1e18) -> Optional[float]:
     return x if ok and math.isfinite(x) else None
 
 
-def _text(x: Any) -> str:
+def _text(x: Any, limit: int = TEXT_LIMIT) -> str:
     """Any value as bounded text (escaped later, where it is written)."""
     if x is None:
         return ""
     text = x if isinstance(x, str) else str(x)
-    if len(text) > TEXT_LIMIT:
-        text = text[:TEXT_LIMIT] + "\u2026"
+    if len(text) > limit:
+        text = text[:limit] + "\u2026"
     return printable(text)   # control characters and bidi overrides as visible escapes
 
 
@@ -429,15 +447,31 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
                 v.series.add((p.get("at") or t.get("ended") or t1, p["step"]))
                 if _number(p.get("total")) is not None:
                     v.total = p["total"]
+    chief = chief or (record.get("chief") if isinstance(record.get("chief"), str) else None)
     for v in ordered.values():
+        v.chief = v.name == chief
+        p = (by_task.get(v.name) or {}).get("progress")
+        if has_events and v.series.last is None and isinstance(p, dict) \
+                and _number(p.get("step")) is not None:
+            # no progress event (an older launcher, a log cut short): run.json's last report
+            at = _number(p.get("at")) or (by_task[v.name].get("ended") if _number(
+                by_task[v.name].get("ended")) is not None else t1)
+            v.series.add((at, p["step"]))
+            if _number(p.get("total")) is not None:
+                v.total = p["total"]
         v.points = v.series.points()
-        v.stalls = _stalls(v.attempts) if has_events else []
+        v.stalls = _stalls(v.attempts, v.total) if has_events else []
         rated = [a for a in v.attempts if _rate(a) is not None]
         v.rate = _rate(rated[-1]) if rated else None   # the global step's rate is not the task's
         v.last_step = v.series.last[1] if v.series.last else None
     rates = [v.rate for v in ordered.values() if v.rate and v.rate > 0]
     fastest = max(rates) if rates else None
+    failed = root_task(record) if result in ("failed", "interrupted", "lost") else None
+    failure = None
+    if failed is not None:   # what the console's failure line and summary said, from its log
+        failure = read_failure(log_tail(run_dir, record, failed), record, failed)
     return {"record": record, "events": events, "result": result, "t0": t0, "t1": t1,
+            "failed_task": failed, "failure": failure,
             "tasks": list(ordered.values()), "fastest": fastest, "decision": decision,
             "chief": chief, "run_dir": run_dir, "has_events": has_events,
             "rows_left_out": max(0, n_rows - len(events)), "progress_count": n_progress,
@@ -452,8 +486,8 @@ CSP = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-sr
        "base-uri 'none'; form-action 'none'")
 
 
-def _e(x: Any) -> str:
-    return html.escape(_text(x), quote=True)
+def _e(x: Any, limit: int = TEXT_LIMIT) -> str:
+    return html.escape(_text(x, limit), quote=True)
 
 
 def _rel(seconds: float) -> str:
@@ -637,10 +671,38 @@ def _step_text(x: Optional[float]) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
+LABEL_GAP = 14.0     # px between the baselines of two end labels (11px text is about 12px tall)
+
+
+def spread_labels(ys: List[float], gap: float = LABEL_GAP, low: float = 0.0,
+                  high: float = float("inf")) -> List[float]:
+    """Baselines for labels that want to sit at ``ys``: as near as they can, at least ``gap``
+    apart (in the order of ``ys``), none below ``high`` when they fit between ``low`` and
+    ``high``, none above ``low`` ever (what does not fit goes below ``high``: the chart grows).
+    Two lines that end at the same point get labels one above the other, never one on the
+    other."""
+    order = sorted(range(len(ys)), key=lambda i: (ys[i], i))
+    out = list(ys)
+    prev = None
+    for i in order:                      # down: each at least gap below the one above it
+        out[i] = max(out[i], low) if prev is None else max(out[i], prev + gap)
+        prev = out[i]
+    nxt = None
+    for i in reversed(order):            # up from the bottom, where they went past it
+        out[i] = min(out[i], high) if nxt is None else min(out[i], nxt - gap)
+        nxt = out[i]
+    if order and out[order[0]] < low:    # too many to fit: from low down, past high
+        shift = low - out[order[0]]
+        for i in order:
+            out[i] += shift
+    return out
+
+
 def steps_svg(m: Dict[str, Any]) -> str:
     drawn = [v for v in m["tasks"] if v.points]
     if not drawn:
-        return '<p class="note">No task reported progress (see docs/LAUNCH.md, "Reporting progress").</p>'
+        return ('<p class="note">No task reported progress (see docs/LAUNCH.md, "Reporting '
+                'progress"): no progress event in events.jsonl and no last report in run.json.</p>')
     x = _X(m["t0"], m["t1"])
     h_plot, top = 260, 10
     totals = [v.total for v in drawn if v.total]
@@ -651,8 +713,13 @@ def steps_svg(m: Dict[str, Any]) -> str:
 
     def y(step: float) -> float:
         return round(top + h_plot * (1 - (step - ymin) / span), 2)
-    parts = [f'<svg id="steps" class="chart" viewBox="0 0 {WIDTH} {h_plot + 40}" width="{WIDTH}" '
-             f'height="{h_plot + 40}" role="img" aria-label="global step over time per task">']
+    labelled = len(drawn) <= 28          # a direct label at the end of each line
+    ends = [v.points[-1] for v in drawn]
+    wanted = [y(s) + 4 for _, s in ends]
+    placed = spread_labels(wanted, LABEL_GAP, top + 4, top + h_plot + 4) if labelled else wanted
+    height = max(h_plot + 40, math.ceil(max(placed, default=0) + 30))
+    parts = [f'<svg id="steps" class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
+             f'height="{height}" role="img" aria-label="global step over time per task">']
     parts += _axis(x, m["t0"], m["t1"], top, top + h_plot)
     for frac in (0, 0.5, 1):
         yy = y(ymin + span * frac)
@@ -670,9 +737,13 @@ def steps_svg(m: Dict[str, Any]) -> str:
                      f'stroke="{color}"{dash_attr}><title>{_e(v.name)}</title></polyline>')
         t, s = v.points[-1]
         parts.append(f'<circle cx="{x(t)}" cy="{y(s)}" r="3" fill="{color}"/>')
-        if len(drawn) <= 28:   # a direct label at the end of each line
-            parts.append(f'<text class="line-label" x="{x(t) + 5}" y="{y(s) + 4}" fill="{color}">'
-                         f'{_e(v.name)}</text>')
+        if labelled:        # its label, moved off another's: a leader from the line's end
+            ly = round(placed[i], 2)
+            if abs(ly - wanted[i]) > 0.5:
+                parts.append(f'<line class="label-leader" x1="{x(t)}" y1="{y(s)}" x2="{x(t) + 5}" '
+                             f'y2="{round(ly - 4, 2)}" stroke="{color}"/>')
+            parts.append(f'<text class="line-label" id="label-{_slug(v.name)}" x="{x(t) + 6}" '
+                         f'y="{ly}" fill="{color}">{_e(v.name)}</text>')
     parts.append("</svg>")
     rows = []
     for i, v in enumerate(drawn):
@@ -770,6 +841,7 @@ h1{{font-size:20px;margin:0 0 4px}}h2{{font-size:16px;margin:28px 0 8px}}
 .decision{{stroke:#212529;stroke-width:1.5;stroke-dasharray:6 3}}
 .total{{stroke:#adb5bd;stroke-dasharray:5 4}}
 .step-line{{fill:none;stroke-width:2}}.line-label{{font-size:11px;font-weight:600}}
+.label-leader{{stroke-width:1}}
 .note-label{{font-size:11px;fill:#495057;font-style:italic}}
 table{{border-collapse:collapse;margin:6px 0}}
 td,th{{padding:3px 10px;border-bottom:1px solid #e9ecef;text-align:left;vertical-align:top}}
@@ -785,6 +857,8 @@ tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{c
 .ev-task_restarting td:first-child{{border-left-color:{C['restart']}}}
 .ev-decision td,.ev-run_ended td{{font-weight:600}}
 .note{{color:#495057;font-style:italic}}
+.hint{{border-left:4px solid {C['failed']};padding-left:8px}}
+pre.tail{{background:#f8f9fa;padding:8px;white-space:pre-wrap;font-size:12px;margin:4px 0}}
 .key span{{margin-right:14px;white-space:nowrap}}
 .key i{{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}}
 .key .k-restart{{transform:rotate(45deg);width:8px;height:8px;border:1px solid #000}}
@@ -803,6 +877,27 @@ LEGEND = [
     ("k-stall", COLOURS["stall"], "stall (no progress)"),
     ("k-stop", COLOURS["stop"], "stop signal"),
 ]
+
+
+def failure_html(m: Dict[str, Any]) -> str:
+    """The failed task's story as the console told it (tfcluster.runs.failure): its one-line
+    cause (where the record's root cause does not say it already), the hint naming the fix and
+    the last lines of its log."""
+    f, task = m.get("failure"), m.get("failed_task")
+    if f is None:
+        return ""
+    out = []
+    if f.cause and f.cause not in (m["record"].get("root_cause") or ""):
+        out.append(f'<p id="failure-cause"><b>{_e(task)} failed</b>: {_e(f.cause, LINE_LIMIT)}</p>')
+    if f.hint:
+        words = f.hint[len("hint: "):] if f.hint.startswith("hint: ") else f.hint
+        out.append(f'<p class="hint" id="failure-hint"><b>hint</b>: {_e(words, LINE_LIMIT)}</p>')
+    if f.tail:
+        out.append(f'<p class="tail-head">last lines of {_e(task)} (the whole log: tfcluster logs '
+                   f'{_e(m["record"].get("run_id") or m["run_dir"])} {_e(task)}):</p>'
+                   f'<pre class="tail" id="failure-tail">'
+                   + "\n".join(_e(line, LINE_LIMIT) for line in f.tail) + "</pre>")
+    return "".join(out)
 
 
 def render_html(m: Dict[str, Any]) -> str:
@@ -828,6 +923,7 @@ def render_html(m: Dict[str, Any]) -> str:
                    + f" ({_e(RULE_WORDS.get(rule, 'rule ' + rule))})</p>")
     if r.get("root_cause"):
         why.append(f"<p><b>root cause</b>: {_e(r['root_cause'])}</p>")
+    why.append(failure_html(m))
     if result == "lost":
         why.append("<p><b>lost</b>: the launcher died without closing the record; the run is "
                    f"drawn up to the last update of run.json ({_e(_when(m['t1']))}).</p>")
