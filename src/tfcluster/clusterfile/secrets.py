@@ -67,9 +67,12 @@ ORDINARY_KEYS = frozenset({
     "INPUT", "OUTPUT", "TARGET", "MODEL", "METRIC", "DATA", "BATCH", "SEED", "SPLIT", "ORDER",
     "UNIQUE", "COMPOSITE", "SEARCH", "QUERY", "DEDUP", "DEDUPE", "BUCKET", "CLUSTER", "EVENT",
     "MONITOR", "SUMMARY", "CHECKPOINT", "RESULT", "TABLE", "FIELD", "SORTING", "CLUSTERING"})
-# Well-known variables whose names look secret but hold a path or a socket.
+# Well-known variables whose names look secret but hold a path or a socket; and tfcluster's
+# run token, which names a run (a task never trains against another run's ps) and grants nothing:
+# `tfcluster commands` writes it into every line, so that lines run by hand share it.
 NOT_SECRET_NAMES = frozenset({"GOOGLE_APPLICATION_CREDENTIALS", "SSH_AUTH_SOCK",
-                              "GPG_AGENT_INFO", "KRB5CCNAME", "AWS_SHARED_CREDENTIALS_FILE"})
+                              "GPG_AGENT_INFO", "KRB5CCNAME", "AWS_SHARED_CREDENTIALS_FILE",
+                              "TFCLUSTER_RUN_TOKEN"})
 # A value shorter than this is not masked inside text: "1" or "yes" would mask half the output.
 MIN_MASKED_LENGTH = 4
 # ... and one of fewer than this many characters must mix kinds (letters and digits, ...).
