@@ -77,7 +77,8 @@ def load_data():
 def input_batches(tf, data, ctx):
     """A tf.data pipeline over this worker's shard of the training data: (x, y) tensors."""
     ds = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
-    ds = ds.shard(ctx.num_workers, max(ctx.worker_index, 0))  # each worker its own slice
+    # each worker its own slice; in an elastic run, of the workers in it when this one started
+    ds = ds.shard(ctx.live_workers, max(ctx.live_worker_index, 0))
     ds = ds.shuffle(4096, seed=FLAGS.seed + ctx.worker_index).repeat().batch(FLAGS.batch_size)
     ds = ds.prefetch(2)
     return tf.compat.v1.data.make_one_shot_iterator(ds).get_next()

@@ -189,3 +189,26 @@ def test_a_task_dies_with_its_agent_killed(tmp_path, setpriv):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def test_an_agent_that_hears_nothing_for_its_silence_stops_its_tasks(tmp_path):
+    """The launcher pings every keep-alive interval; an agent cut off from it (a partition that
+    sshd does not notice) stops every task of its host after ``silence`` seconds and ends."""
+    p = _agent()
+    try:
+        _send(p, op="hello", stop_timeout=2, silence=1.5)
+        _until(p, "hello")
+        _send(p, op="start", task="worker:0", argv=["sleep", "300"], env={}, cwd=str(tmp_path))
+        task = psutil.Process(_until(p, "started", "worker:0")["pid"])
+        for _ in range(4):                  # pings keep it going past its silence
+            time.sleep(0.6)
+            _send(p, op="ping")
+        assert p.poll() is None and task.is_running()
+        t0 = time.time()
+        assert p.wait(20) == 0               # nothing more: it ends by itself
+        assert 1.0 < time.time() - t0 < 10
+        assert not task.is_running() or task.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()

@@ -84,6 +84,101 @@ def test_ssh_host_lost_mid_run_is_named_and_the_others_stop_in_order(hosts, tmp_
     assert not {ns: v for ns, v in left.items() if ns != hosts.names[2]}, left
 
 
+ELASTIC_PROG = """\
+import os, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+print("up", task, os.environ.get("TFCLUSTER_LIVE_WORKERS"), os.environ.get("TFCLUSTER_WORKER_RANK"),
+      os.environ.get("TFCLUSTER_RESTART_COUNT"), flush=True)
+done = os.path.join(os.path.dirname(os.path.abspath(__file__)), "done")
+while True:
+    if task == "worker:0" and os.path.exists(done):
+        sys.exit(0)
+    time.sleep(0.2)
+"""
+
+
+def _ours(hosts, i):
+    """What runs on host ``i`` besides sshd (the agent, the task)."""
+    import psutil
+    out = []
+    for pid in hosts.pids(hosts.names[i]):
+        try:
+            cmd = " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
+            continue
+        if not cmd.startswith("sshd"):
+            out.append((pid, cmd[:80]))
+    return out
+
+
+def _wait_event(run_dir, name, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (run_dir / "events.jsonl").exists():
+            got = [e for e in _events(run_dir) if e["event"] == name]
+            if got:
+                return got
+        time.sleep(0.2)
+    return []
+
+
+def test_an_elastic_run_shrinks_when_a_host_is_lost_and_grows_back_when_it_answers(hosts, tmp_path):
+    """elastic: {min_workers: 2}, 3 workers on 3 hosts: worker:2's host's link goes down: the
+    run goes on with 2 workers (nothing else restarted), the agent there, cut off, stops its task
+    itself; the link comes back: a new connection and agent there, worker:2 starts again (its
+    second attempt, 3 live workers, rank 2) and the run ends at the chief's exit 0."""
+    (tmp_path / "prog.py").write_text(ELASTIC_PROG)
+    a, b, c = hosts.addrs
+    path = cluster_file(tmp_path, hosts, f"""\
+        cluster: {{ps: [{a}:2222], worker: [{a}:2223, {b}:2222, {c}:2222]}}
+        program: {{command: [python, prog.py]}}
+        elastic: {{min_workers: 2}}
+        watchdog: {{startup_timeout: 0}}
+    """, alive_interval=1, alive_count_max=3)
+    p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh",
+                          "--no-live", "--run-id", "e1"], cwd=str(tmp_path), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    run_dir = tmp_path / "runs" / "e1"
+    logs = {t: run_dir / f"{t.replace(':', '-')}.log" for t in ("ps:0", "worker:0", "worker:1", "worker:2")}
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(ln.exists() and "up" in ln.read_text() for ln in logs.values()):
+            time.sleep(0.2)
+        assert all(ln.exists() and "up" in ln.read_text() for ln in logs.values()), "the tasks did not start"
+        assert "up worker:2 3 2 0" in logs["worker:2"].read_text()
+        hosts.link(2, up=False)
+        shrunk = _wait_event(run_dir, "run_shrunk", 30)
+        assert shrunk and shrunk[0]["task"] == "worker:2" and shrunk[0]["node"] == c, shrunk
+        # cut off, the agent on c hears no ping for ~3 + 5 s and stops worker:2 itself (sshd's
+        # side of the session stays until it notices: not ours)
+        deadline = time.time() + 20
+        while time.time() < deadline and _ours(hosts, 2):
+            time.sleep(0.2)
+        assert not _ours(hosts, 2), f"worker:2 or its agent outlived the partition: {_ours(hosts, 2)}"
+        hosts.link(2, up=True)
+        grew = _wait_event(run_dir, "run_grew", 60)
+        assert grew and grew[0]["task"] == "worker:2" and grew[0]["workers"] == 3, grew
+        deadline = time.time() + 30
+        while time.time() < deadline and "up worker:2 3 2 1" not in logs["worker:2"].read_text():
+            time.sleep(0.2)
+        assert "up worker:2 3 2 1" in logs["worker:2"].read_text()
+        (tmp_path / "done").write_text("")
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        hosts.link(2, up=True)
+    assert p.returncode == 0, out[-3000:]
+    assert f"worker:2 left the run (its host {c} was lost): going on with 2 of 3 workers, min 2" in out, out[-3000:]
+    assert f"{c} answers again: starting worker:2; 3 of 3 workers, min 2" in out, out[-3000:]
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["workers"]["in"] == 3 and not rec["workers"]["left"]
+    starts = [e for e in _events(run_dir) if e["event"] == "task_started"]
+    assert sorted(e["task"] for e in starts) == ["ps:0", "worker:0", "worker:1", "worker:2", "worker:2"]
+    assert hosts.wait_quiet(30) == {}
+
+
 def test_ssh_host_that_does_not_answer_fails_the_launch_fast(hosts, tmp_path):
     """A host whose link is down at the start: the launch fails after remote.connect_timeout,
     one line naming the task and the host, exit 2; the task already started elsewhere ends."""

@@ -101,6 +101,16 @@ class Backend:
         there (the ssh agents'); this backend has nothing to add."""
         return plan
 
+    def host_back(self, node: str) -> bool:
+        """Elastic runs: whether ``node``, lost with workers, takes tasks again. Called from the
+        launcher's loop about every second; it must not wait. This backend never gets one back."""
+        return False
+
+    def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
+        """Ports for ``names`` again (workers about to rejoin the run on a node back): task ->
+        (host, port, profiler port); None: their endpoints stay as they are."""
+        return None
+
     def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
         """Every task has stopped because a task's node was lost: place ``names`` again (the
         lost node excluded) and return their new endpoints (task -> (host, port)); None: this

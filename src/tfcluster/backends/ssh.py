@@ -49,6 +49,10 @@ DEFAULT_PYTHON = "python3"
 CONNECT_TIMEOUT = 10     # remote.connect_timeout: seconds a host has to answer at the start
 ALIVE_INTERVAL = 5       # remote.alive_interval: seconds between keep-alives (ServerAliveInterval)
 ALIVE_COUNT_MAX = 3      # remote.alive_count_max: unanswered keep-alives before a host is lost
+#: seconds beyond the launcher's own "host lost" time (alive_interval x alive_count_max) that
+#: a node agent hears nothing from the launcher before it stops the host's tasks itself: a host
+#: cut off from the launcher keeps no task running (a partition: sshd may not notice for hours)
+AGENT_SILENCE_MARGIN = 5
 ANSWER_TIMEOUT = 60.0    # seconds an agent has to answer a request (a start, the ports)
 
 
@@ -142,6 +146,11 @@ class AgentHandle(Handle):
     def cause(self, rc: int) -> str:
         return self.link.lost_words() if rc == 255 else ""
 
+    def lost_node(self) -> str:
+        """The host, when the task ended because the host was lost (its shared connection
+        ended by itself), else "". Without elastic workers that is an ordinary failure."""
+        return self.link.host if self.rc == 255 and self.link._lost() else ""
+
     def exit_fd(self) -> Optional[int]:
         return self._exit_r
 
@@ -158,7 +167,8 @@ class AgentLink:
     hands what comes up (output, exits, answers) to the task handles and the waiting
     requests."""
 
-    def __init__(self, host: str, argv: List[str], stop_timeout: float, lost):
+    def __init__(self, host: str, argv: List[str], stop_timeout: float, lost,
+                 ping_every: float = 0.0, silence: float = 0.0):
         self.host, self._lost = host, lost
         self.err = tempfile.TemporaryFile()
         self.proc = start_child(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
@@ -171,7 +181,15 @@ class AgentLink:
         self._wlock = threading.Lock()
         self.reader = threading.Thread(target=self._read, daemon=True, name=f"agent {host}")
         self.reader.start()
-        self.send(op="hello", stop_timeout=stop_timeout)
+        self.send(op="hello", stop_timeout=stop_timeout, silence=silence)
+        if ping_every > 0:       # the agent stops its tasks when the launcher goes silent
+            threading.Thread(target=self._ping, args=(ping_every,), daemon=True,
+                             name=f"agent {host} ping").start()
+
+    def _ping(self, every: float) -> None:
+        while not self.gone and self.proc.poll() is None:
+            time.sleep(every)
+            self.send(op="ping")
 
     def send(self, **msg: Any) -> None:
         line = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
@@ -390,7 +408,9 @@ class SshBackend(Backend):
             link = self._agents.get(host)
             if link is None:
                 link = AgentLink(host, base + ["--", remote_command(s)], self.stop_timeout,
-                                 lambda h=host: self.host_lost(h, wait=0.5))
+                                 lambda h=host: self.host_lost(h, wait=0.5),
+                                 ping_every=s.alive_interval or ALIVE_INTERVAL,
+                                 silence=lost_after(s) + AGENT_SILENCE_MARGIN)
                 self._agents[host] = link
         if greet and not link.greeted((s.connect_timeout or CONNECT_TIMEOUT) + 20) and not link.handles:
             raise UserError(f"{task or host}: the node agent on {host} did not start "
@@ -459,6 +479,63 @@ class SshBackend(Backend):
         profilers = {t.name: chosen[t.name][1] for t in plan.tasks if t.name in chosen and chosen[t.name][1]}
         self._placed = plan.with_endpoints(endpoints, profilers)
         return self._placed
+
+    def host_back(self, host: str) -> bool:
+        """Elastic runs: whether ``host``, lost, takes tasks again: a new shared connection and
+        node agent there, started from the launcher's thread and looked at without waiting;
+        True once the agent has greeted. A connection that fails is tried again on a later call."""
+        with self._lock:
+            link = self._agents.get(host)
+            master = self._by_host.get(host)
+        if link is not None and not link.gone and master is not None and master[0].poll() is None:
+            return link.greeted(0)
+        self._forget(host)
+        s = self.settings(host)
+        try:
+            self._master(host, s, host, wait=False)
+            if not self._master_up(host, s, host):
+                return False
+        except UserError:         # not yet: a later call starts another connection
+            return False
+        return self.agent(host, host, greet=False).greeted(0)
+
+    def _forget(self, host: str) -> None:
+        """Drop ``host``'s ended connection and agent, so that :meth:`host_back` starts anew."""
+        with self._lock:
+            link = self._agents.pop(host, None) if self._agents.get(host) is not None and (
+                self._agents[host].gone) else None
+            dead = self._by_host.get(host)
+            if dead is not None and dead[0].poll() is not None:
+                self._by_host.pop(host, None)
+                self._masters.pop(host, None)
+                if dead[0] in self._procs:
+                    self._procs.remove(dead[0])
+                dead[1].close()
+        if link is not None:
+            link.close()
+
+    def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
+        """Ports again for ``names`` (workers rejoining on a host back), chosen by their host's
+        agent as at the start (a listed port checked free there)."""
+        out: Dict[str, Tuple[str, int, Optional[int]]] = {}
+        base = plan.base_port if plan.base_port_given else None
+        for name in names:
+            t = plan.task(name)
+            if not self.is_remote(t.host):
+                continue
+            link = self.agent(t.host, name)
+            link.send(op="ports", want={name: {"port": None if t.port_chosen else t.port,
+                                               "profiler": plan.profiler and t.job != "evaluator"}},
+                      base=base)
+            got = link.ask("ports", "")
+            if got is None:
+                raise UserError(f"{t.host}: its node agent did not choose ports ({link.lost_words()})")
+            taken = got.get("taken") or {}
+            if taken:
+                raise UserError(f"{name}: {taken[name]}")
+            port, profiler = got["ports"][name]
+            out[name] = (t.host, int(port), profiler)
+        return out
 
     def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
         """A chosen port was taken before its task's server bound it: every task has stopped;

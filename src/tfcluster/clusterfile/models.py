@@ -112,6 +112,15 @@ class DataServiceSpec(_Strict):
                                     "a restarted dispatcher recovers its jobs)")
 
 
+class ElasticSpec(_Strict):
+    """Elastic workers: the run goes on with fewer workers while at least ``min_workers`` live."""
+
+    min_workers: int = Field(ge=1, description="the fewest workers the run goes on with: losing a "
+                             "worker's host or node, or a worker out of its restarts, does not fail "
+                             "the run while at least this many workers live (at most the file's "
+                             "worker count); a worker whose host comes back is started again")
+
+
 class RemoteSpec(_Strict):
     """How to reach a host over ssh and run tasks there (``remote:`` defaults, ``hosts.<name>:``
     per host; used by ``--backend ssh``)."""
@@ -201,6 +210,9 @@ class ClusterFile(_Strict):
     data_service: Optional[DataServiceSpec] = Field(
         None, description="the tf.data service: a dispatcher and workers started with the cluster; "
         "every task gets TFCLUSTER_DATA_SERVICE=grpc://host:port")
+    elastic: Optional[ElasticSpec] = Field(
+        None, description="elastic workers: {min_workers: N}; the run shrinks when a worker's host "
+        "is lost or a worker is out of restarts, and grows back when the host answers again")
     secrets: List[str] = Field(
         default_factory=list, description="names of environment variables whose values are secret: "
         "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "

@@ -293,8 +293,17 @@ class Regrouped:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class HostBack:
+    """Elastic runs: ``node``, where workers were lost, takes tasks again (the driver's backend
+    reached it); the workers that left with it start again."""
+    node: str
+    now: float
+
+
 Event = Union[Tick, Started, StartFailed, Exited, Progressed, PortOpen, PortConflict, Waiting,
-              Interrupt, KillRequest, PeerEnded, RunOver, ChiefGone, RestartClaim, Regrouped]
+              Interrupt, KillRequest, PeerEnded, RunOver, ChiefGone, RestartClaim, Regrouped,
+              HostBack]
 
 
 # ---------------------------------------------------------------------------- actions
@@ -416,6 +425,8 @@ class TaskTrack:
                                            # while the run went on (None: not stalled)
     stalled_step: Optional[int] = None     # ... and the step it stood at
     killed: str = ""                       # why tfcluster sent this attempt SIGKILL ('' : it did not)
+    left: str = ""                         # elastic: why it left the run ("" while in it)
+    left_node: str = ""                    # ... the node lost with it (it may come back there)
 
     def mark_life(self, now: float) -> None:
         self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)
@@ -450,6 +461,10 @@ class Settings:
                                      # the driver (AskKill) instead of failing the run
     peer_stop_wait: Optional[float] = None   # ps wave: how long to wait for non-ps tasks
                                              # elsewhere to end (default: stop_timeout)
+    min_workers: Optional[int] = None   # elastic: the fewest workers the run goes on with
+    moves_nodes: bool = True            # a lost node regroups the cluster elsewhere (Ray);
+                                        # False (ssh: a task stays on its host): a lost host
+                                        # is an ordinary failure, unless elastic
 
 
 WATCH_EVERY = 0.5                   # seconds between watchdog checks
@@ -532,7 +547,8 @@ class RunMachine:
             waiting_timeout=wd.waiting_timeout, stall_timeout=wd.stall_timeout,
             stall_warning=wd.stall_warning, end_timeout=wd.end_timeout,
             max_total_restarts=rule.max_total_restarts, shared_budget=shared,
-            peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait)
+            peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait,
+            min_workers=getattr(plan, "min_workers", None), moves_nodes=plan.backend != "ssh")
         by_name = {t.name: t for t in plan.tasks}       # (plan.task(n) is a scan: 512^2 at 512)
         tasks = [(n, by_name[n].job, by_name[n].restart, by_name[n].port) for n in here]
         mine = set(here)
@@ -703,7 +719,8 @@ class RunMachine:
             t.why = self._sigkill_words(t, ev.cause)
         if new == TaskState.SUCCEEDED and not self.s.peers_report:
             if self._needs is None:
-                self._needs = rules.success_needs(self.s.success, self.s.chief, self.tasks,
+                self._needs = rules.success_needs(self.s.success, self.s.chief,
+                                                  [n for n, x in self.tasks.items() if not x.left],
                                                   self.s.chief in self.tasks)
                 self._needs_left = len(self._needs)
             if t.name in self._needs:
@@ -736,7 +753,10 @@ class RunMachine:
                 True, f"its port {t.port} was taken before its server bound it: ports are chosen "
                       f"again ({self._rechoices} of {MAX_PORT_RECHOICES})"), ev.now, out, counted=False)
             return
-        if ev.lost_node:
+        if ev.lost_node and self._may_shrink(t):
+            self._shrink(t, f"its host {ev.lost_node} was lost", ev.lost_node, out)
+            return
+        if ev.lost_node and self.s.moves_nodes:
             total = 0 if self.s.shared_budget else self.total_restarts
             d = rules.decide_move(t.rule, t.restarts, total, ev.lost_node)
             if d.restart and not self.s.shared_budget:
@@ -940,6 +960,9 @@ class RunMachine:
         out.append(log_event("task_restarting", t.name, reason=d.reason, attempt=t.restarts, delay=d.delay))
 
     def _fail(self, t: TaskTrack, reason: str, out: List[Action]) -> None:
+        if self._may_shrink(t):
+            self._shrink(t, f"not restarted: {reason}", "", out)
+            return
         if self.root_cause is None:
             self.root_cause = t.name
         if t.restarts or t.rule.policy != "never":
@@ -952,8 +975,77 @@ class RunMachine:
         out.append(Say(f"{t.name}: {reason}; killing it", error=True))
         out.append(Kill(t.name, signal.SIGKILL))
 
+    # ---- elastic workers
+    def _elastic(self, t: TaskTrack) -> bool:
+        """Whether ``t`` may leave the run: a worker (not the chief, nor worker:0 where it is
+        the chief) of an elastic run."""
+        return self.s.min_workers is not None and t.job == "worker" and t.name != self.s.chief
+
+    def workers_in(self) -> List[str]:
+        """The workers still in the run: not left, not failed (running, starting, restarting,
+        or done)."""
+        return [x.name for x in self.tasks.values()
+                if x.job == "worker" and not x.left and x.state != TaskState.FAILED]
+
+    def workers_line(self) -> str:
+        """"3 of 4 workers, min 2" (elastic runs; "" otherwise)."""
+        if self.s.min_workers is None:
+            return ""
+        total = sum(1 for x in self.tasks.values() if x.job == "worker")
+        return f"{len(self.workers_in())} of {total} workers, min {self.s.min_workers}"
+
+    def _may_shrink(self, t: TaskTrack) -> bool:
+        if not self._elastic(t) or self.decided or self.phase != Phase.RUN or t.left:
+            return False
+        return len([n for n in self.workers_in() if n != t.name]) >= self.s.min_workers
+
+    def _shrink(self, t: TaskTrack, reason: str, node: str, out: List[Action]) -> None:
+        """``t`` leaves the run, which goes on with the workers left (at least min_workers)."""
+        if t.state != TaskState.FAILED:
+            t.state = check_transition(t.state, TaskState.FAILED, t.name)
+        t.left, t.left_node = reason, node
+        t.why = (t.why + "; " if t.why else "") + f"left the run: {reason}"
+        self._recount_needs()
+        back = f"; it starts again when {node} answers" if node else ""
+        out.append(Say(f"{t.name} left the run ({reason}): going on with {self.workers_line()}{back}",
+                       error=True))
+        out.append(log_event("run_shrunk", t.name, node=node, reason=reason, workers=len(self.workers_in()),
+                             min_workers=self.s.min_workers))
+
+    def left_nodes(self) -> List[str]:
+        """The nodes that workers left the run with (a driver asks its backend for them)."""
+        return sorted({t.left_node for t in self.tasks.values() if t.left and t.left_node})
+
+    def _on_HostBack(self, ev: HostBack, out: List[Action]) -> None:
+        if self.decided or self.phase != Phase.RUN:
+            return
+        back = [t for t in self.tasks.values() if t.left and t.left_node == ev.node]
+        for t in back:
+            t.left, t.left_node, t.why = "", "", ""
+            t.restarts += 1          # a new attempt (TFCLUSTER_RESTART_COUNT), not from its budget
+            t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
+            t.start_at = float("inf")
+        if not back:
+            return
+        self._recount_needs()
+        names = ", ".join(t.name for t in back)
+        out.append(Say(f"{ev.node} answers again: starting {names}; {self.workers_line()}"))
+        for t in back:
+            out.append(log_event("run_grew", t.name, node=ev.node, workers=len(self.workers_in()),
+                                 min_workers=self.s.min_workers, attempt=t.restarts))
+            out.append(Start(t.name, t.restarts))
+
+    def _recount_needs(self) -> None:
+        """The success rule's tasks again, without the workers that left the run."""
+        if self._needs is None:
+            return
+        self._needs = rules.success_needs(self.s.success, self.s.chief,
+                                          [n for n, x in self.tasks.items() if not x.left],
+                                          self.s.chief in self.tasks)
+        self._needs_left = sum(1 for n in self._needs if self.tasks[n].state != TaskState.SUCCEEDED)
+
     def _succeeded_map(self) -> Dict[str, bool]:
-        out = {name: t.state == TaskState.SUCCEEDED for name, t in self.tasks.items()}
+        out = {name: t.state == TaskState.SUCCEEDED for name, t in self.tasks.items() if not t.left}
         if self.s.peers_report:
             for name in self.others:
                 out[name] = self.peer_ok.get(name, False)

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from tfcluster import safe_files
 from tfcluster.backends.base import Backend, Handle, ProcessSpec
@@ -28,6 +28,7 @@ from tfcluster.core.machine import (
     ChiefGone,
     Event,
     Exited,
+    HostBack,
     Interrupt,
     Kill,
     LogEvent,
@@ -64,6 +65,7 @@ from tfcluster.runs.record import run_record, task_row, write_record
 from tfcluster.runs.table import shlex_quote
 
 PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
+HOSTS_EVERY = 1.0              # elastic: seconds between asks whether lost hosts are back
 LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
 PROBE_EVERY = 0.5              # seconds between rounds of port probes
 PROBES_PER_ROUND = 64          # ... of at most this many tasks (PortProbes)
@@ -183,6 +185,7 @@ class Supervisor:
         self.life_looked = 0.0         # when the loop last looked at every task's signs of life
         self.rate = StepRate(monotonic=True)   # the run's steps/s: the global step's
         self.oom = OomWatch()          # the kernel's and the cgroup's OOM-kill counters at start
+        self.hosts_looked = 0.0        # elastic: when the loop last asked for hosts back
         self.folds_due: List[TaskRun] = []   # failed tasks whose traceback is yet to be shown folded
 
     # ---- the machine's verdicts, read through
@@ -202,7 +205,8 @@ class Supervisor:
         """The process for attempt ``restart_count`` of task ``t``: the plan's argv with the
         interpreter resolved by the backend, the contract's environment."""
         argv = contract.resolve_argv(self.plan.argv(t), self.backend.python(t.host))
-        return ProcessSpec(name=t.name, argv=argv, env=self.plan.env(t, restart_count),
+        live = self.machine.workers_in() if self.plan.min_workers is not None else None
+        return ProcessSpec(name=t.name, argv=argv, env=self.plan.env(t, restart_count, live=live),
                            cwd=t.cwd, host=t.host)
 
     @property
@@ -538,11 +542,48 @@ class Supervisor:
                     words = self.chief_elsewhere.ended(self.plan.task(self.plan.chief), now)
                     if words:
                         events.append(ChiefGone(words, now))
+            events += self._hosts_back(now)
             events.append(Tick(self.clock()))
             self._feed(*events)
             self._tick()
             if not self.machine.finished:
                 self._nap()
+
+    def _hosts_back(self, now: float) -> list:
+        """Elastic runs: every second, whether the backend reaches again a node that workers
+        left the run with; for each that it does, those workers' ports are chosen there again
+        (the plan takes the new endpoints) and the machine is told (HostBack)."""
+        if self.plan.min_workers is None or now - self.hosts_looked < HOSTS_EVERY:
+            return []
+        self.hosts_looked = now
+        out = []
+        for node in self.machine.left_nodes():
+            if not self.backend.host_back(node):
+                continue
+            names = [n for n, t in self.machine.tasks.items() if t.left and t.left_node == node]
+            try:
+                got = self.backend.place_tasks(self.plan, names)
+            except UserError as e:
+                self.display.info(f"{node} answers again, but {', '.join(names)} cannot be placed "
+                                  f"there yet: {e.message}")
+                continue
+            if got:
+                self._take_endpoints(got)
+            out.append(HostBack(node, self.clock()))
+        return out
+
+    def _take_endpoints(self, got: Dict[str, Tuple[str, int, Optional[int]]]) -> None:
+        """The plan with new endpoints (and profiler ports) for the tasks in ``got``."""
+        endpoints = {t.name: (got[t.name][0], got[t.name][1]) if t.name in got else (t.host, t.port)
+                     for t in self.plan.tasks}
+        profilers = {t.name: (got[t.name][2] if t.name in got else t.profiler_port)
+                     for t in self.plan.tasks}
+        self.plan = self.plan.with_endpoints(endpoints, {k: v for k, v in profilers.items() if v})
+        by_name = {t.name: t for t in self.plan.tasks}
+        for name, tr in self.runs.items():
+            tr.plan = by_name[name]
+            self.machine.tasks[name].port = tr.plan.port
+        self.machine.where.update({t.name: t.endpoint for t in self.plan.tasks})
 
     def _life(self) -> list:
         """Signs of life the readers saw since the last look (a Keras bar that moved, a TF1 hook
@@ -654,7 +695,15 @@ class Supervisor:
             started=self.started, ended=self.ended,
             result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
             root_cause=root_cause, total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled(),
-            **({"moves": list(self.moves)} if self.moves else {}))
+            **({"moves": list(self.moves)} if self.moves else {}),
+            **({"workers": self._workers_fields()} if self.plan.min_workers is not None else {}))
+
+    def _workers_fields(self) -> dict:
+        """run.json's ``workers`` (elastic runs): in the run now, of the file's, the least."""
+        m = self.machine
+        return {"in": len(m.workers_in()), "of": sum(1 for t in m.tasks.values() if t.job == "worker"),
+                "min": self.plan.min_workers,
+                "left": {n: t.left for n, t in m.tasks.items() if t.left}}
 
     def _network_fields(self) -> dict:
         """run.json's ``network``: which one, and (private) whether tasks reach other hosts."""

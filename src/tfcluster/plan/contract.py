@@ -22,6 +22,9 @@ task flags (opt-in)
                               server there (``tfcluster.runtime.start_profiler``), and
                               ``tfcluster profile RUN`` traces every task through it
 ``PYTHONUNBUFFERED=1``        so output and progress lines arrive as they are printed
+``TFCLUSTER_LIVE_WORKERS``    elastic runs, workers: how many workers were in the run when this
+                              attempt started (shard input by it)
+``TFCLUSTER_WORKER_RANK``     ... and this worker's place among them, 0..LIVE_WORKERS-1
 ``TFCLUSTER_DATA_SERVICE``    ``grpc://host:port`` of the tf.data service's dispatcher, when the
                               file has a ``data_service:`` (its jobs ``tfdata_dispatcher`` and
                               ``tfdata_worker`` are left out of the other tasks' TF_CONFIG)
@@ -46,7 +49,7 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 TF_CONFIG = "TF_CONFIG"
 TASK = "TFCLUSTER_TASK"
@@ -62,6 +65,10 @@ PROGRESS_FD = "TFCLUSTER_PROGRESS_FD"
 LAUNCHER_PID = "TFCLUSTER_LAUNCHER_PID"
 PROFILER_PORT = "TFCLUSTER_PROFILER_PORT"
 DATA_SERVICE = "TFCLUSTER_DATA_SERVICE"
+#: elastic runs (``elastic: {min_workers: N}``), workers only: the workers in the run when the
+#: attempt started, and this worker's place among them
+LIVE_WORKERS = "TFCLUSTER_LIVE_WORKERS"
+WORKER_RANK = "TFCLUSTER_WORKER_RANK"
 # TensorFlow's own shapes (the ClusterSpec dict, TF_CONFIG, its chief) live with the cluster
 # file (tfcluster.clusterfile.clusterspec); the contract hands them to every task
 from tfcluster.clusterfile.clusterspec import chief_task, cluster_dict, tf_cluster, tf_config, tf_config_json  # noqa: E402,F401
@@ -117,7 +124,8 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
              file_env: Mapping[str, str] = (), gpus: Optional[str] = None,
              run_dir: Optional[str] = None, local_tasks: Optional[int] = None,
              restart_count: int = 0, max_restarts: int = 0,
-             profiler: Optional[int] = None, run_token: Optional[str] = None) -> Dict[str, str]:
+             profiler: Optional[int] = None, run_token: Optional[str] = None,
+             live: Optional[Tuple[int, int]] = None) -> Dict[str, str]:
     """The environment additions of one task (over the environment it is started in).
 
     ``cluster`` None leaves TF_CONFIG out (a backend that learns the endpoints only where
@@ -142,6 +150,8 @@ def task_env(job: str, index: int, cluster: Optional[Mapping[str, Sequence[str]]
     env[MAX_RESTARTS] = str(int(max_restarts))
     if profiler:
         env[PROFILER_PORT] = str(int(profiler))
+    if live is not None:
+        env[LIVE_WORKERS], env[WORKER_RANK] = str(int(live[0])), str(int(live[1]))
     return env
 
 

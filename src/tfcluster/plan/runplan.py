@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -132,6 +133,7 @@ class RunPlan:
     outbound: str = ""                       # a private network's outbound helper (slirp4netns), once made
     base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
     run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
+    min_workers: Optional[int] = None        # elastic: the fewest workers the run goes on with
 
     # ---- tasks
     @property
@@ -171,15 +173,22 @@ class RunPlan:
 
     def env(self, task: TaskPlan, restart_count: int = 0,
             cluster: Optional[Dict[str, List[str]]] = None,
-            local_tasks: Optional[int] = None) -> Dict[str, str]:
-        """The task's environment additions (the task contract) for attempt ``restart_count``."""
+            local_tasks: Optional[int] = None, live: Optional[List[str]] = None) -> Dict[str, str]:
+        """The task's environment additions (the task contract) for attempt ``restart_count``.
+        Elastic runs: a worker's ``live`` workers (default: every worker of the plan) give its
+        TFCLUSTER_LIVE_WORKERS and TFCLUSTER_WORKER_RANK."""
+        place = None
+        if self.min_workers is not None and task.job == "worker":
+            names = [t.name for t in self.tasks if t.job == "worker"] if live is None else list(live)
+            names = sorted(set(names) | {task.name}, key=lambda n: int(n.rsplit(":", 1)[1]))
+            place = (len(names), names.index(task.name))
         return contract.task_env(
             task.job, task.index, cluster if cluster is not None else self.cluster,
             file_env=dict(task.env), gpus=task.gpus, run_dir=self.run_dir,
             local_tasks=task.local_tasks if local_tasks is None else local_tasks,
             restart_count=restart_count,
             max_restarts=0 if task.restart.policy == "never" else task.restart.max_restarts,
-            profiler=task.profiler_port, run_token=self.run_token)
+            profiler=task.profiler_port, run_token=self.run_token, live=place)
 
     def secret_values(self, environ=None) -> List[str]:
         """What is masked in output, logs and records: secret values of the tasks' env, of the
@@ -244,6 +253,7 @@ class RunPlan:
             "extra": dict(self.extra), "network": self.network, "network_why": self.network_why,
             "network_asked": self.network_asked, "profiler": self.profiler,
             "base_port_given": self.base_port_given, "run_token": self.run_token,
+            "min_workers": self.min_workers,
         }
 
     @classmethod
@@ -277,7 +287,8 @@ class RunPlan:
                    extra=dict(d.get("extra") or {}), network=d.get("network") or "host",
                    network_why=d.get("network_why") or "", network_asked=bool(d.get("network_asked")),
                    profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")),
-                   run_token=str(d.get("run_token") or os.urandom(8).hex()))
+                   run_token=str(d.get("run_token") or os.urandom(8).hex()),
+                   min_workers=d.get("min_workers"))
 
 
 # --------------------------------------------------------------------------------------
@@ -456,8 +467,9 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     if need_program:
         empty = next((t for t in tasks if not t.argv), None)
         if empty is not None:
-            raise UserError("program.command: no program to run; set it in the file or give one "
-                            "after '--' (tfcluster launch FILE -- python my_trainer.py)")
+            raise UserError(f"program.command: no program to run; set it in the file or give one "
+                            f"after '--' (tfcluster launch {shlex.quote(cluster.source or 'FILE')} "
+                            f"-- python trainer.py)")
 
     if backend in ("slurm", "ray"):
         selected = tuple(t.name for t in tasks)
@@ -483,6 +495,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     if backend == "slurm":
         tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
 
+    min_workers = _min_workers(cluster, tasks, backend)
     wd = cluster.spec.watchdog
     success = opts.success or cluster.success
     if success not in vocabulary.SUCCESS_RULES:
@@ -499,7 +512,29 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
         extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
-        profiler=profiler, base_port_given="base_port" in _given(cluster))
+        profiler=profiler, base_port_given="base_port" in _given(cluster), min_workers=min_workers)
+
+
+ELASTIC_BACKENDS = ("local", "ssh")
+
+
+def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> Optional[int]:
+    """The file's ``elastic.min_workers`` checked against the run's workers (after ``--workers``)
+    and its backend; None for a run that is not elastic."""
+    elastic = getattr(cluster.spec, "elastic", None)
+    if elastic is None:
+        return None
+    n = int(elastic.min_workers)
+    workers = sum(1 for t in tasks if t.job == "worker")
+    if not workers:
+        raise UserError("elastic.min_workers: the run has no worker job; only workers are elastic "
+                        "(the chief and the ps are not)")
+    if n > workers:
+        raise UserError(f"elastic.min_workers: {n} is more than the run's {workers} worker(s)")
+    if backend not in ELASTIC_BACKENDS:
+        raise UserError(f"elastic: not yet on the {backend} backend (it is on "
+                        f"{' and '.join(ELASTIC_BACKENDS)}); remove elastic: to run there")
+    return n
 
 
 def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],

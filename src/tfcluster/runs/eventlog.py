@@ -46,6 +46,8 @@ EVENTS = {
     "cluster_restarting": ("node", "reason", "attempt"),
     "cluster_moved": ("node", "old", "new"),
     "cluster_restarted": ("node", "attempt"),
+    "run_shrunk": ("node", "reason", "workers", "min_workers"),
+    "run_grew": ("node", "workers", "min_workers", "attempt"),
     "watchdog": ("reason", "action"),
     "stop_sent": ("signal",),
     "progress": ("step", "total", "metrics", "local_step"),

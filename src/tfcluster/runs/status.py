@@ -33,6 +33,16 @@ def status_record(run_dir: str, record: Dict[str, Any], probe=None) -> Dict[str,
     return out
 
 
+def workers_line(record: Dict[str, Any]) -> str:
+    """An elastic run's workers: "workers: 3 of 4, min 2 (worker:3 left: its host h was lost)"."""
+    w = record.get("workers")
+    if not isinstance(w, dict) or not all(isinstance(w.get(k), int) for k in ("in", "of", "min")):
+        return ""
+    left = w.get("left") if isinstance(w.get("left"), dict) else {}
+    why = "; ".join(f"{printable(str(n))} left: {printable(str(r))}" for n, r in sorted(left.items()))
+    return f"workers: {w['in']} of {w['of']}, min {w['min']}" + (f" ({why})" if why else "")
+
+
 def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = False,
                  probe=None) -> int:
     """``tfcluster status``: exit code per STATUS_EXIT (0 only for a run that succeeded)."""
@@ -80,6 +90,9 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
         print(f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None))
     if record.get("root_cause"):
         print(f"root cause: {p(record['root_cause'])}")
+    line = workers_line(record)
+    if line:
+        print(line)
     now = record.get("ended")
     if now is None and result in ("lost", "unknown"):
         now = last_update(run)

@@ -100,6 +100,26 @@ class TaskContext:
         reps = self.replica_tasks
         return reps.index(tid) if tid in reps else -1
 
+    @property
+    def live_workers(self) -> int:
+        """How many replicas to shard input over: in an elastic run (``elastic:`` in the
+        cluster file) the workers in the run when this attempt started
+        (``TFCLUSTER_LIVE_WORKERS``), else :attr:`num_workers`."""
+        n = _env_int("TFCLUSTER_LIVE_WORKERS")
+        if n is None or n <= 0 or self.job_name != "worker":
+            return self.num_workers
+        return len(self.cluster.get("chief", [])) + n      # the chief is a replica too
+
+    @property
+    def live_worker_index(self) -> int:
+        """This replica's shard in 0..live_workers-1: in an elastic run its place among the
+        workers in the run (``TFCLUSTER_WORKER_RANK``), else :attr:`worker_index`."""
+        r = _env_int("TFCLUSTER_WORKER_RANK")
+        if r is None or self.job_name != "worker" or _env_int("TFCLUSTER_LIVE_WORKERS") is None:
+            return self.worker_index
+        r += len(self.cluster.get("chief", []))
+        return r if 0 <= r < self.live_workers else self.worker_index
+
     # --- addresses and devices ----------------------------------------------------
     @property
     def address(self) -> Optional[str]:
@@ -308,3 +328,10 @@ def parse_cluster(text: str) -> Dict[str, List[str]]:
         job, hosts = part.split("=", 1)
         cluster[job.strip()] = _split_hosts(hosts)
     return _check_cluster(cluster, "--cluster")
+
+
+def _env_int(name: str) -> Optional[int]:
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return None

@@ -8,7 +8,9 @@ run machine decides (restarts, success, the stop order); the agent carries out a
 JSON line a message:
 
 launcher -> agent
-  ``{"op": "hello", "stop_timeout": 5}``                 -> ``{"ev": "hello", "pid": ..}``
+  ``{"op": "hello", "stop_timeout": 5, "silence": S}``  -> ``{"ev": "hello", "pid": ..}``
+      (``silence``: seconds without a message after which the agent stops everything, 0: never)
+  ``{"op": "ping"}``                                    every keep-alive interval: still there
   ``{"op": "ports", "want": {TASK: {"port": P|null, "profiler": bool}}, "base": B|null}``
       each task's port checked free (a listed one) or chosen free here (from ``base`` when the
       file gives one, else a free port the kernel picks); held (bound) until the task starts
@@ -154,6 +156,8 @@ class Agent:
         self.procs = {}           # task -> Popen
         self.held = {}            # task -> [sockets] keeping its ports until it starts
         self.stop_timeout = 5.0
+        self.silence = 0.0        # seconds without a word from the launcher that end it (0: never)
+        self.heard = time.time()  # the launcher's last word
         self._setpriv = []        # found in the background: the probe overlaps hello and ports
         self._probe = threading.Thread(target=lambda: self._setpriv.append(find_setpriv()), daemon=True)
         self._probe.start()
@@ -171,12 +175,15 @@ class Agent:
         op = msg.get("op")
         if op == "hello":
             self.stop_timeout = float(msg.get("stop_timeout") or 5.0)
+            self.silence = float(msg.get("silence") or 0.0)
             self.send(ev="hello", pid=os.getpid(), python=sys.version.split()[0],
                       host=socket.gethostname())
         elif op == "ports":
             self.ports(msg.get("want") or {}, msg.get("base"))
         elif op == "start":
             self.start(msg)
+        elif op == "ping":       # the launcher is there (any message says so: see watch_silence)
+            pass
         elif op == "signal":
             p = self.procs.get(msg.get("task"))
             if p is not None:
@@ -279,12 +286,26 @@ class Agent:
                 pass
 
 
+def watch_silence(agent):
+    """The launcher pings every keep-alive interval: when nothing came for ``silence`` seconds
+    the launcher or the way to it is gone (a partition that sshd may not notice for hours), so
+    every task of this host stops and the agent ends, as at the end of its input."""
+    while True:
+        time.sleep(0.5)
+        if agent.silence and time.time() - agent.heard > agent.silence:
+            agent.shutdown()
+            sys.stdout.flush()
+            os._exit(0)
+
+
 def main():
     agent = Agent(sys.stdout.buffer)
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda n, f: os.close(0))       # as the session's end: stop all
+    threading.Thread(target=watch_silence, args=(agent,), daemon=True).start()
     try:
         for line in sys.stdin.buffer:
+            agent.heard = time.time()
             line = line.strip()
             if not line:
                 continue

@@ -1,0 +1,85 @@
+"""Elastic workers with real TensorFlow (``elastic: {min_workers: N}``), on this machine:
+trainer.py async on 1 ps + 2 workers with min_workers 1; worker:1 is SIGKILLed by the test each
+time it starts, beyond its restart budget. The run goes on with worker:0 alone to its target
+and succeeds; the console, events.jsonl, run.json and ``tfcluster status`` say the run shrank;
+worker:1's attempts carried TFCLUSTER_LIVE_WORKERS and TFCLUSTER_WORKER_RANK; nothing is left."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from helpers import ROOT
+
+pytestmark = pytest.mark.tf
+
+
+def _record(tmp_path):
+    for path in (tmp_path / "runs").glob("*/run.json"):
+        try:
+            return path.parent, json.loads(path.read_text())
+        except ValueError:
+            return None, None
+    return None, None
+
+
+def test_a_worker_out_of_restarts_leaves_and_trainer_reaches_its_target(tmp_path, ports):
+    ps, w0, w1 = ports(3)
+    f = tmp_path / "cluster.yaml"
+    f.write_text(f"cluster: {{ps: [localhost:{ps}], worker: [localhost:{w0}, localhost:{w1}]}}\n"
+                 f"program: {{command: [python, {os.path.join(ROOT, 'trainer.py')}], "
+                 f"args: [--train_steps=1500, '--checkpoint_dir={tmp_path / 'ckpt'}']}}\n"
+                 f"restart: {{policy: on-failure, max_restarts: 1, min_uptime: 0, backoff: 0.2}}\n"
+                 f"elastic: {{min_workers: 1}}\n"
+                 f"logdir: {tmp_path / 'runs'}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    killed, pids = set(), []
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and time.time() < deadline and len(killed) < 2:
+            _, rec = _record(tmp_path)
+            if rec:
+                w = next(t for t in rec["tasks"] if t["task"] == "worker:1")
+                if w["state"] == "running" and w.get("pid") and w["pid"] not in killed:
+                    env = w.get("env") or {}
+                    assert env.get("TFCLUSTER_LIVE_WORKERS") == "2" and env.get("TFCLUSTER_WORKER_RANK") == "1", env
+                    try:
+                        os.kill(w["pid"], signal.SIGKILL)
+                        killed.add(w["pid"])
+                        pids.append(w["pid"])
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert len(killed) == 2, out[-3000:]
+    assert proc.returncode == 0, out[-4000:]
+    assert "worker:1 left the run (not restarted: restart budget spent (1 of 1)): going on with " \
+           "1 of 2 workers, min 1" in out, out[-4000:]
+    assert "run succeeded (worker:0 exited 0)" in out, out[-3000:]
+    run_dir, rec = _record(tmp_path)
+    assert rec["result"] == "succeeded" and rec["exit_code"] == 0
+    assert rec["workers"]["in"] == 1 and rec["workers"]["of"] == 2 and rec["workers"]["min"] == 1
+    assert "worker:1" in rec["workers"]["left"]
+    chief = next(t for t in rec["tasks"] if t["task"] == "worker:0")
+    assert chief["progress"]["step"] >= 1500
+    w1 = next(t for t in rec["tasks"] if t["task"] == "worker:1")
+    assert "left the run" in (w1.get("note") or ""), w1
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
+    shrunk = [e for e in events if e["event"] == "run_shrunk"]
+    assert len(shrunk) == 1 and shrunk[0]["task"] == "worker:1" and shrunk[0]["workers"] == 1
+    status = subprocess.run([sys.executable, "-m", "tfcluster", "status", str(run_dir)],
+                            capture_output=True, text=True, timeout=60)
+    assert "workers: 1 of 2, min 1 (worker:1 left: not restarted: restart budget spent (1 of 1))" \
+        in status.stdout, status.stdout
+    for pid in pids + [t["pid"] for t in rec["tasks"] if t.get("pid")]:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,74 @@
+"""Elastic workers in the file and the plan: ``elastic.min_workers`` checked against the run's
+workers and backend (one line naming the field), carried by the plan, and the contract's
+TFCLUSTER_LIVE_WORKERS / TFCLUSTER_WORKER_RANK for each worker, which the runtime shards by."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import cli, load
+from tfcluster.errors import UserError
+from tfcluster.plan import contract
+from tfcluster.plan.runplan import LaunchOptions, RunPlan, build_plan
+from tfcluster.runtime.context import parse_tf_config
+
+FILE = """
+cluster: {ps: 1, worker: 4}
+program: {command: [python, train.py]}
+elastic: {min_workers: %s}
+"""
+
+
+def test_the_plan_carries_min_workers_and_each_worker_its_place(tmp_path):
+    plan = build_plan(load(FILE % 2, tmp_path))
+    assert plan.min_workers == 2 and RunPlan.from_dict(plan.to_dict()).min_workers == 2
+    env = plan.env(plan.task("worker:2"))
+    assert env[contract.LIVE_WORKERS] == "4" and env[contract.WORKER_RANK] == "2"
+    assert contract.LIVE_WORKERS not in plan.env(plan.task("ps:0"))
+    # worker:1 left: worker:3 restarting is the third of three
+    env = plan.env(plan.task("worker:3"), 1, live=["worker:0", "worker:2", "worker:3"])
+    assert env[contract.LIVE_WORKERS] == "3" and env[contract.WORKER_RANK] == "2"
+    plain = build_plan(load("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n", tmp_path))
+    assert plain.min_workers is None and contract.LIVE_WORKERS not in plain.env(plain.task("worker:1"))
+
+
+@pytest.mark.parametrize("value,words", [
+    ("5", "elastic.min_workers: 5 is more than the run's 4 worker(s)"),
+    ("0", "elastic.min_workers"),
+    ("two", "elastic.min_workers"),
+])
+def test_a_bad_min_workers_names_the_field(tmp_path, capsys, value, words):
+    p = tmp_path / "cluster.yaml"
+    p.write_text(FILE % value)
+    (tmp_path / "train.py").write_text("")
+    rc, _, err = cli(capsys, "validate", p)
+    assert rc == 2 and words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_listed_worker_job_counts_its_entries(tmp_path):
+    text = ("cluster: {ps: [localhost:2222], worker: [localhost:2223, localhost:2224]}\n"
+            "program: {command: [python, t.py]}\nelastic: {min_workers: 3}\n")
+    with pytest.raises(UserError, match=r"elastic.min_workers: 3 is more than the run's 2 worker"):
+        build_plan(load(text, tmp_path))
+
+
+def test_only_workers_are_elastic_and_not_yet_on_slurm_or_ray(tmp_path):
+    with pytest.raises(UserError, match="only workers are elastic"):
+        build_plan(load("cluster: {chief: 1, ps: 1}\nprogram: {command: [python, t.py]}\n"
+                        "elastic: {min_workers: 1}\n", tmp_path))
+    for backend in ("slurm", "ray"):
+        with pytest.raises(UserError, match=f"elastic: not yet on the {backend} backend"):
+            build_plan(load(FILE % 2, tmp_path), LaunchOptions(backend=backend))
+
+
+def test_the_runtime_shards_by_the_workers_in_the_run(monkeypatch):
+    cluster = {"ps": ["h:1"], "worker": [f"h:{i}" for i in range(2, 6)]}
+    ctx = parse_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 3}}))
+    assert (ctx.live_workers, ctx.live_worker_index) == (4, 3)       # not elastic: as before
+    monkeypatch.setenv(contract.LIVE_WORKERS, "3")
+    monkeypatch.setenv(contract.WORKER_RANK, "2")
+    assert (ctx.live_workers, ctx.live_worker_index) == (3, 2) and ctx.num_workers == 4
+    cluster["chief"] = ["h:9"]                                       # the chief is a replica too
+    ctx = parse_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 3}}))
+    assert (ctx.live_workers, ctx.live_worker_index) == (4, 3)

@@ -1,0 +1,141 @@
+"""Elastic workers in the run machine (``elastic: {min_workers: N}``): a worker out of its
+restarts, or lost with its host, leaves the run while at least min_workers workers are still in
+it; the run goes on and says so, its success rule counts the workers in it, and a worker lost with
+its host starts again when the driver reports the host back (HostBack). Tables of events, as in
+test_machine.py."""
+from __future__ import annotations
+
+from test_machine import logged, make, of, says, started, stop_everything
+
+from tfcluster.core.machine import (
+    Exited,
+    HostBack,
+    Phase,
+    RunState,
+    Start,
+    Started,
+    TaskState,
+    Tick,
+    input_fields,
+    input_from_fields,
+    replay,
+)
+
+FOUR = ("ps:0", "worker:0", "worker:1", "worker:2", "worker:3")
+
+
+def test_a_worker_out_of_restarts_leaves_and_the_run_goes_on_then_ends_with_the_chief():
+    m = make(FOUR, policy="on-failure", max_restarts=1, min_workers=2)
+    started(m)
+    out = m.handle(Exited("worker:2", 1, 5.0))
+    assert of(out, Start) == [] and m.tasks["worker:2"].state == TaskState.RESTARTING
+    out = m.handle(Tick(6.5))
+    assert of(out, Start) == [Start("worker:2", 1)]
+    m.handle(Started("worker:2", 300, 6.5))
+    out = m.handle(Exited("worker:2", 1, 9.0))          # its budget is spent: it leaves
+    assert not m.decided and m.phase == Phase.RUN
+    t = m.tasks["worker:2"]
+    assert t.state == TaskState.FAILED and "restart budget spent" in t.left and t.left_node == ""
+    assert "worker:2 left the run (not restarted: restart budget spent (1 of 1)): going on with " \
+           "3 of 4 workers, min 2" in says(out)
+    shrunk = logged(out, "run_shrunk")[0].as_dict()
+    assert logged(out, "run_shrunk")[0].task == "worker:2" and shrunk["workers"] == 3 and shrunk["min_workers"] == 2
+    assert m.workers_line() == "3 of 4 workers, min 2" and m.root_cause is None
+    out = m.handle(Exited("worker:0", 0, 20.0))         # the chief: the run succeeds
+    assert m.result == RunState.SUCCEEDED and m.exit_code == 0
+    stop_everything(m, 21.0)
+    assert m.result == RunState.SUCCEEDED
+
+
+def test_below_min_workers_the_run_fails_as_it_always_did():
+    m = make(("ps:0", "worker:0", "worker:1", "worker:2"), min_workers=2)
+    started(m)
+    out = m.handle(Exited("worker:2", 1, 5.0))          # 2 left: min 2 holds
+    assert not m.decided and "going on with 2 of 3 workers, min 2" in says(out)
+    out = m.handle(Exited("worker:1", 1, 6.0))          # 1 would be left: below min
+    assert m.result == RunState.FAILED and m.root_cause == "worker:1"
+    assert "run failed: worker:1" in says(out)
+
+
+def test_the_chief_and_the_ps_are_not_elastic():
+    m = make(FOUR, min_workers=1)
+    started(m)
+    m.handle(Exited("worker:0", 1, 5.0))                # worker:0 is the chief here
+    assert m.result == RunState.FAILED and m.root_cause == "worker:0"
+    m = make(FOUR, min_workers=1)
+    started(m)
+    m.handle(Exited("ps:0", 1, 5.0))
+    assert m.result == RunState.FAILED and m.root_cause == "ps:0"
+
+
+def test_not_elastic_without_min_workers():
+    m = make(FOUR)
+    started(m)
+    m.handle(Exited("worker:3", 1, 5.0))
+    assert m.result == RunState.FAILED and m.root_cause == "worker:3"
+
+
+def test_all_workers_counts_the_workers_in_the_run():
+    m = make(FOUR, success="all-workers", min_workers=1)
+    started(m)
+    m.handle(Exited("worker:1", 0, 5.0))               # the first exit 0: the rule's tasks fixed
+    m.handle(Exited("worker:3", 1, 6.0))               # leaves
+    assert not m.decided
+    m.handle(Exited("worker:2", 0, 7.0))
+    assert not m.decided
+    out = m.handle(Exited("worker:0", 0, 8.0))
+    assert m.result == RunState.SUCCEEDED and "every worker exited 0" in says(out)
+
+
+def test_all_workers_when_the_worker_leaves_before_any_exit_0():
+    m = make(("ps:0", "worker:0", "worker:1"), success="all-workers", min_workers=1)
+    started(m)
+    m.handle(Exited("worker:1", 1, 5.0))
+    m.handle(Exited("worker:0", 0, 8.0))
+    assert m.result == RunState.SUCCEEDED
+
+
+def test_a_host_lost_shrinks_at_once_and_its_return_starts_the_worker_again():
+    """A lost host (ssh: Exited.lost_node): no restart attempt into the dead host, whatever the
+    policy; HostBack starts it again, as a new attempt, and the run can shrink again later."""
+    m = make(FOUR, policy="on-failure", min_workers=2, moves_nodes=False)
+    started(m)
+    out = m.handle(Exited("worker:3", 255, 5.0, "host 10.0.0.4 lost", "10.0.0.4"))
+    t = m.tasks["worker:3"]
+    assert t.left_node == "10.0.0.4" and t.state == TaskState.FAILED and not of(out, Start)
+    assert "starts again when 10.0.0.4 answers" in says(out) and m.left_nodes() == ["10.0.0.4"]
+    assert not of(m.handle(HostBack("10.0.0.9", 6.0)), Start)     # another host: none of ours
+    assert m.tasks["worker:3"].state == TaskState.FAILED
+    out = m.handle(HostBack("10.0.0.4", 7.0))
+    assert of(out, Start) == [Start("worker:3", 1)]
+    assert "10.0.0.4 answers again: starting worker:3; 4 of 4 workers, min 2" in says(out)
+    assert logged(out, "run_grew")[0].task == "worker:3"
+    assert m.left_nodes() == [] and t.left == "" and t.state == TaskState.RESTARTING
+    m.handle(Started("worker:3", 400, 7.1))
+    assert t.state == TaskState.RUNNING
+    m.handle(Exited("worker:3", 255, 9.0, "host 10.0.0.4 lost", "10.0.0.4"))   # lost again
+    assert t.left_node == "10.0.0.4" and not m.decided
+
+
+def test_without_elastic_a_lost_ssh_host_is_an_ordinary_failure():
+    """ssh cannot move a task: a lost host (no elastic) goes through the restart rules as before."""
+    m = make(FOUR, policy="never", moves_nodes=False)
+    started(m)
+    m.handle(Exited("worker:3", 255, 5.0, "host 10.0.0.4 lost", "10.0.0.4"))
+    assert m.result == RunState.FAILED and m.phase != Phase.REGROUP
+
+
+def test_elastic_inputs_replay_to_the_same_actions():
+    m = make(FOUR, policy="on-failure", min_workers=2, moves_nodes=False)
+    m.log_inputs = True
+    acts, first = started(m)
+    got = list(acts) + first
+    for ev in [Exited("worker:3", 255, 5.0, "host h lost", "h"), HostBack("h", 7.0),
+               Started("worker:3", 401, 7.1), Exited("worker:0", 0, 9.0)]:
+        got += m.handle(ev)
+    got += stop_everything(m, 10.0)
+    inputs = [input_from_fields(input_fields(ev)) for ev in m.take_inputs()]
+    assert any(isinstance(ev, HostBack) for ev in inputs)
+    again = make(FOUR, policy="on-failure", min_workers=2, moves_nodes=False)
+    assert says(replay(again, 0.0, inputs)) == says(got)
+    assert again.result == m.result == RunState.SUCCEEDED and again.tasks["worker:3"].restarts == 1
