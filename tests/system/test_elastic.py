@@ -1,8 +1,10 @@
 """Elastic workers with real TensorFlow (``elastic: {min_workers: N}``), on this machine:
-trainer.py async on 1 ps + 2 workers with min_workers 1; worker:1 is SIGKILLed by the test each
-time it starts, beyond its restart budget. The run goes on with worker:0 alone to its target
-and succeeds; the console, events.jsonl, run.json and ``tfcluster status`` say the run shrank;
-worker:1's attempts carried TFCLUSTER_LIVE_WORKERS and TFCLUSTER_WORKER_RANK; nothing is left."""
+worker:1 is SIGKILLed by the test each time it starts, beyond its restart budget, and the run
+goes on without it to its target. trainer.py async on 1 ps + 2 workers: the console,
+events.jsonl, run.json and ``tfcluster status`` say the run shrank; worker:1's attempts carried
+TFCLUSTER_LIVE_WORKERS and TFCLUSTER_WORKER_RANK; nothing is left. The TF2
+ParameterServerStrategy custom loop of examples/ps_strategy.py: the coordinator goes on with the
+worker left (TensorFlow schedules the lost worker's closures on it), no ps restarted."""
 import json
 import os
 import signal
@@ -83,3 +85,51 @@ def test_a_worker_out_of_restarts_leaves_and_trainer_reaches_its_target(tmp_path
         in status.stdout, status.stdout
     for pid in pids + [t["pid"] for t in rec["tasks"] if t.get("pid")]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_pss_coordinator_goes_on_with_the_workers_left(tmp_path, ports):
+    ps, w0, w1, chief = ports(4)
+    ex = os.path.join(ROOT, "examples")
+    serve = "{command: [python, -m, tfcluster.runtime.serve], args: [], env: {GRPC_FAIL_FAST: use_caller}"
+    f = tmp_path / "cluster.yaml"
+    f.write_text(f"cluster: {{chief: [localhost:{chief}], ps: [localhost:{ps}], "
+                 f"worker: [localhost:{w0}, localhost:{w1}]}}\n"
+                 f"program: {{command: [python, {os.path.join(ex, 'ps_strategy.py')}], "
+                 f"args: [--train_steps=600, '--checkpoint_dir={tmp_path / 'ckpt'}']}}\n"
+                 f"jobs:\n  ps: {serve}}}\n"
+                 f"  worker: {serve}, restart: {{policy: on-failure, max_restarts: 1, min_uptime: 0, "
+                 f"backoff: 0.2}}}}\n"
+                 f"elastic: {{min_workers: 1}}\nsuccess: chief\ngrace: 1\n"
+                 f"logdir: {tmp_path / 'runs'}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    killed = []
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and time.time() < deadline and len(killed) < 2:
+            _, rec = _record(tmp_path)
+            if rec:
+                rows = {t["task"]: t for t in rec["tasks"]}
+                step = (rows["chief:0"].get("progress") or {}).get("step") or 0
+                w = rows["worker:1"]
+                if step > 20 * (len(killed) + 1) and w["state"] == "running" and w.get("pid") not in killed:
+                    try:
+                        os.kill(w["pid"], signal.SIGKILL)
+                        killed.append(w["pid"])
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert len(killed) == 2, out[-3000:]
+    assert proc.returncode == 0, out[-4000:]
+    assert "worker:1 left the run" in out and "going on with 1 of 2 workers, min 1" in out, out[-3000:]
+    _, rec = _record(tmp_path)
+    rows = {t["task"]: t for t in rec["tasks"]}
+    assert rows["chief:0"]["progress"]["step"] >= 600 and rows["chief:0"]["restarts"] == 0
+    assert rows["ps:0"]["restarts"] == 0 and rows["worker:0"]["restarts"] == 0
+    assert rec["workers"] == {"in": 1, "of": 2, "min": 1, "left": {"worker:1": rec["workers"]["left"]["worker:1"]}}

@@ -515,8 +515,10 @@ class SshBackend(Backend):
             link.close()
 
     def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
-        """Ports again for ``names`` (workers rejoining on a host back), chosen by their host's
-        agent as at the start (a listed port checked free there)."""
+        """Ports again for ``names`` (workers rejoining on a host back), by their host's agent:
+        the port each had, when it is free there (the others, a TF2 coordinator above all, know
+        that address), else, for a port chosen at the start, another free one; a listed port
+        that is taken is not given up (UserError: asked again on a later look)."""
         out: Dict[str, Tuple[str, int, Optional[int]]] = {}
         base = plan.base_port if plan.base_port_given else None
         for name in names:
@@ -524,13 +526,15 @@ class SshBackend(Backend):
             if not self.is_remote(t.host):
                 continue
             link = self.agent(t.host, name)
-            link.send(op="ports", want={name: {"port": None if t.port_chosen else t.port,
-                                               "profiler": plan.profiler and t.job != "evaluator"}},
-                      base=base)
-            got = link.ask("ports", "")
-            if got is None:
-                raise UserError(f"{t.host}: its node agent did not choose ports ({link.lost_words()})")
-            taken = got.get("taken") or {}
+            prof = plan.profiler and t.job != "evaluator"
+            for port in ([t.port, None] if t.port_chosen else [t.port]):
+                link.send(op="ports", want={name: {"port": port, "profiler": prof}}, base=base)
+                got = link.ask("ports", "")
+                if got is None:
+                    raise UserError(f"{t.host}: its node agent did not choose ports ({link.lost_words()})")
+                taken = got.get("taken") or {}
+                if not taken:
+                    break
             if taken:
                 raise UserError(f"{name}: {taken[name]}")
             port, profiler = got["ports"][name]
