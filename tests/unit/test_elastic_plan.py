@@ -72,3 +72,26 @@ def test_the_runtime_shards_by_the_workers_in_the_run(monkeypatch):
     cluster["chief"] = ["h:9"]                                       # the chief is a replica too
     ctx = parse_tf_config(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 3}}))
     assert (ctx.live_workers, ctx.live_worker_index) == (4, 3)
+
+
+def test_on_change_restart_gives_tf_config_the_workers_in_the_run_alone(tmp_path):
+    """elastic.on_change restart: TF_CONFIG (and the task flags) list the workers in the run
+    alone, numbered in order; every task sees the same cluster. go-on keeps the whole cluster."""
+    text = ("cluster: {ps: [localhost:2222], worker: [localhost:2223, localhost:2224, localhost:2225]}\n"
+            "program: {command: [python, t.py], task_flags: true}\n"
+            "elastic: {min_workers: 1, on_change: restart}\n")
+    plan = build_plan(load(text, tmp_path))
+    assert plan.elastic_restart and RunPlan.from_dict(plan.to_dict()).elastic_restart
+    live = ["worker:0", "worker:2"]
+    conf = json.loads(plan.env(plan.task("worker:2"), 1, live=live)[contract.TF_CONFIG])
+    assert conf == {"cluster": {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2225"]},
+                    "task": {"type": "worker", "index": 1}}
+    ps = json.loads(plan.env(plan.task("ps:0"), 1, live=live)[contract.TF_CONFIG])
+    assert ps["cluster"] == conf["cluster"] and ps["task"] == {"type": "ps", "index": 0}
+    argv = plan.argv(plan.task("worker:2"), live=live)
+    assert "--task_index=1" in argv and "--worker_hosts=localhost:2223,localhost:2225" in argv
+    full = json.loads(plan.env(plan.task("worker:2"))[contract.TF_CONFIG])
+    assert full["task"]["index"] == 2 and len(full["cluster"]["worker"]) == 3
+    go_on = build_plan(load(text.replace(", on_change: restart", ""), tmp_path))
+    conf = json.loads(go_on.env(go_on.task("worker:2"), 1, live=live)[contract.TF_CONFIG])
+    assert conf["task"]["index"] == 2 and len(conf["cluster"]["worker"]) == 3

@@ -5,12 +5,14 @@ its host starts again when the driver reports the host back (HostBack). Tables o
 test_machine.py."""
 from __future__ import annotations
 
-from test_machine import logged, make, of, says, started, stop_everything
+from test_machine import kills, logged, make, of, says, started, stop_everything
 
 from tfcluster.core.machine import (
     Exited,
     HostBack,
     Phase,
+    Regroup,
+    Regrouped,
     RunState,
     Start,
     Started,
@@ -139,3 +141,35 @@ def test_elastic_inputs_replay_to_the_same_actions():
     again = make(FOUR, policy="on-failure", min_workers=2, moves_nodes=False)
     assert says(replay(again, 0.0, inputs)) == says(got)
     assert again.result == m.result == RunState.SUCCEEDED and again.tasks["worker:3"].restarts == 1
+
+
+def test_on_change_restart_stops_every_task_then_starts_them_with_the_workers_in_the_run():
+    """elastic.on_change restart (sync training, MWMS): a worker leaving stops every task in
+    order (the chief saves), then every task but it starts again (no placement: Regroup with
+    place False, answered at once), not counted as a restart of the run; its return does the same."""
+    m = make(FOUR, min_workers=2, moves_nodes=False, elastic_restart=True)
+    started(m)
+    out = m.handle(Exited("worker:3", 255, 5.0, "host h lost", "h"))
+    assert m.phase == Phase.REGROUP and not m.decided
+    assert "worker:3 left: restarting every task with 3 of 4 workers, min 2" in says(out)
+    assert sorted(kills(out)) == [("worker:0", 15), ("worker:1", 15), ("worker:2", 15)]
+    for n in ("worker:0", "worker:1", "worker:2"):
+        out = m.handle(Exited(n, -15, 6.0))
+    assert ("ps:0", 15) in kills(out)
+    out = m.handle(Exited("ps:0", -15, 6.5))
+    assert of(out, Regroup) == [Regroup("worker:3", "", place=False)]
+    out = m.handle(Regrouped(True, 7.0))
+    assert of(out, Start) == [Start("ps:0", 1), Start("worker:0", 1), Start("worker:1", 1), Start("worker:2", 1)]
+    assert m.phase == Phase.RUN and m.total_restarts == 0 and m.tasks["worker:3"].left
+    assert "starting every task with 3 of 4 workers, min 2" in says(out)
+    for i, n in enumerate(("ps:0", "worker:0", "worker:1", "worker:2")):
+        m.handle(Started(n, 500 + i, 7.5))
+    out = m.handle(HostBack("h", 9.0))                   # back: every task again, with 4
+    assert m.phase == Phase.REGROUP and "worker:3 came back" in says(out)
+    for n in ("worker:0", "worker:1", "worker:2"):
+        m.handle(Exited(n, -15, 9.5))
+    out = m.handle(Exited("ps:0", -15, 9.6))
+    out = m.handle(Regrouped(True, 10.0))
+    assert of(out, Start) == [Start("ps:0", 2), Start("worker:0", 2), Start("worker:1", 2),
+                              Start("worker:2", 2), Start("worker:3", 1)]   # its second process
+    assert m.workers_line() == "4 of 4 workers, min 2"

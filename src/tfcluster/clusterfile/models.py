@@ -119,6 +119,11 @@ class ElasticSpec(_Strict):
                              "worker's host or node, or a worker out of its restarts, does not fail "
                              "the run while at least this many workers live (at most the file's "
                              "worker count); a worker whose host comes back is started again")
+    on_change: Literal["go-on", "restart"] = Field(
+        "go-on", description="what the others do when a worker leaves or comes back: go-on, nothing "
+        "(asynchronous training, ParameterServerStrategy); restart, every task is stopped and "
+        "started again from the last checkpoint with TF_CONFIG listing the workers in the run alone "
+        "(SyncReplicasOptimizer, MultiWorkerMirroredStrategy)")
 
 
 class RemoteSpec(_Strict):
@@ -231,7 +236,7 @@ def json_schema() -> Dict[str, Any]:
 
 #: the sections a launch reads, which :mod:`tfcluster.clusterfile.quick` checks without pydantic; a
 #: file with any other section (kubernetes, slurm, ray, remote, hosts) is validated by the models
-QUICK_MODELS = (ClusterFile, ProgramSpec, JobSpec, RestartSpec, WatchdogSpec, DataServiceSpec)
+QUICK_MODELS = (ClusterFile, ProgramSpec, JobSpec, RestartSpec, WatchdogSpec, DataServiceSpec, ElasticSpec)
 
 
 def quick_rules() -> Dict[str, Any]:

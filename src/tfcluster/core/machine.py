@@ -378,6 +378,7 @@ class Regroup:
     count)."""
     task: str
     node: str
+    place: bool = True       # False: nothing moves (an elastic run's workers changed): answer at once
 
 
 Action = Union[Start, Kill, LogEvent, Say, ClaimRestart, AskKill, EndRun, Finished, Regroup]
@@ -462,6 +463,7 @@ class Settings:
     peer_stop_wait: Optional[float] = None   # ps wave: how long to wait for non-ps tasks
                                              # elsewhere to end (default: stop_timeout)
     min_workers: Optional[int] = None   # elastic: the fewest workers the run goes on with
+    elastic_restart: bool = False       # elastic.on_change restart: a change restarts every task
     moves_nodes: bool = True            # a lost node regroups the cluster elsewhere (Ray);
                                         # False (ssh: a task stays on its host): a lost host
                                         # is an ordinary failure, unless elastic
@@ -502,6 +504,7 @@ class RunMachine:
         self.finished = False
         self.phase = Phase.START                     # changed by _enter alone
         self._moving: Optional[Tuple[str, str]] = None   # (task, node) whose loss regroups
+        self._restart_for = ""                # elastic.on_change restart: why every task restarts
         #: tasks whose port is chosen where they run when the run starts (``port_chosen``): a
         #: port taken before the task's server bound it is chosen again, at most
         #: MAX_PORT_RECHOICES times a run, not a failed run
@@ -548,7 +551,8 @@ class RunMachine:
             stall_warning=wd.stall_warning, end_timeout=wd.end_timeout,
             max_total_restarts=rule.max_total_restarts, shared_budget=shared,
             peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait,
-            min_workers=getattr(plan, "min_workers", None), moves_nodes=plan.backend != "ssh")
+            min_workers=getattr(plan, "min_workers", None), moves_nodes=plan.backend != "ssh",
+            elastic_restart=bool(getattr(plan, "elastic_restart", False)))
         by_name = {t.name: t for t in plan.tasks}       # (plan.task(n) is a scan: 512^2 at 512)
         tasks = [(n, by_name[n].job, by_name[n].restart, by_name[n].port) for n in here]
         mine = set(here)
@@ -925,13 +929,28 @@ class RunMachine:
         self._moving = None
         t = self.tasks[name]
         self._enter(Phase.RUN)
+        why, self._restart_for = self._restart_for, ""
+        if why:                                   # elastic: every task again, the workers in the run
+            self._start_all(ev.now, out)
+            out.append(Say(f"{why}: starting every task with {self.workers_line()}"))
+            out.append(log_event("cluster_restarted", name, node="", attempt=0))
+            return
         if not ev.ok:
             t.state = check_transition(t.state, TaskState.FAILED, t.name)
             what = f"its node {node} was lost" if node else "its port was taken"
             self._fail(t, f"{what} and the cluster could not be placed again"
                           + (f": {ev.message}" if ev.message else ""), out)
             return
-        self._last_watch = ev.now
+        starts = self._start_all(ev.now, [])
+        how = f"without node {node}" if node else "with ports chosen again"
+        out.append(Say(f"the cluster was placed again {how}: starting every task "
+                       f"with the new TF_CONFIG (restart {t.restarts})"))
+        out.append(log_event("cluster_restarted", name, node=node, attempt=t.restarts))
+        out.extend(starts)
+
+    def _start_all(self, now: float, out: List[Action]) -> List[Action]:
+        """After a regroup: start every task waiting to (ps first), each as a new attempt."""
+        self._last_watch = now
         by_job: Dict[str, List[str]] = {}
         for x in self.tasks.values():
             if x.state in (TaskState.RESTARTING, TaskState.PENDING):
@@ -939,12 +958,9 @@ class RunMachine:
                     x.restarts += 1     # every process is a new attempt (TFCLUSTER_RESTART_COUNT)
                 x.start_at = float("inf")
                 by_job.setdefault(x.job, []).append(x.name)
-        how = f"without node {node}" if node else "with ports chosen again"
-        out.append(Say(f"the cluster was placed again {how}: starting every task "
-                       f"with the new TF_CONFIG (restart {t.restarts})"))
-        out.append(log_event("cluster_restarted", name, node=node, attempt=t.restarts))
         out.extend(Start(n, self.tasks[n].restarts)
                    for job in rules.start_order(by_job) for n in by_job[job])
+        return out
 
     def _start_at(self, t: TaskTrack, at: float) -> None:
         """Start ``t`` again at ``at`` (a Tick then looks; no look at every task every Tick)."""
@@ -1011,6 +1027,8 @@ class RunMachine:
                        error=True))
         out.append(log_event("run_shrunk", t.name, node=node, reason=reason, workers=len(self.workers_in()),
                              min_workers=self.s.min_workers))
+        if self.s.elastic_restart:
+            self._restart_all(t.name, f"{t.name} left", out)
 
     def left_nodes(self) -> List[str]:
         """The nodes that workers left the run with (a driver asks its backend for them)."""
@@ -1033,7 +1051,32 @@ class RunMachine:
         for t in back:
             out.append(log_event("run_grew", t.name, node=ev.node, workers=len(self.workers_in()),
                                  min_workers=self.s.min_workers, attempt=t.restarts))
+        if self.s.elastic_restart:
+            for t in back:
+                t.restarts -= 1      # the restart of every task counts them once
+            self._restart_all(back[0].name, f"{names} came back", out)
+            return
+        for t in back:
             out.append(Start(t.name, t.restarts))
+
+    def _restart_all(self, name: str, why: str, out: List[Action]) -> None:
+        """elastic.on_change restart: every task is stopped in order (the chief saves), then
+        started again with TF_CONFIG listing the workers in the run alone; resumed from the
+        last checkpoint. Not counted as a restart of the run."""
+        self._enter(Phase.REGROUP)
+        self._moving = (name, "")
+        self._restart_for = why
+        for other in self.tasks.values():       # a restart already due waits for this one
+            if other.state == TaskState.RESTARTING:
+                other.start_at = float("inf")
+                self._claims.pop(other.name, None)
+        self._next_start_at = float("inf")
+        out.append(Say(f"{why}: restarting every task with {self.workers_line()} "
+                       f"(elastic.on_change: restart)"))
+        out.append(log_event("cluster_restarting", name, node="", reason=why, attempt=0))
+        self._waves = self._stop_waves()
+        self._wave, self._wave_all = [], []
+        self._next_wave(self._now, out)
 
     def _recount_needs(self) -> None:
         """The success rule's tasks again, without the workers that left the run."""
@@ -1304,7 +1347,7 @@ class RunMachine:
         if self.phase == Phase.REGROUP and self._moving is not None:
             self._wave_all = []
             self._enter(Phase.REPLACE)            # the driver places the tasks again: Regrouped
-            out.append(Regroup(*self._moving))
+            out.append(Regroup(*self._moving, place=not self._restart_for))
             return
         self._enter(Phase.DONE)
         self.finished = True

@@ -204,8 +204,8 @@ class Supervisor:
     def _spec(self, t: TaskPlan, restart_count: int) -> ProcessSpec:
         """The process for attempt ``restart_count`` of task ``t``: the plan's argv with the
         interpreter resolved by the backend, the contract's environment."""
-        argv = contract.resolve_argv(self.plan.argv(t), self.backend.python(t.host))
         live = self.machine.workers_in() if self.plan.min_workers is not None else None
+        argv = contract.resolve_argv(self.plan.argv(t, live=live), self.backend.python(t.host))
         return ProcessSpec(name=t.name, argv=argv, env=self.plan.env(t, restart_count, live=live),
                            cwd=t.cwd, host=t.host)
 
@@ -400,6 +400,9 @@ class Supervisor:
         tasks again (:meth:`Backend.place_again`); the plan takes the new endpoints (a new
         TF_CONFIG for every task), the events record the old and the new, and the machine,
         told, starts every task."""
+        if not a.place:        # elastic: the workers in the run changed; nothing moves
+            self._feed(Regrouped(True, self.clock()))
+            return
         old = {name: tr.plan.endpoint for name, tr in self.runs.items()}
         try:
             got = self.backend.place_again(list(self.runs))

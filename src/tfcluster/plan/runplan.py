@@ -134,6 +134,7 @@ class RunPlan:
     base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
     run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
     min_workers: Optional[int] = None        # elastic: the fewest workers the run goes on with
+    elastic_restart: bool = False            # elastic.on_change restart: TF_CONFIG lists the workers in the run
 
     # ---- tasks
     @property
@@ -164,12 +165,34 @@ class RunPlan:
         return [t for t in self.tasks if t.name not in chosen]
 
     # ---- the contract, per task
-    def argv(self, task: TaskPlan, cluster: Optional[Dict[str, List[str]]] = None) -> List[str]:
+    def argv(self, task: TaskPlan, cluster: Optional[Dict[str, List[str]]] = None,
+             live: Optional[List[str]] = None) -> List[str]:
         """The task's argv (symbolic interpreter), with task flags when the task asks."""
-        cluster = cluster if cluster is not None else self.cluster
+        cluster, index = self.tf_view(task, cluster if cluster is not None else self.cluster, live)
         if task.task_flags and cluster is None:
             raise ValueError("task flags need the cluster's endpoints")
-        return contract.task_argv(task.argv, cluster or {}, task.job, task.index, task.task_flags)
+        return contract.task_argv(task.argv, cluster or {}, task.job, index, task.task_flags)
+
+    def live_workers(self, task: TaskPlan, live: Optional[List[str]]) -> List[str]:
+        """The workers in the run, in index order: ``live`` (default: every worker of the plan),
+        with ``task`` itself when it is a worker about to start."""
+        names = [t.name for t in self.tasks if t.job == "worker"] if live is None else list(live)
+        if task.job == "worker":
+            names.append(task.name)
+        return sorted(set(names), key=lambda n: int(n.rsplit(":", 1)[1]))
+
+    def tf_view(self, task: TaskPlan, cluster: Optional[Dict[str, List[str]]],
+                live: Optional[List[str]]) -> Tuple[Optional[Dict[str, List[str]]], int]:
+        """(ClusterSpec dict, TensorFlow task index) as ``task`` sees the run: the plan's, or in
+        an elastic run that restarts on a change (``elastic.on_change: restart``) the workers in
+        the run alone (``live``), numbered in order (worker:3 of worker:0,1,3 is index 2)."""
+        if not self.elastic_restart or live is None or not cluster or "worker" not in cluster:
+            return cluster, task.index
+        names = self.live_workers(task, live)
+        eps = {t.name: t.endpoint for t in self.tasks}
+        view = dict(cluster)
+        view["worker"] = [eps[n] for n in names]
+        return view, (names.index(task.name) if task.job == "worker" else task.index)
 
     def env(self, task: TaskPlan, restart_count: int = 0,
             cluster: Optional[Dict[str, List[str]]] = None,
@@ -179,11 +202,11 @@ class RunPlan:
         TFCLUSTER_LIVE_WORKERS and TFCLUSTER_WORKER_RANK."""
         place = None
         if self.min_workers is not None and task.job == "worker":
-            names = [t.name for t in self.tasks if t.job == "worker"] if live is None else list(live)
-            names = sorted(set(names) | {task.name}, key=lambda n: int(n.rsplit(":", 1)[1]))
+            names = self.live_workers(task, live)
             place = (len(names), names.index(task.name))
+        view, index = self.tf_view(task, cluster if cluster is not None else self.cluster, live)
         return contract.task_env(
-            task.job, task.index, cluster if cluster is not None else self.cluster,
+            task.job, index, view,
             file_env=dict(task.env), gpus=task.gpus, run_dir=self.run_dir,
             local_tasks=task.local_tasks if local_tasks is None else local_tasks,
             restart_count=restart_count,
@@ -253,7 +276,7 @@ class RunPlan:
             "extra": dict(self.extra), "network": self.network, "network_why": self.network_why,
             "network_asked": self.network_asked, "profiler": self.profiler,
             "base_port_given": self.base_port_given, "run_token": self.run_token,
-            "min_workers": self.min_workers,
+            "min_workers": self.min_workers, "elastic_restart": self.elastic_restart,
         }
 
     @classmethod
@@ -288,7 +311,7 @@ class RunPlan:
                    network_why=d.get("network_why") or "", network_asked=bool(d.get("network_asked")),
                    profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")),
                    run_token=str(d.get("run_token") or os.urandom(8).hex()),
-                   min_workers=d.get("min_workers"))
+                   min_workers=d.get("min_workers"), elastic_restart=bool(d.get("elastic_restart")))
 
 
 # --------------------------------------------------------------------------------------
@@ -496,6 +519,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
 
     min_workers = _min_workers(cluster, tasks, backend)
+    elastic = getattr(cluster.spec, "elastic", None)
     wd = cluster.spec.watchdog
     success = opts.success or cluster.success
     if success not in vocabulary.SUCCESS_RULES:
@@ -512,7 +536,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
         extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
-        profiler=profiler, base_port_given="base_port" in _given(cluster), min_workers=min_workers)
+        profiler=profiler, base_port_given="base_port" in _given(cluster), min_workers=min_workers,
+        elastic_restart=elastic is not None and getattr(elastic, "on_change", "go-on") == "restart")
 
 
 ELASTIC_BACKENDS = ("local", "ssh")
