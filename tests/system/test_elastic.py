@@ -29,6 +29,21 @@ def _record(tmp_path):
     return None, None
 
 
+def _launch(f):
+    return subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc, timeout=400):
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_a_worker_out_of_restarts_leaves_and_trainer_reaches_its_target(tmp_path, ports):
     ps, w0, w1 = ports(3)
     f = tmp_path / "cluster.yaml"
@@ -38,9 +53,7 @@ def test_a_worker_out_of_restarts_leaves_and_trainer_reaches_its_target(tmp_path
                  f"restart: {{policy: on-failure, max_restarts: 1, min_uptime: 0, backoff: 0.2}}\n"
                  f"elastic: {{min_workers: 1}}\n"
                  f"logdir: {tmp_path / 'runs'}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = _launch(f)
     killed, pids = set(), []
     try:
         deadline = time.time() + 300
@@ -58,11 +71,8 @@ def test_a_worker_out_of_restarts_leaves_and_trainer_reaches_its_target(tmp_path
                     except ProcessLookupError:
                         pass
             time.sleep(0.2)
-        out, _ = proc.communicate(timeout=400)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        out = _finish(proc)
     assert len(killed) == 2, out[-3000:]
     assert proc.returncode == 0, out[-4000:]
     assert "worker:1 left the run (not restarted: restart budget spent (1 of 1)): going on with " \
@@ -101,9 +111,7 @@ def test_the_pss_coordinator_goes_on_with_the_workers_left(tmp_path, ports):
                  f"backoff: 0.2}}}}\n"
                  f"elastic: {{min_workers: 1}}\nsuccess: chief\ngrace: 1\n"
                  f"logdir: {tmp_path / 'runs'}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = _launch(f)
     killed = []
     try:
         deadline = time.time() + 300
@@ -120,11 +128,8 @@ def test_the_pss_coordinator_goes_on_with_the_workers_left(tmp_path, ports):
                     except ProcessLookupError:
                         pass
             time.sleep(0.2)
-        out, _ = proc.communicate(timeout=400)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        out = _finish(proc)
     assert len(killed) == 2, out[-3000:]
     assert proc.returncode == 0, out[-4000:]
     assert "worker:1 left the run" in out and "going on with 1 of 2 workers, min 1" in out, out[-3000:]
@@ -150,21 +155,6 @@ def _kill_once_when(tmp_path, proc, task, ready, timeout=300):
                     pass
         time.sleep(0.2)
     return None
-
-
-def _launch(f):
-    return subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-
-
-def _finish(proc, timeout=400):
-    try:
-        return proc.communicate(timeout=timeout)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_sync_training_restarts_with_the_workers_left_and_reaches_its_target(tmp_path, ports):
