@@ -95,3 +95,15 @@ def test_on_change_restart_gives_tf_config_the_workers_in_the_run_alone(tmp_path
     go_on = build_plan(load(text.replace(", on_change: restart", ""), tmp_path))
     conf = json.loads(go_on.env(go_on.task("worker:2"), 1, live=live)[contract.TF_CONFIG])
     assert conf["task"]["index"] == 2 and len(conf["cluster"]["worker"]) == 3
+
+
+def test_validate_says_what_an_elastic_run_does(tmp_path, capsys):
+    p = tmp_path / "cluster.yaml"
+    p.write_text(FILE % 2)
+    (tmp_path / "train.py").write_text("")
+    rc, out, _ = cli(capsys, "validate", p)
+    assert rc == 0 and "elastic: goes on with at least 2 of 4 workers; when one leaves or comes " \
+        "back, the others go on" in out
+    p.write_text((FILE % 2).replace("min_workers: 2", "min_workers: 2, on_change: restart"))
+    rc, out, _ = cli(capsys, "validate", p)
+    assert rc == 0 and "every task restarts with the workers in the run" in out

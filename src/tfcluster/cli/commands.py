@@ -102,6 +102,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     f"{len(cluster.jobs)} job{'s' if len(cluster.jobs) != 1 else ''}; "
                     f"chief: {cluster.chief}; success: {cluster.success}; "
                     f"restart: {cluster.restart.policy}; logdir: {os.path.relpath(cluster.logdir)}"))
+    elastic = getattr(cluster.spec, "elastic", None)
+    if elastic is not None:
+        from tfcluster.core.messages import elastic_line
+        print(elastic_line(elastic.min_workers, sum(1 for t in cluster.tasks if t.job == "worker"),
+                           elastic.on_change == "restart"))
     width = max(len(t.name) for t in cluster.tasks)
     placed = _placed(cluster)
     for t in cluster.tasks:

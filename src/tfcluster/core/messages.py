@@ -191,3 +191,11 @@ def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
         else f"raise {flag} above {step}: {more}"
     return (f"already at the target step, nothing trained: global_step={step}{where} and "
             f"{flag}={target}; {fix}")
+
+
+def elastic_line(min_workers: int, workers: int, restart: bool) -> str:
+    """What an elastic run does (validate, the launch's first lines)."""
+    change = ("every task restarts with the workers in the run" if restart
+              else "the others go on")
+    return (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "
+            f"or comes back, {change}")

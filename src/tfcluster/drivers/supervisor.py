@@ -46,7 +46,7 @@ from tfcluster.core.machine import (
     input_fields,
     line_events,
 )
-from tfcluster.core.messages import security_note
+from tfcluster.core.messages import elastic_line, security_note
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
 from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
@@ -302,6 +302,9 @@ class Supervisor:
         d.info(f"run {self.plan.run_id}: {len(self.runs)} task(s): {names}; logs in {self.plan.run_dir}")
         if self.network_note:
             d.info(self.network_note)
+        if self.plan.min_workers is not None:
+            d.info(elastic_line(self.plan.min_workers, sum(1 for t in self.plan.tasks if t.job == "worker"),
+                                self.plan.elastic_restart))
         if self.skipped:
             why = ("not on --host " + ", ".join(self.plan.only_hosts)) if self.plan.only_hosts \
                 else "not this machine"
