@@ -89,8 +89,7 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
     cluster.dashboard_url = f"http://{head_ip}:{dash}" if dashboard else ""
     try:
         for i, (ip, cpus, resources) in enumerate(nodes):
-            argv = [*RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
-                    "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
+            argv = _node_argv(ip, cpus)
             if i == 0:
                 argv += ["--head", f"--port={port}",
                          *(["--include-dashboard=true", f"--dashboard-host={head_ip}",
@@ -99,25 +98,47 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
                          f"--metrics-export-port={metrics}"]
             else:
                 argv += [f"--address={cluster.address}"]
-            if resources:
-                argv.append(f"--resources={json.dumps(resources)}")
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                                    env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
-            cluster.sessions.append(proc.pid)
-            out, _ = proc.communicate(timeout=120)
-            if proc.returncode != 0:
-                raise RuntimeError(f"ray start ({ip}) failed:\n{out[-3000:]}")
+            _ray_start(cluster, argv, ip, resources)
         if len(nodes) > 1:
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                if ask(cluster, "len([n for n in ray.nodes() if n['Alive']])") == len(nodes):
-                    break
-                time.sleep(1)
+            _wait_alive(cluster, len(nodes))
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def _node_argv(ip: str, cpus: int) -> List[str]:
+    return [*RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
+            "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
+
+
+def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
+    """``ray start`` in a session of its own (the node's daemons keep it), recorded in ``cluster``."""
+    if resources:
+        argv.append(f"--resources={json.dumps(resources)}")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+    cluster.sessions.append(proc.pid)
+    out, _ = proc.communicate(timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ray start ({ip}) failed:\n{out[-3000:]}")
+
+
+def _wait_alive(cluster: RayNodes, n: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ask(cluster, "len([n for n in ray.nodes() if n['Alive']])") == n:
+            return
+        time.sleep(1)
+
+
+def add(cluster: RayNodes, ip: str, cpus: int, resources=None, alive: Optional[int] = None) -> None:
+    """A node joins ``cluster`` (a raylet at ``ip``); with ``alive``, wait until Ray counts that
+    many nodes alive."""
+    _ray_start(cluster, _node_argv(ip, cpus) + [f"--address={cluster.address}"], ip, resources)
+    if alive:
+        _wait_alive(cluster, alive)
 
 
 def ask(cluster: RayNodes, expression: str):

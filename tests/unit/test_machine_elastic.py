@@ -127,6 +127,27 @@ def test_without_elastic_a_lost_ssh_host_is_an_ordinary_failure():
     assert m.result == RunState.FAILED and m.phase != Phase.REGROUP
 
 
+def test_on_ray_a_worker_lost_with_its_node_leaves_and_a_lost_ps_still_moves_the_cluster():
+    """A backend that moves tasks (Ray): a worker lost with its node leaves the run (no regroup,
+    no task of the other node restarted) and starts again when its place is found again (the
+    driver's HostBack: Ray placed its bundle on a node that joined); the ps is not elastic: its
+    node lost, the whole cluster moves as before."""
+    m = make(FOUR, policy="on-failure", min_workers=2, moves_nodes=True)
+    started(m)
+    lost = "10.0.0.3 (a1b2c3d4e5f6)"
+    out = m.handle(Exited("worker:2", -9, 5.0, "its Ray node was lost", lost))
+    out += m.handle(Exited("worker:3", -9, 5.1, "its Ray node was lost", lost))
+    assert m.phase == Phase.RUN and not of(out, Regroup) and not of(out, Start) and not kills(out)
+    assert "it starts again when its place can be found again" in says(out)
+    assert m.workers_line() == "2 of 4 workers, min 2" and m.left_nodes() == [lost]
+    out = m.handle(HostBack(lost, 9.0))
+    assert of(out, Start) == [Start("worker:2", 1), Start("worker:3", 1)]
+    assert f"room again for the workers lost with {lost}: starting worker:2, worker:3" in says(out)
+    assert [e.task for e in logged(out, "run_grew")] == ["worker:2", "worker:3"]
+    out = m.handle(Exited("ps:0", -9, 12.0, "its Ray node was lost", "10.0.0.2 (ffeeddccbbaa)"))
+    assert m.phase == Phase.REGROUP and not m.decided
+
+
 def test_elastic_inputs_replay_to_the_same_actions():
     m = make(FOUR, policy="on-failure", min_workers=2, moves_nodes=False)
     m.log_inputs = True

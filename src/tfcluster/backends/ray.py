@@ -31,6 +31,10 @@ What Ray does here:
   :meth:`RayPlacement.place_again` -- old actors and placement group released, a new group
   placed (Ray leaves out the dead node), ports reserved, new endpoints -- and every task started
   with the new TF_CONFIG.
+* **elastic runs** (``elastic: {min_workers: N}``): a *worker* lost with its node leaves the run
+  instead (the run machine's shrink); its bundle stays in the group, and :meth:`RayBackend.host_back`
+  starts a new actor in it, which Ray schedules once the bundle is placed again on a node with
+  room; when it has answered, the worker starts there with its new endpoint (the machine's grow).
 """
 from __future__ import annotations
 
@@ -188,7 +192,7 @@ class RayHandle(Handle):
 
     def __init__(self, actor, pid: int, name: str, node: str, ip: str = ""):
         self.actor, self.pid, self.name, self.node = actor, pid, name, node
-        self.where = f"{ip} ({node[:12]})" if ip else node[:12]
+        self.where = _where({"ip": ip, "node_id": node})
         self.returncode: Optional[int] = None
         self.lost = ""             # what became of the task beyond its exit status (a lost node)
         r, self._out_w = os.pipe()
@@ -255,6 +259,12 @@ class RayHandle(Handle):
             os.close(self._exit_w)
 
 
+def _where(info: Dict[str, Any]) -> str:
+    """A task's node as the run's record names it: ``ip (node id's first 12)``."""
+    node = str(info.get("node_id", ""))[:12]
+    return f"{info['ip']} ({node})" if info.get("ip") else node
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -283,6 +293,8 @@ class RayBackend(Backend):
         self.handles: List[RayHandle] = []
         self._python = {info["ip"]: info["python"] for _, info in runners.values()}
         self.working_dir = working_dir   # runtime_env's folder here; each actor runs in its copy
+        self._coming: Dict[str, Dict[str, Tuple[Any, Any]]] = {}   # lost node -> workers' new actors
+        self._back: Dict[str, Tuple[Any, Dict[str, Any]]] = {}     # task -> its new actor, ready
 
     def python(self, host: str) -> List[str]:
         return [self._python.get(host, sys.executable)]
@@ -335,6 +347,48 @@ class RayBackend(Backend):
         self._python = {info["ip"]: info["python"] for _, info in runners.values()}
         return {name: (info["ip"], info["port"]) for name, (_, info) in runners.items()}
 
+    def host_back(self, node: str) -> bool:
+        """Elastic runs: whether the workers lost with Ray node ``node`` can run again. The node
+        itself does not come back (a raylet that starts again is a new node): their bundles of
+        the run's group are placed again wherever Ray finds room (a node that joined), and a
+        new actor in each reserves a port there. Started on the first call, looked at without
+        waiting on the next ones; True once every new actor has answered. An actor lost before
+        it answers is dropped and the next call tries again."""
+        import ray
+        if self.placement is None:
+            return False
+        coming = self._coming.get(node)
+        if coming is None:
+            names = [name for name, (_, info) in self.runners.items() if _where(info) == node]
+            if not names:
+                return False
+            coming = self._coming[node] = self.placement.come_back(names)
+        refs = [ref for _, ref in coming.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if len(ready) < len(refs):
+            return False
+        try:
+            infos = ray.get(refs)
+        except ray.exceptions.RayError:
+            for actor, _ in self._coming.pop(node).values():
+                ray.kill(actor, no_restart=True)
+            return False
+        self._back.update({name: (actor, info) for (name, (actor, _)), info in zip(coming.items(), infos)})
+        del self._coming[node]
+        return True
+
+    def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
+        """The endpoints of workers coming back (:meth:`host_back`): their new actors' nodes and
+        ports; each task is started by its new actor from now on."""
+        out: Dict[str, Tuple[str, int, Optional[int]]] = {}
+        for name in names:
+            if name in self._back:
+                self.runners[name] = self._back.pop(name)
+                info = self.runners[name][1]
+                self._python[info["ip"]] = info["python"]
+                out[name] = (info["ip"], info["port"], info.get("profiler_port"))
+        return out
+
     def close(self) -> None:
         for h in self.handles:
             h.wait(10)
@@ -354,7 +408,7 @@ class _Lost(Handle):
     def __init__(self, name: str, info: Dict[str, Any], e: BaseException):
         self.pid = 0
         self.returncode = -signal.SIGKILL
-        self.where = f"{info.get('ip', '?')} ({str(info.get('node_id', ''))[:12]})"
+        self.where = _where({"ip": info.get("ip", "?"), "node_id": info.get("node_id", "")})
         self.lost = (f"its Ray node {self.where} was lost; the task cannot start there again "
                      f"({_first_line(e)})")
         r, w = os.pipe()
@@ -425,6 +479,7 @@ class RayPlacement:
         self.plan, self.spec, self.base_dir = plan, spec, base_dir
         self.env: Dict[str, Any] = {}
         self.placements = 0        # placement groups made (a lost node: one more each time)
+        self.returns = 0           # workers brought back (elastic runs): a new actor name each time
         self.pg = None
         self.actors: List[Any] = []
         self.backend: Optional[RayBackend] = None
@@ -515,9 +570,7 @@ class RayPlacement:
 
     def _reserve(self, ray) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
         """One actor per task in its bundle of the placed group; each reserves a port."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         self._group(ray)
-        pg = self.pg
         # an actor's name is freed asynchronously once it is killed: a new one for each placement
         again = f" #{self.placements}" if self.placements else ""
         self.placements += 1
@@ -525,16 +578,38 @@ class RayPlacement:
         bundles = self.bundles()
         runner = _runner_class()
         for i, (t, b) in enumerate(zip(tasks, bundles)):
-            custom = {k: v for k, v in b.items() if k not in ("CPU", "GPU", "memory")}
-            opts: Dict[str, Any] = dict(
-                num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0), resources=custom or None,
-                # named for the dashboard; owned by this job (not detached): they die with it
-                name=f"tfcluster {t.name}{again}", lifetime=None,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=False))
-            if b.get("memory"):
-                opts["memory"] = b["memory"]
-            self.actors.append(runner.options(**opts).remote(bool(b.get("GPU"))))
+            self._actor(runner, i, t.name, b, again)
         infos = ray.get([a.where.remote(self.plan.profiler and t.job != "evaluator")
                          for t, a in zip(tasks, self.actors)])
         return {t.name: (a, info) for t, a, info in zip(tasks, self.actors, infos)}
+
+    def _actor(self, runner, i: int, name: str, bundle: Dict[str, float], again: str):
+        """The actor of task ``name`` in bundle ``i`` of the run's placement group."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU", "memory")}
+        opts: Dict[str, Any] = dict(
+            num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0), resources=custom or None,
+            # named for the dashboard; owned by this job (not detached): they die with it
+            name=f"tfcluster {name}{again}", lifetime=None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=False))
+        if bundle.get("memory"):
+            opts["memory"] = bundle["memory"]
+        actor = runner.options(**opts).remote(bool(bundle.get("GPU")))
+        self.actors.append(actor)
+        return actor
+
+    def come_back(self, names: List[str]) -> Dict[str, Tuple[Any, Any]]:
+        """Elastic runs: new actors for ``names`` (workers whose node was lost), each in its own
+        bundle of the run's group, which Ray places again on a node with room (a node that
+        joined): task -> (actor, the reference of its :meth:`TaskRunner.where`), not waited for."""
+        tasks = self.plan.selected_tasks
+        bundles = self.bundles()
+        runner = _runner_class()
+        self.returns += 1
+        out = {}
+        for i, (t, b) in enumerate(zip(tasks, bundles)):
+            if t.name in names:
+                actor = self._actor(runner, i, t.name, b, f" back #{self.returns}")
+                out[t.name] = (actor, actor.where.remote(self.plan.profiler and t.job != "evaluator"))
+        return out

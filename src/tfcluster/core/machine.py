@@ -1022,7 +1022,8 @@ class RunMachine:
         t.left, t.left_node = reason, node
         t.why = (t.why + "; " if t.why else "") + f"left the run: {reason}"
         self._recount_needs()
-        back = f"; it starts again when {node} answers" if node else ""
+        back = ("" if not node else f"; it starts again when {node} answers" if not self.s.moves_nodes
+                else "; it starts again when its place can be found again (a node that joins)")
         out.append(Say(f"{t.name} left the run ({reason}): going on with {self.workers_line()}{back}",
                        error=True))
         out.append(log_event("run_shrunk", t.name, node=node, reason=reason, workers=len(self.workers_in()),
@@ -1047,7 +1048,9 @@ class RunMachine:
             return
         self._recount_needs()
         names = ", ".join(t.name for t in back)
-        out.append(Say(f"{ev.node} answers again: starting {names}; {self.workers_line()}"))
+        came = (f"{ev.node} answers again" if not self.s.moves_nodes
+                else f"room again for the workers lost with {ev.node}")
+        out.append(Say(f"{came}: starting {names}; {self.workers_line()}"))
         for t in back:
             out.append(log_event("run_grew", t.name, node=ev.node, workers=len(self.workers_in()),
                                  min_workers=self.s.min_workers, attempt=t.restarts))

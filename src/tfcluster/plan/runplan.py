@@ -540,7 +540,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         elastic_restart=elastic is not None and getattr(elastic, "on_change", "go-on") == "restart")
 
 
-ELASTIC_BACKENDS = ("local", "ssh")
+ELASTIC_BACKENDS = ("local", "ssh", "ray")
 
 
 def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> Optional[int]:
@@ -558,7 +558,7 @@ def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> O
         raise UserError(f"elastic.min_workers: {n} is more than the run's {workers} worker(s)")
     if backend not in ELASTIC_BACKENDS:
         raise UserError(f"elastic: not yet on the {backend} backend (it is on "
-                        f"{' and '.join(ELASTIC_BACKENDS)}); remove elastic: to run there")
+                        f"{', '.join(ELASTIC_BACKENDS)}); remove elastic: to run there")
     return n
 
 

@@ -1,0 +1,111 @@
+"""Elastic workers on Ray (``elastic: {min_workers: 2}``): a real two-node Ray on this machine
+(tests/helpers/ray_nodes.py), real trainer.py (TF1 asynchronous between-graph), a node lost mid-run
+and another joining.
+
+The head (127.0.0.2) holds the ps, the chief and two workers; the second node (127.0.0.3) the two
+other workers (``spot``: the resource workers ask for, of which each node offers two workers'
+worth). Its raylet and workers are killed mid-run: the run goes on with 2 of 4 workers, no task of
+the head restarted, the step still rising. A third node (127.0.0.4) then joins: Ray places the two
+lost workers' bundles there, their new actors reserve ports, and they start again (4 of 4). The
+run reaches its target; the console, events.jsonl and run.json say it shrank and grew."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ROOT, ray_nodes
+
+pytest.importorskip("ray")
+pytestmark = [pytest.mark.tf, pytest.mark.timeout(900)]
+
+TARGET = 12000
+
+
+def _host(row) -> str:
+    return row["endpoint"].rsplit(":", 1)[0]
+
+
+def _step(rows, name="chief:0") -> int:
+    return (rows.get(name, {}).get("progress") or {}).get("step") or 0
+
+
+def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(tmp_path):
+    cluster = ray_nodes.start((("127.0.0.2", 4, {"head": 1, "spot": 1}), ("127.0.0.3", 2, {"spot": 1})))
+    proc = None
+    try:
+        ckpt = tmp_path / "ckpt"
+        f = tmp_path / "c.yaml"
+        f.write_text("backend: ray\n"
+                     "ray: {placement_timeout: 60, jobs: {ps: {resources: {head: 0.5}}, "
+                     "chief: {resources: {head: 0.5}}, worker: {resources: {spot: 0.5}}}}\n"
+                     "cluster: {ps: 1, chief: 1, worker: 4}\n"
+                     "elastic: {min_workers: 2}\n"
+                     "restart: {policy: on-failure, max_restarts: 3, backoff: 1, min_uptime: 0}\n"
+                     f"program: {{command: [python, {os.path.join(ROOT, 'trainer.py')}], "
+                     f"args: [--train_steps={TARGET}, --checkpoint_dir={ckpt}, "
+                     f"--save_checkpoint_steps=500]}}\nlogdir: {tmp_path / 'runs'}\n")
+        proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=cluster.env(), start_new_session=True)
+        workers = [f"worker:{i}" for i in range(4)]
+
+        def training(rows):
+            return _step(rows) >= 300 and all(_step(rows, w) > 0 for w in workers)
+
+        then = ray_nodes.wait_rows(tmp_path, training, timeout=300)
+        assert training(then), then
+        lost = sorted(w for w in workers if _host(then[w]) == "127.0.0.3")
+        assert len(lost) == 2 and all(_host(then[n]) == "127.0.0.2" for n in ("ps:0", "chief:0")), then
+        t_kill, step_kill = time.time(), _step(then)
+        cluster.kill_node(1)
+
+        def shrunk(rows):
+            return all(rows[w]["state"] != "running" for w in lost) and _step(rows) > step_kill + 100
+
+        rows = ray_nodes.wait_rows(tmp_path, shrunk, timeout=120)
+        assert shrunk(rows), rows
+        assert _step(rows) < TARGET, "the run ended before the node joined: raise TARGET"
+        print(f"shrunk after {time.time() - t_kill:.1f}s; chief step {step_kill} -> {_step(rows)}")
+        ray_nodes.add(cluster, "127.0.0.4", 2, {"spot": 1})
+
+        def grown(rows):
+            return all(_host(rows[w]) == "127.0.0.4" and rows[w]["state"] == "running" and _step(rows, w) > 0
+                       for w in lost)
+
+        rows = ray_nodes.wait_rows(tmp_path, grown, timeout=240)
+        assert grown(rows), rows
+        print(f"grown {time.time() - t_kill:.1f}s after the kill; chief step {_step(rows)} of {TARGET}")
+        out, _ = proc.communicate(timeout=500)
+        assert proc.returncode == 0, out[-6000:]
+
+        rec, rows = ray_nodes.record(tmp_path)
+        assert rec["result"] == "succeeded", rec
+        for name in ("ps:0", "chief:0", *[w for w in workers if w not in lost]):
+            assert rows[name]["restarts"] == 0 and _host(rows[name]) == "127.0.0.2", rows[name]
+        for w in lost:
+            assert rows[w]["restarts"] == 1 and rows[w]["env"]["TFCLUSTER_RESTART_COUNT"] == "1", rows[w]
+            assert json.loads(rows[w]["env"]["TF_CONFIG"])["cluster"]["worker"][int(w[-1])] == rows[w]["endpoint"]
+        assert _step(rows) >= TARGET
+        assert rec["workers"]["in"] == 4 and rec["workers"]["of"] == 4 and rec["workers"]["min"] == 2, rec["workers"]
+        assert not rec.get("moves"), rec.get("moves")
+        events = [json.loads(ln) for ln in open(os.path.join(rec["run_dir"], "events.jsonl"))]
+        shrinks = [e for e in events if e["event"] == "run_shrunk"]
+        grows = [e for e in events if e["event"] == "run_grew"]
+        assert sorted(e["task"] for e in shrinks) == lost and sorted(e["task"] for e in grows) == lost
+        assert {e["workers"] for e in shrinks} >= {2} and max(e["workers"] for e in grows) == 4
+        assert all("127.0.0.3" in e["node"] for e in shrinks + grows)
+        assert "left the run" in out and "going on with 2 of 4 workers, min 2" in out, out[-6000:]
+        assert "room again for the workers lost with 127.0.0.3" in out and "4 of 4 workers" in out, out[-6000:]
+        assert "placed again" not in out, out[-6000:]
+        assert ray_nodes.leftovers(cluster) is None
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        cluster.stop()
