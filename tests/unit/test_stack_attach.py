@@ -91,3 +91,30 @@ def test_a_record_naming_another_live_process_as_its_launcher_reads_no_stack(tmp
     with pytest.raises(UserError, match="is not the launcher of this run folder .*no stack read"):
         stack.show_stacks(str(run), ["ps:0"])
     assert not ran
+
+
+def test_attach_follows_a_decided_run_until_its_launcher_has_ended_it(tmp_path):
+    """The launcher writes a decided run's result while it still stops the other tasks (no end,
+    no exit code yet): attach goes on until the record is closed, then prints the exit code."""
+    import io
+
+    import psutil
+
+    from tfcluster.runs.attach import attach
+    from tfcluster.runs.record import write_record
+    me = psutil.Process()
+    rec = record(launcher_pid=me.pid, launcher_started=me.create_time(), result="running",
+                 started=1.0, ended=None, exit_code=None)
+    write_record(str(tmp_path), rec)
+    steps = [dict(result="succeeded"), dict(result="succeeded", ended=9.0, exit_code=0)]
+    looks = []
+
+    def sleep(_):
+        looks.append(1)
+        rec.update(steps.pop(0))
+        write_record(str(tmp_path), rec)
+
+    out = io.StringIO()
+    assert attach(str(tmp_path), out=out, sleep=sleep, live=False, every=1e9) == 0
+    assert len(looks) == 2 and not steps          # the decided record alone did not end it
+    assert "ended: succeeded (exit code 0)" in out.getvalue()

@@ -52,6 +52,13 @@ def table_text(record: Dict, now: float) -> str:
     return text
 
 
+def _closed(record: Dict) -> bool:
+    """Whether the run is over: the launcher wrote its end (a decided run still stops its
+    tasks, and its record says the result before its end and exit code), or it is gone."""
+    from tfcluster.runs.liveness import launcher_alive
+    return record.get("ended") is not None or launcher_alive(record) is not True
+
+
 def attach(run_dir: str, out=None, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep, live: Optional[bool] = None,
            every: float = PLAIN_EVERY) -> int:
@@ -92,7 +99,7 @@ def attach(run_dir: str, out=None, clock: Callable[[], float] = time.time,
                 else:
                     print(printable(line), file=out, flush=True)
             now = clock()
-            if result != "running":
+            if result != "running" and _closed(record):
                 break
             if view is not None:
                 from rich.text import Text
