@@ -11,7 +11,11 @@ run reaches its target; the console, events.jsonl and run.json say it shrank and
 
 MultiWorkerMirroredStrategy (the Keras tutorial's shape, ``on_change: restart``): a worker's node
 lost restarts the tasks left, on the head, with a TF_CONFIG of the workers left; Keras resumes
-from its BackupAndRestore backup."""
+from its BackupAndRestore backup.
+
+ParameterServerStrategy (examples/ps_strategy.py, ``on_change: restart-chief``): the coordinator
+goes on without the lost node's workers; when they start again on a node that joined, at new
+addresses, the coordinator alone restarts from its checkpoint with them; no ps restarted."""
 from __future__ import annotations
 
 import json
@@ -39,6 +43,37 @@ def _step(rows, name="chief:0") -> int:
     return (rows.get(name, {}).get("progress") or {}).get("step") or 0
 
 
+def _end(proc, cluster) -> None:
+    """The launcher's process group, if it still runs, and the Ray nodes."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    cluster.stop()
+
+
+def _lose_the_second_node_then_add_a_third(tmp_path, cluster, training, target):
+    """Once ``training(rows)`` holds, kill the second node (the workers there: ``lost``), wait
+    until they are out and the chief's step rose by 100 (still short of ``target``), then add a
+    third node with room for them: (lost, time of the kill, the chief's step then, rows)."""
+    workers = [f"worker:{i}" for i in range(4)]
+    then = ray_nodes.wait_rows(tmp_path, training, timeout=300)
+    assert training(then), then
+    lost = sorted(w for w in workers if _host(then[w]) == "127.0.0.3")
+    assert len(lost) == 2 and all(_host(then[n]) == "127.0.0.2" for n in ("ps:0", "chief:0")), then
+    t_kill, step_kill = time.time(), _step(then)
+    cluster.kill_node(1)
+
+    def shrunk(rows):
+        return all(rows[w]["state"] != "running" for w in lost) and _step(rows) > step_kill + 100
+
+    rows = ray_nodes.wait_rows(tmp_path, shrunk, timeout=120)
+    assert shrunk(rows), rows
+    assert _step(rows) < target, "the run ended before the node joined: raise the target"
+    print(f"shrunk after {time.time() - t_kill:.1f}s; chief step {step_kill} -> {_step(rows)}")
+    ray_nodes.add(cluster, "127.0.0.4", 2, {"spot": 1})
+    return lost, t_kill, step_kill, rows
+
+
 def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(tmp_path):
     cluster = ray_nodes.start((("127.0.0.2", 4, {"head": 1, "spot": 1}), ("127.0.0.3", 2, {"spot": 1})))
     proc = None
@@ -62,21 +97,7 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
         def training(rows):
             return _step(rows) >= 300 and all(_step(rows, w) > 0 for w in workers)
 
-        then = ray_nodes.wait_rows(tmp_path, training, timeout=300)
-        assert training(then), then
-        lost = sorted(w for w in workers if _host(then[w]) == "127.0.0.3")
-        assert len(lost) == 2 and all(_host(then[n]) == "127.0.0.2" for n in ("ps:0", "chief:0")), then
-        t_kill, step_kill = time.time(), _step(then)
-        cluster.kill_node(1)
-
-        def shrunk(rows):
-            return all(rows[w]["state"] != "running" for w in lost) and _step(rows) > step_kill + 100
-
-        rows = ray_nodes.wait_rows(tmp_path, shrunk, timeout=120)
-        assert shrunk(rows), rows
-        assert _step(rows) < TARGET, "the run ended before the node joined: raise TARGET"
-        print(f"shrunk after {time.time() - t_kill:.1f}s; chief step {step_kill} -> {_step(rows)}")
-        ray_nodes.add(cluster, "127.0.0.4", 2, {"spot": 1})
+        lost, t_kill, step_kill, rows = _lose_the_second_node_then_add_a_third(tmp_path, cluster, training, TARGET)
 
         def grown(rows):
             return all(_host(rows[w]) == "127.0.0.4" and rows[w]["state"] == "running" and _step(rows, w) > 0
@@ -109,10 +130,7 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
         assert "placed again" not in out, out[-6000:]
         assert ray_nodes.leftovers(cluster) is None
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        cluster.stop()
+        _end(proc, cluster)
 
 
 def test_mwms_keras_fit_on_ray_restarts_the_others_alone_when_a_workers_node_is_lost(tmp_path):
@@ -166,3 +184,71 @@ def test_mwms_keras_fit_on_ray_restarts_the_others_alone_when_a_workers_node_is_
         assert ray_nodes.leftovers(cluster) is None
     finally:
         cluster.stop()
+
+
+PSS_TARGET = 3000
+
+
+def test_pss_on_ray_goes_on_without_a_lost_node_and_restarts_the_coordinator_alone_when_it_joins(tmp_path):
+    """TF2 ParameterServerStrategy (examples/ps_strategy.py: a coordinator's custom loop with
+    checkpoints) with 1 ps and the coordinator on the head and 4 workers over both nodes,
+    elastic {min_workers: 2, on_change: restart-chief}: the second node killed mid-run, the
+    coordinator goes on with the 2 workers left (TensorFlow schedules the lost workers' closures
+    on them), nothing restarts; a third node joins, the 2 workers start there at new addresses,
+    and the coordinator alone is restarted with a TF_CONFIG of the 4 workers in the run: it
+    resumes from its checkpoint and reaches the target. No ps or head worker restarted."""
+    cluster = ray_nodes.start((("127.0.0.2", 4, {"head": 1, "spot": 1}), ("127.0.0.3", 2, {"spot": 1})))
+    proc = None
+    try:
+        f = tmp_path / "c.yaml"
+        f.write_text("backend: ray\n"
+                     "ray: {placement_timeout: 60, jobs: {ps: {resources: {head: 0.5}}, "
+                     "chief: {resources: {head: 0.5}}, worker: {resources: {spot: 0.5}}}}\n"
+                     "cluster: {ps: 1, chief: 1, worker: 4}\n"
+                     "elastic: {min_workers: 2, on_change: restart-chief}\nsuccess: chief\n"
+                     f"program: {{command: [python, {os.path.join(ROOT, 'examples', 'ps_strategy.py')}], "
+                     f"args: [--train_steps={PSS_TARGET}, --step_delay=0.05, "
+                     f"'--checkpoint_dir={tmp_path / 'ckpt'}']}}\nlogdir: {tmp_path / 'runs'}\n")
+        said = tmp_path / "launcher.out"
+        with open(said, "w") as sink:
+            proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
+                                    stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                    env=cluster.env(), start_new_session=True)
+        workers = [f"worker:{i}" for i in range(4)]
+
+        lost, t_kill, step_kill, rows = _lose_the_second_node_then_add_a_third(
+            tmp_path, cluster, lambda rows: _step(rows) >= 200, PSS_TARGET)
+        assert rows["chief:0"]["restarts"] == 0              # the shrink restarted nothing
+
+        def regrown(rows):
+            return rows["chief:0"]["restarts"] == 1 and rows["chief:0"]["state"] == "running" and all(
+                _host(rows[w]) == "127.0.0.4" and rows[w]["state"] == "running" for w in lost)
+
+        rows = ray_nodes.wait_rows(tmp_path, regrown, timeout=240)
+        assert regrown(rows), said.read_text()[-6000:]
+        print(f"grown {time.time() - t_kill:.1f}s after the kill; coordinator step {_step(rows)}")
+        proc.wait(timeout=500)
+        out = said.read_text()
+        assert proc.returncode == 0, out[-6000:]
+
+        rec, rows = ray_nodes.record(tmp_path)
+        assert rec["result"] == "succeeded", rec
+        for name in ("ps:0", *[w for w in workers if w not in lost]):
+            assert rows[name]["restarts"] == 0 and _host(rows[name]) == "127.0.0.2", rows[name]
+        for w in lost:
+            assert rows[w]["restarts"] == 1 and _host(rows[w]) == "127.0.0.4", rows[w]
+        chief = rows["chief:0"]
+        assert chief["restarts"] == 1 and rec["total_restarts"] == 0, chief
+        conf = json.loads(chief["env"]["TF_CONFIG"])
+        assert conf["cluster"]["worker"] == [rows[w]["endpoint"] for w in workers], conf
+        log = open(chief["log"]).read()
+        resumed = [ln for ln in log.splitlines() if "ps_strategy: resumed from" in ln]
+        assert resumed, log[-4000:]
+        assert int(resumed[-1].rsplit(" ", 1)[1]) > step_kill, resumed
+        assert _step(rows) >= PSS_TARGET
+        assert rec["workers"]["in"] == 4 and not rec.get("moves"), rec
+        assert "restarting chief:0 with 4 of 4 workers, min 2 (elastic.on_change: restart-chief)" in out, \
+            out[-6000:]
+        assert ray_nodes.leftovers(cluster) is None
+    finally:
+        _end(proc, cluster)

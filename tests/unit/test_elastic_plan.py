@@ -107,3 +107,22 @@ def test_validate_says_what_an_elastic_run_does(tmp_path, capsys):
     p.write_text((FILE % 2).replace("min_workers: 2", "min_workers: 2, on_change: restart"))
     rc, out, _ = cli(capsys, "validate", p)
     assert rc == 0 and "every task restarts with the workers in the run" in out
+
+
+def test_on_change_restart_chief_gives_the_chief_alone_the_workers_in_the_run(tmp_path):
+    """elastic.on_change restart-chief (ParameterServerStrategy): the chief's TF_CONFIG lists the
+    workers in the run; the ps and the workers keep the whole cluster and their indices."""
+    text = ("cluster: {chief: [localhost:2221], ps: [localhost:2222], "
+            "worker: [localhost:2223, localhost:2224, localhost:2225]}\n"
+            "program: {command: [python, t.py]}\n"
+            "elastic: {min_workers: 1, on_change: restart-chief}\n")
+    plan = build_plan(load(text, tmp_path))
+    assert plan.on_change == "restart-chief" and not plan.elastic_restart
+    assert RunPlan.from_dict(plan.to_dict()).on_change == "restart-chief"
+    live = ["worker:0", "worker:2"]
+    chief = json.loads(plan.env(plan.task("chief:0"), 1, live=live)[contract.TF_CONFIG])
+    assert chief["cluster"]["worker"] == ["localhost:2223", "localhost:2225"]
+    assert chief["task"] == {"type": "chief", "index": 0}
+    for name in ("ps:0", "worker:2"):
+        conf = json.loads(plan.env(plan.task(name), 1, live=live)[contract.TF_CONFIG])
+        assert len(conf["cluster"]["worker"]) == 3 and conf["task"]["index"] == plan.task(name).index

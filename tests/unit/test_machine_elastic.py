@@ -168,7 +168,7 @@ def test_on_change_restart_stops_every_task_then_starts_them_with_the_workers_in
     """elastic.on_change restart (sync training, MWMS): a worker leaving stops every task in
     order (the chief saves), then every task but it starts again (no placement: Regroup with
     place False, answered at once), not counted as a restart of the run; its return does the same."""
-    m = make(FOUR, min_workers=2, moves_nodes=False, elastic_restart=True)
+    m = make(FOUR, min_workers=2, moves_nodes=False, on_change="restart")
     started(m)
     out = m.handle(Exited("worker:3", 255, 5.0, "host h lost", "h"))
     assert m.phase == Phase.REGROUP and not m.decided
@@ -194,3 +194,32 @@ def test_on_change_restart_stops_every_task_then_starts_them_with_the_workers_in
     assert of(out, Start) == [Start("ps:0", 2), Start("worker:0", 2), Start("worker:1", 2),
                               Start("worker:2", 2), Start("worker:3", 1)]   # its second process
     assert m.workers_line() == "4 of 4 workers, min 2"
+
+
+def test_on_change_restart_chief_lets_a_worker_leave_and_restarts_the_chief_alone_when_it_is_back():
+    """elastic.on_change restart-chief (ParameterServerStrategy): a worker leaving changes
+    nothing; when it comes back, the chief alone (the coordinator) is stopped, then started
+    again with the worker back, neither counted as a restart; the ps and the other workers are
+    never signalled."""
+    names = ("ps:0", "chief:0", "worker:0", "worker:1", "worker:2")
+    m = make(names, chief="chief:0", min_workers=1, moves_nodes=True, on_change="restart-chief")
+    started(m)
+    out = m.handle(Exited("worker:2", 255, 5.0, "node n lost", "n"))
+    assert m.phase == Phase.RUN and kills(out) == [] and of(out, Start) == []
+    assert "worker:2 left the run" in says(out)
+    out = m.handle(HostBack("n", 9.0))
+    assert m.phase == Phase.REGROUP and kills(out) == [("chief:0", 15)]
+    assert "worker:2 came back: restarting chief:0 with 3 of 3 workers, min 1 " \
+           "(elastic.on_change: restart-chief)" in says(out)
+    out = m.handle(Exited("chief:0", -15, 9.5))
+    assert of(out, Regroup) == [Regroup("worker:2", "", place=False)]
+    assert all(k[0] == "chief:0" for k in kills(out))
+    out = m.handle(Regrouped(True, 10.0))
+    assert sorted(of(out, Start), key=lambda a: a.task) == [Start("chief:0", 1), Start("worker:2", 1)]
+    assert "starting " in says(out) and m.phase == Phase.RUN and m.total_restarts == 0
+    for n in ("ps:0", "worker:0", "worker:1"):
+        assert m.tasks[n].state == TaskState.RUNNING and m.tasks[n].restarts == 0
+    m.handle(Started("chief:0", 600, 10.5))
+    m.handle(Started("worker:2", 601, 10.5))
+    m.handle(Exited("chief:0", 0, 20.0))
+    assert m.result == RunState.SUCCEEDED

@@ -106,7 +106,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if elastic is not None:
         from tfcluster.core.messages import elastic_line
         print(elastic_line(elastic.min_workers, sum(1 for t in cluster.tasks if t.job == "worker"),
-                           elastic.on_change == "restart"))
+                           elastic.on_change))
     width = max(len(t.name) for t in cluster.tasks)
     placed = _placed(cluster)
     for t in cluster.tasks:

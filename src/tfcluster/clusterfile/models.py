@@ -119,11 +119,15 @@ class ElasticSpec(_Strict):
                              "worker's host or node, or a worker out of its restarts, does not fail "
                              "the run while at least this many workers live (at most the file's "
                              "worker count); a worker whose host comes back is started again")
-    on_change: Literal["go-on", "restart"] = Field(
+    on_change: Literal["go-on", "restart", "restart-chief"] = Field(
         "go-on", description="what the others do when a worker leaves or comes back: go-on, nothing "
         "(asynchronous training, ParameterServerStrategy); restart, every task is stopped and "
         "started again from the last checkpoint with TF_CONFIG listing the workers in the run alone "
-        "(SyncReplicasOptimizer, MultiWorkerMirroredStrategy)")
+        "(SyncReplicasOptimizer, MultiWorkerMirroredStrategy); restart-chief, a worker leaving "
+        "changes nothing, and a worker coming back restarts the chief alone (the "
+        "ParameterServerStrategy coordinator, from its checkpoint) with TF_CONFIG listing the "
+        "workers in the run, so that it uses the worker at its new address; the ps and the "
+        "other workers keep running")
 
 
 class RemoteSpec(_Strict):

@@ -463,7 +463,8 @@ class Settings:
     peer_stop_wait: Optional[float] = None   # ps wave: how long to wait for non-ps tasks
                                              # elsewhere to end (default: stop_timeout)
     min_workers: Optional[int] = None   # elastic: the fewest workers the run goes on with
-    elastic_restart: bool = False       # elastic.on_change restart: a change restarts every task
+    on_change: str = "go-on"            # elastic.on_change: go-on; restart (a change restarts
+                                        # every task); restart-chief (a worker back restarts the chief)
     moves_nodes: bool = True            # a lost node regroups the cluster elsewhere (Ray);
                                         # False (ssh: a task stays on its host): a lost host
                                         # is an ordinary failure, unless elastic
@@ -552,7 +553,7 @@ class RunMachine:
             max_total_restarts=rule.max_total_restarts, shared_budget=shared,
             peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait,
             min_workers=getattr(plan, "min_workers", None), moves_nodes=plan.backend != "ssh",
-            elastic_restart=bool(getattr(plan, "elastic_restart", False)))
+            on_change=getattr(plan, "on_change", "go-on"))
         by_name = {t.name: t for t in plan.tasks}       # (plan.task(n) is a scan: 512^2 at 512)
         tasks = [(n, by_name[n].job, by_name[n].restart, by_name[n].port) for n in here]
         mine = set(here)
@@ -931,8 +932,10 @@ class RunMachine:
         self._enter(Phase.RUN)
         why, self._restart_for = self._restart_for, ""
         if why:                                   # elastic: every task again, the workers in the run
-            self._start_all(ev.now, out)
-            out.append(Say(f"{why}: starting every task with {self.workers_line()}"))
+            starts = self._start_all(ev.now, [])
+            which = "every task" if self.s.on_change == "restart" else ", ".join(a.task for a in starts)
+            out.extend(starts)
+            out.append(Say(f"{why}: starting {which} with {self.workers_line()}"))
             out.append(log_event("cluster_restarted", name, node="", attempt=0))
             return
         if not ev.ok:
@@ -1028,7 +1031,7 @@ class RunMachine:
                        error=True))
         out.append(log_event("run_shrunk", t.name, node=node, reason=reason, workers=len(self.workers_in()),
                              min_workers=self.s.min_workers))
-        if self.s.elastic_restart:
+        if self.s.on_change == "restart":
             self._restart_all(t.name, f"{t.name} left", out)
 
     def left_nodes(self) -> List[str]:
@@ -1054,18 +1057,22 @@ class RunMachine:
         for t in back:
             out.append(log_event("run_grew", t.name, node=ev.node, workers=len(self.workers_in()),
                                  min_workers=self.s.min_workers, attempt=t.restarts))
-        if self.s.elastic_restart:
+        chief = self.tasks.get(self.s.chief)
+        if self.s.on_change == "restart" or (self.s.on_change == "restart-chief" and chief is not None
+                                             and chief.state == TaskState.RUNNING):
             for t in back:
-                t.restarts -= 1      # the restart of every task counts them once
-            self._restart_all(back[0].name, f"{names} came back", out)
+                t.restarts -= 1      # the start after the regroup counts them once
+            self._restart_all(back[0].name, f"{names} came back", out,
+                              only=[chief.name] if self.s.on_change == "restart-chief" else None)
             return
         for t in back:
             out.append(Start(t.name, t.restarts))
 
-    def _restart_all(self, name: str, why: str, out: List[Action]) -> None:
+    def _restart_all(self, name: str, why: str, out: List[Action], only: Optional[List[str]] = None) -> None:
         """elastic.on_change restart: every task is stopped in order (the chief saves), then
         started again with TF_CONFIG listing the workers in the run alone; resumed from the
-        last checkpoint. Not counted as a restart of the run."""
+        last checkpoint. Not counted as a restart of the run. ``only`` (restart-chief): those
+        tasks alone are stopped and started again, with the workers waiting to start."""
         self._enter(Phase.REGROUP)
         self._moving = (name, "")
         self._restart_for = why
@@ -1074,10 +1081,12 @@ class RunMachine:
                 other.start_at = float("inf")
                 self._claims.pop(other.name, None)
         self._next_start_at = float("inf")
-        out.append(Say(f"{why}: restarting every task with {self.workers_line()} "
-                       f"(elastic.on_change: restart)"))
+        which = "every task" if only is None else ", ".join(only)
+        out.append(Say(f"{why}: restarting {which} with {self.workers_line()} "
+                       f"(elastic.on_change: {self.s.on_change})"))
         out.append(log_event("cluster_restarting", name, node="", reason=why, attempt=0))
-        self._waves = self._stop_waves()
+        self._waves = self._stop_waves() if only is None else \
+            [[n for n in only if self.tasks[n].state.alive], []]
         self._wave, self._wave_all = [], []
         self._next_wave(self._now, out)
 

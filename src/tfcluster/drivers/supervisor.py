@@ -304,7 +304,7 @@ class Supervisor:
             d.info(self.network_note)
         if self.plan.min_workers is not None:
             d.info(elastic_line(self.plan.min_workers, sum(1 for t in self.plan.tasks if t.job == "worker"),
-                                self.plan.elastic_restart))
+                                self.plan.on_change))
         if self.skipped:
             why = ("not on --host " + ", ".join(self.plan.only_hosts)) if self.plan.only_hosts \
                 else "not this machine"

@@ -134,7 +134,13 @@ class RunPlan:
     base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
     run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
     min_workers: Optional[int] = None        # elastic: the fewest workers the run goes on with
-    elastic_restart: bool = False            # elastic.on_change restart: TF_CONFIG lists the workers in the run
+    on_change: str = "go-on"                 # elastic.on_change: go-on, restart, restart-chief
+
+    @property
+    def elastic_restart(self) -> bool:
+        """elastic.on_change restart: a change restarts every task; TF_CONFIG lists the workers
+        in the run alone."""
+        return self.on_change == "restart"
 
     # ---- tasks
     @property
@@ -184,9 +190,11 @@ class RunPlan:
     def tf_view(self, task: TaskPlan, cluster: Optional[Dict[str, List[str]]],
                 live: Optional[List[str]]) -> Tuple[Optional[Dict[str, List[str]]], int]:
         """(ClusterSpec dict, TensorFlow task index) as ``task`` sees the run: the plan's, or in
-        an elastic run that restarts on a change (``elastic.on_change: restart``) the workers in
-        the run alone (``live``), numbered in order (worker:3 of worker:0,1,3 is index 2)."""
-        if not self.elastic_restart or live is None or not cluster or "worker" not in cluster:
+        an elastic run that restarts on a change (``elastic.on_change: restart``; with
+        ``restart-chief``, the chief alone) the workers in the run alone (``live``), numbered in
+        order (worker:3 of worker:0,1,3 is index 2)."""
+        sees_live = self.elastic_restart or (self.on_change == "restart-chief" and task.name == self.chief)
+        if not sees_live or live is None or not cluster or "worker" not in cluster:
             return cluster, task.index
         names = self.live_workers(task, live)
         eps = {t.name: t.endpoint for t in self.tasks}
@@ -276,7 +284,7 @@ class RunPlan:
             "extra": dict(self.extra), "network": self.network, "network_why": self.network_why,
             "network_asked": self.network_asked, "profiler": self.profiler,
             "base_port_given": self.base_port_given, "run_token": self.run_token,
-            "min_workers": self.min_workers, "elastic_restart": self.elastic_restart,
+            "min_workers": self.min_workers, "on_change": self.on_change,
         }
 
     @classmethod
@@ -311,7 +319,8 @@ class RunPlan:
                    network_why=d.get("network_why") or "", network_asked=bool(d.get("network_asked")),
                    profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")),
                    run_token=str(d.get("run_token") or os.urandom(8).hex()),
-                   min_workers=d.get("min_workers"), elastic_restart=bool(d.get("elastic_restart")))
+                   min_workers=d.get("min_workers"),
+                   on_change=str(d.get("on_change") or ("restart" if d.get("elastic_restart") else "go-on")))
 
 
 # --------------------------------------------------------------------------------------
@@ -537,7 +546,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
         extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
         profiler=profiler, base_port_given="base_port" in _given(cluster), min_workers=min_workers,
-        elastic_restart=elastic is not None and getattr(elastic, "on_change", "go-on") == "restart")
+        on_change=getattr(elastic, "on_change", "go-on") if elastic is not None else "go-on")
 
 
 ELASTIC_BACKENDS = ("local", "ssh", "ray")
