@@ -8,7 +8,8 @@ from helpers import ROOT, run_cli
 from tfcluster.clusterfile import config
 from tfcluster.core import messages
 from tfcluster.errors import UserError
-from tfcluster.plan.runplan import LaunchOptions, apply_args, build_plan, parse_args
+from tfcluster.plan.program_args import apply_args, parse_args
+from tfcluster.plan.runplan import LaunchOptions, build_plan
 
 PROGRAM = ["python", "trainer.py", "--train_steps=2000", "--checkpoint_dir", "runs/ckpt"]
 

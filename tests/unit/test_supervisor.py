@@ -12,7 +12,7 @@ import pytest
 from helpers.fake import make
 from tfcluster.core.machine import TaskState
 from tfcluster.drivers.display import ProgressLines, ProgressPace, View
-from tfcluster.drivers.tasks import StepRate
+from tfcluster.drivers.tasks import PROBES_PER_ROUND, StepRate
 from tfcluster.plan.runplan import LaunchOptions
 from tfcluster.runs.eventlog import NullEventLog
 
@@ -266,7 +266,6 @@ def test_the_end_of_a_run_names_the_chiefs_summaries_folder(tmp_path):
 def test_port_probes_are_bounded_per_round_and_reach_every_task(tmp_path):
     """200 tasks whose ports never open: each probe round connects to at most PROBES_PER_ROUND
     of them, in turn, so every task is probed within a few rounds."""
-    from tfcluster.drivers import supervisor as sv
     n = 200
     body = ("    cluster: {worker: [" + ", ".join(f"localhost:{4000 + i}" for i in range(n)) + "]}\n"
             "    program: {command: [python, t.py]}\n"
@@ -282,7 +281,7 @@ def test_port_probes_are_bounded_per_round_and_reach_every_task(tmp_path):
         return real(host, port)
     be.accepts = accepts
     assert sup.run() == 0
-    assert rounds and max(len(ports) for _, ports in rounds) <= sv.PROBES_PER_ROUND
+    assert rounds and max(len(ports) for _, ports in rounds) <= PROBES_PER_ROUND
     first = [p for _, ports in rounds[:4] for p in ports]
     assert set(first) == {4000 + i for i in range(n)}       # 4 rounds of 64 cover 200 tasks
 

@@ -51,7 +51,17 @@ from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
 from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
 from tfcluster.drivers.pump import OutputPump, join_readers
-from tfcluster.drivers.tasks import ExitWatch, SecretMasks, Starter, StepRate, TaskRun, discard, start_failure
+from tfcluster.drivers.tasks import (
+    ChiefElsewhere,
+    ExitWatch,
+    PortProbes,
+    SecretMasks,
+    Starter,
+    StepRate,
+    TaskRun,
+    discard,
+    start_failure,
+)
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
 from tfcluster.plan import contract
@@ -67,8 +77,6 @@ from tfcluster.runs.table import shlex_quote
 PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
 HOSTS_EVERY = 1.0              # elastic: seconds between asks whether lost hosts are back
 LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
-PROBE_EVERY = 0.5              # seconds between rounds of port probes
-PROBES_PER_ROUND = 64          # ... of at most this many tasks (PortProbes)
 
 
 class Inbox:
@@ -84,55 +92,6 @@ class Inbox:
         while self.events:
             out.append(self.events.popleft())
         return out
-
-
-class PortProbes:
-    """Which tasks' ports to probe, and when: every PROBE_EVERY seconds, each task not yet seen
-    up, at most PROBES_PER_ROUND of them a round, in turn (512 connects every half second would
-    be a launcher busy probing; a task's state shows ``serving`` a few seconds later at most)."""
-
-    def __init__(self) -> None:
-        self.last = 0.0           # when the last round was
-        self._at = 0              # where the next round starts
-
-    def due(self, now: float) -> bool:
-        if now - self.last >= PROBE_EVERY:
-            self.last = now
-            return True
-        return False
-
-    def pick(self, names: List[str]) -> List[str]:
-        if len(names) <= PROBES_PER_ROUND:
-            return names
-        at = self._at % len(names)
-        self._at = at + PROBES_PER_ROUND
-        return (names[at:] + names[:at])[:PROBES_PER_ROUND]
-
-
-class ChiefElsewhere:
-    """Per-host mode: the chief runs on another host. Its end is visible through the cluster
-    itself: its server's port, once open, stays closed for ``grace`` seconds."""
-
-    def __init__(self, backend: Backend, grace: float, say: Callable[[str], None]) -> None:
-        self.backend, self.grace, self.say = backend, grace, say
-        self.seen = False                      # its port has been open
-        self.gone_at: Optional[float] = None   # since when it has been closed again
-
-    def ended(self, chief: TaskPlan, now: float) -> str:
-        """The words of its end, once it has ended; else ""."""
-        if self.backend.accepts(chief.host, chief.port):
-            if not self.seen:
-                self.say(f"{chief.name} on {chief.endpoint} is up (runs elsewhere; its end "
-                         f"ends this host's tasks)")
-            self.seen, self.gone_at = True, None
-            return ""
-        if not self.seen:
-            return ""
-        if self.gone_at is None:
-            self.gone_at = now
-        if now - self.gone_at >= max(self.grace, 1.0):
-            return f"{chief.name} on {chief.endpoint}, which runs elsewhere, has ended"
-        return ""
 
 
 class Supervisor:

@@ -6,7 +6,9 @@ of its loop that deal with their processes:
 - :class:`StepRate`: steps per second over the last reports (a task's own, and the run's);
 - :class:`ExitWatch`: the tasks' exit descriptors in one poll set, which the loop's nap waits on;
 - :class:`Starter`: processes started through the backend, a big wave of them side by side;
-- :class:`SecretMasks`: the run's secrets masked in task output and in the record.
+- :class:`SecretMasks`: the run's secrets masked in task output and in the record;
+- :class:`PortProbes`: which tasks' ports the loop probes, and when;
+- :class:`ChiefElsewhere`: per-host mode's view of a chief that runs on another host.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 from tfcluster.backends.base import Backend, Handle, ProcessSpec
 from tfcluster.clusterfile import secrets
@@ -35,6 +37,8 @@ STEADY_REPORTS = 4             # reports (the run's first left out) an ETA's rat
 STEADY_SPREAD = 0.2            # ... whose two halves' rates differ by at most this fraction
 STALE_GAPS = 3.0               # a rate is stale once no report came for this many usual gaps
 STALE_MIN = 2.0                # ... and at least this many seconds
+PROBE_EVERY = 0.5              # seconds between rounds of port probes
+PROBES_PER_ROUND = 64          # ... of at most this many tasks (PortProbes)
 
 
 def _slope(a: Tuple[float, int], b: Tuple[float, int]) -> Optional[float]:
@@ -273,3 +277,52 @@ def discard(handle: Handle) -> None:
                 stream.close()
         except OSError:   # a pipe of a killed task: closing it frees it, an error loses nothing
             pass
+
+
+class PortProbes:
+    """Which tasks' ports to probe, and when: every PROBE_EVERY seconds, each task not yet seen
+    up, at most PROBES_PER_ROUND of them a round, in turn (512 connects every half second would
+    be a launcher busy probing; a task's state shows ``serving`` a few seconds later at most)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0           # when the last round was
+        self._at = 0              # where the next round starts
+
+    def due(self, now: float) -> bool:
+        if now - self.last >= PROBE_EVERY:
+            self.last = now
+            return True
+        return False
+
+    def pick(self, names: List[str]) -> List[str]:
+        if len(names) <= PROBES_PER_ROUND:
+            return names
+        at = self._at % len(names)
+        self._at = at + PROBES_PER_ROUND
+        return (names[at:] + names[:at])[:PROBES_PER_ROUND]
+
+
+class ChiefElsewhere:
+    """Per-host mode: the chief runs on another host. Its end is visible through the cluster
+    itself: its server's port, once open, stays closed for ``grace`` seconds."""
+
+    def __init__(self, backend: Backend, grace: float, say: Callable[[str], None]) -> None:
+        self.backend, self.grace, self.say = backend, grace, say
+        self.seen = False                      # its port has been open
+        self.gone_at: Optional[float] = None   # since when it has been closed again
+
+    def ended(self, chief: TaskPlan, now: float) -> str:
+        """The words of its end, once it has ended; else ""."""
+        if self.backend.accepts(chief.host, chief.port):
+            if not self.seen:
+                self.say(f"{chief.name} on {chief.endpoint} is up (runs elsewhere; its end "
+                         f"ends this host's tasks)")
+            self.seen, self.gone_at = True, None
+            return ""
+        if not self.seen:
+            return ""
+        if self.gone_at is None:
+            self.gone_at = now
+        if now - self.gone_at >= max(self.grace, 1.0):
+            return f"{chief.name} on {chief.endpoint}, which runs elsewhere, has ended"
+        return ""

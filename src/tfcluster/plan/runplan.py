@@ -25,6 +25,7 @@ from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
 from tfcluster.net.ports import free_port_run
 from tfcluster.plan import contract
+from tfcluster.plan.program_args import apply_args, parse_args, printable_word
 
 PLAN_VERSION = 2
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -36,7 +37,7 @@ class LaunchOptions:
 
     command: Tuple[str, ...] = ()            # replaces the file's program (after '--')
     command_cwd: Optional[str] = None        # the folder a '--' command runs in
-    args: Tuple[str, ...] = ()               # --arg edits of the program's flags (apply_args)
+    args: Tuple[str, ...] = ()               # --arg edits of the program's flags (program_args)
     task_flags: Optional[bool] = None
     success: Optional[str] = None
     grace: Optional[float] = None
@@ -469,7 +470,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
 
     run_id = opts.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if not RUN_ID.fullmatch(run_id):
-        raise UserError(f"--run-id: '{_printable(run_id)}' is not a run folder name (letters, digits, "
+        raise UserError(f"--run-id: '{printable_word(run_id)}' is not a run folder name (letters, digits, "
                         f"'.', '_', '+' and '-', starting with a letter or digit; no '/')")
     logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
     if opts.command_cwd:
@@ -667,59 +668,3 @@ def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[T
                    "lead_signal": slurm_options.LEAD_SIGNAL if any(
                        ln.startswith("#SBATCH --signal=B:") for ln in slurm_options.sbatch_lines(cluster, spec))
                    else None}
-
-
-# ------------------------------------------------------------------ --arg
-def parse_args(words: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
-    """``--arg`` words as (flag, value): ``train_steps=4000`` and ``--train_steps=4000`` are both
-    ``("--train_steps", "4000")``; ``-v`` or ``--verbose`` alone is a flag without a value.
-    Raises UserError naming the word (exit 2)."""
-    out: List[Tuple[str, Optional[str]]] = []
-    for word in words:
-        check_text("--arg", word)
-        name, eq, value = word.partition("=")
-        flag = name if name.startswith("-") else "--" + name
-        if not re.fullmatch(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*", flag):
-            raise UserError(f"--arg: '{_printable(word)}' is not NAME=VALUE (for example --arg "
-                            f"train_steps=4000 or --arg --train_steps=4000)")
-        out.append((flag, value if eq else None))
-    return out
-
-
-def apply_args(argv: Sequence[str], edits: Sequence[Tuple[str, Optional[str]]]) -> List[str]:
-    """The program ``argv`` with each ``--arg`` edit (:func:`parse_args`) made: a flag already
-    there gets the new value, in the form it has (``--f=v``, or ``--f v`` where the next word
-    is not a flag); a flag not there is appended (``--f=v``, or ``--f`` without a value). The
-    program's own words (the first, and a script after ``python``) are never taken for flags,
-    nor is anything after a ``--`` of the program's own."""
-    argv = list(argv)
-    for flag, value in edits:
-        found = False
-        i = 1
-        while i < len(argv):
-            w = argv[i]
-            if w == "--":
-                break
-            if w.startswith(flag + "="):
-                found = True
-                if value is not None:
-                    argv[i] = f"{flag}={value}"
-            elif w == flag:
-                found = True
-                nxt = argv[i + 1] if i + 1 < len(argv) else None
-                if value is not None:
-                    if nxt is not None and nxt != "--" and not nxt.startswith("-"):
-                        argv[i + 1] = value
-                        i += 1
-                    else:
-                        argv[i] = f"{flag}={value}"
-            i += 1
-        if not found:
-            add = flag if value is None else f"{flag}={value}"
-            cut = argv.index("--", 1) if "--" in argv[1:] else len(argv)
-            argv.insert(cut, add)
-    return argv
-
-
-def _printable(text: str) -> str:
-    return text.encode("unicode_escape", "backslashreplace").decode("ascii")[:80]
