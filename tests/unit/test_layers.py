@@ -153,3 +153,22 @@ def test_the_node_agent_shares_pieces_with_the_launcher_not_the_launcher_itself(
     for m in agent:
         assert not GRAPH[m] & launcher_side, m
     assert "backends.agent.folder" in GRAPH["backends.slurm.launcher"]
+
+
+#: the run machine and the report are one job each however long; every other module stays short
+LONG_ALLOWED = {"core/machine.py", "runs/report.py"}
+MAX_LINES = 700
+
+
+def test_no_module_is_over_700_lines_but_the_machine_and_the_report():
+    long = []
+    for folder, _, files in os.walk(SRC):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, SRC).replace(os.sep, "/")
+                with open(path, encoding="utf-8") as f:
+                    n = sum(1 for _ in f)
+                if n > MAX_LINES and rel not in LONG_ALLOWED:
+                    long.append(f"{rel}: {n} lines")
+    assert not long, "split these by job: " + ", ".join(long)
