@@ -141,6 +141,20 @@ def add(cluster: RayNodes, ip: str, cpus: int, resources=None, alive: Optional[i
         _wait_alive(cluster, alive)
 
 
+def yield_to_ray(rows, niceness: int = 10) -> None:
+    """The run's live task processes (run.json rows) at a lower priority, so that Ray's own
+    daemons are not starved by training on this machine's 2 shared cores (a node joining timed
+    out registering with a GCS that full-speed trainers left no CPU to: ``ray start`` waits 30 s).
+    A real cluster gives its daemons cores of their own."""
+    for row in rows.values():
+        pid = row.get("pid")
+        if row.get("state") == "running" and isinstance(pid, int):
+            try:
+                os.setpriority(os.PRIO_PROCESS, pid, niceness)
+            except (ProcessLookupError, PermissionError):
+                pass         # ended since the record was written, or not ours to change
+
+
 def ask(cluster: RayNodes, expression: str):
     """The value of ``expression`` (JSON) in a driver connected to ``cluster`` (``ray`` and
     ``state`` -- ray._private.state -- in scope)."""

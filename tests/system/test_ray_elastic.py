@@ -70,6 +70,7 @@ def _lose_the_second_node_then_add_a_third(tmp_path, cluster, training, target):
     assert shrunk(rows), rows
     assert _step(rows) < target, "the run ended before the node joined: raise the target"
     print(f"shrunk after {time.time() - t_kill:.1f}s; chief step {step_kill} -> {_step(rows)}")
+    ray_nodes.yield_to_ray(rows)
     ray_nodes.add(cluster, "127.0.0.4", 2, {"spot": 1})
     return lost, t_kill, step_kill, rows
 
