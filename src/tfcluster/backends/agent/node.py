@@ -375,6 +375,12 @@ class NodeAgent:
             if task != self.name and task not in self.peers_seen and task in self.machine.others:
                 self.peers_seen.add(task)
                 out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
+        if self.plan.min_workers is not None:    # elastic: tasks lost with their node (--no-kill)
+            for rec in self.channel.lost():
+                task = rec["task"]
+                if task not in self.peers_seen and task in self.machine.others:
+                    self.peers_seen.add(task)
+                    out.append(mc.PeerLost(task, rec["node"], now, str(rec.get("reason") or "")))
         return out
 
     def _act(self, actions) -> None:
