@@ -89,3 +89,14 @@ def test_all_workers_counts_the_workers_in_the_run_elsewhere():
 def test_peer_lost_is_logged_and_replayed():
     ev = PeerLost("worker:1", "n2", 5.0, "Not responding")
     assert input_from_fields(input_fields(ev)) == ev
+
+
+def test_a_worker_that_left_on_its_node_is_not_counted_elsewhere():
+    """A worker out of its restarts on its own node leaves there; its agent's end record says so
+    and the other nodes' machines take it as gone (node ''), by the same rule."""
+    m = node(success="all-workers")
+    out = m.handle(PeerLost("worker:2", "", 5.0, "worker:2 not restarted: restart budget spent (1 of 1)"))
+    assert "worker:2 left the run (worker:2 not restarted: restart budget spent (1 of 1)): going on " \
+           "with 3 of 4 workers, min 2" in says(out)
+    m.handle(*(PeerEnded(w, True, 9.0) for w in ("worker:0", "worker:1", "worker:3")))
+    assert m.result == RunState.SUCCEEDED

@@ -305,8 +305,9 @@ class HostBack:
 class PeerLost:
     """A task run elsewhere was lost with its node, which the driver heard of while the run
     goes on (Slurm with ``--no-kill``: the launcher saw the node down while the job still
-    runs). An elastic worker leaves the run while min_workers allows, as a worker here lost
-    with its host does; any other task lost fails the run, as a lost node always did."""
+    runs), or (``node`` "") it left the run there, out of its restarts (``reason``). An elastic
+    worker leaves the run while min_workers allows, as a worker here lost with its host does;
+    any other task lost fails the run, as a lost node always did."""
     task: str
     node: str
     now: float
@@ -668,7 +669,7 @@ class RunMachine:
             "ok": t.state == TaskState.SUCCEEDED, "failed": bool(failed),
             "reason": t.why or (self.words if final else "") or describe_exit(t.returncode),
             "restarts": t.restarts, "pid": t.pid, "started": t.started,
-            "first_started": t.first_started, "ended": t.ended, "final": final,
+            "first_started": t.first_started, "ended": t.ended, "final": final, "left": t.left,
             "decision": self.words if final and self.decided_here else None}
 
     # ------------------------------------------------------------------ events
@@ -905,7 +906,8 @@ class RunMachine:
         job = self.others.get(ev.task)
         if job is None or ev.task in self.peers_left or ev.task in self.peer_ok or self.decided:
             return
-        reason = f"its node {ev.node} was lost" + (f" ({ev.reason})" if ev.reason else "")
+        reason = (f"its node {ev.node} was lost" + (f" ({ev.reason})" if ev.reason else "")
+                  if ev.node else ev.reason or "its driver said it left")
         if self._may_leave(ev.task, job):
             self.peers_left[ev.task] = (reason, ev.node)
             out.append(Say(f"{ev.task} left the run ({reason}): going on with "
