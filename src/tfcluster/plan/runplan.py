@@ -566,9 +566,10 @@ def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> O
                         "(the chief and the ps are not)")
     if n > workers:
         raise UserError(f"elastic.min_workers: {n} is more than the run's {workers} worker(s)")
-    if backend == "slurm" and getattr(elastic, "on_change", "go-on") == "restart":
-        raise UserError("elastic.on_change: restart is not on the slurm backend (a lost node's "
-                        "workers leave and the others go on); use on_change: go-on there")
+    on_change = getattr(elastic, "on_change", "go-on")
+    if backend == "slurm" and on_change != "go-on":
+        raise UserError(f"elastic.on_change: {on_change} is not on the slurm backend (a lost node's "
+                        f"workers leave and the others go on); use on_change: go-on there")
     if backend not in ELASTIC_BACKENDS:
         raise UserError(f"elastic: not yet on the {backend} backend (it is on "
                         f"{', '.join(ELASTIC_BACKENDS)}); remove elastic: to run there")
