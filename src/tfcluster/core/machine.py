@@ -914,7 +914,7 @@ class RunMachine:
                            f"{self.workers_line()}", error=True))
             out.append(log_event("run_shrunk", ev.task, node=ev.node, reason=reason,
                                  workers=len(self.workers_in()), min_workers=self.s.min_workers))
-            if self.s.elastic_restart:
+            if self.s.on_change == "restart":
                 self._restart_all(ev.task, f"{ev.task} left", out)
             return
         self.root_cause_words = f"{ev.task} lost: {reason}"
