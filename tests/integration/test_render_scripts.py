@@ -45,3 +45,37 @@ def test_a_script_with_scheduler_options_is_valid_bash(tmp_path, capsys, monkeyp
     assert "#SBATCH --constraint=intel&gpu" in out.splitlines()
     r = _bash_n(out)
     assert r.returncode == 0, r.stderr
+
+
+def test_an_elastic_batch_script_ends_a_waiting_srun_with_the_launchers_code(tmp_path):
+    """An elastic run's batch script (``--no-kill``): srun waits on for a lost node's tasks; once
+    the launcher writes the step's exit code (``step_over-0``), the script's watcher ends srun
+    and that code is the job's (a fake srun that never ends, here)."""
+    import os
+    import signal
+
+    from tfcluster.backends.agent.folder import FolderChannel
+    from tfcluster.backends.slurm.batch import batch_script, plan_data
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    c = load("""\
+        cluster: {ps: 1, worker: 3}
+        program: {command: [python, t.py]}
+        elastic: {min_workers: 2}
+    """, tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    data = plan_data(build_plan(c, LaunchOptions(backend="slurm")))
+    data["run_dir"] = str(run_dir)
+    text = batch_script(data)
+    srun = [ln for ln in text.splitlines() if ln.startswith("srun ")][0]
+    (tmp_path / "job.sh").write_text(text.replace(srun, "sleep 120 &"))
+    proc = subprocess.Popen(["bash", str(tmp_path / "job.sh")], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert FolderChannel(str(run_dir)).step_over(3) is None
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 3 and (run_dir / "exit_code").read_text().strip() == "3"

@@ -391,3 +391,85 @@ def test_slurm_time_limit_without_signal_stops_trainer_in_order(slurm3, tmp_path
     where = _started_on(run_dir)
     assert where["ps:0"] != where["worker:0"], where
     assert slurm3.wait_empty_queue(60) == ""
+
+
+ELASTIC_TARGET = 20000
+
+
+def _chief_step(run_dir) -> int:
+    """The highest global step the chief (worker:0) has printed so far."""
+    try:
+        text = (run_dir / "worker-0.log").read_text(errors="replace")
+    except OSError:
+        return 0
+    steps = [int(s) for s in re.findall(r'"step": (\d+)|step = (\d+)', text) for s in s if s]
+    return max(steps, default=0)
+
+
+@pytest.mark.tf
+def test_slurm_elastic_node_lost_mid_run_shrinks_the_run_which_ends_at_its_target(slurm3, tmp_path):
+    """``elastic: {min_workers: 2}`` on Slurm: the job is submitted with ``--no-kill``; trainer.py
+    async, 1 ps + 4 workers (worker:0 the chief) over the three nodes, two tasks a node. The node
+    of worker:1 and worker:2 dies mid-run (its link down, its slurmd and tasks killed): Slurm keeps
+    the job, the launcher names the node, the other nodes' run machines let the two workers leave
+    (2 of 4, min 2), no task of the other nodes restarts, and the run reaches its target step and
+    succeeds; run.json and events.jsonl list the shrink."""
+    ckpt = tmp_path / "ckpt"
+    (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
+        cluster: {{ps: 1, worker: 4}}
+        program:
+          command: [python, {os.path.join(ROOT, "trainer.py")}]
+          args: [--train_steps={ELASTIC_TARGET}, --checkpoint_dir={ckpt}, --save_summaries_steps=0,
+                 --progress_secs=0.5]
+        base_port: 2222
+        grace: 30
+        logdir: runs
+        elastic: {{min_workers: 2}}
+        slurm: {{sbatch: [--ntasks-per-node=2]}}
+    """))
+    p = _popen(tmp_path / "cluster.yaml", "--run-id", "e1")
+    run_dir = tmp_path / "runs" / "e1"
+    try:
+        _wait_for(lambda: len(_started_on(run_dir)) == 5, 90, p, "the five tasks' start")
+        where = _started_on(run_dir)
+        victim = where["worker:1"]
+        assert where["worker:2"] == victim and victim not in (where["ps:0"], where["worker:0"]), where
+        assert "#SBATCH --no-kill" in (run_dir / "job.sbatch").read_text()
+        _wait_for(lambda: _chief_step(run_dir) >= 300, 120, p, "the chief's step 300")
+        step_lost, t_lost = _chief_step(run_dir), time.time()
+        slurm3.lose_node(victim)
+        _wait_for(lambda: "left the run" in (run_dir / "worker-0.log").read_text(errors="replace"),
+                  90, p, "the shrink")
+        step_shrunk = _chief_step(run_dir)
+        print(f"shrunk {time.time() - t_lost:.1f}s after the node was lost; chief step "
+              f"{step_lost} -> {step_shrunk} of {ELASTIC_TARGET}")
+        assert p.poll() is None and step_shrunk < ELASTIC_TARGET, "the run ended before the shrink"
+        out, _ = p.communicate(timeout=400)
+        print(f"ended {time.time() - t_lost:.1f}s after the node was lost")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out[-4000:]
+    assert f"node {victim} was lost mid-run" in out and "it ran worker:1, worker:2" in out, out[-3000:]
+    assert "Slurm kept the job (--no-kill)" in out, out[-3000:]
+    assert "going on with 2 of 4 workers, min 2" in out, out[-3000:]
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["exit_code"] == 0, rec
+    assert rec["workers"]["in"] == 2 and rec["workers"]["of"] == 4 and rec["workers"]["min"] == 2, rec
+    assert sorted(rec["workers"]["left"]) == ["worker:1", "worker:2"], rec
+    assert [(n["node"], n["tasks"]) for n in rec["lost_nodes"]] == [(victim, ["worker:1", "worker:2"])], rec
+    rows = {t["task"]: t for t in rec["tasks"]}
+    assert rows["worker:0"]["state"] == "succeeded", rows
+    for t in ("ps:0", "worker:0", "worker:3"):          # nothing on the other nodes restarted
+        assert rows[t]["restarts"] == 0, rows[t]
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
+    shrunk = [e for e in events if e["event"] == "run_shrunk"]
+    assert sorted(e["task"] for e in shrunk) == ["worker:1", "worker:2"], shrunk
+    assert all(e["node"] == victim for e in shrunk), shrunk
+    starts = [e.get("task") for e in events if e["event"] == "task_started"]
+    assert sorted(starts) == ["ps:0", "worker:0", "worker:1", "worker:2", "worker:3"], starts
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(ckpt))
+    assert latest and int(latest.rsplit("-", 1)[1]) >= ELASTIC_TARGET, latest
+    assert slurm3.wait_empty_queue(60) == ""

@@ -53,12 +53,14 @@ def test_a_listed_worker_job_counts_its_entries(tmp_path):
         build_plan(load(text, tmp_path))
 
 
-def test_only_workers_are_elastic_and_not_yet_on_slurm(tmp_path):
+def test_only_workers_are_elastic_and_slurm_is_elastic_too(tmp_path):
     with pytest.raises(UserError, match="only workers are elastic"):
         build_plan(load("cluster: {chief: 1, ps: 1}\nprogram: {command: [python, t.py]}\n"
                         "elastic: {min_workers: 1}\n", tmp_path))
-    with pytest.raises(UserError, match="elastic: not yet on the slurm backend"):
-        build_plan(load(FILE % 2, tmp_path), LaunchOptions(backend="slurm"))
+    assert build_plan(load(FILE % 2, tmp_path), LaunchOptions(backend="slurm")).min_workers == 2
+    with pytest.raises(UserError, match="elastic.on_change: restart is not on the slurm backend"):
+        build_plan(load(FILE.replace("%s}", "%s, on_change: restart}") % 2, tmp_path),
+                   LaunchOptions(backend="slurm"))
     assert build_plan(load(FILE % 2, tmp_path), LaunchOptions(backend="ray")).min_workers == 2
 
 

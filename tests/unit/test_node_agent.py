@@ -223,3 +223,26 @@ def test_the_slurm_record_rows_say_what_the_local_record_says(tmp_path):
     assert rows["worker:0"]["exit"] == "exit 3" and rows["worker:0"]["state"] == "failed"
     assert rows["ps:0"]["exit"] == "SIGHUP" and rows["ps:0"]["state"] == "stopped"
     assert rows["ps:0"]["note"] == ""
+
+
+def test_elastic_a_lost_nodes_worker_leaves_and_a_worker_out_of_restarts_tells_the_others(tmp_path):
+    """``elastic: {min_workers: 1}``: the launcher's news of a lost node (``*.lost-0.json``) reaches
+    this node's machine, which lets the worker leave and goes on; a worker out of its restarts on
+    its own node leaves there, and its end record (not final, ``left``) tells the other nodes."""
+    cluster, extra = "{ps: 1, worker: 3}", "elastic: {min_workers: 1}\n"
+    ps = Node(tmp_path, rank=0, cluster=cluster, extra=extra)
+    w2 = Node(tmp_path, rank=3, cluster=cluster, extra=extra)
+    ps.start()
+    w2.start()
+    assert FolderChannel(ps.agent.run_dir).note_lost("worker:1", "n3", "Not responding", 1000.0) is None
+    ps.turn()
+    assert not ps.agent.machine.decided
+    assert "worker:1 left the run (its node n3 was lost (Not responding)): going on with 2 of 3 " \
+           "workers, min 1" in ps.said()
+    w2.exits(1)                                 # policy never: out of restarts, it leaves
+    assert not w2.agent.machine.decided
+    rec = w2.record()
+    assert rec["final"] is False and "left the run" not in rec["left"] and rec["left"].startswith("not restarted")
+    ps.turn()
+    assert "worker:2 left the run (worker:2 not restarted" in ps.said()
+    assert ps.agent.machine.workers_line() == "1 of 3 workers, min 1" and not ps.agent.machine.decided

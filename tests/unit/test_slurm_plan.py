@@ -115,3 +115,23 @@ def test_a_preempted_job_that_asked_for_requeue_requeues_itself_after_its_ordere
     after = s.split(line + "\n", 1)[1].splitlines()
     assert "was preempted and stopped in order" in after[0] and after[1].strip().startswith("scontrol requeue")
     assert "scontrol" not in script("slurm: {partition: low}\n")
+
+
+def test_an_elastic_job_is_submitted_no_kill_and_ends_srun_once_the_rest_have_ended(tmp_path, monkeypatch):
+    """``elastic: {min_workers: N}`` on Slurm: ``#SBATCH --no-kill`` and ``srun --no-kill`` (a lost
+    node ends neither the job nor the step's tasks elsewhere), and a watcher that ends srun --
+    which waits on for a lost node's tasks -- once the launcher has written the step's exit code
+    (run for real: tests/integration/test_render_scripts.py); a run that is not elastic keeps
+    Slurm's default (the job ends with the node)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    c = _cluster("cluster: {ps: 1, worker: 3}\nprogram: {command: [python, t.py]}\n"
+                 "elastic: {min_workers: 2}\n", tmp_path)
+    plan = build_plan(c, LaunchOptions(backend="slurm", logdir=str(tmp_path / "logs"), run_id="e1"))
+    script = dry_run_text(plan)
+    srun = [ln for ln in script.splitlines() if ln.startswith("srun ")][0]
+    assert "#SBATCH --no-kill\n" in script and " --no-kill " in srun
+    assert "step_over-$SEG" in script
+    plain = dry_run_text(build_plan(_cluster("cluster: {ps: 1, worker: 3}\nprogram: {command: "
+                                             "[python, t.py]}\n", tmp_path),
+                                    LaunchOptions(backend="slurm", logdir=str(tmp_path / "logs"), run_id="p1")))
+    assert "--no-kill" not in plain and "step_over" not in plain

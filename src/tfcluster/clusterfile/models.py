@@ -221,8 +221,8 @@ class ClusterFile(_Strict):
         "every task gets TFCLUSTER_DATA_SERVICE=grpc://host:port")
     elastic: Optional[ElasticSpec] = Field(
         None, description="elastic workers: {min_workers: N}; the run shrinks when a worker's host "
-        "or Ray node is lost or a worker is out of restarts, and grows back when the host answers again "
-        "(Ray: a node with room joins)")
+        "or Ray or Slurm node is lost or a worker is out of restarts, and grows back when the host answers "
+        "again (Ray: a node with room joins; Slurm: never, an allocation does not gain nodes)")
     secrets: List[str] = Field(
         default_factory=list, description="names of environment variables whose values are secret: "
         "masked in logs, run records, dry runs and validate, and given as a Secret by render k8s "

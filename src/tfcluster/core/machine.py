@@ -301,9 +301,22 @@ class HostBack:
     now: float
 
 
+@dataclass(frozen=True)
+class PeerLost:
+    """A task run elsewhere was lost with its node, which the driver heard of while the run
+    goes on (Slurm with ``--no-kill``: the launcher saw the node down while the job still
+    runs), or (``node`` "") it left the run there, out of its restarts (``reason``). An elastic
+    worker leaves the run while min_workers allows, as a worker here lost with its host does;
+    any other task lost fails the run, as a lost node always did."""
+    task: str
+    node: str
+    now: float
+    reason: str = ""
+
+
 Event = Union[Tick, Started, StartFailed, Exited, Progressed, PortOpen, PortConflict, Waiting,
               Interrupt, KillRequest, PeerEnded, RunOver, ChiefGone, RestartClaim, Regrouped,
-              HostBack]
+              HostBack, PeerLost]
 
 
 # ---------------------------------------------------------------------------- actions
@@ -491,6 +504,8 @@ class RunMachine:
         self.others: Dict[str, str] = dict(others or {})
         self.where: Dict[str, str] = dict(where or {})
         self.peer_ok: Dict[str, bool] = {}           # tasks elsewhere that have ended -> ok
+        self.peers_left: Dict[str, Tuple[str, str]] = {}   # elastic: workers elsewhere that left
+                                                           # the run -> (why, their node)
         self.result = RunState.RUNNING
         self.exit_code: Optional[int] = None
         self.words = ""
@@ -654,7 +669,7 @@ class RunMachine:
             "ok": t.state == TaskState.SUCCEEDED, "failed": bool(failed),
             "reason": t.why or (self.words if final else "") or describe_exit(t.returncode),
             "restarts": t.restarts, "pid": t.pid, "started": t.started,
-            "first_started": t.first_started, "ended": t.ended, "final": final,
+            "first_started": t.first_started, "ended": t.ended, "final": final, "left": t.left,
             "decision": self.words if final and self.decided_here else None}
 
     # ------------------------------------------------------------------ events
@@ -887,6 +902,24 @@ class RunMachine:
     def _on_PeerEnded(self, ev: PeerEnded, out: List[Action]) -> None:
         self.peer_ok[ev.task] = ev.ok
 
+    def _on_PeerLost(self, ev: PeerLost, out: List[Action]) -> None:
+        job = self.others.get(ev.task)
+        if job is None or ev.task in self.peers_left or ev.task in self.peer_ok or self.decided:
+            return
+        reason = (f"its node {ev.node} was lost" + (f" ({ev.reason})" if ev.reason else "")
+                  if ev.node else ev.reason or "its driver said it left")
+        if self._may_leave(ev.task, job):
+            self.peers_left[ev.task] = (reason, ev.node)
+            out.append(Say(f"{ev.task} left the run ({reason}): going on with "
+                           f"{self.workers_line()}", error=True))
+            out.append(log_event("run_shrunk", ev.task, node=ev.node, reason=reason,
+                                 workers=len(self.workers_in()), min_workers=self.s.min_workers))
+            if self.s.on_change == "restart":
+                self._restart_all(ev.task, f"{ev.task} left", out)
+            return
+        self.root_cause_words = f"{ev.task} lost: {reason}"
+        self._decide(RunState.FAILED, rules.EXIT_FAILED, f"{ev.task} was lost ({reason})", out)
+
     def _on_RunOver(self, ev: RunOver, out: List[Action]) -> None:
         if not self.decided:
             self._decide(RunState.SUCCEEDED, rules.EXIT_OK, ev.words, out, origin_here=False)
@@ -995,28 +1028,47 @@ class RunMachine:
         out.append(Kill(t.name, signal.SIGKILL))
 
     # ---- elastic workers
-    def _elastic(self, t: TaskTrack) -> bool:
-        """Whether ``t`` may leave the run: a worker (not the chief, nor worker:0 where it is
-        the chief) of an elastic run."""
-        return self.s.min_workers is not None and t.job == "worker" and t.name != self.s.chief
+    def _elastic(self, name: str, job: str) -> bool:
+        """Whether task ``name`` of ``job`` may leave the run: a worker (not the chief, nor
+        worker:0 where it is the chief) of an elastic run."""
+        return self.s.min_workers is not None and job == "worker" and name != self.s.chief
 
     def workers_in(self) -> List[str]:
         """The workers still in the run: not left, not failed (running, starting, restarting,
-        or done)."""
-        return [x.name for x in self.tasks.values()
+        or done); with reports from elsewhere (Slurm), the workers run elsewhere too."""
+        here = [x.name for x in self.tasks.values()
                 if x.job == "worker" and not x.left and x.state != TaskState.FAILED]
+        if self.s.peers_report:
+            here += [n for n, job in self.others.items()
+                     if job == "worker" and n not in self.peers_left and self.peer_ok.get(n, True)]
+        return here
+
+    def workers_total(self) -> int:
+        """The run's workers (the file's), here and elsewhere."""
+        return (sum(1 for x in self.tasks.values() if x.job == "worker")
+                + (sum(1 for j in self.others.values() if j == "worker") if self.s.peers_report else 0))
 
     def workers_line(self) -> str:
         """"3 of 4 workers, min 2" (elastic runs; "" otherwise)."""
         if self.s.min_workers is None:
             return ""
-        total = sum(1 for x in self.tasks.values() if x.job == "worker")
-        return f"{len(self.workers_in())} of {total} workers, min {self.s.min_workers}"
+        return f"{len(self.workers_in())} of {self.workers_total()} workers, min {self.s.min_workers}"
+
+    def workers_left(self) -> Dict[str, str]:
+        """Elastic runs: the workers that left the run, here and elsewhere -> why."""
+        out = {n: t.left for n, t in self.tasks.items() if t.left}
+        out.update({n: why for n, (why, _node) in self.peers_left.items()})
+        return out
+
+    def _may_leave(self, name: str, job: str) -> bool:
+        """The one rule of a shrink: an elastic worker leaves (rather than fail the run) while
+        the run is running and at least min_workers workers stay in it without it."""
+        if not self._elastic(name, job) or self.decided or self.phase != Phase.RUN:
+            return False
+        return len([n for n in self.workers_in() if n != name]) >= self.s.min_workers
 
     def _may_shrink(self, t: TaskTrack) -> bool:
-        if not self._elastic(t) or self.decided or self.phase != Phase.RUN or t.left:
-            return False
-        return len([n for n in self.workers_in() if n != t.name]) >= self.s.min_workers
+        return not t.left and self._may_leave(t.name, t.job)
 
     def _shrink(self, t: TaskTrack, reason: str, node: str, out: List[Action]) -> None:
         """``t`` leaves the run, which goes on with the workers left (at least min_workers)."""
@@ -1103,7 +1155,8 @@ class RunMachine:
         out = {name: t.state == TaskState.SUCCEEDED for name, t in self.tasks.items() if not t.left}
         if self.s.peers_report:
             for name in self.others:
-                out[name] = self.peer_ok.get(name, False)
+                if name not in self.peers_left:
+                    out[name] = self.peer_ok.get(name, False)
         return out
 
     def _check_success(self, out: List[Action]) -> None:
@@ -1122,7 +1175,7 @@ class RunMachine:
         actions: List[rules.WatchdogAction] = []
         here = {n: t.state == TaskState.RUNNING and not t.forced for n, t in self.tasks.items()}
         if s.remote_kill:      # tasks elsewhere: their own driver kills them (AskKill)
-            here.update({n: n not in self.peer_ok for n in self.others})
+            here.update({n: n not in self.peer_ok and n not in self.peers_left for n in self.others})
         life = {n: t.alive_at for n, t in self.tasks.items()}
         for t in self.tasks.values():
             if t.state != TaskState.RUNNING or t.forced:
@@ -1386,7 +1439,7 @@ class RunMachine:
         if not self.s.peers_report:
             return []
         return [n for n, job in self.others.items()
-                if job not in rules.SERVICE_JOBS and n not in self.peer_ok]
+                if job not in rules.SERVICE_JOBS and n not in self.peer_ok and n not in self.peers_left]
 
     def _advance(self, now: float, out: List[Action]) -> None:
         """After each event: the success rule, the grace period, the stop waves."""

@@ -550,7 +550,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         on_change=getattr(elastic, "on_change", "go-on") if elastic is not None else "go-on")
 
 
-ELASTIC_BACKENDS = ("local", "ssh", "ray")
+ELASTIC_BACKENDS = ("local", "ssh", "ray", "slurm")
 
 
 def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> Optional[int]:
@@ -566,6 +566,10 @@ def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> O
                         "(the chief and the ps are not)")
     if n > workers:
         raise UserError(f"elastic.min_workers: {n} is more than the run's {workers} worker(s)")
+    on_change = getattr(elastic, "on_change", "go-on")
+    if backend == "slurm" and on_change != "go-on":
+        raise UserError(f"elastic.on_change: {on_change} is not on the slurm backend (a lost node's "
+                        f"workers leave and the others go on); use on_change: go-on there")
     if backend not in ELASTIC_BACKENDS:
         raise UserError(f"elastic: not yet on the {backend} backend (it is on "
                         f"{', '.join(ELASTIC_BACKENDS)}); remove elastic: to run there")

@@ -34,6 +34,7 @@ from tfcluster import safe_files
 from tfcluster.errors import UserError
 
 OVER_MARK = "run_over"
+STEP_OVER = "step_over"   # (elastic runs) the exit code the batch script ends srun with
 SMALL = 1 << 20     # bytes: the most an exit record or a kill request may be (regular files only)
 STOP_MARK = "stop"
 EXIT_SUFFIX = ".exit.json"
@@ -155,6 +156,34 @@ class FolderChannel:
         out.sort(key=lambda x: x[1].get("time") or 0)
         return out
 
+    # ---- tasks lost with their node while the job runs on (elastic runs, sbatch --no-kill)
+    def note_lost(self, task: str, node: str, reason: str, when: float) -> Optional[str]:
+        """The launcher saw ``task``'s node down while the job still runs: tell the other
+        nodes' agents (their run machines decide what it means); the error, if any."""
+        try:
+            safe_files.write_file(self._p(f"{stem(task)}.lost-{self.segment}.json"), json.dumps(
+                {"task": task, "node": node, "reason": reason, "time": when}).encode())
+        except OSError as e:
+            return str(e)
+        return None
+
+    def lost(self) -> List[Dict[str, Any]]:
+        """This segment's tasks lost with their node, oldest first (then by name)."""
+        out = list(self._records(f".lost-{self.segment}.json",
+                                 lambda r: isinstance(r.get("node"), str)).values())
+        out.sort(key=lambda r: (r.get("time") if isinstance(r.get("time"), (int, float)) else 0,
+                                r["task"]))
+        return out
+
+    def step_over(self, code: int) -> Optional[str]:
+        """Every task still in the job has ended but ``srun`` waits on for the tasks of a lost
+        node (it does under ``--no-kill``): tell the batch script to end it with ``code``."""
+        try:
+            safe_files.write_file(self._p(f"{STEP_OVER}-{self.segment}"), f"{int(code)}\n".encode())
+        except OSError as e:
+            return str(e)
+        return None
+
     # ---- the ports chosen on the nodes (the rendezvous)
     def publish_port(self, task: str, record: Dict[str, Any]) -> Optional[str]:
         """Write the host and ports ``task``'s agent chose for this segment; the error, if any."""
@@ -167,8 +196,12 @@ class FolderChannel:
 
     def ports(self) -> Dict[str, Dict[str, Any]]:
         """The ports published for this segment, by task name."""
+        return self._records(f".port-{self.segment}.json",
+                             lambda r: isinstance(r.get("host"), str) and isinstance(r.get("port"), int))
+
+    def _records(self, suffix: str, valid) -> Dict[str, Dict[str, Any]]:
+        """The JSON records of the files named ``*suffix``, by their task, ``valid`` ones only."""
         out: Dict[str, Dict[str, Any]] = {}
-        suffix = f".port-{self.segment}.json"
         try:
             names = os.listdir(self.path)
         except OSError:
@@ -180,8 +213,7 @@ class FolderChannel:
                 rec = json.loads(safe_files.read_bytes(self._p(n), SMALL) or b"null")
             except (OSError, ValueError, UserError):
                 continue
-            if isinstance(rec, dict) and isinstance(rec.get("task"), str) \
-                    and isinstance(rec.get("host"), str) and isinstance(rec.get("port"), int):
+            if isinstance(rec, dict) and isinstance(rec.get("task"), str) and valid(rec):
                 out[rec["task"]] = rec
         return out
 

@@ -374,7 +374,16 @@ class NodeAgent:
         for task, rec in self.channel.exits(self.segment).items():
             if task != self.name and task not in self.peers_seen and task in self.machine.others:
                 self.peers_seen.add(task)
-                out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
+                if rec.get("left") and isinstance(rec["left"], str):   # out of its restarts there
+                    out.append(mc.PeerLost(task, "", now, f"{task} {rec['left']}"))
+                else:
+                    out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
+        if self.plan.min_workers is not None:    # elastic: tasks lost with their node (--no-kill)
+            for rec in self.channel.lost():
+                task = rec["task"]
+                if task not in self.peers_seen and task in self.machine.others:
+                    self.peers_seen.add(task)
+                    out.append(mc.PeerLost(task, rec["node"], now, str(rec.get("reason") or "")))
         return out
 
     def _act(self, actions) -> None:
@@ -389,6 +398,8 @@ class NodeAgent:
                     self.events.emit(a.event, a.task, **a.as_dict())
                 if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
                     self._write_exit(final=False)   # others may be waiting for it (all-workers)
+                elif a.event == "run_shrunk" and a.task == self.name:
+                    self._write_exit(final=False)   # it left the run: the others stop counting it
             elif isinstance(a, mc.Say):
                 self.say(a.text)
             elif isinstance(a, mc.ClaimRestart):

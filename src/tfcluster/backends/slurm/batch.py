@@ -42,9 +42,17 @@ def plan_data(plan: RunPlan) -> Dict[str, Any]:
     return d
 
 
+def elastic(plan: Dict[str, Any]) -> bool:
+    """An elastic run (``elastic: {min_workers: N}``): its job is submitted with ``--no-kill``,
+    so that a lost node shrinks the run (the run machine's rule) instead of ending the job."""
+    return plan.get("min_workers") is not None
+
+
 def srun_argv(plan: Dict[str, Any], name: Optional[str] = None, overcommit: bool = True) -> List[str]:
     """The ``srun`` line that starts one node agent per TensorFlow task."""
     argv = ["srun", f"--ntasks={ntasks(plan)}", "--distribution=block", "--kill-on-bad-exit=0"]
+    if elastic(plan):     # a lost node ends neither the step nor its tasks on the other nodes
+        argv.append("--no-kill")
     if overcommit:
         argv.append("--overcommit")
     if name:
@@ -79,6 +87,8 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
     if name:
         lines.append(f"#SBATCH --job-name={name}")
     lines.append(f"#SBATCH --ntasks={n}")
+    if elastic(plan):
+        lines.append("#SBATCH --no-kill")     # elastic: a lost node shrinks the run, not the job
     if overcommit:
         lines.append("#SBATCH --overcommit")
     if partition:
@@ -121,7 +131,7 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
     srun = " ".join(shlex.quote(w) for w in srun_argv(plan, overcommit=overcommit))
     slurm_extra = plan["extra"].get("slurm") or {}
     if run_dir:       # USR1 to the batch shell: stop in order (Slurm's time-limit warning too)
-        lines.extend(_ordered_stop_lines(srun, slurm_extra))
+        lines.extend(_ordered_stop_lines(srun, slurm_extra, elastic(plan)))
     else:
         lines.append(srun)
         lines.append("rc=$?")
@@ -131,7 +141,7 @@ def batch_script(plan: Dict[str, Any], partition: Optional[str] = None, time: Op
     return "\n".join(lines) + "\n"
 
 
-def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
+def _ordered_stop_lines(srun: str, extra: Dict[str, Any], elastic: bool = False) -> List[str]:
     """The batch script's ordered stop: SIGUSR1 to this shell only -- Slurm's warning before the
     time limit (``--signal=B:USR1@LEAD``), or ``scancel --batch --signal=USR1 JOB`` -- becomes an
     ordered stop through the folder channel (its ``stop-S`` file: chief and workers first, the
@@ -142,15 +152,26 @@ def _ordered_stop_lines(srun: str, extra: Dict[str, Any]) -> List[str]:
     the nodes keep the order themselves (a ps ignores SIGTERM until its chief has ended:
     :func:`tfcluster.core.rules.shielded_from_step_signals`). With ``requeue``, a job preempted
     under a partition's GraceTime that stopped in order within it is requeued by this script
-    (Slurm requeues only a job still running when the grace ends)."""
+    (Slurm requeues only a job still running when the grace ends).
+
+    An elastic run's srun (``--no-kill``) waits on for the tasks of a lost node, which never
+    report: once every other task has ended, the launcher writes the step's exit code to
+    ``step_over-S`` (:meth:`tfcluster.backends.agent.folder.FolderChannel.step_over`) and a
+    watcher here ends srun; that code is the job's."""
     sig = extra.get("lead_signal") or "USR1"
     out = ['SEG=${SLURM_RESTART_COUNT:-0}   # a requeued job is the next segment of the same run',
            'STOPPED=0',
            f'trap \'STOPPED=1; : > "$RUN_DIR/stop-$SEG"\' {sig}   # stop in order, ps last',
            "trap : TERM   # scancel, preemption: the nodes stop in order; wait for srun's end",
            f"{srun} &",
-           "SRUN=$!",
-           "while :; do wait $SRUN; rc=$?; kill -0 $SRUN 2>/dev/null || break; done"]
+           "SRUN=$!"]
+    if elastic:
+        out.append('( while kill -0 $SRUN 2>/dev/null; do if [ -s "$RUN_DIR/step_over-$SEG" ]; '
+                   'then kill -KILL $SRUN; break; fi; sleep 1; done ) &   # srun waits on a lost node')
+    out.append("while :; do wait $SRUN; rc=$?; kill -0 $SRUN 2>/dev/null || break; done")
+    if elastic:
+        out.append('if [ -s "$RUN_DIR/step_over-$SEG" ]; then '
+                   'rc=$(head -c 8 "$RUN_DIR/step_over-$SEG" | tr -cd 0-9); rc=${rc:-1}; fi')
     if extra.get("requeue"):
         n = int(extra.get("max_segments") or 1)
         out += [f'if [ "$STOPPED" = 1 ] && [ $((SEG + 1)) -lt {n} ]; then',

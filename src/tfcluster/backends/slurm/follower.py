@@ -18,7 +18,7 @@ from typing import IO, Any, Dict, Iterator, List, Optional
 from tfcluster import safe_files
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.base import start_child, stop_group
-from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, srun_argv, write_batch_script
+from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, elastic, srun_argv, write_batch_script
 from tfcluster.backends.slurm.nodes import job_nodes, lost_nodes
 from tfcluster.core import rules
 from tfcluster.core.task_output import NoiseFold
@@ -28,6 +28,7 @@ from tfcluster.runs.slurm_job import ENDED, FOLLOW_TOOLS, JobState, job_state
 from tfcluster.terminal import terminal_text
 
 EXIT_INTERRUPTED = rules.signal_exit_code(signal.SIGINT)
+ELASTIC_LOOK = 2.0    # seconds between looks for lost nodes while an elastic run's job runs
 _TASK_LINE = re.compile(r"^\[([A-Za-z][A-Za-z0-9_]*:\d+)\] (.*)$")
 
 
@@ -60,6 +61,9 @@ class Follower:
         self.segments = 0                 # how many times the job started running (requeues)
         self.nodes: List[str] = []        # the running segment's nodes (scontrol's NodeList)
         self.lost: List[Dict[str, Any]] = []   # nodes lost mid-run: node, reason, tasks, segment
+        self.elastic = elastic(plan)      # --no-kill: a lost node is told to the nodes' agents
+        self.elastic_at = 0.0             # ... looked for every ELASTIC_LOOK seconds
+        self.step_over_sent = False
 
     # ---- output
     def _line(self, text: str) -> None:
@@ -187,6 +191,8 @@ class Follower:
                         last = state
                     if st.over:
                         break
+                    if self.elastic and state == "RUNNING":
+                        self._watch_elastic(job_id)
                     time.sleep(0.5)
         except KeyboardInterrupt:
             if self._ordered_stop(job_id, tail):
@@ -215,12 +221,59 @@ class Follower:
             rc = exit_code if exit_code is not None else (0 if state == "COMPLETED" else 1)
         return self._result(rc, f"Slurm job {job_id} {(state or 'ended').lower()}, exit code {rc}")
 
+    def _watch_elastic(self, job_id: str) -> None:
+        """An elastic run (``--no-kill``) while its job runs: a node of the segment that Slurm has
+        down is named, and each task that ran there is told to the other nodes' agents through
+        the run folder (:meth:`FolderChannel.note_lost`): their run machines shrink the run or
+        fail it (:class:`tfcluster.core.machine.PeerLost`). Once every other task has ended, srun
+        (which waits on for the lost node's tasks) is ended with their highest exit code, as
+        srun's own would have been."""
+        now = time.time()
+        if now - self.elastic_at < ELASTIC_LOOK:
+            return
+        self.elastic_at = now
+        seg = max(self.segments - 1, 0)
+        channel = FolderChannel(self.run_dir, seg)
+        known = {n["node"] for n in self.lost if n.get("segment") == seg}
+        down = [(node, reason) for node, reason in lost_nodes(self.nodes, down_only=True)
+                if node not in known]
+        if down:
+            hosts = {t: r["host"] for t, r in channel.ports().items()}
+            for node, reason in down:
+                tasks = sorted(t for t, h in hosts.items() if h == node)
+                self.lost.append({"node": node, "reason": reason, "tasks": tasks, "segment": seg,
+                                  "time": now, "slurm": "kept", "job_state": "RUNNING"})
+                info(f"node {node} was lost mid-run ({reason or 'down'})"
+                     + (f"; it ran {', '.join(tasks)}" if tasks else "")
+                     + ": Slurm kept the job (--no-kill); the run's agents decide")
+                for t in tasks:
+                    err = channel.note_lost(t, node, reason, now)
+                    if err:
+                        info(f"cannot tell the other nodes that {t} was lost: {err}")
+        lost_tasks = {t for n in self.lost if n.get("segment") == seg for t in n["tasks"]}
+        if not lost_tasks or self.step_over_sent:
+            return
+        ends = channel.exits(seg)
+        rest = [t for t in self.plan_tasks() if t not in lost_tasks]
+        if all(ends.get(t, {}).get("final") for t in rest):
+            codes = [ends[t].get("exit_code") for t in rest]
+            code = max([c for c in codes if isinstance(c, int)] or [rules.EXIT_FAILED])
+            self.step_over_sent = True
+            err = channel.step_over(code)
+            if err:
+                info(f"cannot end srun, which waits for the lost node's tasks: {err}")
+
+    def plan_tasks(self) -> List[str]:
+        """Every task of the run, by name (job:index)."""
+        return [f"{job}:{i}" for job in self.plan["jobs"] for i in range(int(self.plan["jobs"][job]["count"]))]
+
     def _note_lost_nodes(self, job_id: str, state: str) -> None:
         """The segment just ended: name its nodes that Slurm now has down (a node lost mid-run:
         its slurmd stopped answering), the tasks that ran there, and what Slurm did with the
         job -- requeued it (``--requeue``: ``slurm.requeue``, or the cluster's JobRequeue) or
         ended it (NODE_FAIL)."""
-        down = lost_nodes(self.nodes)
+        known = {n["node"] for n in self.lost if n.get("segment") == max(self.segments - 1, 0)}
+        down = [(n, r) for n, r in lost_nodes(self.nodes) if n not in known]
         if not down:
             return
         where = {}

@@ -131,9 +131,12 @@ class _Record:
               ended: Optional[float] = None) -> None:
         from tfcluster.runs.record import run_record, task_row, write_record
         ends = self.channel.exits()
+        shrunk = self._shrunk()
         tasks = []
         for t in self.plan.tasks:
             rec = ends.get(t.name) or {}
+            if not rec and t.name in shrunk:    # left the run with its node: no end of its own
+                rec = {"state": "failed", "note": f"left the run: {shrunk[t.name].get('reason') or ''}"}
             state = rec.get("state") if isinstance(rec.get("state"), str) else (
                 "running" if ended is None else "stopped")
             tasks.append(task_row(
@@ -157,7 +160,8 @@ class _Record:
             reason = str(rec.get("reason") or "")
             root = reason if reason.startswith(name) else f"{name} {reason}".strip()
         lost = getattr(self, "lost", [])
-        if lost and (root is None or result == "failed"):
+        kept = bool(lost) and all(n.get("slurm") == "kept" for n in lost)   # elastic: --no-kill
+        if lost and (root is None or result == "failed") and not (kept and result != "failed"):
             first = lost[0]
             root = (f"node {first['node']} lost ({first['reason'] or 'down'})"
                     + (f" with {', '.join(first['tasks'])}" if first["tasks"] else "")
@@ -167,15 +171,41 @@ class _Record:
             exit_code=code, decision=decided[0]["decision"] if decided else None, root_cause=root,
             total_restarts=self.channel.restarts_claimed() or sum(t["restarts"] for t in tasks),
             tasks=tasks, slurm_job=job_id, segments=getattr(self, "segments", 0) or None,
-            lost_nodes=lost or None)
+            lost_nodes=lost or None,
+            **({"workers": self._workers_fields(shrunk)} if self.plan.min_workers is not None else {}))
         try:
             write_record(self.plan.run_dir, data)
         except OSError as e:
             info(f"cannot write run.json: {e}")
 
+    def _shrunk(self) -> Dict[str, Dict[str, Any]]:
+        """Elastic runs: the workers that left the run, as the nodes' run machines logged it
+        (``run_shrunk``; every node that heard of a lost worker logs it): task -> its first row."""
+        if self.plan.min_workers is None:
+            return {}
+        out: Dict[str, Dict[str, Any]] = {}
+        for ev in self.channel.task_events():
+            if ev.get("event") == "run_shrunk" and isinstance(ev.get("task"), str):
+                out.setdefault(ev["task"], ev)
+        return out
+
+    def _workers_fields(self, shrunk: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+        """run.json's ``workers`` (elastic runs): in the run at the end, of the file's, the least,
+        and those that left (why)."""
+        of = sum(1 for t in self.plan.tasks if t.job == "worker")
+        return {"in": of - len(shrunk), "of": of, "min": self.plan.min_workers,
+                "left": {t: str(ev.get("reason") or "") for t, ev in shrunk.items()}}
+
     def _merge_events(self) -> None:
-        """The tasks' events (written on their nodes) into the run's events.jsonl."""
-        events = self.channel.task_events()
+        """The tasks' events (written on their nodes) into the run's events.jsonl; a shrink that
+        every node logged (``run_shrunk`` of a worker elsewhere) once."""
+        events, seen = [], set()
+        for ev in self.channel.task_events():
+            if ev.get("event") == "run_shrunk":
+                if ev.get("task") in seen:
+                    continue
+                seen.add(ev.get("task"))
+            events.append(ev)
         events += [{"event": "node_lost", "task": t, **{k: v for k, v in n.items() if k != "tasks"}}
                    for n in getattr(self, "lost", []) for t in (n["tasks"] or [None])]
         events.sort(key=lambda e: e.get("time") or 0)

@@ -81,8 +81,10 @@ def job_nodes(job_id: str) -> List[str]:
     return expand_hostlist(m.group(1))
 
 
-def lost_nodes(nodes: Sequence[str]) -> List[Tuple[str, str]]:
-    """(node, reason) of those of ``nodes`` that Slurm has down, failing or not responding."""
+def lost_nodes(nodes: Sequence[str], down_only: bool = False) -> List[Tuple[str, str]]:
+    """(node, reason) of those of ``nodes`` that Slurm has down, failing or not responding
+    (``down_only``: down or failing alone -- Slurm's own verdict, ``SlurmdTimeout`` after a node
+    stopped answering -- not a node that missed a ping)."""
     if not nodes:
         return []
     try:
@@ -95,7 +97,7 @@ def lost_nodes(nodes: Sequence[str]) -> List[Tuple[str, str]]:
         node, _, rest = line.partition("|")
         state, _, reason = rest.partition("|")
         if node in nodes and node not in [n for n, _ in out] and (
-                state.startswith(("down", "fail")) or state.endswith("*")):
+                state.startswith(("down", "fail")) or (state.endswith("*") and not down_only)):
             out.append((node, printable(reason.strip()) if reason.strip() != "none" else ""))
     return out
 
