@@ -29,7 +29,9 @@ process, never the programs' console output):
   back; ``examples_redone``: that in examples (tfcluster: 64 a step; MWMS: 64 x workers).
 * ``seconds_to_target``: the command's start to the first step record at the target;
   ``restarted_processes``: training processes that started after the kill, and
-  ``resumed_from_step``: the step they began from (null when none started); ``step_at_loss``.
+  ``resumed_from_step``: the step they began from (null when none started); ``step_at_loss``;
+  ``checkpoint_reported_before_loss`` (Ray Train): the last step whose ``ray.train.report`` with a
+  checkpoint had returned on rank 0 before the kill.
 * ``loss_noticed_seconds`` (tfcluster): the kill to the run's ``run_shrunk`` event.
 * ``pause_over_ray_train`` and ``seconds_to_target_over_ray_train``: tfcluster's / Ray Train's.
 
@@ -104,6 +106,17 @@ def steps_redone(series: List[Series], t_kill: float) -> int:
     from, 0 when none started or none went back."""
     start = resumed_from(series, t_kill)
     return 0 if start is None else max(0, max_step(series, t_kill) - start)
+
+
+def checkpoint_before(folder: str, t_kill: Optional[float]) -> Optional[int]:
+    """The last step whose checkpoint a program had reported (``checkpoints.log``: ``<time> <step>``
+    lines) before the kill; None without such a record."""
+    path = os.path.join(folder, "checkpoints.log")
+    if t_kill is None or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        got = [int(p[1]) for p in (line.split() for line in f) if len(p) == 2 and float(p[0]) <= t_kill]
+    return max(got) if got else None
 
 
 def seconds_to(series: List[Series], target: int, t0: float) -> Optional[float]:
@@ -247,6 +260,8 @@ def bench(cfg, tmp, out, notes, b) -> None:
         fig = figures(series, t_kill, t0, target, window, per_step)
         fig["exit"] = None if r is None else r.rc
         fig["target_steps"] = target
+        if system == "ray_train":
+            fig["checkpoint_reported_before_loss"] = checkpoint_before(steps_dir, t_kill)
         if system == "tfcluster":
             fig["loss_noticed_seconds"] = None if noticed is None else round(noticed, 2)
         if t_kill is None:
@@ -283,7 +298,8 @@ def print_side_by_side(res: Dict[str, Any], stream=None) -> None:
             ("steps_redone", "steps trained again"), ("examples_redone", "examples trained again"),
             ("restarted_processes", "training processes started after the loss"),
             ("seconds_to_target", "s, start to the target step"), ("step_at_loss", "global step at the loss"),
-            ("resumed_from_step", "step the restarted processes began from")]
+            ("resumed_from_step", "step the restarted processes began from"),
+            ("checkpoint_reported_before_loss", "last checkpoint step reported before the loss")]
     print("\nelastic: one node lost mid-run", file=stream)
     print(f"  {'':28} {'tfcluster':>12} {'Ray Train':>12}", file=stream)
 

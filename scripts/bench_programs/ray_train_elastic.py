@@ -9,7 +9,9 @@ a custom loop (tf_keras layers and optimizer). Every ``--ckpt_steps`` steps it s
 ``tf.train.Checkpoint`` and reports it (``ray.train.report``); on a start after a failure it
 restores Ray Train's latest checkpoint (``ray.train.get_checkpoint``) and goes on from its step.
 Each worker appends ``<time.time()> <step>`` after each step to
-``<steps_dir>/rank<r>-<node ip>-<pid>.steps``: the benchmark's own record of training.
+``<steps_dir>/rank<r>-<node ip>-<pid>.steps``: the benchmark's own record of training; rank 0
+appends the same to ``<steps_dir>/checkpoints.log`` once ``ray.train.report`` has returned with a
+checkpoint.
 
     python ray_train_elastic.py --steps=N --ckpt_steps=C --steps_dir=D --storage=S --name=R
 """
@@ -90,6 +92,9 @@ def loop(config):
                 # every worker writes (MWMS); rank 0's copy is the one reported
                 ckpt.write(os.path.join(d, "model"))
                 ray.train.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d) if rank == 0 else None)
+            if rank == 0:   # report has returned: the checkpoint is in Ray Train's storage
+                with open(os.path.join(config["steps_dir"], "checkpoints.log"), "a") as f:
+                    f.write(f"{time.time():.4f} {step}\n")
     out.close()
 
 

@@ -65,3 +65,10 @@ def test_the_side_by_side_print_names_both_systems_and_what_was_not_measured():
                            "ray_train": {"skipped": "no ray.train"}, "pause_over_ray_train": None}, buf)
     text = buf.getvalue()
     assert "tfcluster" in text and "Ray Train" in text and "0.250" in text and "n/a" in text
+
+
+def test_the_last_checkpoint_reported_before_the_loss(tmp_path):
+    assert be.checkpoint_before(str(tmp_path), 10.0) is None
+    (tmp_path / "checkpoints.log").write_text("5.0 200\n9.5 400\n11.0 600\n")
+    assert be.checkpoint_before(str(tmp_path), 10.0) == 400
+    assert be.checkpoint_before(str(tmp_path), 4.0) is None and be.checkpoint_before(str(tmp_path), None) is None
