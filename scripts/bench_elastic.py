@@ -301,12 +301,12 @@ def print_side_by_side(res: Dict[str, Any], stream=None) -> None:
             ("resumed_from_step", "step the restarted processes began from"),
             ("checkpoint_reported_before_loss", "last checkpoint step reported before the loss")]
     print("\nelastic: one node lost mid-run", file=stream)
-    print(f"  {'':28} {'tfcluster':>12} {'Ray Train':>12}", file=stream)
+    print(f"  {'':32} {'tfcluster':>12} {'Ray Train':>12}", file=stream)
 
     def fmt(v):
         return "n/a" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
     for key, what in rows:
         a, z = res.get("tfcluster", {}), res.get("ray_train", {})
-        print(f"  {key:28} {fmt(a.get(key)):>12} {fmt(z.get(key)):>12}   {what}", file=stream)
+        print(f"  {key:32} {fmt(a.get(key)):>12} {fmt(z.get(key)):>12}   {what}", file=stream)
     print(f"  pause ratio (tfcluster / Ray Train): {fmt(res.get('pause_over_ray_train'))}", file=stream)
