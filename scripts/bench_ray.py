@@ -59,7 +59,7 @@ def bench(cfg, tmp, out, notes, b) -> None:
         import ray  # noqa: F401
         from ray.train.tensorflow import TensorflowTrainer  # noqa: F401
     except ImportError as e:
-        notes.append(f"ray: skipped ({e}; pip install -e '.[ray]' and 'ray[train]')")
+        notes.append(f"ray: skipped ({e}; pip install -e '.[bench]')")
         out["ray"] = {"skipped": str(e)}
         return
     steps, epoch = cfg["peers_mwms_steps"], cfg["peers_mwms_epoch"]
