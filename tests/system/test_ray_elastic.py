@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from helpers import ROOT, ray_nodes
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.tf, pytest.mark.timeout(900)]
 
-TARGET = 12000
+TARGET = 20000
 
 
 def _host(row) -> str:
@@ -85,7 +86,7 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
                      "ray: {placement_timeout: 60, jobs: {ps: {resources: {head: 0.5}}, "
                      "chief: {resources: {head: 0.5}}, worker: {resources: {spot: 0.5}}}}\n"
                      "cluster: {ps: 1, chief: 1, worker: 4}\n"
-                     "elastic: {min_workers: 2}\n"
+                     "elastic: {min_workers: 2, on_change: restart-on-join}\n"
                      "restart: {policy: on-failure, max_restarts: 3, backoff: 1, min_uptime: 0}\n"
                      f"program: {{command: [python, {os.path.join(ROOT, 'trainer.py')}], "
                      f"args: [--train_steps={TARGET}, --checkpoint_dir={ckpt}, "
@@ -99,10 +100,12 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
             return _step(rows) >= 300 and all(_step(rows, w) > 0 for w in workers)
 
         lost, t_kill, step_kill, rows = _lose_the_second_node_then_add_a_third(tmp_path, cluster, training, TARGET)
+        head = ("ps:0", "chief:0", *[w for w in workers if w not in lost])
+        assert all(rows[n]["restarts"] == 0 for n in head), rows       # the shrink restarted nothing
 
-        def grown(rows):
-            return all(_host(rows[w]) == "127.0.0.4" and rows[w]["state"] == "running" and _step(rows, w) > 0
-                       for w in lost)
+        def grown(rows):                 # the join restarted every task, the lost workers on the new node
+            return all(_host(rows[w]) == "127.0.0.4" for w in lost) and all(
+                rows[n]["state"] == "running" and rows[n]["restarts"] == 1 for n in rows)
 
         rows = ray_nodes.wait_rows(tmp_path, grown, timeout=240)
         assert grown(rows), rows
@@ -112,10 +115,18 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
 
         rec, rows = ray_nodes.record(tmp_path)
         assert rec["result"] == "succeeded", rec
-        for name in ("ps:0", "chief:0", *[w for w in workers if w not in lost]):
-            assert rows[name]["restarts"] == 0 and _host(rows[name]) == "127.0.0.2", rows[name]
+        for name in head:
+            assert rows[name]["restarts"] == 1 and _host(rows[name]) == "127.0.0.2", rows[name]
+        back = open(rows["chief:0"]["log"]).read().split("tfcluster: restart 1", 1)[-1]
+        resumed = re.findall(r"from global_step=(\d+)", back)
+        assert resumed and int(resumed[0]) > step_kill, back[-3000:]   # from the checkpoint, not 0
         for w in lost:
             assert rows[w]["restarts"] == 1 and rows[w]["env"]["TFCLUSTER_RESTART_COUNT"] == "1", rows[w]
+            assert rows[w]["state"] == "succeeded", rows[w]          # it trained again, at its new address
+            back = open(rows[w]["log"]).read().split("tfcluster: restart 1", 1)[-1]
+            steps = [json.loads(ln.split("@tfcluster progress ", 1)[1])["step"]
+                     for ln in back.splitlines() if ln.startswith("@tfcluster progress ")]
+            assert steps and max(steps) > step_kill and len(steps) >= 2, back[-3000:]
             assert json.loads(rows[w]["env"]["TF_CONFIG"])["cluster"]["worker"][int(w[-1])] == rows[w]["endpoint"]
         assert _step(rows) >= TARGET
         assert rec["workers"]["in"] == 4 and rec["workers"]["of"] == 4 and rec["workers"]["min"] == 2, rec["workers"]
@@ -128,6 +139,8 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
         assert all("127.0.0.3" in e["node"] for e in shrinks + grows)
         assert "left the run" in out and "going on with 2 of 4 workers, min 2" in out, out[-6000:]
         assert "room again for the workers lost with 127.0.0.3" in out and "4 of 4 workers" in out, out[-6000:]
+        assert "restarting every task with 4 of 4 workers, min 2 (elastic.on_change: restart-on-join)" in out, \
+            out[-6000:]
         assert "placed again" not in out, out[-6000:]
         assert ray_nodes.leftovers(cluster) is None
     finally:

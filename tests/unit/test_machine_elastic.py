@@ -223,3 +223,25 @@ def test_on_change_restart_chief_lets_a_worker_leave_and_restarts_the_chief_alon
     m.handle(Started("worker:2", 601, 10.5))
     m.handle(Exited("chief:0", 0, 20.0))
     assert m.result == RunState.SUCCEEDED
+
+
+def test_on_change_restart_on_join_goes_on_when_a_worker_leaves_and_restarts_every_task_when_it_is_back():
+    """elastic.on_change restart-on-join (asynchronous training on Ray: a worker back at a new
+    address that the ps do not know): leaving changes nothing; coming back stops every task in
+    order and starts them all again, the worker back with them."""
+    m = make(FOUR, min_workers=2, moves_nodes=True, on_change="restart-on-join")
+    started(m)
+    out = m.handle(Exited("worker:3", 255, 5.0, "node n lost", "n"))
+    assert m.phase == Phase.RUN and kills(out) == [] and of(out, Start) == []
+    out = m.handle(HostBack("n", 9.0))
+    assert m.phase == Phase.REGROUP
+    assert "worker:3 came back: restarting every task with 4 of 4 workers, min 2 " \
+           "(elastic.on_change: restart-on-join)" in says(out)
+    assert sorted(kills(out)) == [("worker:0", 15), ("worker:1", 15), ("worker:2", 15)]
+    for n in ("worker:0", "worker:1", "worker:2"):
+        out = m.handle(Exited(n, -15, 9.5))
+    out = m.handle(Exited("ps:0", -15, 9.6))
+    out = m.handle(Regrouped(True, 10.0))
+    assert of(out, Start) == [Start("ps:0", 1), Start("worker:0", 1), Start("worker:1", 1),
+                              Start("worker:2", 1), Start("worker:3", 1)]
+    assert m.phase == Phase.RUN and m.total_restarts == 0 and m.workers_line() == "4 of 4 workers, min 2"

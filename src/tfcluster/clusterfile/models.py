@@ -119,7 +119,7 @@ class ElasticSpec(_Strict):
                              "worker's host or node, or a worker out of its restarts, does not fail "
                              "the run while at least this many workers live (at most the file's "
                              "worker count); a worker whose host comes back is started again")
-    on_change: Literal["go-on", "restart", "restart-chief"] = Field(
+    on_change: Literal["go-on", "restart", "restart-chief", "restart-on-join"] = Field(
         "go-on", description="what the others do when a worker leaves or comes back: go-on, nothing "
         "(asynchronous training, ParameterServerStrategy); restart, every task is stopped and "
         "started again from the last checkpoint with TF_CONFIG listing the workers in the run alone "
@@ -127,7 +127,10 @@ class ElasticSpec(_Strict):
         "changes nothing, and a worker coming back restarts the chief alone (the "
         "ParameterServerStrategy coordinator, from its checkpoint) with TF_CONFIG listing the "
         "workers in the run, so that it uses the worker at its new address; the ps and the "
-        "other workers keep running")
+        "other workers keep running; restart-on-join, a worker leaving changes nothing, and a "
+        "worker coming back restarts every task from the last checkpoint with TF_CONFIG giving "
+        "its new address (asynchronous training on Ray, where a worker comes back on another "
+        "node: the ps know a worker by the address in their TF_CONFIG)")
 
 
 class RemoteSpec(_Strict):

@@ -477,7 +477,8 @@ class Settings:
                                              # elsewhere to end (default: stop_timeout)
     min_workers: Optional[int] = None   # elastic: the fewest workers the run goes on with
     on_change: str = "go-on"            # elastic.on_change: go-on; restart (a change restarts
-                                        # every task); restart-chief (a worker back restarts the chief)
+                                        # every task); restart-chief (a worker back restarts the
+                                        # chief); restart-on-join (a worker back restarts every task)
     moves_nodes: bool = True            # a lost node regroups the cluster elsewhere (Ray);
                                         # False (ssh: a task stays on its host): a lost host
                                         # is an ordinary failure, unless elastic
@@ -1110,8 +1111,8 @@ class RunMachine:
             out.append(log_event("run_grew", t.name, node=ev.node, workers=len(self.workers_in()),
                                  min_workers=self.s.min_workers, attempt=t.restarts))
         chief = self.tasks.get(self.s.chief)
-        if self.s.on_change == "restart" or (self.s.on_change == "restart-chief" and chief is not None
-                                             and chief.state == TaskState.RUNNING):
+        chief_alone = self.s.on_change == "restart-chief" and chief is not None and chief.state == TaskState.RUNNING
+        if self.s.on_change in ("restart", "restart-on-join") or chief_alone:
             for t in back:
                 t.restarts -= 1      # the start after the regroup counts them once
             self._restart_all(back[0].name, f"{names} came back", out,

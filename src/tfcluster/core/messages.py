@@ -196,6 +196,7 @@ def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
 def elastic_line(min_workers: int, workers: int, on_change: str) -> str:
     """What an elastic run does (validate, the launch's first lines)."""
     change = {"restart": "every task restarts with the workers in the run",
+              "restart-on-join": "the others go on, and one coming back restarts every task",
               "restart-chief": "the others go on, and one coming back restarts the chief with the "
                                "workers in the run"}.get(on_change, "the others go on")
     return (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "

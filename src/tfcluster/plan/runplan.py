@@ -135,7 +135,7 @@ class RunPlan:
     base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
     run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
     min_workers: Optional[int] = None        # elastic: the fewest workers the run goes on with
-    on_change: str = "go-on"                 # elastic.on_change: go-on, restart, restart-chief
+    on_change: str = "go-on"                 # elastic.on_change: go-on, restart, restart-chief, restart-on-join
 
     @property
     def elastic_restart(self) -> bool:
