@@ -911,12 +911,7 @@ class RunMachine:
                   if ev.node else ev.reason or "its driver said it left")
         if self._may_leave(ev.task, job):
             self.peers_left[ev.task] = (reason, ev.node)
-            out.append(Say(f"{ev.task} left the run ({reason}): going on with "
-                           f"{self.workers_line()}", error=True))
-            out.append(log_event("run_shrunk", ev.task, node=ev.node, reason=reason,
-                                 workers=len(self.workers_in()), min_workers=self.s.min_workers))
-            if self.s.on_change == "restart":
-                self._restart_all(ev.task, f"{ev.task} left", out)
+            self._went(ev.task, reason, ev.node, "", out)
             return
         self.root_cause_words = f"{ev.task} lost: {reason}"
         self._decide(RunState.FAILED, rules.EXIT_FAILED, f"{ev.task} was lost ({reason})", out)
@@ -1080,12 +1075,17 @@ class RunMachine:
         self._recount_needs()
         back = ("" if not node else f"; it starts again when {node} answers" if not self.s.moves_nodes
                 else "; it starts again when its place can be found again (a node that joins)")
-        out.append(Say(f"{t.name} left the run ({reason}): going on with {self.workers_line()}{back}",
+        self._went(t.name, reason, node, back, out)
+
+    def _went(self, name: str, reason: str, node: str, back: str, out: List[Action]) -> None:
+        """A worker (here or elsewhere) has left: say so, log it, and with on_change restart
+        restart every task."""
+        out.append(Say(f"{name} left the run ({reason}): going on with {self.workers_line()}{back}",
                        error=True))
-        out.append(log_event("run_shrunk", t.name, node=node, reason=reason, workers=len(self.workers_in()),
+        out.append(log_event("run_shrunk", name, node=node, reason=reason, workers=len(self.workers_in()),
                              min_workers=self.s.min_workers))
         if self.s.on_change == "restart":
-            self._restart_all(t.name, f"{t.name} left", out)
+            self._restart_all(name, f"{name} left", out)
 
     def left_nodes(self) -> List[str]:
         """The nodes that workers left the run with (a driver asks its backend for them)."""

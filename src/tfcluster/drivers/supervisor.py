@@ -71,7 +71,7 @@ from tfcluster.runs import index as runindex
 from tfcluster.runs.control import prepared_run_dir, summaries_line
 from tfcluster.runs.eventlog import EventLog, NullEventLog
 from tfcluster.runs.failure import Failure, read_failure
-from tfcluster.runs.record import run_record, task_row, write_record
+from tfcluster.runs.record import run_record, task_row, workers_fields, write_record
 from tfcluster.runs.table import shlex_quote
 
 PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
@@ -664,11 +664,8 @@ class Supervisor:
             **({"workers": self._workers_fields()} if self.plan.min_workers is not None else {}))
 
     def _workers_fields(self) -> dict:
-        """run.json's ``workers`` (elastic runs): in the run now, of the file's, the least."""
         m = self.machine
-        return {"in": len(m.workers_in()), "of": sum(1 for t in m.tasks.values() if t.job == "worker"),
-                "min": self.plan.min_workers,
-                "left": {n: t.left for n, t in m.tasks.items() if t.left}}
+        return workers_fields(len(m.workers_in()), m.workers_total(), self.plan.min_workers, m.workers_left())
 
     def _network_fields(self) -> dict:
         """run.json's ``network``: which one, and (private) whether tasks reach other hosts."""

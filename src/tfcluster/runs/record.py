@@ -67,6 +67,12 @@ def run_record(plan, *, backend: str, started: float, ended: Optional[float], re
     return data
 
 
+def workers_fields(live: int, of: int, least: int, left: Dict[str, str]) -> Dict[str, Any]:
+    """run.json's ``workers`` (elastic runs): in the run now, of the file's, the least the run
+    goes on with, and those that left (why)."""
+    return {"in": live, "of": of, "min": least, "left": dict(left)}
+
+
 #: spaces kept after a running record's JSON: on a full disk the closed record, a little
 #: longer (its end, its result, and per task an exit, an end time, a note), is written over it
 #: in place (tfcluster.safe_files.write_json_at)

@@ -19,6 +19,7 @@ from tfcluster import safe_files
 from tfcluster.backends.agent.folder import FolderChannel
 from tfcluster.backends.base import start_child, stop_group
 from tfcluster.backends.slurm.batch import PLAN_ENV, batch_script, elastic, srun_argv, write_batch_script
+from tfcluster.backends.slurm.layout import rank_table
 from tfcluster.backends.slurm.nodes import job_nodes, lost_nodes
 from tfcluster.core import rules
 from tfcluster.core.task_output import NoiseFold
@@ -264,8 +265,8 @@ class Follower:
                 info(f"cannot end srun, which waits for the lost node's tasks: {err}")
 
     def plan_tasks(self) -> List[str]:
-        """Every task of the run, by name (job:index)."""
-        return [f"{job}:{i}" for job in self.plan["jobs"] for i in range(int(self.plan["jobs"][job]["count"]))]
+        """Every task of the run, by name (job:index), in rank order."""
+        return [f"{job}:{i}" for job, i in rank_table(self.plan)]
 
     def _note_lost_nodes(self, job_id: str, state: str) -> None:
         """The segment just ended: name its nodes that Slurm now has down (a node lost mid-run:

@@ -190,11 +190,10 @@ class _Record:
         return out
 
     def _workers_fields(self, shrunk: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-        """run.json's ``workers`` (elastic runs): in the run at the end, of the file's, the least,
-        and those that left (why)."""
+        from tfcluster.runs.record import workers_fields
         of = sum(1 for t in self.plan.tasks if t.job == "worker")
-        return {"in": of - len(shrunk), "of": of, "min": self.plan.min_workers,
-                "left": {t: str(ev.get("reason") or "") for t, ev in shrunk.items()}}
+        return workers_fields(of - len(shrunk), of, self.plan.min_workers,
+                              {t: str(ev.get("reason") or "") for t, ev in shrunk.items()})
 
     def _merge_events(self) -> None:
         """The tasks' events (written on their nodes) into the run's events.jsonl; a shrink that
