@@ -14,17 +14,19 @@ The machine keeps the state -- task states (:class:`TaskState`), the run's phase
 which :func:`replay` hands to a new machine for the same actions). Each event has one handler,
 registered in :data:`HANDLERS` (checked when this module loads: one handler for every event
 class). The rules are policies of their own (:mod:`tfcluster.core.policies`), which the machine
-consults and which ask for changes through its verbs (``restart``, ``claim_restart``,
-``regroup``, ``leave``, ``fail``, ``restart_all``):
+consults and which ask for changes through its verbs (``restart``, ``claim_restart``, ``fail``,
+``leave``, ``start_at``, ``start_all``, ``hold_restarts``, ``stop_waves``, ``enter``):
 
-* restarts and their budgets -- :class:`tfcluster.core.policies.restart.RestartPolicy`;
+* restarts and their budgets -- :class:`tfcluster.core.policies.restarts.RestartPolicy`;
 * elastic changes, one class per ``elastic.on_change`` mode --
-  :mod:`tfcluster.core.policies.elastic`;
+  :mod:`tfcluster.core.policies.on_change`;
 * the success rule and the grace period -- :class:`tfcluster.core.policies.success.SuccessRule`;
 * the watchdogs, one class each -- :mod:`tfcluster.core.policies.watchdog` (the extension point
   for a policy that looks at the running run: a new class there, carried out by :attr:`RunMachine.ASKS`);
 * the stop order (chief, workers and evaluators first, ps last; SIGTERM then SIGKILL) --
-  :class:`tfcluster.core.policies.stop.StopOrder`.
+  :class:`tfcluster.core.policies.stop.StopOrder`;
+* the regroup (every task stopped to be placed again) --
+  :class:`tfcluster.core.policies.regroup.Regrouping`.
 
 The drivers differ only in how they learn what happened:
 
@@ -77,9 +79,9 @@ from tfcluster.core.events import (
     line_events,
     log_event,
 )
-from tfcluster.core.policies import elastic, watchdog
+from tfcluster.core.policies import on_change, watchdog
 from tfcluster.core.policies.regroup import Regrouping
-from tfcluster.core.policies.restart import MAX_PORT_RECHOICES, RestartPolicy
+from tfcluster.core.policies.restarts import MAX_PORT_RECHOICES, RestartPolicy
 from tfcluster.core.policies.stop import StopOrder
 from tfcluster.core.policies.success import SuccessRule
 from tfcluster.core.rules import describe_exit, exit_fields
@@ -149,7 +151,7 @@ class RunMachine(RunView):
         self.now = 0.0                               # the clock of the last event
         # the policies (tfcluster.core.policies): each rule in a room of its own
         self.restart_policy = RestartPolicy()
-        self.elastic = elastic.mode(settings.on_change)
+        self.elastic = on_change.mode(settings.on_change)
         self.success = SuccessRule()
         self.watchdogs = watchdogs if watchdogs is not None else watchdog.Watchdogs()
         self.stop_order = StopOrder()
@@ -607,6 +609,7 @@ class RunMachine(RunView):
 
     def stop_waves(self, now: float, out: List[Action], only: Optional[List[str]] = None,
                     fresh: bool = True) -> None:
+        """Stop the live tasks (``only``: these) in the stop order; the end when none is left."""
         if self.stop_order.begin(self, now, out, only=only, fresh=fresh):
             self._stopped(out)
 

@@ -82,15 +82,16 @@ class RunState(str, enum.Enum):
 
 
 class Phase(str, enum.Enum):
-    """Where the run stands as a whole (:attr:`RunMachine.phase`).
+    """Where the run stands as a whole (:attr:`tfcluster.core.machine.RunMachine.phase`).
 
-    START    before :meth:`RunMachine.begin`
+    START    before :meth:`tfcluster.core.machine.RunMachine.begin`
     RUN      tasks start, run and restart; the watchdogs look
     GRACE    the run has succeeded: the tasks that may end by themselves get ``grace`` seconds
     STOP     every task is stopped, in waves: chief, workers and evaluators first, ps last
-    DONE     every task here has ended (:class:`Finished`)
+    DONE     every task here has ended (:class:`tfcluster.core.events.Finished`)
     REGROUP  a task's node was lost: every task is stopped in the same waves, to start again
-    REPLACE  the driver places the tasks again (:class:`Regroup`; :class:`Regrouped` answers)
+    REPLACE  the driver places the tasks again (:class:`tfcluster.core.events.Regroup`;
+             :class:`tfcluster.core.events.Regrouped` answers)
 
     START -> RUN;  RUN -> GRACE | STOP | REGROUP;  GRACE -> STOP;  STOP -> DONE;
     REGROUP -> REPLACE;  REPLACE -> RUN; and a regroup the run's verdict overtakes (an
@@ -191,7 +192,8 @@ class TaskTrack:
 
 @dataclass(frozen=True)
 class Settings:
-    """What the machine needs of the plan (:meth:`RunMachine.from_plan` takes it from there)."""
+    """What the machine needs of the plan (:meth:`tfcluster.core.machine.RunMachine.from_plan`
+    takes it from there)."""
 
     chief: str
     success: str = "chief"

@@ -3,7 +3,7 @@
 Three things regroup a run: a task's node was lost and the restart policy lets the cluster move
 (:func:`tfcluster.core.rules.decide_move`; Ray), a port chosen where a task runs was taken before
 its server bound it (ports are chosen again), and an elastic change that restarts every task (or
-the chief alone; :mod:`tfcluster.core.policies.elastic`). Each stops the tasks in the stop order
+the chief alone; :mod:`tfcluster.core.policies.on_change`). Each stops the tasks in the stop order
 (:mod:`tfcluster.core.policies.stop`: chief and workers first, so the chief can save, ps last),
 then asks the driver to place them again (:class:`tfcluster.core.events.Regroup`; ``place``
 False: nothing moves, the driver answers at once) and, once it answers

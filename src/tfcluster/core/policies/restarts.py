@@ -7,8 +7,8 @@ node, a port conflict its output showed), the task's restart rule (``restart:``:
 (``max_total_restarts``; a Slurm node claims it through its driver, :class:`ClaimRestart`), and
 whether the elastic policy lets the worker go. The rules themselves are
 :func:`tfcluster.core.rules.decide_restart` and :func:`tfcluster.core.rules.decide_move`; the
-machine carries the verdict out through its verbs (``restart``, ``claim_restart``, ``regroup``,
-``leave``, ``fail``).
+machine carries the verdict out through its verbs (``restart``, ``claim_restart``, ``leave``,
+``fail``), a move through the regroup (:meth:`tfcluster.core.policies.regroup.Regrouping.move`).
 """
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ change does is the mode's, one class per ``elastic.on_change`` value (:data:`MOD
   restart every task (a TF1 ps knows its workers by the addresses in its own TF_CONFIG).
 
 It decides from the settings (``min_workers``, ``on_change``), the workers in the run
-(:meth:`tfcluster.core.machine.RunMachine.workers_in`) and the chief's state; it asks the machine
-to ``restart_all`` (some or every task) or ``start`` the workers back. A new mode is a new
+(:meth:`tfcluster.core.machine.RunMachine.workers_in`) and the chief's state; it asks the regroup
+to restart some or every task (:meth:`tfcluster.core.policies.regroup.Regrouping.restart_all`),
+or starts the workers back itself. A new mode is a new
 subclass listed in :data:`MODES`; ``tests/unit/test_machine_policies.py`` checks that the cluster
 file's modes and these are the same.
 """
