@@ -4,7 +4,8 @@ what one line of a task's output tells the machine (:func:`line_events`); an eve
 fields of an ``input`` row of events.jsonl and back (:func:`input_fields`,
 :func:`input_from_fields`), which a replay reads; and :func:`check_table`, which checks at import
 that a table keyed by these classes (the machine's handlers, a driver's actions) has one entry for
-each. Frozen dataclasses, no I/O.
+each -- a driver declares an action it does not carry out with :class:`NotHere`. Frozen
+dataclasses, no I/O.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tfcluster.core.task_output import still_waiting_on
 class Tick:
     """Time has passed: deadlines (restart backoff, watchdog, grace, stop timeout) are due.
     ``watch``: whether the watchdogs look now; None (a driver) -- every WATCH_EVERY seconds.
-    The machine's input log (:attr:`RunMachine.inputs`) records it, so a replay looks when the
+    The machine's input log (:attr:`tfcluster.core.machine.RunMachine.inputs`) records it, so a replay looks when the
     run looked."""
     now: float
     watch: Optional[bool] = None
@@ -298,6 +299,13 @@ def input_from_fields(fields: Mapping[str, object]) -> Event:
 #: every event class and every action class, in the order the unions name them
 EVENTS = get_args(Event)
 ACTIONS = get_args(Action)
+
+
+@dataclass(frozen=True)
+class NotHere:
+    """A driver's entry for an action it does not carry out, on purpose: ``why`` it does not
+    apply to that driver (in a driver's table of actions, :func:`check_table`)."""
+    why: str
 
 
 def check_table(table: Mapping[type, object], classes: Iterable[type], what: str) -> None:

@@ -4,7 +4,8 @@ every task's pipes and feeds each task's :class:`~tfcluster.core.task_output.Out
 :mod:`tfcluster.core.task_output`, shared with the Slurm node driver). A thread per task cost
 the launcher a thread start per task and 513 threads at 512 tasks; a stream without a
 descriptor (a test's fake) gets a thread of its own. The supervisor joins every reader before
-the launcher exits, so the last line always reaches the log.
+the launcher exits, so the last line always reaches the log. What the readers find reaches the
+supervisor's loop through its :class:`Inbox`, with the launcher's signals.
 """
 from __future__ import annotations
 
@@ -14,7 +15,23 @@ import threading
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
+from tfcluster.core.events import Event
 from tfcluster.core.task_output import READ_SIZE, OutputReader
+
+
+class Inbox:
+    """What reaches the loop from other threads: the launcher's signals (from the signal
+    handler) and the machine's events that the output readers found (the pump's thread)."""
+
+    def __init__(self) -> None:
+        self.signals: Deque[int] = deque()
+        self.events: Deque[Event] = deque()
+
+    def take_events(self) -> List[Event]:
+        out = []
+        while self.events:
+            out.append(self.events.popleft())
+        return out
 
 
 class OutputPump(threading.Thread):

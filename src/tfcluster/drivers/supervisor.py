@@ -17,17 +17,20 @@ import os
 import signal
 import threading
 import time
-from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tfcluster import safe_files
 from tfcluster.backends.base import Backend, Handle, ProcessSpec
 from tfcluster.backends.oom import OomWatch
 from tfcluster.core import rules
+from tfcluster.core.events import ACTIONS, NotHere, check_table
 from tfcluster.core.machine import (
+    AskKill,
     ChiefGone,
-    Event,
+    ClaimRestart,
+    EndRun,
     Exited,
+    Finished,
     HostBack,
     Interrupt,
     Kill,
@@ -50,7 +53,7 @@ from tfcluster.core.messages import elastic_line, security_note
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
 from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
-from tfcluster.drivers.pump import OutputPump, join_readers
+from tfcluster.drivers.pump import Inbox, OutputPump, join_readers
 from tfcluster.drivers.tasks import (
     ChiefElsewhere,
     ExitWatch,
@@ -71,27 +74,12 @@ from tfcluster.runs import index as runindex
 from tfcluster.runs.control import prepared_run_dir, summaries_line
 from tfcluster.runs.eventlog import EventLog, NullEventLog
 from tfcluster.runs.failure import Failure, read_failure
-from tfcluster.runs.record import run_record, task_row, workers_fields, write_record
+from tfcluster.runs.record import network_fields, run_record, task_row, workers_fields, write_record
 from tfcluster.runs.table import shlex_quote
 
 PARALLEL_FROM = 16             # a start wave of this many tasks of one job starts side by side
 HOSTS_EVERY = 1.0              # elastic: seconds between asks whether lost hosts are back
 LIFE_EVERY = 0.25              # seconds between looks at every task's signs of life (dated)
-
-
-class Inbox:
-    """What reaches the loop from other threads: the launcher's signals (from the signal
-    handler) and the machine's events that the output readers found (the pump's thread)."""
-
-    def __init__(self) -> None:
-        self.signals: Deque[int] = deque()
-        self.events: Deque[Event] = deque()
-
-    def take_events(self) -> List[Event]:
-        out = []
-        while self.events:
-            out.append(self.events.popleft())
-        return out
 
 
 class Supervisor:
@@ -290,6 +278,7 @@ class Supervisor:
         self._act(self.machine.handle(*events))
 
     def _act(self, actions) -> None:
+        """Carry out the machine's actions, each by its entry in :data:`CARRY`."""
         for ev in self.machine.take_inputs():
             self.events.emit("input", **input_fields(ev))
         actions = list(actions)
@@ -297,35 +286,41 @@ class Supervisor:
         while i < len(actions):
             a = actions[i]
             i += 1
-            if isinstance(a, Start):
-                self._feed_signals()
+            carry = CARRY[type(a)]
+            if isinstance(a, Start):     # a wave of one job's tasks starts side by side
                 job = self.machine.tasks[a.task].job
                 end = i
                 while end < len(actions) and isinstance(actions[end], Start) \
                         and self.machine.tasks[actions[end].task].job == job:
                     end += 1
                 if end - i + 1 >= PARALLEL_FROM and self.backend.parallel_starts:
-                    self._start_many([a] + actions[i:end])    # one job's tasks, side by side
+                    self._feed_signals()
+                    self._start_many([a] + actions[i:end])
                     i = end
-                elif self._may_start(a):
-                    self._start(self.runs[a.task])
-            elif isinstance(a, Kill):
-                tr = self.runs[a.task]
-                if tr.handle is not None:
-                    tr.handle.signal(a.sig)
-            elif isinstance(a, LogEvent):
-                if a.event == "task_exited":
-                    self.events.flush_progress(a.task)
-                self.events.emit(a.event, task=a.task, **a.as_dict())
-            elif isinstance(a, Say):
-                (self.display.error if a.error else self.display.info)(a.text)
-                self._show_folds()     # a failure's traceback after its cause and hint
-            elif isinstance(a, Regroup):
-                self._regroup(a)
-            # ClaimRestart, AskKill, EndRun: the Slurm node's business (one machine, one
-            # launcher here: the budget is counted by the machine, every task is ours)
+                    continue
+            if not isinstance(carry, NotHere):
+                carry(self, a)
         self._show_folds()
         self.dirty = True
+
+    def _do_start(self, a: Start) -> None:
+        self._feed_signals()
+        if self._may_start(a):
+            self._start(self.runs[a.task])
+
+    def _do_kill(self, a: Kill) -> None:
+        tr = self.runs[a.task]
+        if tr.handle is not None:
+            tr.handle.signal(a.sig)
+
+    def _do_log(self, a: LogEvent) -> None:
+        if a.event == "task_exited":
+            self.events.flush_progress(a.task)
+        self.events.emit(a.event, task=a.task, **a.as_dict())
+
+    def _do_say(self, a: Say) -> None:
+        (self.display.error if a.error else self.display.info)(a.text)
+        self._show_folds()     # a failure's traceback after its cause and hint
 
     def _show_folds(self) -> None:
         """The tracebacks of the tasks that failed, folded
@@ -656,7 +651,7 @@ class Supervisor:
         root_cause = self.root_cause_words if rc is None else (
             f"{rc.name} {describe_exit(rc.returncode)}" + (f" ({rc.why})" if rc.why else ""))
         return run_record(
-            self.plan, backend=self.backend.name, network=self._network_fields(),
+            self.plan, backend=self.backend.name, network=network_fields(self.plan),
             started=self.started, ended=self.ended,
             result=self.result.value, exit_code=self.exit_code, decision=self.decision_words,
             root_cause=root_cause, total_restarts=self.total_restarts, tasks=tasks, stalled=self.machine.stalled(),
@@ -666,15 +661,6 @@ class Supervisor:
     def _workers_fields(self) -> dict:
         m = self.machine
         return workers_fields(len(m.workers_in()), m.workers_total(), self.plan.min_workers, m.workers_left())
-
-    def _network_fields(self) -> dict:
-        """run.json's ``network``: which one, and (private) whether tasks reach other hosts."""
-        out = {"mode": self.plan.network}
-        if self.plan.network == "private":
-            out["outbound"] = self.plan.outbound or None
-        elif self.plan.network_why:
-            out["why"] = self.plan.network_why
-        return out
 
     def _write_record(self, force: bool = False, data: Optional[dict] = None) -> None:
         if not os.path.isdir(self.plan.run_dir):
@@ -688,3 +674,15 @@ class Supervisor:
         except OSError as e:
             if force:
                 self.display.error(f"cannot write run.json: {e}")
+
+
+#: what the supervisor does with each action: one entry per action class (checked at import)
+CARRY = {
+    Start: Supervisor._do_start, Kill: Supervisor._do_kill, LogEvent: Supervisor._do_log,
+    Say: Supervisor._do_say, Regroup: Supervisor._regroup,
+    ClaimRestart: NotHere("one launcher runs every task: the machine counts the restart budget"),
+    AskKill: NotHere("every task of the run is this launcher's: the machine kills a task here"),
+    EndRun: NotHere("no other driver to tell: the decision ends this launcher's run"),
+    Finished: NotHere("the loop (Supervisor.run) ends on machine.finished, which Finished reports"),
+}
+check_table(CARRY, ACTIONS, "the supervisor's actions (tfcluster.drivers.supervisor.CARRY)")

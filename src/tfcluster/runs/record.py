@@ -73,6 +73,16 @@ def workers_fields(live: int, of: int, least: int, left: Dict[str, str]) -> Dict
     return {"in": live, "of": of, "min": least, "left": dict(left)}
 
 
+def network_fields(plan) -> Dict[str, Any]:
+    """run.json's ``network``: which one, and (private) whether tasks reach other hosts."""
+    out: Dict[str, Any] = {"mode": plan.network}
+    if plan.network == "private":
+        out["outbound"] = plan.outbound or None
+    elif plan.network_why:
+        out["why"] = plan.network_why
+    return out
+
+
 #: spaces kept after a running record's JSON: on a full disk the closed record, a little
 #: longer (its end, its result, and per task an exit, an end time, a note), is written over it
 #: in place (tfcluster.safe_files.write_json_at)

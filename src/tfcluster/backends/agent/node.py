@@ -40,6 +40,7 @@ from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_nod
 from tfcluster.clusterfile import secrets
 from tfcluster.core import machine as mc
 from tfcluster.core import rules
+from tfcluster.core.events import ACTIONS, check_table
 from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
 from tfcluster.net.ports import accepts
 from tfcluster.plan import contract
@@ -387,33 +388,52 @@ class NodeAgent:
         return out
 
     def _act(self, actions) -> None:
+        """Carry out the machine's actions, each by its entry in :data:`CARRY`."""
         self._log_inputs()
         for a in actions:
-            if isinstance(a, mc.Start):
-                self._start(a.attempt)
-            elif isinstance(a, mc.Kill):
-                self._kill(a.sig)
-            elif isinstance(a, mc.LogEvent):
-                if self.events is not None:
-                    self.events.emit(a.event, a.task, **a.as_dict())
-                if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
-                    self._write_exit(final=False)   # others may be waiting for it (all-workers)
-                elif a.event == "run_shrunk" and a.task == self.name:
-                    self._write_exit(final=False)   # it left the run: the others stop counting it
-            elif isinstance(a, mc.Say):
-                self.say(a.text)
-            elif isinstance(a, mc.ClaimRestart):
-                granted, why = self.channel.claim_restart(self.status.rule.max_total_restarts)
-                self._act(self.machine.handle(mc.RestartClaim(a.task, granted, self.clock(), why)))
-            elif isinstance(a, mc.AskKill):
-                if self.channel is not None:
-                    err = self.channel.request_kill(a.task, a.reason)
-                    if err:
-                        self.say(f"cannot ask {a.task} to stop: {err}")
-            elif isinstance(a, mc.EndRun):
-                self.end_run()
-            elif isinstance(a, mc.Finished):
-                self._write_exit(final=True)
+            CARRY[type(a)](self, a)
+
+    def _do_start(self, a: mc.Start) -> None:
+        self._start(a.attempt)
+
+    def _do_kill(self, a: mc.Kill) -> None:
+        self._kill(a.sig)
+
+    def _do_log(self, a: mc.LogEvent) -> None:
+        if self.events is not None:
+            self.events.emit(a.event, a.task, **a.as_dict())
+        if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
+            self._write_exit(final=False)   # others may be waiting for it (all-workers)
+        elif a.event == "run_shrunk" and a.task == self.name:
+            self._write_exit(final=False)   # it left the run: the others stop counting it
+
+    def _do_say(self, a: mc.Say) -> None:
+        self.say(a.text)
+
+    def _do_claim(self, a: mc.ClaimRestart) -> None:
+        granted, why = self.channel.claim_restart(self.status.rule.max_total_restarts)
+        self._act(self.machine.handle(mc.RestartClaim(a.task, granted, self.clock(), why)))
+
+    def _do_ask_kill(self, a: mc.AskKill) -> None:
+        if self.channel is not None:
+            err = self.channel.request_kill(a.task, a.reason)
+            if err:
+                self.say(f"cannot ask {a.task} to stop: {err}")
+
+    def _do_end_run(self, a: mc.EndRun) -> None:
+        self.end_run()
+
+    def _do_finished(self, a: mc.Finished) -> None:
+        self._write_exit(final=True)
+
+    def _do_regroup(self, a: mc.Regroup) -> None:
+        """Slurm placed the run's tasks (srun): an agent cannot place them again, and the plan
+        never lets a run on Slurm regroup (its restart budget is shared, which fails a lost
+        node's task instead of moving it; ports are not chosen again; elastic.on_change is
+        go-on there). Were it asked, it answers that it cannot, and the machine fails the run
+        rather than wait for ever."""
+        self._act(self.machine.handle(mc.Regrouped(
+            False, self.clock(), "a Slurm node agent cannot place tasks again (srun placed them)")))
 
     def _log_inputs(self) -> None:
         """The machine's inputs to this task's events (a test replays a run from them)."""
@@ -488,6 +508,16 @@ class NodeAgent:
             if attempt == 0:
                 time.sleep(1.0)
 
+#: what the node agent does with each action of the machine: one entry per action class
+#: (checked when the module loads)
+CARRY = {
+    mc.Start: NodeAgent._do_start, mc.Kill: NodeAgent._do_kill, mc.LogEvent: NodeAgent._do_log,
+    mc.Say: NodeAgent._do_say, mc.ClaimRestart: NodeAgent._do_claim,
+    mc.AskKill: NodeAgent._do_ask_kill, mc.EndRun: NodeAgent._do_end_run,
+    mc.Finished: NodeAgent._do_finished, mc.Regroup: NodeAgent._do_regroup,
+}
+check_table(CARRY, ACTIONS, "the node agent's actions (tfcluster.backends.agent.node.CARRY)")
+
 
 def _int_env(env: Mapping[str, str], name: str) -> int:
     try:
@@ -525,3 +555,4 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
