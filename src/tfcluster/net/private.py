@@ -142,6 +142,9 @@ class Private:
             except ChildProcessError:    # reaped already
                 pass
             self._helper_pid = None
+        if self.userns:
+            from tfcluster.net.owners import release
+            release()
 
 
 def enter(outbound: bool = True, back: bool = False) -> Private:
@@ -160,12 +163,18 @@ def enter(outbound: bool = True, back: bool = False) -> Private:
         raise PrivateNetworkError("the launcher has several threads here; a user namespace "
                                   "takes only a single-threaded process")
     back_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC) if back else None
+    if not root:       # inside, root's files show as the overflow uid: asked about outside
+        from tfcluster.net.owners import keep_outside_view
+        keep_outside_view()
     helper = _start_helper_waiting() if outbound else None
     try:
         _unshare(root)
     except BaseException:
         if helper is not None:
             helper.abandon()
+        if not root:
+            from tfcluster.net.owners import release
+            release()
         if back_fd is not None:
             os.close(back_fd)
         raise
