@@ -204,10 +204,10 @@ class ClusterFile(_Strict):
         "for remote hosts)")
     network: Optional[Literal["private", "host"]] = Field(
         None, description="where a run on this machine listens (--network wins): private, a "
-        "network of the run's own that only its processes reach (the default where the kernel "
-        "allows it and every endpoint is a loopback address); host, this machine's network, where "
-        "every local user can connect to the tasks (TensorFlow's servers trust whoever connects: "
-        "docs/SECURITY.md). Runs across hosts (ssh, Slurm, Ray) use the hosts' networks")
+        "network of the run's own that only its processes reach (the default where every endpoint "
+        "is a loopback address; where the kernel refuses it, a launch starts nothing); host, this "
+        "machine's network, where every local user can connect to the tasks (TensorFlow's servers "
+        "trust whoever connects: docs/SECURITY.md). Runs across hosts (ssh, Slurm, Ray) use the hosts' networks")
     profiler: bool = Field(
         False, description="start TensorFlow's profiler server in every task (tfcluster profile "
         "RUN traces it), on a port chosen with the task ports; off, no profiler port is opened")
