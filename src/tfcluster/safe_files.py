@@ -123,6 +123,18 @@ def check_links(path: str, where: str) -> None:
                             f"not followed")
 
 
+def private_temp_dir(prefix: str) -> str:
+    """A new folder (``mkdtemp``: 0700, this user's) in the temporary folder, which must itself
+    be one that only this user or root can change the entries of, or a sticky one (``/tmp``): a
+    ``TMPDIR`` of another user's could rename ours away and put theirs in its place (an ssh
+    control socket there would hand them the session). UserError naming TMPDIR otherwise."""
+    import tempfile
+    base = tempfile.gettempdir()
+    check_folder_stat(os.stat(base), "TMPDIR", base, what="a folder of tfcluster's",
+                      instead="set TMPDIR to a folder of your own")
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
 def make_private_folders(path: str) -> None:
     """``os.makedirs`` with mode 0700 at every level it makes, whatever the umask (makedirs
     gives the levels above the last the umask's default, 0777 under umask 000)."""

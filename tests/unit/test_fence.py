@@ -182,3 +182,21 @@ def test_the_exposure_note_is_silenced_only_where_host_was_chosen(tmp_path, monk
     line = exposure_note(fell, silenced=True, environ={"TFCLUSTER_NO_SECURITY_NOTE": "1"})
     assert line and "not a loopback address" in line
     assert exposure_note(replace(chosen, network="private"), silenced=False, environ={}) is None
+
+
+# ------------------------------------------------------------------ tfcluster's own ssh control folder
+def test_the_ssh_control_folder_is_made_only_where_no_other_user_can_change_it(tmp_path, monkeypatch):
+    import tempfile
+
+    from tfcluster.errors import UserError
+    from tfcluster.safe_files import private_temp_dir
+    open_to_all = tmp_path / "tmp"
+    open_to_all.mkdir()
+    os.chmod(open_to_all, 0o777)
+    monkeypatch.setattr(tempfile, "tempdir", str(open_to_all))
+    with pytest.raises(UserError, match="TMPDIR: .* world-writable without the sticky bit"):
+        private_temp_dir("tfc-ssh-")
+    os.chmod(open_to_all, 0o1777)
+    d = private_temp_dir("tfc-ssh-")
+    st = os.stat(d)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
