@@ -145,8 +145,12 @@ class RemoteSpec(_Strict):
     ssh_options: List[str] = Field(default_factory=list,
                                    description="extra ssh -o options, e.g. StrictHostKeyChecking=yes; "
                                    "an option that runs a command on this machine (ProxyCommand, "
-                                   "LocalCommand, KnownHostsCommand, ...) only when named in "
-                                   "allow_ssh_commands")
+                                   "ProxyJump, LocalCommand, KnownHostsCommand, ...) only when named "
+                                   "in allow_ssh_commands; options that connect through a path or "
+                                   "port another user could own (ControlPath, ControlMaster, "
+                                   "IdentityAgent, forwards, ...) never; files ssh reads "
+                                   "(UserKnownHostsFile, IdentityFile, ...) only where no other user "
+                                   "could own or make them")
     allow_ssh_commands: List[str] = Field(
         default_factory=list, description="ssh options that run a command on this machine when ssh "
         "connects (launch, doctor), allowed by name, e.g. [ProxyCommand]: a file from elsewhere "
