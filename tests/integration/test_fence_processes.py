@@ -135,15 +135,18 @@ def test_a_foreign_live_record_in_a_shared_logdir_does_not_block_a_launch(tmp_pa
 
 
 # ------------------------------------------------------------------ findings 2 and 3: fail closed
-@pytest.mark.parametrize("limit, why", [(0, "user namespaces are turned off"),
-                                        (1, "nested user namespace")])
-def test_without_user_namespaces_a_local_launch_starts_nothing(victim_python, home, ports, limit, why):
-    """limit 0: user namespaces off for the victim (the tester's max_user_namespaces=0); limit 1:
-    the first namespace is made and the nested one refused (a half-made namespace, finding 3)."""
+@pytest.mark.parametrize("limit, why, flags", [(0, "user namespaces are turned off", ()),
+                                               (0, "user namespaces are turned off", ("--detach",)),
+                                               (1, "nested user namespace", ())])
+def test_without_user_namespaces_a_local_launch_starts_nothing(victim_python, home, ports, limit, why,
+                                                               flags):
+    """limit 0: user namespaces off for the victim (the tester's max_user_namespaces=0), in the
+    foreground and detached; limit 1: the first namespace is made and the nested one refused (a
+    half-made namespace, finding 3)."""
     mark = os.path.join(home, "started")
     f = _victim_file(home, ports(1)[0], os.path.join(home, "runs"),
                      ["python", "-c", f"open({mark!r}, 'w'); import time; time.sleep(1)"])
-    rc, out, err = _victim_launch(victim_python, home, limit, f)
+    rc, out, err = _victim_launch(victim_python, home, limit, f, *flags)
     assert rc == 2, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "--network host" in lines[0] and why in lines[0], err

@@ -200,3 +200,16 @@ def test_the_ssh_control_folder_is_made_only_where_no_other_user_can_change_it(t
     d = private_temp_dir("tfc-ssh-")
     st = os.stat(d)
     assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+
+
+# ------------------------------------------------------------------ status shows the network
+def test_status_says_which_network_the_record_says():
+    from tfcluster.runs.status import network_line
+    assert network_line({"backend": "local", "network": {"mode": "private", "outbound": None,
+                                                         "namespaces": "user+net+user"}}) == \
+        "network: private (only the run's processes reach its ports; outbound: none, loopback only)"
+    assert network_line({"backend": "local", "network": {"mode": "host", "why": "worker:0 is at vm:1"}}) == \
+        "network: host (every user of this machine can connect to its tasks; worker:0 is at vm:1)"
+    assert network_line({"backend": "ssh", "network": {"mode": "host"}}) == \
+        "network: host (every user of the run's hosts can connect to its tasks)"
+    assert network_line({}) == ""
