@@ -61,7 +61,7 @@ def security_note(source: Optional[str], ports: Sequence[int], silenced: bool = 
     environ = os.environ if environ is None else environ
     if silenced or environ.get(SILENCE_ENV, "").strip() not in ("", "0"):
         return None
-    listed = ", ".join(str(p) for p in ports)
+    listed = ", ".join(str(p) for p in ports) or "chosen where the tasks land"
     if local:
         because = f" ({why_host})" if why_host else ""
         return (f"note: network: host{because}: every user of this machine can connect to this "
