@@ -59,18 +59,40 @@ _lock = threading.Lock()
 _open: Dict[str, "OpenRunDir"] = {}
 
 
-def _trusted_owner(uid: int) -> bool:
-    return uid == os.geteuid() or uid == 0
+def _trusted_owner(uid: int, fd: Optional[int] = None) -> bool:
+    """This user or root. Inside a private run's user namespace root shows as the overflow uid
+    (as every unmapped user does): the open file ``fd`` is then asked about outside
+    (:mod:`tfcluster.net.owners`)."""
+    if uid == os.geteuid() or uid == 0:
+        return True
+    from tfcluster.net.owners import trusted
+    return trusted(uid, fd)
+
+
+def _link_trusted(path: str, uid: int) -> bool:
+    """:func:`_trusted_owner` for the link at ``path`` itself (opened with ``O_PATH``, not followed)."""
+    if uid == os.geteuid() or uid == 0:
+        return True
+    try:
+        fd = os.open(path, getattr(os, "O_PATH", 0) | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        return stat.S_ISLNK(st.st_mode) and st.st_uid == uid and _trusted_owner(uid, fd)
+    finally:
+        os.close(fd)
 
 
 def check_folder_stat(st: os.stat_result, where: str, path: str, what: str = "a run folder",
-                      instead: str = "use another logdir") -> None:
+                      instead: str = "use another logdir", fd: Optional[int] = None) -> None:
     """Raise UserError (one line naming ``where``) unless ``st`` is a folder that only this user
     (or root) can change the entries of. ``what`` others could swap there, and what to do
-    ``instead``, are said in the message."""
+    ``instead``, are said in the message. ``fd``: the open folder ``st`` is of (its true owner
+    is asked about outside a user namespace)."""
     if not stat.S_ISDIR(st.st_mode):
         raise UserError(f"{where}: {path} is not a folder")
-    if not _trusted_owner(st.st_uid):
+    if not _trusted_owner(st.st_uid, fd):
         raise UserError(f"{where}: {path} is owned by another user (uid {st.st_uid}); {what} "
                         f"there could be swapped for a link. Use a folder of your own")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
@@ -96,9 +118,21 @@ def check_links(path: str, where: str) -> None:
             st = os.lstat(p)
         except OSError:         # missing (made next) or unreadable (the open says why)
             return
-        if stat.S_ISLNK(st.st_mode) and not _trusted_owner(st.st_uid):
+        if stat.S_ISLNK(st.st_mode) and not _link_trusted(p, st.st_uid):
             raise UserError(f"{where}: {p} is a link made by another user (uid {st.st_uid}); "
                             f"not followed")
+
+
+def private_temp_dir(prefix: str) -> str:
+    """A new folder (``mkdtemp``: 0700, this user's) in the temporary folder, which must itself
+    be one that only this user or root can change the entries of, or a sticky one (``/tmp``): a
+    ``TMPDIR`` of another user's could rename ours away and put theirs in its place (an ssh
+    control socket there would hand them the session). UserError naming TMPDIR otherwise."""
+    import tempfile
+    base = tempfile.gettempdir()
+    check_folder_stat(os.stat(base), "TMPDIR", base, what="a folder of tfcluster's",
+                      instead="set TMPDIR to a folder of your own")
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
 
 
 def make_private_folders(path: str) -> None:
@@ -137,7 +171,7 @@ def open_logdir(logdir: str) -> int:
     except OSError as e:
         raise UserError(f"logdir: cannot open {logdir} ({e.strerror or e})")
     try:
-        check_folder_stat(os.fstat(fd), "logdir", logdir)
+        check_folder_stat(os.fstat(fd), "logdir", logdir, fd=fd)
     except BaseException:
         os.close(fd)
         raise
@@ -333,7 +367,7 @@ class _Parent:
         self.fd = os.open(self.parent, _DIR_FLAGS | _NOFOLLOW)
         try:
             st = os.fstat(self.fd)
-            if not _trusted_owner(st.st_uid) or (
+            if not _trusted_owner(st.st_uid, self.fd) or (
                     st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX):
                 raise PermissionError(f"{self.parent}: a folder others can change; not written")
         except BaseException:

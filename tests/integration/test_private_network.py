@@ -278,7 +278,7 @@ def test_with_slirp4netns_tasks_reach_a_test_host_and_nothing_is_forwarded_back(
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0 and "FETCHED hello from the test host" in out, out
         rec = json.load(open(tmp_path / "runs" / "s1" / "run.json"))
-        assert rec["network"] == {"mode": "private", "outbound": "slirp4netns"}
+        assert rec["network"] == {"mode": "private", "outbound": "slirp4netns", "namespaces": "net"}
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGKILL)

@@ -567,7 +567,8 @@ class SshBackend(Backend):
             if pending is None:
                 base = ssh_argv(s, host)
                 if self.control_dir is None:
-                    self.control_dir = tempfile.mkdtemp(prefix="tfc-ssh-")   # 0700: our sockets only
+                    from tfcluster.safe_files import private_temp_dir
+                    self.control_dir = private_temp_dir("tfc-ssh-")   # 0700, in a folder others cannot change
                 path = os.path.join(self.control_dir, f"m{len(self._procs) + len(self._pending)}")
                 mux = ["-o", f"ControlPath={path}"]
                 err = tempfile.TemporaryFile()

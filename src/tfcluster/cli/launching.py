@@ -250,6 +250,12 @@ def run_launch(request: LaunchRequest) -> int:
     if request.dry_run:
         print(launcher.describe(), end="")
         return 0
+    from tfcluster.drivers import network
+    network.check_private(plan)      # fails closed: never the host network unseen
+    out = getattr(view, "output", None)
+    note = network.exposure_note(plan, silenced=out is not None and not out.security_note)
+    if note:              # on the terminal before the first task starts, detached or not
+        print(f"tfcluster: {note}", file=sys.stderr)
     if request.detach:
         from tfcluster.runs.control import detach
         saved = request.quick is not None and request.quick.save

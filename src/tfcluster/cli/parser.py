@@ -89,7 +89,8 @@ def build_parser() -> RecordingParser:
                    help="start only the tasks on host NAME, here (per-host mode; repeatable)")
     s.add_argument("--network", choices=["private", "host"],
                    help="private: the run gets a network of its own that only its processes reach "
-                   "(the default where the kernel allows it); host: this machine's network, where "
+                   "(the default; where the kernel refuses it, the launch starts nothing and says "
+                   "so); host: this machine's network, where "
                    "every local user can connect to the tasks (default: the file's network:)")
     s.add_argument("--profiler", action="store_true", default=None,
                    help="start TensorFlow's profiler server in every task, on a port chosen with "

@@ -7,6 +7,7 @@ program can receive (NUL bytes, lone surrogates) anywhere in the file."""
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shlex
 from typing import Any, Dict, List, Optional, Tuple
@@ -225,8 +226,22 @@ def _check_command(where: str, value: Any) -> List[str]:
 _NAME_FIELDS = ("ssh_host", "user")
 #: ssh options that run a command (or load code) on this machine when ssh connects, as ssh
 #: spells them (matched without case); ``allow_ssh_commands`` names the ones a file may use
-SSH_COMMAND_OPTIONS = ("ProxyCommand", "LocalCommand", "PermitLocalCommand", "KnownHostsCommand",
-                       "PKCS11Provider", "SecurityKeyProvider", "Match", "Include")
+SSH_COMMAND_OPTIONS = ("ProxyCommand", "ProxyJump", "LocalCommand", "PermitLocalCommand",
+                       "KnownHostsCommand", "PKCS11Provider", "SecurityKeyProvider", "XAuthLocation",
+                       "Match", "Include")
+#: ssh options that make ssh connect through, read from, or listen at a path or port that
+#: another user could own or reach: a control socket (another user's multiplexer would get the
+#: session and print what it likes), an agent socket, a key or known-hosts file, a forwarded
+#: port. Refused in a file, always: tfcluster makes its own shared connection, its socket in a
+#: folder only the caller can write (``backends.ssh``), and ssh's own config stays the user's
+SSH_PATH_OPTIONS = ("ControlPath", "ControlMaster", "ControlPersist", "IdentityAgent",
+                    "ForwardAgent", "LocalForward", "RemoteForward", "DynamicForward",
+                    "GatewayPorts", "StreamLocalBindUnlink", "StreamLocalBindMask", "Tunnel",
+                    "TunnelDevice", "ForwardX11", "ForwardX11Trusted")
+#: ssh options that read a file: refused where another user could own or write the file, or
+#: make it where it is missing (:func:`foreign_path`)
+SSH_FILE_OPTIONS = ("IdentityFile", "CertificateFile", "UserKnownHostsFile",
+                    "GlobalKnownHostsFile", "RevokedHostKeys")
 _PATH_FIELDS = ("identity_file", "workdir")
 
 
@@ -274,6 +289,18 @@ def _check_names(data: Dict[str, Any]) -> List[str]:
                                 f"(Key=value, no control characters)")
             elif isinstance(opt, str):
                 key = ssh_option_key(opt)
+                path = ssh_path_option(key)
+                if path:
+                    problems.append(f"{where}.ssh_options[{i}]: {path} makes ssh connect through, "
+                                    f"read or open a path or port that another user could own or "
+                                    f"reach; it is refused (tfcluster shares one connection per "
+                                    f"host itself, its socket in a folder only you can write; a "
+                                    f"key: {where}.identity_file; your own ~/.ssh/config applies)")
+                    continue
+                why = _foreign_ssh_file(key, opt)
+                if why:
+                    problems.append(f"{where}.ssh_options[{i}]: {why}")
+                    continue
                 known = next((k for k in SSH_COMMAND_OPTIONS if k.lower() == key.lower()), None)
                 if known and known.lower() not in allowed:
                     problems.append(f"{where}.ssh_options[{i}]: {known} runs a command on this "
@@ -303,6 +330,74 @@ def _check_names(data: Dict[str, Any]) -> List[str]:
 def ssh_option_key(option: str) -> str:
     """The option's name in an ssh ``-o`` word (``Key=value`` or ``Key value``)."""
     return option.strip().replace("=", " ", 1).split(" ", 1)[0].strip()
+
+
+def ssh_path_option(key: str) -> Optional[str]:
+    """The name of :data:`SSH_PATH_OPTIONS` that ``key`` is (matched without case), or None."""
+    return next((k for k in SSH_PATH_OPTIONS if k.lower() == key.strip().lower()), None)
+
+
+def _foreign_ssh_file(key: str, option: str) -> Optional[str]:
+    name = next((k for k in SSH_FILE_OPTIONS if k.lower() == key.strip().lower()), None)
+    if name is None:
+        return None
+    value = option.strip()[len(key):].strip().lstrip("=").strip().strip('"')
+    home = os.path.expanduser("~")
+    paths = [os.path.expanduser(v.replace("%d", home)) for v in value.split()] or [""]
+    for path in paths:
+        if path.lower() == "none" or path == os.devnull:
+            continue
+        why = foreign_path(path)
+        if why:
+            return (f"{name} {short(path)}: {why}: ssh would read what another user put there; "
+                    f"keep it in a folder of yours")
+    return None
+
+
+def foreign_path(path: str) -> Optional[str]:
+    """Why another user could choose what ``path`` holds (None: only the caller or root): the
+    file, or a folder above it, belongs to another user or is writable by others (a folder
+    with the sticky bit counts for a file that exists and is the caller's or root's); a missing
+    file in a folder others can write. Relative paths and ssh's %-tokens: not knowable here,
+    refused."""
+    import stat
+    if not os.path.isabs(path) or "%" in path:
+        return "not an absolute path tfcluster can check"
+    me = os.geteuid()
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return f"cannot be checked ({e.strerror or e})"
+    if st is not None:
+        if st.st_uid not in (me, 0):
+            return f"belongs to another user (uid {st.st_uid})"
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+            return f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o})"
+        if stat.S_ISLNK(st.st_mode):
+            why = foreign_path(os.path.join(os.path.dirname(path), os.readlink(path)))
+            if why:
+                return f"links to a file that {why}" if why.startswith("is ") else why
+    folder = os.path.dirname(os.path.abspath(path))
+    child_there = st is not None         # the entry below this folder exists (and is trusted)
+    while True:
+        try:
+            d = os.stat(folder)
+        except OSError:
+            d = None
+        if d is not None:
+            if d.st_uid not in (me, 0):
+                return f"is in {short(folder)}, which belongs to another user (uid {d.st_uid})"
+            # a sticky folder (/tmp) keeps an entry that exists as its owner's; a missing one
+            # anyone there can make
+            if d.st_mode & 0o022 and not (d.st_mode & stat.S_ISVTX and child_there):
+                return f"is in {short(folder)}, which others can write (mode {stat.S_IMODE(d.st_mode):04o})"
+        child_there = d is not None
+        up = os.path.dirname(folder)
+        if up == folder:
+            return None
+        folder = up
 
 
 def _allowed_ssh_commands(spec: Any) -> set:

@@ -145,8 +145,12 @@ class RemoteSpec(_Strict):
     ssh_options: List[str] = Field(default_factory=list,
                                    description="extra ssh -o options, e.g. StrictHostKeyChecking=yes; "
                                    "an option that runs a command on this machine (ProxyCommand, "
-                                   "LocalCommand, KnownHostsCommand, ...) only when named in "
-                                   "allow_ssh_commands")
+                                   "ProxyJump, LocalCommand, KnownHostsCommand, ...) only when named "
+                                   "in allow_ssh_commands; options that connect through a path or "
+                                   "port another user could own (ControlPath, ControlMaster, "
+                                   "IdentityAgent, forwards, ...) never; files ssh reads "
+                                   "(UserKnownHostsFile, IdentityFile, ...) only where no other user "
+                                   "could own or make them")
     allow_ssh_commands: List[str] = Field(
         default_factory=list, description="ssh options that run a command on this machine when ssh "
         "connects (launch, doctor), allowed by name, e.g. [ProxyCommand]: a file from elsewhere "
@@ -204,10 +208,10 @@ class ClusterFile(_Strict):
         "for remote hosts)")
     network: Optional[Literal["private", "host"]] = Field(
         None, description="where a run on this machine listens (--network wins): private, a "
-        "network of the run's own that only its processes reach (the default where the kernel "
-        "allows it and every endpoint is a loopback address); host, this machine's network, where "
-        "every local user can connect to the tasks (TensorFlow's servers trust whoever connects: "
-        "docs/SECURITY.md). Runs across hosts (ssh, Slurm, Ray) use the hosts' networks")
+        "network of the run's own that only its processes reach (the default where every endpoint "
+        "is a loopback address; where the kernel refuses it, a launch starts nothing); host, this "
+        "machine's network, where every local user can connect to the tasks (TensorFlow's servers "
+        "trust whoever connects: docs/SECURITY.md). Runs across hosts (ssh, Slurm, Ray) use the hosts' networks")
     profiler: bool = Field(
         False, description="start TensorFlow's profiler server in every task (tfcluster profile "
         "RUN traces it), on a port chosen with the task ports; off, no profiler port is opened")

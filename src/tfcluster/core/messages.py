@@ -28,8 +28,9 @@ Who can connect, by how a run is launched:
   namespaces), so other users, and other hosts, reach none of its ports. Tasks keep your uid;
   slirp4netns, when installed, gives them outbound connections (no port is forwarded in, the
   host's loopback is not reachable). `tfcluster exec RUN -- CMD` runs your own client inside.
-- network: host (--network host), or where the kernel refuses user namespaces: every user of
-  this machine can connect to the run's ports; the launch says so at start.
+- network: host (--network host): every user of this machine can connect to the run's
+  ports; the launch says so before its first task. Where the kernel refuses user namespaces,
+  a default launch starts nothing and says so (--network host runs it exposed).
 - Across hosts (ssh, Slurm, Ray): every user of those hosts, and whoever reaches them. Fence
   the ports: a private network only the cluster's machines reach, and a firewall that admits
   the cluster's hosts and, on each host, only your own processes (nftables: 'meta skuid' on
@@ -60,7 +61,7 @@ def security_note(source: Optional[str], ports: Sequence[int], silenced: bool = 
     environ = os.environ if environ is None else environ
     if silenced or environ.get(SILENCE_ENV, "").strip() not in ("", "0"):
         return None
-    listed = ", ".join(str(p) for p in ports)
+    listed = ", ".join(str(p) for p in ports) or "chosen where the tasks land"
     if local:
         because = f" ({why_host})" if why_host else ""
         return (f"note: network: host{because}: every user of this machine can connect to this "

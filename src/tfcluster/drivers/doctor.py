@@ -375,7 +375,11 @@ def who_can_connect(plan) -> List[str]:
     for host, ports in by_host.items():
         listed = ", ".join(ports) if ports else "chosen on the nodes"
         if plan.network == "private":
-            out.append(f"{host} ports {listed}: this run's processes only (network: private)")
+            from tfcluster.net.private import unavailable
+            why = unavailable()
+            out.append(f"{host} ports {listed}: this run's processes only (network: private)" if not why
+                       else f"{host} ports {listed}: none: a launch here starts nothing ({why}; "
+                            f"--network host runs it in this machine's network, exposed)")
         elif plan.backend == "local" or (host != "(Slurm's nodes)" and is_local(host)
                                          and plan.backend != "slurm"):
             out.append(f"{host} ports {listed}: every user of this machine"

@@ -12,9 +12,15 @@ root moves only the calling thread for the run (a network namespace is a thread'
 supervisor starts from it, threads and tasks, is inside) and brings it back after; another user
 cannot come back from a user namespace, so the run goes to a forked child that moves, whose
 output the caller's ``sys.stdout``/``sys.stderr`` get through pipes, and the caller waits; the
-child is then the run's launcher (its pid is the record's). Where the private network cannot be made
-at all, a run that asked for it (``network: private``, ``--network private``) stops with one
-line (exit 2); a run that got it by default goes on in the host network and says why.
+child is then the run's launcher (its pid is the record's).
+
+The fence fails closed: where the private network cannot be made whole (user namespaces off, a
+namespace limit reached), a local launch starts nothing and says why in one line, naming
+``--network host`` (exit 2: :func:`check_private` before anything starts, :func:`_enter` when
+the kernel refuses at the move). A run that is exposed (host mode chosen by the file or the
+flag, ssh, Slurm, Ray, a task at a non-loopback address) says so on the terminal before its
+first task starts, detached or not (:func:`exposure_note`); only a host mode that was chosen
+can be silenced.
 """
 from __future__ import annotations
 
@@ -54,14 +60,55 @@ def run_in_network(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:
             net.close()
 
 
+def refusal(why: str) -> str:
+    """The one line of a launch that stops because its private network cannot be made."""
+    return (f"network: private cannot be made here: {why}; nothing was started. To run in this "
+            f"machine's network, where every local user can connect to the tasks, launch with "
+            f"--network host (or network: host in the file) and fence the ports (tfcluster help "
+            f"security)")
+
+
+def check_private(plan: RunPlan) -> None:
+    """UserError (exit 2, nothing started) when the plan's private network cannot be made here
+    (:func:`tfcluster.net.private.unavailable`): checked before a detached launcher starts."""
+    if plan.network != "private":
+        return
+    why = private.unavailable()
+    if why:
+        raise UserError(refusal(why))
+
+
+def exposed(plan: RunPlan) -> bool:
+    """Whether other users can connect to the run's ports: any network but a private one."""
+    return plan.network != "private"
+
+
+def exposure_note(plan: RunPlan, silenced: bool, environ=None) -> Optional[str]:
+    """Who can connect to an exposed run's ports, said before its first task starts (None for
+    a private run, or a silenced note). ``silenced`` (--no-security-note) and
+    ``TFCLUSTER_NO_SECURITY_NOTE`` count only where the host network was chosen (``network:
+    host``, ``--network host``, a remote backend, ``--host``): a local run that is in the host
+    network for another reason (a task at a non-loopback address) says so whatever they say."""
+    from tfcluster.core.messages import security_note
+    from tfcluster.runs import index as runindex
+    if not exposed(plan):
+        return None
+    local = plan.backend == "local" and not plan.only_hosts
+    chosen = not local or plan.network_asked
+    if not chosen:
+        silenced, environ = False, {}
+    ports = sorted({p for t in plan.selected_tasks for p in (t.port, t.profiler_port) if p})
+    return security_note(plan.source, ports, silenced=silenced, environ=environ,
+                         first_time=runindex.first_time, local=local, why_host=plan.network_why)
+
+
 def _enter(plan: RunPlan, back: bool = False) -> Tuple[Optional[private.Private], RunPlan, str]:
+    """Into the private network, whole, or UserError: never the host network instead."""
     try:
         net = private.enter(outbound=True, back=back)
     except private.PrivateNetworkError as e:
-        if plan.network_asked:
-            raise UserError(f"network: private: {e}; use --network host")
-        return None, replace(plan, network="host", network_why=str(e)), ""
-    return net, replace(plan, outbound=net.outbound), net.note
+        raise UserError(refusal(str(e)))
+    return net, replace(plan, outbound=net.outbound, namespaces=net.made), net.note
 
 
 def _in_child(plan: RunPlan, run: Callable[[RunPlan, str], int]) -> int:

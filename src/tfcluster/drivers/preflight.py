@@ -12,6 +12,7 @@ from tfcluster.net.addresses import is_local
 from tfcluster.plan import contract
 from tfcluster.plan.gpus import gpu_warnings
 from tfcluster.plan.runplan import RunPlan
+from tfcluster.terminal import printable
 
 
 def preflight(plan: RunPlan, backend: Backend) -> List[str]:
@@ -19,14 +20,15 @@ def preflight(plan: RunPlan, backend: Backend) -> List[str]:
     program, script or folder; a script given to any Python interpreter, by path or versioned
     name; legacy Keras asked for without tf_keras) or the launch itself (a live run of the same
     file on this machine: :func:`live_run_problem`); return warnings (GPU indexes this machine
-    does not have)."""
-    live = live_run_problem(plan)
+    does not have; records of other users that name this file as live, ignored)."""
+    foreign: List[str] = []
+    live = live_run_problem(plan, foreign)
     if live:
         raise UserError(live)
     problems = program_problems(plan, backend)
     if problems:
         raise UserError("\n".join(problems) + "\nnothing was started")
-    return gpu_warnings([(t.name, t.gpus if t.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return foreign + gpu_warnings([(t.name, t.gpus if t.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES"))
                          for t in plan.selected_tasks if is_local(t.host) or backend.name == "local"])
 
 
@@ -110,13 +112,16 @@ def _script_problems(where: str, argv: List[str], cwd: str) -> List[str]:
     return []
 
 
-def live_run_problem(plan: RunPlan) -> Optional[str]:
+def live_run_problem(plan: RunPlan, foreign: Optional[List[str]] = None) -> Optional[str]:
     """A run of the same cluster file whose launcher is alive on this machine and which runs
     any of the tasks this launch would start: one line naming its launcher's pid and run
-    folder (found through the run records: :func:`tfcluster.runs.liveness.launcher_alive`)."""
+    folder (found through the run records: :func:`tfcluster.runs.liveness.launcher_alive`).
+    Only the caller's own records decide: a record another user wrote (a shared sticky logdir)
+    can name any file and any live pid, and never blocks a launch; such a record that says it
+    is live is named in ``foreign`` (one line each) and ignored."""
     if not plan.source or not plan.logdir or not os.path.isdir(plan.logdir):
         return None
-    from tfcluster.runs.find import scan_runs
+    from tfcluster.runs.find import owned_by_caller, scan_runs
     from tfcluster.runs.liveness import launcher_alive
     try:
         runs, _ = scan_runs(plan.logdir, plan.source)
@@ -125,6 +130,11 @@ def live_run_problem(plan: RunPlan) -> Optional[str]:
     mine = {t.name for t in plan.selected_tasks}
     for run_dir, record in runs:
         if record.get("result") != "running" or record.get("launcher_pid") == os.getpid():
+            continue
+        if not owned_by_caller(run_dir):
+            if foreign is not None:
+                foreign.append(printable(f"{run_dir}: a run record of another user names this file "
+                                         f"as running; it is not yours and is ignored"))
             continue
         tasks = record.get("tasks") if isinstance(record.get("tasks"), list) else []
         theirs = {t.get("task") for t in tasks if isinstance(t, dict) and t.get("state") != "skipped"}
@@ -136,5 +146,3 @@ def live_run_problem(plan: RunPlan) -> Optional[str]:
                 f"run folder {run_dir}; nothing was started (stop it, or wait for it: "
                 f"tfcluster status {run_dir})")
     return None
-
-

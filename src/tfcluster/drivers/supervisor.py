@@ -49,7 +49,7 @@ from tfcluster.core.machine import (
     input_fields,
     line_events,
 )
-from tfcluster.core.messages import elastic_line, security_note
+from tfcluster.core.messages import elastic_line
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
 from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
@@ -182,8 +182,6 @@ class Supervisor:
             began = self.clock()
             self.events.emit("input", input="begin", now=began)   # the machine's input log
             self._act(self.machine.begin(began))
-            if self.start_error is None:
-                self._security_note()
             self._loop()
         finally:
             try:
@@ -258,20 +256,6 @@ class Supervisor:
             d.info(f"skipped ({why}): " + ", ".join(f"{t.name}@{t.endpoint}" for t in self.skipped))
         self.events.emit("run_started", run_id=self.plan.run_id, file=self.plan.source,
                          backend=self.backend.name, tasks=list(self.runs), chief=self.plan.chief)
-
-    def _security_note(self) -> None:
-        """Said once the tasks have started: who can connect to the run's ports. Nobody else in
-        a private network (nothing to say); on this machine's network, every local user (said
-        at every start); across hosts, anyone on those hosts (said once per file)."""
-        if self.plan.network == "private":
-            return
-        ports = sorted({p for tr in self.runs.values() for p in (tr.plan.port, tr.plan.profiler_port) if p})
-        line = security_note(self.plan.source, ports, silenced=not self.display.options.security_note,
-                             first_time=runindex.first_time,
-                             local=self.backend.name == "local" and not self.plan.only_hosts,
-                             why_host=self.plan.network_why)
-        if line:
-            self.display.info(line)
 
     # ------------------------------------------------------------------ carrying out actions
     def _feed(self, *events) -> None:

@@ -114,10 +114,12 @@ def unavailable() -> Optional[str]:
 class Private:
     """The network this process now lives in: ``pid`` holds it (this process), ``userns`` when a
     user namespace was made (not root), ``outbound`` the helper's name when tasks can reach
-    other hosts, ``note`` a line to say at start when they cannot (else "")."""
+    other hosts, ``note`` a line to say at start when they cannot (else ""). ``made``: the
+    namespaces made, in order ("net"; "user+net+user"), for the run's record."""
 
     pid: int
     userns: bool
+    made: str = ""
     outbound: str = ""
     note: str = ""
     _helper_pid: Optional[int] = None
@@ -140,6 +142,9 @@ class Private:
             except ChildProcessError:    # reaped already
                 pass
             self._helper_pid = None
+        if self.userns:
+            from tfcluster.net.owners import release
+            release()
 
 
 def enter(outbound: bool = True, back: bool = False) -> Private:
@@ -158,16 +163,23 @@ def enter(outbound: bool = True, back: bool = False) -> Private:
         raise PrivateNetworkError("the launcher has several threads here; a user namespace "
                                   "takes only a single-threaded process")
     back_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC) if back else None
+    if not root:       # inside, root's files show as the overflow uid: asked about outside
+        from tfcluster.net.owners import keep_outside_view
+        keep_outside_view()
     helper = _start_helper_waiting() if outbound else None
     try:
         _unshare(root)
     except BaseException:
         if helper is not None:
             helper.abandon()
+        if not root:
+            from tfcluster.net.owners import release
+            release()
         if back_fd is not None:
             os.close(back_fd)
         raise
-    net = Private(pid=os.getpid(), userns=not root, _back_fd=back_fd)
+    net = Private(pid=os.getpid(), userns=not root, made="net" if root else "user+net+user",
+                  _back_fd=back_fd)
     if helper is None:
         return net
     net.outbound, net.note, net._helper_pid, net._exit_fd = helper.go()
@@ -175,13 +187,29 @@ def enter(outbound: bool = True, back: bool = False) -> Private:
 
 
 def _unshare(root: bool) -> None:
+    """Make the namespaces whole, or leave none half-made behind: root's network namespace is
+    left again (back to the one it came from) when ``lo`` cannot be brought up. A user namespace
+    cannot be left: another user's half-made one (the nested namespace refused: a limit
+    reached) raises, and the caller must start nothing in it (:func:`half_made` says so; the
+    launcher ends with one line, exit 2)."""
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
     if root:
-        _check(libc.unshare(CLONE_NEWNET), "a network namespace")
-        _bring_loopback_up()
+        before = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(libc.unshare(CLONE_NEWNET), "a network namespace")
+            try:
+                _bring_loopback_up()
+            except OSError as e:
+                _check(libc.setns(before, CLONE_NEWNET), "leaving a half-made network namespace")
+                raise PrivateNetworkError(f"bringing up loopback in the network namespace: "
+                                          f"{e.strerror or e}")
+        finally:
+            os.close(before)
         return
     _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "a user and network namespace")
+    global _HALF_MADE
+    _HALF_MADE = True            # until the caller's own uid is back inside, below
     try:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"0 {uid} 1")
@@ -195,6 +223,17 @@ def _unshare(root: bool) -> None:
         _write("/proc/self/gid_map", f"{gid} 0 1")
     except OSError as e:
         raise PrivateNetworkError(f"mapping the caller's uid inside: {e.strerror or e}")
+    _HALF_MADE = False
+
+
+#: whether this process is in a user namespace it made and could not finish (it cannot leave
+#: it): nothing may be started from here, and the process should end
+_HALF_MADE = False
+
+
+def half_made() -> bool:
+    """Whether this process was left in a half-made user namespace (:func:`_unshare`)."""
+    return _HALF_MADE
 
 
 class _WaitingHelper:

@@ -132,6 +132,7 @@ class RunPlan:
     network_asked: bool = False              # --network or the file's network: said which
     profiler: bool = False                   # the tasks' profiler servers are on
     outbound: str = ""                       # a private network's outbound helper (slirp4netns), once made
+    namespaces: str = ""                     # what was made for it, once made: "net" or "user+net+user"
     base_port_given: bool = False            # the file wrote base_port: ports chosen on hosts start there
     run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
     min_workers: Optional[int] = None        # elastic: the fewest workers the run goes on with
@@ -603,10 +604,10 @@ def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
             return "host", why
     from tfcluster.net.private import unavailable
     why = unavailable()
-    if why:
-        if asked == "private":
-            raise UserError(f"network: private: {why}; use --network host")
-        return "host", why
+    if why and asked == "private":
+        raise UserError(f"network: private: {why}; use --network host")
+    # private by default even where it cannot be made: the launch then stops, it does not fall
+    # back to the host network unseen (tfcluster.drivers.network.check_private)
     return "private", ""
 
 

@@ -72,14 +72,77 @@ def task_address(row: Dict) -> str:
     return f"{host}:{int(row['profiler_port'])}"
 
 
+def socket_owner(tables: Sequence[str], local: tuple, remote: tuple) -> Optional[int]:
+    """The uid that owns the TCP socket at ``local`` (ip, port) connected to ``remote`` (ip,
+    port), from the text of ``/proc/net/tcp`` and ``/proc/net/tcp6`` (the kernel's socket
+    tables: the uid column is the socket's creator); an IPv4 address also matches its
+    IPv4-mapped IPv6 form. None when no such socket is listed."""
+    want = (_ip4(local[0]), int(local[1]), _ip4(remote[0]), int(remote[1]))
+    for text in tables:
+        for line in text.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) < 8:
+                continue
+            try:
+                got = _endpoint(parts[1]) + _endpoint(parts[2])
+                uid = int(parts[7])
+            except ValueError:
+                continue
+            if got == want:
+                return uid
+    return None
+
+
+def _ip4(ip: str) -> str:
+    return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip
+
+
+def _endpoint(hexed: str) -> tuple:
+    """('127.0.0.1', 8080) from the tables' ``0100007F:1F90`` (each 32-bit word of the address
+    in the machine's byte order)."""
+    import ipaddress
+    import socket
+    import struct
+    addr, port = hexed.split(":")
+    words = [int(addr[i:i + 8], 16) for i in range(0, len(addr), 8)]
+    raw = b"".join(struct.pack("=I", w) for w in words)
+    ip = socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+    mapped = ipaddress.ip_address(ip)
+    if getattr(mapped, "ipv4_mapped", None) is not None:
+        ip = str(mapped.ipv4_mapped)
+    return ip, int(port, 16)
+
+
+def peer_uid(conn) -> Optional[int]:
+    """Who owns the other end of ``conn``, a TCP connection accepted on this machine's
+    loopback (read from the kernel's socket tables of this network namespace)."""
+    tables = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                tables.append(f.read())
+        except OSError:
+            continue
+    try:
+        peer, here = conn.getpeername()[:2], conn.getsockname()[:2]
+    except OSError:
+        return None
+    return socket_owner(tables, peer, here)
+
+
 class _Relay:
     """A local TCP relay to ``host:port`` (an IPv6 literal TensorFlow's client cannot dial):
-    127.0.0.1:<its port> forwards every connection there, for the trace's length."""
+    127.0.0.1:<its port> forwards a connection there, for the trace's length, when the
+    connecting socket is this user's own (:func:`peer_uid`, the kernel's record of the socket's
+    creator): another local user who connects is closed at once, and never reaches the task as
+    this user. (Not a unix socket in a 0700 folder: TensorFlow's profiler client dials
+    host:port and names the trace file by the port.)"""
 
     def __init__(self, host: str, port: int):
         import socket
         import threading
         self.target = (host, port)
+        self.refused = 0
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -94,6 +157,10 @@ class _Relay:
                 conn, _ = self.sock.accept()
             except OSError:           # closed: the trace is over
                 return
+            if peer_uid(conn) != os.geteuid():    # another user's socket (or none found)
+                self.refused += 1
+                conn.close()
+                continue
             try:
                 up = socket.create_connection(self.target, timeout=10)
             except OSError:           # the task's server is gone: the client sees it close

@@ -78,6 +78,8 @@ def network_fields(plan) -> Dict[str, Any]:
     out: Dict[str, Any] = {"mode": plan.network}
     if plan.network == "private":
         out["outbound"] = plan.outbound or None
+        if plan.namespaces:
+            out["namespaces"] = plan.namespaces
     elif plan.network_why:
         out["why"] = plan.network_why
     return out

@@ -43,6 +43,24 @@ def workers_line(record: Dict[str, Any]) -> str:
     return f"workers: {w['in']} of {w['of']}, min {w['min']}" + (f" ({why})" if why else "")
 
 
+def network_line(record: Dict[str, Any]) -> str:
+    """Where the run's tasks listened, as its record says (``network`` in run.json): "network:
+    private (only the run's processes reach its ports; outbound: slirp4netns)", or "network:
+    host (every user of this machine can connect ...)"; "" for a record without one."""
+    net = record.get("network")
+    if not isinstance(net, dict) or not isinstance(net.get("mode"), str):
+        return ""
+    mode = net["mode"]
+    if mode == "private":
+        out = net.get("outbound")
+        return (f"network: private (only the run's processes reach its ports; outbound: "
+                f"{printable(str(out)) if out else 'none, loopback only'})")
+    why = f"; {printable(str(net['why']))}" if net.get("why") else ""
+    who = "every user of this machine" if record.get("backend") in (None, "local") \
+        else "every user of the run's hosts"
+    return f"network: {printable(mode)} ({who} can connect to its tasks{why})"
+
+
 def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = False,
                  probe=None) -> int:
     """``tfcluster status``: exit code per STATUS_EXIT (0 only for a run that succeeded)."""
@@ -61,6 +79,9 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     print(head)
     if record.get("file"):
         print(f"file: {p(record['file'])}")
+    line = network_line(record)
+    if line:
+        print(line)
     segments = record.get("segments")
     if isinstance(segments, int) and not isinstance(segments, bool) and segments > 1:
         print(f"Slurm job {p(str(record.get('slurm_job') or '?'))}: {segments} segments (requeued "
