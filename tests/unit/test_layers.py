@@ -155,12 +155,12 @@ def test_the_node_agent_shares_pieces_with_the_launcher_not_the_launcher_itself(
     assert "backends.agent.folder" in GRAPH["backends.slurm.launcher"]
 
 
-#: the run machine and the report are one job each however long; every other module stays short
-LONG_ALLOWED = {"core/machine.py", "runs/report.py"}
+#: the run machine is one job however long (until its policies land); every other module stays short
+LONG_ALLOWED = {"core/machine.py"}
 MAX_LINES = 700
 
 
-def test_no_module_is_over_700_lines_but_the_machine_and_the_report():
+def test_no_module_is_over_700_lines_but_the_machine():
     long = []
     for folder, _, files in os.walk(SRC):
         for name in files:
