@@ -190,7 +190,7 @@ def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
 
 def _supervised(plan: RunPlan, cluster: Cluster) -> Launcher:
     from tfcluster.drivers.launcher import SupervisedLauncher
-    if plan.backend == "ssh":
+    if plan.kind.over_ssh:
         from tfcluster.backends.ssh import SshBackend
         return SupervisedLauncher(plan, SshBackend(cluster, stop_timeout=plan.stop_timeout))
     from tfcluster.backends.local import LocalBackend

@@ -185,7 +185,7 @@ def hosts_of(plan, cluster) -> List[Host]:
     out = [Host(HERE, here, {f: f for f in files}, {})]
     ssh = None
     for host, ports in by_host.items():
-        remote = plan.backend == "ssh" and (host in cluster.spec.hosts or not is_local(host))
+        remote = plan.kind.over_ssh and (host in cluster.spec.hosts or not is_local(host))
         if not remote:
             out[0].ports.update(ports)
             out[0].addr = host
@@ -221,7 +221,7 @@ def slurm_hosts(plan) -> List[Host]:
 
 def check(plan, cluster) -> Tuple[List[List[str]], List[str]]:
     """Probe every host; (table rows, problems)."""
-    hosts = slurm_hosts(plan) if plan.backend == "slurm" else hosts_of(plan, cluster)
+    hosts = slurm_hosts(plan) if plan.kind.takes_slurm_options else hosts_of(plan, cluster)
     rows: List[Tuple[Host, Dict[str, Any]]] = []
     problems: List[str] = []
 
@@ -288,7 +288,7 @@ def check(plan, cluster) -> Tuple[List[List[str]], List[str]]:
         for port, state in sorted(f.get("ports", {}).items(), key=lambda kv: int(kv[0])):
             if state != "free":
                 problems.append(f"host {h.name}: port {port} of {h.ports.get(int(port), '?')} is {state}")
-    if plan.backend == "ssh" and not problems:
+    if plan.kind.over_ssh and not problems:
         problems += _reachable(hosts)
     table = [["HOST", "PYTHON", "TENSORFLOW", "TFCLUSTER", "PROGRAM", "GPUS", "CLOCK", "PORTS"]]
     for h, f in rows:
@@ -359,8 +359,8 @@ def who_can_connect(plan) -> List[str]:
         listed = ", ".join(ports) if ports else "chosen on the nodes"
         if plan.network == "private":
             out.append(f"{host} ports {listed}: this run's processes only (network: private)")
-        elif plan.backend == "local" or (host != "(Slurm's nodes)" and is_local(host)
-                                         and plan.backend != "slurm"):
+        elif not plan.kind.reaches_other_hosts or (host != "(Slurm's nodes)" and is_local(host)
+                                                   and not plan.kind.takes_slurm_options):
             out.append(f"{host} ports {listed}: every user of this machine"
                        + (f" (network: host: {plan.network_why})" if plan.network_why else " (network: host)")
                        + (", and other hosts" if not is_local(host) else ""))

@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional
 
 from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
+from tfcluster.plan.backend_kind import recorded_kind
 from tfcluster.runs.find import default_place, find_run, scan_runs, shown_here, warn_skipped
 from tfcluster.runs.result import STATUS_EXIT, assess, derive_result, last_update, run_duration
 from tfcluster.runs.run_file import read_run
@@ -125,7 +126,7 @@ def run_cause(record: Dict[str, Any], result: str) -> str:
         return "launcher gone; Slurm not reachable"
     if result == "interrupted":
         return "interrupted"
-    if record.get("backend") == "slurm" and not record.get("slurm_job"):
+    if recorded_kind(record.get("backend")).takes_slurm_options and not record.get("slurm_job"):
         return "not submitted: no Slurm job (sbatch refused or failed)"
     for t in record.get("tasks") or []:
         if t.get("state") == "failed":
