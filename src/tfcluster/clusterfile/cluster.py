@@ -88,7 +88,13 @@ def parse_endpoint(entry: Any) -> Tuple[str, int]:
 
 @dataclass(frozen=True, order=True)
 class TaskId:
-    """One task identity everywhere: ``worker:1``."""
+    """One task identity everywhere: ``worker:1``.
+
+    Args:
+        job: the job's name (``ps``, ``worker``, ``chief``, ``evaluator``, ...).
+        index: the task's index in its job, from 0.
+
+    ``str(TaskId("worker", 1))`` is ``"worker:1"``; :meth:`parse` reads that form back."""
 
     job: str
     index: int
@@ -110,7 +116,10 @@ class TaskId:
 
 @dataclass(frozen=True)
 class Task:
-    """One task of the cluster and everything needed to start it."""
+    """One task of the cluster and everything needed to start it: its job and index, its
+    endpoint (None for a job given as a count until its port is chosen), program, environment,
+    GPUs and restart rule, as the cluster file resolved them. Made by :func:`tfcluster.load`
+    (``cluster.tasks``); not made by programs."""
 
     job: str
     index: int
@@ -134,7 +143,12 @@ class Task:
 
 @dataclass
 class Cluster:
-    """A validated cluster file."""
+    """A validated cluster file: what :func:`tfcluster.load`, :func:`tfcluster.loads` and
+    :func:`tfcluster.from_dict` return, and what :func:`tfcluster.launch` takes.
+
+    ``jobs`` maps each job to its :class:`Task` list (``tasks`` is every task in file order);
+    ``cluster_spec_dict()`` is TensorFlow's ClusterSpec dict and ``tf_config(task)`` a task's
+    TF_CONFIG. Read-only for programs: a changed file is loaded again."""
 
     source: str                           # the file's path ("" when built from a dict)
     base_dir: str

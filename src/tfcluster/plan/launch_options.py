@@ -1,5 +1,6 @@
 """The options of a launch: what the command line (or a program calling
-:func:`tfcluster.launch`) says about a run, over its cluster file. Plain data, no TensorFlow.
+:func:`tfcluster.launch`) says about a run, over its cluster file. Public (``tfcluster.LaunchOptions``,
+docs/API.md). Plain data, no TensorFlow.
 """
 from __future__ import annotations
 
@@ -10,10 +11,32 @@ from typing import Any, Optional, Tuple
 @dataclass(frozen=True)
 class LaunchOptions:
     """What the command line says about a run, over the cluster file: the options of
-    :func:`tfcluster.launch`. None (or empty) means "the file's value". Each field is the
-    ``launch`` flag of its name; the values are checked when the run
-    is planned (:func:`tfcluster.plan.runplan.build_plan`), where a bad one is a
-    :class:`tfcluster.errors.UserError` naming the flag."""
+    :func:`tfcluster.launch`, public as ``tfcluster.LaunchOptions`` (docs/API.md). None (or
+    empty) means "the file's value". Frozen: make a changed copy with ``dataclasses.replace``.
+
+    Args:
+        command: the program and its arguments, replacing the file's (``launch ... -- CMD``).
+        command_cwd: the folder ``command`` runs in (default: the current folder).
+        args: ``--arg`` edits of the program's flags (``"--lr=0.1"``, ``"--no-eval"``).
+        task_flags: append ``--job_name/--task_index/--<job>_hosts`` to every task.
+        success: ``chief`` or ``all-workers``.
+        grace: seconds the other workers get to exit after the chief succeeded.
+        restart: the restart policy (``never``, ``on-failure``, ``exit-code``).
+        max_restarts: restarts per task.
+        logdir: where the run folder is made.
+        run_id: the run folder's name (default: the start time).
+        stop_timeout: seconds between SIGTERM and SIGKILL when a task is stopped.
+        backend: ``local``, ``ssh``, ``slurm`` or ``ray``.
+        hosts: per-host mode: start only the tasks on these hosts.
+        slurm: the command line's Slurm options over the file's ``slurm:`` (programs leave it
+            None: the file's apply).
+        network: ``private`` or ``host``.
+        profiler: start a profiler server in every task.
+
+    Raises:
+        UserError: a bad value, naming its flag, when the run is planned
+            (:func:`tfcluster.launch`), not when the options are made.
+    """
 
     command: Tuple[str, ...] = ()            # replaces the file's program (after '--')
     command_cwd: Optional[str] = None        # the folder a '--' command runs in

@@ -189,8 +189,18 @@ def lookup(run_id: str) -> Optional[str]:
 
 def resolve_run(arg: Optional[str] = None, file: Optional[str] = None) -> str:
     """The run folder ``arg`` names: a run folder (a path holding run.json), or a run id from
-    the index. Without ``arg``: see :func:`choose_run`. Raises UserError (exit 2) naming where
-    it looked."""
+    the index. Without ``arg``: see :func:`choose_run`.
+
+    Args:
+        arg: a run folder's path or a run id (None: the latest run, as ``choose_run`` picks).
+        file: a cluster file whose logdir is searched too.
+
+    Returns:
+        The run folder's path.
+
+    Raises:
+        UserError: no such run, naming where it looked (exit 2).
+    """
     return choose_run(arg, file)[0]
 
 

@@ -261,7 +261,15 @@ def _build_callback_class():
     collective_classes = tuple(c for c in collective if isinstance(c, type))
 
     class ProgressCallback(base):
-        """Reports ``fit``'s progress as ``@tfcluster progress`` lines (see tfcluster.runtime.keras)."""
+        """Reports ``fit``'s progress as ``@tfcluster progress`` lines (see tfcluster.runtime.keras).
+
+        Args:
+            max_per_second: at most this many reports a second (the last step is always said).
+            stream: where to write them (default: the launcher's pipe, else stdout).
+
+        Raises:
+            ImportError: TensorFlow (and Keras) is not installed.
+        """
 
         def __init__(self, max_per_second: float = 2.0, stream: Optional[TextIO] = None):
             super().__init__()
