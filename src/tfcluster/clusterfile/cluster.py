@@ -26,6 +26,8 @@ MAX_ENDPOINT_LENGTH = 300
 
 @dataclass(frozen=True, order=True)
 class Endpoint:
+    """A task's ``host:port``; ``str()`` writes it back (IPv6 hosts in brackets)."""
+
     host: str
     port: int
 
@@ -34,6 +36,7 @@ class Endpoint:
 
 
 def format_endpoint(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets (``[::1]:2222``)."""
     if ":" in host:
         return f"[{host}]:{port}"
     return f"{host}:{port}"
@@ -104,10 +107,12 @@ class TaskId:
 
     @property
     def file_stem(self) -> str:
+        """The task's name in file names: ``worker-1``."""
         return f"{self.job}-{self.index}"
 
     @classmethod
     def parse(cls, text: str) -> "TaskId":
+        """``worker:1`` (or ``worker/1``) as a TaskId. Raises UserError for anything else."""
         m = re.fullmatch(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*[:/]\s*(\d+)\s*", text or "")
         if not m:
             raise UserError(f"{short(text)} is not a task; write JOB:INDEX, for example worker:1")
@@ -134,10 +139,12 @@ class Task:
 
     @property
     def id(self) -> TaskId:
+        """The task's identity."""
         return TaskId(self.job, self.index)
 
     @property
     def name(self) -> str:
+        """The task's identity as text: ``worker:1``."""
         return str(self.id)
 
 
@@ -179,6 +186,8 @@ class Cluster:
         return [t for j in order for t in self.jobs[j]]
 
     def task(self, task_id: Union[str, TaskId]) -> Task:
+        """The task ``task_id`` names (``"worker:1"`` or a TaskId). Raises UserError (naming
+        the cluster's jobs and sizes) when the cluster has no such task or the name is malformed."""
         tid = task_id if isinstance(task_id, TaskId) else TaskId.parse(task_id)
         if tid.job not in self.jobs:
             hint = did_you_mean(tid.job, self.jobs)
@@ -197,6 +206,7 @@ class Cluster:
 
     @property
     def resolved(self) -> bool:
+        """Whether every task has its endpoint (no job given as a count waits for ports)."""
         return all(t.endpoint is not None for t in self.tasks)
 
     # ---- TensorFlow views

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 # ---------------------------------------------------------------------------- vocabulary
 # The words a cluster file and a run share (jobs, policies, success rules, backends) live in
 # tfcluster.clusterfile.vocabulary, below both the file model and the rules; re-exported here.
-from tfcluster.clusterfile.vocabulary import (  # noqa: E402,F401
+from tfcluster.clusterfile.vocabulary import (  # noqa: F401
     BACKENDS,
     DATA_DISPATCHER,
     DATA_SERVICE_JOBS,

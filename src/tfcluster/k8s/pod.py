@@ -127,8 +127,8 @@ def read_layout(env: Mapping[str, str]) -> Dict[str, Any]:
     try:
         layout = json.loads(text)
         for spec in layout["jobs"].values():
-            spec["rjob"], spec["replicas"], spec["pods"]  # noqa: B018 - presence check
-        layout["port"]  # noqa: B018
+            spec["rjob"], spec["replicas"], spec["pods"]  # presence check
+        layout["port"]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise PodError(f"{LAYOUT_ENV}: not a tfcluster JobSet layout ({type(e).__name__}: {e})")
     return layout

@@ -45,6 +45,8 @@ _decoder = json.JSONDecoder()
 
 @dataclass
 class Progress:
+    """One progress report as parsed from its line."""
+
     step: int
     total: Optional[int] = None
     metrics: Dict[str, float] = field(default_factory=dict)

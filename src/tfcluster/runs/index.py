@@ -40,6 +40,7 @@ def state_dir() -> str:
 
 
 def index_path() -> str:
+    """The run index's file (under the state folder)."""
     return os.path.join(state_dir(), INDEX)
 
 
@@ -167,6 +168,7 @@ def _ours(path: str) -> bool:
 
 
 def is_run_dir(path: str) -> bool:
+    """Whether ``path`` is a run folder (it holds run.json)."""
     from tfcluster.runs.run_file import is_run_folder
     return is_run_folder(path)
 
