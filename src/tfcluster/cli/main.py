@@ -10,9 +10,10 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from tfcluster.cli import parser as grammar
 from tfcluster.cli.commands import COMMANDS, cmd_exec, cmd_launch, cmd_serve
 from tfcluster.cli.launching import launch_request, run_launch
+from tfcluster.cli.parser import build_parser as build_grammar
+from tfcluster.cli.parser import glue_arg_values
 from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.core import messages
 from tfcluster.errors import UserError, print_error
@@ -21,7 +22,7 @@ from tfcluster.errors import UserError, print_error
 def build_parser() -> RecordingParser:
     """The command line's parser (:func:`tfcluster.cli.parser.build_parser`) with each
     subcommand's handler as its ``func``."""
-    p = grammar.build_parser()
+    p = build_grammar()
     for name, sub in p.subcommands.items():
         sub.set_defaults(func=COMMANDS[name])
     return p
@@ -69,7 +70,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if hint:
             print(f"tfcluster {argv[0]}: error: {hint}", file=sys.stderr)
             return 2
-    argv = grammar.glue_arg_values(argv)
+    argv = glue_arg_values(argv)
     parser = build_parser()
     try:
         if argv and argv[0] == "serve":

@@ -135,7 +135,7 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     if spec is None:     # outside the quick subset, or something is wrong: the models say what
         from pydantic import ValidationError
 
-        from tfcluster.clusterfile import kubernetes as k8s_options
+        from tfcluster.clusterfile import kubernetes
         from tfcluster.clusterfile.model_errors import pydantic_problems
         from tfcluster.clusterfile.models import ClusterFile
         try:
@@ -144,7 +144,7 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
             problems.extend(p for p in pydantic_problems(e) if not p.startswith("cluster: required"))
             spec = None
         if spec is not None and isinstance(data.get("cluster"), dict):
-            problems.extend(k8s_options.check(spec.kubernetes, {
+            problems.extend(kubernetes.check(spec.kubernetes, {
                 job: (spec.jobs[job].kubernetes if job in spec.jobs else None)
                 for job in data["cluster"] if isinstance(job, str)}))
     warnings: List[str] = []

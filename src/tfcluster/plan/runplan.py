@@ -676,13 +676,13 @@ def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, i
 def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[TaskPlan, ...], Dict[str, Any]]:
     """Slurm's scheduler options and GPU binding (tfcluster.clusterfile.slurm): the #SBATCH lines,
     GPUs per task, and each task's CUDA_VISIBLE_DEVICES (None: the one Slurm binds)."""
-    from tfcluster.clusterfile import slurm as slurm_options
+    from tfcluster.clusterfile import slurm
     spec = spec if spec is not None else cluster.spec.slurm
-    gpus = slurm_options.task_gpus(cluster, spec)
+    gpus = slurm.task_gpus(cluster, spec)
     tasks = tuple(replace(t, gpus=gpus[t.job][t.index]) if t.job in gpus else t for t in tasks)
-    return tasks, {"lines": slurm_options.sbatch_lines(cluster, spec),
-                   "gpus_per_task": slurm_options.gpus_per_task(cluster, spec),
+    return tasks, {"lines": slurm.sbatch_lines(cluster, spec),
+                   "gpus_per_task": slurm.gpus_per_task(cluster, spec),
                    "requeue": spec.requeue, "max_segments": spec.max_segments,
-                   "lead_signal": slurm_options.LEAD_SIGNAL if any(
-                       ln.startswith("#SBATCH --signal=B:") for ln in slurm_options.sbatch_lines(cluster, spec))
+                   "lead_signal": slurm.LEAD_SIGNAL if any(
+                       ln.startswith("#SBATCH --signal=B:") for ln in slurm.sbatch_lines(cluster, spec))
                    else None}
