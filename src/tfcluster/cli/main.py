@@ -72,26 +72,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
     argv = glue_arg_values(argv)
     parser = build_parser()
-    try:
-        if argv and argv[0] == "serve":
-            # every word after "serve" is the serve program's own (its flags, --help): argparse's
-            # REMAINDER would refuse a first word that starts with "-"
-            args = argparse.Namespace(func=cmd_serve, rest=argv[1:])
-        elif argv and argv[0] == "launch" and not program:
-            args, unknown = parser.parse_known_args(argv)
-            if unknown:
-                launch = messages.launch_command(args.file) if args.file else "tfcluster launch"
-                print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
-                      f"tfcluster launch: hint: put the program after '--': {launch} -- "
-                      f"{' '.join(unknown)}", file=sys.stderr)
-                return 2
-        else:
-            args = parser.parse_args(argv)
-    except SystemExit as e:
-        hint = messages.sbatch_hint(argv) if e.code == 2 else None
-        if hint:
-            print(f"tfcluster: hint: {hint}", file=sys.stderr)
-        raise
+    args = _parse(parser, argv, program)
+    if isinstance(args, int):
+        return args
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -113,3 +96,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:   # no /dev/null: Python's own flush at exit may complain, once
             pass
         return 0
+
+
+def _parse(parser: RecordingParser, argv: List[str], program: List[str]) -> "argparse.Namespace | int":
+    """``argv`` parsed, or the exit code (2) when ``launch`` got words it does not know (said
+    with a hint: the program goes after '--'). argparse's own errors raise SystemExit."""
+    try:
+        if argv and argv[0] == "serve":
+            # every word after "serve" is the serve program's own (its flags, --help): argparse's
+            # REMAINDER would refuse a first word that starts with "-"
+            return argparse.Namespace(func=cmd_serve, rest=argv[1:])
+        if argv and argv[0] == "launch" and not program:
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:
+                launch = messages.launch_command(args.file) if args.file else "tfcluster launch"
+                print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
+                      f"tfcluster launch: hint: put the program after '--': {launch} -- "
+                      f"{' '.join(unknown)}", file=sys.stderr)
+                return 2
+            return args
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        hint = messages.sbatch_hint(argv) if e.code == 2 else None
+        if hint:
+            print(f"tfcluster: hint: {hint}", file=sys.stderr)
+        raise

@@ -72,23 +72,9 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
         took = {"running": "running for", "lost": "last seen after",
                 "unknown": "last seen after"}.get(result, "took")
         print(started + (f", {took} {format_duration(duration)}" if duration is not None else ""))
-    pid = record.get("launcher_pid")
-    if job and result == "running":
-        print(f"the launcher (pid {pid}) is gone, but Slurm job {job} is {p(shown['slurm_state'])}: "
-              f"the tasks go on. Stop it: scancel {job}")
-    elif job and result == "unknown":
-        print(f"the launcher (pid {pid}) is gone and Slurm cannot be asked from here (no squeue or "
-              f"sacct): whether job {job} still runs is unknown. Ask: squeue -j {job}")
-    elif result == "lost":
-        print(f"the launcher (pid {pid}) is gone and never closed the record; run.json was last "
-              f"written at {when(last_update(run))}."
-              + (f" Slurm job {job} is {p(shown['slurm_state']) or 'no longer known to Slurm'}."
-                 if job else "") + " Task states below are as last recorded.")
-    elif result == "running" and shown["launcher_alive"] is None and pid:
-        where = p(record.get("launcher_host") or "another host")
-        print(f"launcher pid {pid} on {where}: not checked from here")
-    elif result == "running":
-        print(f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None))
+    said = _launcher_line(run, record, shown, result, job)
+    if said:
+        print(said)
     if record.get("root_cause"):
         print(f"root cause: {p(record['root_cause'])}")
     line = workers_line(record)
@@ -104,6 +90,31 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
         if isinstance(line, str):
             print(p(line))
     return STATUS_EXIT[result]
+
+
+def _launcher_line(run: str, record: Dict[str, Any], shown: Dict[str, Any], result: str,
+                   job: Any) -> Optional[str]:
+    """What status says of the run's launcher: gone while Slurm runs the tasks, gone and Slurm
+    not reachable, lost, on another host, or its pid and how to stop it; None when finished."""
+    p = printable
+    pid = record.get("launcher_pid")
+    if job and result == "running":
+        return (f"the launcher (pid {pid}) is gone, but Slurm job {job} is {p(shown['slurm_state'])}: "
+                f"the tasks go on. Stop it: scancel {job}")
+    elif job and result == "unknown":
+        return (f"the launcher (pid {pid}) is gone and Slurm cannot be asked from here (no squeue or "
+                f"sacct): whether job {job} still runs is unknown. Ask: squeue -j {job}")
+    elif result == "lost":
+        return (f"the launcher (pid {pid}) is gone and never closed the record; run.json was last "
+                f"written at {when(last_update(run))}."
+                + (f" Slurm job {job} is {p(shown['slurm_state']) or 'no longer known to Slurm'}."
+                   if job else "") + " Task states below are as last recorded.")
+    elif result == "running" and shown["launcher_alive"] is None and pid:
+        where = p(record.get("launcher_host") or "another host")
+        return f"launcher pid {pid} on {where}: not checked from here"
+    elif result == "running":
+        return f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None)
+    return None
 
 
 RUNS_HEADER = ["run", "result", "exit", "started", "duration", "tasks", "restarts", "file", "cause"]
