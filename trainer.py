@@ -25,11 +25,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep task logs readable
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags, logging
 
-import tfcluster.runtime as rt  # noqa: E402
-from tfcluster.core.messages import nothing_trained  # noqa: E402
-from tfcluster.runtime import data as rt_data  # noqa: E402
+import tfcluster.runtime as rt
+from tfcluster.core.messages import nothing_trained
+from tfcluster.runtime import data as rt_data
 
 FLAGS = flags.FLAGS
 rt.define_task_flags()  # --ps_hosts --worker_hosts --chief_hosts --job_name --task_index

@@ -27,11 +27,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
-from tfcluster.plan.progress import report_progress  # noqa: E402
-from tfcluster.runtime import data as rt_data  # noqa: E402
-from tfcluster.runtime.context import ContextError, TaskContext, parse_cluster, task_context  # noqa: E402
+from tfcluster.plan.progress import report_progress
+from tfcluster.runtime import data as rt_data
+from tfcluster.runtime.context import ContextError, TaskContext, parse_cluster, task_context
 
 flags.DEFINE_string("cluster", "", "The cluster (JSON or 'ps=h:p,...;worker=h:p,...'); "
                     "default: TF_CONFIG")

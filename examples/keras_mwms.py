@@ -31,7 +31,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 flags.DEFINE_integer("epochs", 5, "Epochs")
 flags.DEFINE_integer("steps_per_epoch", 50, "Steps per epoch")

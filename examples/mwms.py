@@ -36,7 +36,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 flags.DEFINE_integer("train_steps", 200, "Synchronous global steps")
 flags.DEFINE_integer("steps_per_loop", 25, "Steps between checkpoints and progress reports")

@@ -42,7 +42,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 flags.DEFINE_integer("train_steps", 300, "Global steps (one batch each, on some worker)")
 flags.DEFINE_integer("steps_per_loop", 25, "Steps scheduled between joins/checkpoints/progress")
@@ -267,7 +267,7 @@ def run():
         code = app.run(main) or 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if type(e).__name__ in ("UnavailableError", "AbortedError", "CancelledError"):
             # a ps task (or the coordinator's link to it) is gone: its variables are lost.

@@ -29,9 +29,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
 
 tf.compat.v1.disable_eager_execution()
 

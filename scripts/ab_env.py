@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import benchmark as B  # noqa: E402
+import benchmark as B
 
 BATCH = {"trainer": 64, "seed": 64, "conv": 128}
 

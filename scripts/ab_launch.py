@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import benchmark as B  # noqa: E402
+import benchmark as B
 
 STARTED = re.compile(r"started (\d+\.\d+)")
 

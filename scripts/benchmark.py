@@ -247,13 +247,13 @@ class Procs:
             import psutil
 
             stray = psutil.Process(p.pid).children(recursive=True)
-        except Exception:  # noqa: BLE001 - gone already
+        except Exception:  # gone already
             stray = []
         stop_group(p, grace, kill_wait=5.0)
         for c in stray:
             try:
                 os.killpg(c.pid, signal.SIGKILL) if os.getpgid(c.pid) == c.pid else c.kill()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
     def done(self, p: subprocess.Popen) -> None:
@@ -354,7 +354,7 @@ def run(name: str, argv: Sequence[str], timeout: float, env: Optional[Dict[str, 
             if sample is not None and now >= next_sample:
                 try:
                     r.samples.append(sample(p.pid))
-                except Exception:  # noqa: BLE001 - a process went away between calls
+                except Exception:  # a process went away between calls
                     pass
                 next_sample = now + sample_every
             time.sleep(0.005)
@@ -847,7 +847,7 @@ def render_and_validate(tmp: str, notes: List[str], tasks: int = 1000) -> Dict[s
             s, text = timed(fn)
             res[key] = rnd(s, 4)
             res[key.replace("_seconds", "_bytes")] = len(text)
-        except Exception as e:  # noqa: BLE001 - the renderer is still being written
+        except Exception as e:  # the renderer is still being written
             notes.append(f"scale.{key}: {type(e).__name__}: {e}")
     return res
 
@@ -1022,7 +1022,7 @@ def machine_info() -> Dict[str, Any]:
         from importlib.metadata import version
 
         tf_version = version("tensorflow")
-    except Exception:  # noqa: BLE001
+    except Exception:
         tf_version = None
     try:
         cores = len(os.sched_getaffinity(0))
@@ -1420,7 +1420,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cfg[key] = type(cfg[key])(json.loads(value))
     only = set(args.only.split(",")) if args.only else None
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         raise KeyboardInterrupt
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -1442,7 +1442,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 fn(cfg, tmp, out, notes)
             except KeyboardInterrupt:
                 raise
-            except Exception as e:  # noqa: BLE001 - one figure failing must not lose the others
+            except Exception as e:  # one figure failing must not lose the others
                 import traceback
 
                 traceback.print_exc()

@@ -28,7 +28,7 @@ import scale_local
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests"))
-from helpers.netns import NamespaceHosts, unavailable  # noqa: E402  (the tests' ssh hosts)
+from helpers.netns import NamespaceHosts, unavailable  # the tests' ssh hosts
 
 
 def _shell_loop(hosts, per_host: int, mark: str, hold: float, tmp: str, tag: str) -> str:

@@ -13,9 +13,9 @@ import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-import tfcluster.runtime as rt  # noqa: E402
+import tfcluster.runtime as rt
 
 BATCH = 32
 FEATURES = 64

@@ -36,7 +36,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import arg  # noqa: E402  (--name=value flags, as the other bench programs read them)
+from peers import arg  # --name=value flags, as the other bench programs read them
 
 TABLES, DENSE, TOP = 4, 13, 64
 LR = 0.05

@@ -21,10 +21,10 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import loop  # noqa: E402
-from transfer import arg, build  # noqa: E402
+import loop
+from transfer import arg, build
 
-import tfcluster.runtime as rt  # noqa: E402
+import tfcluster.runtime as rt
 
 
 def main():

@@ -8,9 +8,9 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from transfer import build  # noqa: E402
+from transfer import build
 
-import tfcluster.runtime as rt  # noqa: E402
+import tfcluster.runtime as rt
 
 
 def balance(tf, num_ps, strategy, pmin, mb):

@@ -13,7 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402  (the model and the data)
+import peers  # the model and the data
 
 
 def stamp(event, **more):

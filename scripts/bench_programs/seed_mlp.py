@@ -16,9 +16,9 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import mlp  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
+import mlp
+import tensorflow as tf
+from absl import app, flags
 
 tf.compat.v1.disable_eager_execution()
 flags.DEFINE_string("ps_hosts", "", "Comma-separated list of hostname:port pairs")

@@ -8,7 +8,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import mlp  # noqa: E402
+import mlp
 
 
 def main():

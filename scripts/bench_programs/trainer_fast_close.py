@@ -26,13 +26,13 @@ def _fast_exit(self, exc_type, exc, tb):
     if exc_type is not None:
         return _original_exit(self, exc_type, exc, tb)
     if self.sync_optimizer is not None and self.is_chief:
-        training._quiet_cancelled_queue_runners()  # noqa: SLF001
-    if self._release_tokens is not None:  # noqa: SLF001
-        self._release()  # noqa: SLF001
+        training._quiet_cancelled_queue_runners()
+    if self._release_tokens is not None:
+        self._release()
     raw = self.raw_session
     for hook in self.hooks:
         hook.end(raw)
-    sess, self._sess = self._sess, None  # noqa: SLF001
+    sess, self._sess = self._sess, None
     closer = threading.Thread(target=sess.close, name="tfcluster-close", daemon=True)
     closer.start()
     closer.join(0.1)

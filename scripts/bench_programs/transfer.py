@@ -14,7 +14,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tfcluster.runtime as rt  # noqa: E402
+import tfcluster.runtime as rt
 
 
 def arg(name, default):

@@ -6,7 +6,12 @@ from typing import Iterable, List
 
 
 class UserError(Exception):
-    """Bad input from the user: a file, a flag, a port. Printed without traceback; exit 2."""
+    """Bad input from the user: a file, a flag, a port. Printed without traceback; exit 2.
+
+    Args:
+        message: one line (or a few) naming the field, flag or task that is wrong.
+
+    ``message`` and ``exit_code`` (2) are its attributes."""
 
     exit_code = 2
 
@@ -16,7 +21,13 @@ class UserError(Exception):
 
 
 class ConfigError(UserError):
-    """One or more problems in a cluster file; each message names the field."""
+    """One or more problems in a cluster file; each message names the field.
+
+    Args:
+        source: the file's path ("" for a dict).
+        problems: one line per problem, each naming its field (``cluster.worker[1]: ...``).
+
+    A :class:`UserError` (exit 2); ``problems`` keeps the lines."""
 
     def __init__(self, source: str, problems: Iterable[str]):
         self.source = source

@@ -25,7 +25,7 @@ def status(run_dir):
     return r.returncode, (json.loads(r.stdout) if r.stdout else {}), r.stderr
 
 
-def test_a_live_slurm_job_is_not_lost_when_its_launcher_is_killed(slurm_cluster, tmp_path):  # noqa: F811
+def test_a_live_slurm_job_is_not_lost_when_its_launcher_is_killed(slurm_cluster, tmp_path):
     (tmp_path / "prog.py").write_text(SLEEPER)
     (tmp_path / "cluster.yaml").write_text(
         "cluster: {worker: 1}\nprogram: {command: [python, prog.py]}\nlogdir: runs\n")

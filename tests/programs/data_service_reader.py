@@ -9,9 +9,9 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-import tfcluster.runtime as rt  # noqa: E402
+import tfcluster.runtime as rt
 
 out_dir = sys.argv[1]
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 200

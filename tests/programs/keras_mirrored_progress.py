@@ -9,11 +9,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from tfcluster.plan.progress import parse_progress  # noqa: E402
-from tfcluster.runtime.keras import ProgressCallback  # noqa: E402
+from tfcluster.plan.progress import parse_progress
+from tfcluster.runtime.keras import ProgressCallback
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

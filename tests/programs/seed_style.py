@@ -9,7 +9,7 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 p = argparse.ArgumentParser()
 p.add_argument("--ps_hosts", required=True)

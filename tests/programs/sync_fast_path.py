@@ -14,11 +14,11 @@ import threading
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tfcluster.net.ports import free_ports  # noqa: E402
-from tfcluster.runtime import TrainingSession, make_sync_optimizer, parse_tf_config  # noqa: E402
-from tfcluster.runtime.server import session_config  # noqa: E402
+from tfcluster.net.ports import free_ports
+from tfcluster.runtime import TrainingSession, make_sync_optimizer, parse_tf_config
+from tfcluster.runtime.server import session_config
 
 tf.compat.v1.disable_eager_execution()
 
@@ -87,7 +87,7 @@ def main():
                 out[ctx.task_id] = {"fast": sess._fast, "runs": n, "monitored_runs": slow[0],
                                     "hook_before_run_calls": hook.calls if hook else None,
                                     "final_step": final, "local_step": sess.local_step}
-        except Exception as e:  # noqa: BLE001 - reported in the JSON line
+        except Exception as e:  # reported in the JSON line
             errors.append("worker:%d: %r" % (i, e))
 
     threads = [threading.Thread(target=replica, args=(i,)) for i in range(2)]

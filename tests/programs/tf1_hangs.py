@@ -21,9 +21,9 @@ import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")   # TensorFlow's "still waiting" is INFO
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tfcluster.plan.progress import report_progress  # noqa: E402
+from tfcluster.plan.progress import report_progress
 
 p = argparse.ArgumentParser()
 p.add_argument("--ps_hosts", required=True)

@@ -6,9 +6,9 @@ import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from tfcluster.plan.progress import report_progress  # noqa: E402
+from tfcluster.plan.progress import report_progress
 
 cfg = json.loads(os.environ["TF_CONFIG"])
 job, index = cfg["task"]["type"], cfg["task"]["index"]

@@ -10,7 +10,7 @@ import sys
 from helpers import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_elastic as be  # noqa: E402
+import bench_elastic as be
 
 
 def series(name, points):

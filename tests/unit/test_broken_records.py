@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.records import good_events, good_record, make, write_events  # noqa: F401
+from helpers.records import good_events, good_record, make, write_events
 from tfcluster.cli.main import main
 from tfcluster.safe_files import write_json
 
@@ -300,7 +300,7 @@ def test_1000_mutated_records_give_no_traceback_and_no_hang(tmp_path, capsys):
             try:
                 with Deadline(10):
                     rc = cli(cmd)
-            except BaseException as e:   # noqa: BLE001 (the point: nothing may escape)
+            except BaseException as e:  # the point: nothing may escape
                 raise AssertionError(f"seed {seed}: {cmd[0]} raised {e!r}") from e
             out = capsys.readouterr()
             if rc == 2:

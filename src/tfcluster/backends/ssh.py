@@ -57,10 +57,12 @@ ANSWER_TIMEOUT = 60.0    # seconds an agent has to answer a request (a start, th
 
 
 def agent_source() -> str:
-    """The node agent's source, sent to each host (it runs there with the standard library)."""
+    """The node agent's source, sent to each host (it runs there with the standard library):
+    :mod:`tfcluster.backends.agent.host` with the port probe's text in place of its import."""
     from tfcluster.backends.agent import host
+    from tfcluster.net import port_probe
     with open(host.__file__, encoding="utf-8") as f:
-        return f.read()
+        return port_probe.ship(f.read())
 
 
 def remote_settings(cluster: Cluster, host: str) -> RemoteSpec:

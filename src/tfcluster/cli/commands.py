@@ -135,8 +135,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _placed(cluster: Cluster) -> Dict[str, str]:
     """task -> host of an ssh file's count jobs on its hosts' slots (as launch places them)."""
+    from tfcluster.plan.backend_kind import HOST_SLOTS, backend_kind
     from tfcluster.plan.runplan import default_backend, place_on_hosts
-    if cluster.resolved or (cluster.spec.backend or default_backend(cluster)) != "ssh":
+    kind = backend_kind(cluster.spec.backend or default_backend(cluster))
+    if cluster.resolved or kind.count_layout != HOST_SLOTS:
         return {}
     try:
         return place_on_hosts(cluster)
@@ -146,8 +148,9 @@ def _placed(cluster: Cluster) -> Dict[str, str]:
 
 def _ssh_commands(cluster: Cluster) -> List[Tuple[str, List[str]]]:
     """(host, the ssh client's argv) for every remote host of an ssh file: every option shows."""
+    from tfcluster.plan.backend_kind import backend_kind
     from tfcluster.plan.runplan import default_backend
-    if (cluster.spec.backend or default_backend(cluster)) != "ssh":
+    if not backend_kind(cluster.spec.backend or default_backend(cluster)).over_ssh:
         return []
     from tfcluster.backends.ssh import remote_settings, ssh_argv
     from tfcluster.net.addresses import is_local
@@ -174,7 +177,7 @@ def _launch_checks(cluster: Cluster) -> Optional[str]:
         return e.message
     from tfcluster.drivers.preflight import port_problems
     problems = port_problems(plan)
-    if plan.backend != "local" or any(not t.argv for t in plan.tasks):
+    if plan.kind.reaches_other_hosts or any(not t.argv for t in plan.tasks):
         return "\n".join(problems) or None
     from tfcluster.backends.local import LocalBackend
     from tfcluster.drivers.preflight import program_problems

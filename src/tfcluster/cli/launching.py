@@ -190,7 +190,7 @@ def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
 
 def _supervised(plan: RunPlan, cluster: Cluster) -> Launcher:
     from tfcluster.drivers.launcher import SupervisedLauncher
-    if plan.backend == "ssh":
+    if plan.kind.over_ssh:
         from tfcluster.backends.ssh import SshBackend
         return SupervisedLauncher(plan, SshBackend(cluster, stop_timeout=plan.stop_timeout))
     from tfcluster.backends.local import LocalBackend
@@ -284,11 +284,12 @@ def _check_script(cluster: Cluster, options: LaunchOptions) -> None:
 
 
 def launch(path_or_cluster: Union[str, Cluster, None] = None, options: Optional[LaunchOptions] = None,
-           view: Optional[View] = None, dry_run: bool = False) -> int:
+           quiet: bool = False, dry_run: bool = False) -> int:
     """Run a cluster file (or a loaded Cluster; default ./cluster.yaml) to the end; returns the
-    exit code. The Python API of ``tfcluster launch`` (``options``:
-    :class:`tfcluster.plan.runplan.LaunchOptions`, ``view``: :class:`tfcluster.drivers.supervisor.View`): the same
+    exit code. What :func:`tfcluster.launch` (the public API, docs/API.md) calls: the same
     checks, warnings and dry run as the command line."""
+    from tfcluster.drivers.display import View
+    view = View(quiet=quiet)
     if path_or_cluster is None or isinstance(path_or_cluster, str):
         request = LaunchRequest(file=path_or_cluster, options=options, view=view, dry_run=dry_run)
     else:

@@ -10,9 +10,10 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from tfcluster.cli import parser as grammar
 from tfcluster.cli.commands import COMMANDS, cmd_exec, cmd_launch, cmd_serve
 from tfcluster.cli.launching import launch_request, run_launch
+from tfcluster.cli.parser import build_parser as build_grammar
+from tfcluster.cli.parser import glue_arg_values
 from tfcluster.cli.parser_kit import RecordingParser
 from tfcluster.core import messages
 from tfcluster.errors import UserError, print_error
@@ -21,7 +22,7 @@ from tfcluster.errors import UserError, print_error
 def build_parser() -> RecordingParser:
     """The command line's parser (:func:`tfcluster.cli.parser.build_parser`) with each
     subcommand's handler as its ``func``."""
-    p = grammar.build_parser()
+    p = build_grammar()
     for name, sub in p.subcommands.items():
         sub.set_defaults(func=COMMANDS[name])
     return p
@@ -69,28 +70,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if hint:
             print(f"tfcluster {argv[0]}: error: {hint}", file=sys.stderr)
             return 2
-    argv = grammar.glue_arg_values(argv)
+    argv = glue_arg_values(argv)
     parser = build_parser()
-    try:
-        if argv and argv[0] == "serve":
-            # every word after "serve" is the serve program's own (its flags, --help): argparse's
-            # REMAINDER would refuse a first word that starts with "-"
-            args = argparse.Namespace(func=cmd_serve, rest=argv[1:])
-        elif argv and argv[0] == "launch" and not program:
-            args, unknown = parser.parse_known_args(argv)
-            if unknown:
-                launch = messages.launch_command(args.file) if args.file else "tfcluster launch"
-                print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
-                      f"tfcluster launch: hint: put the program after '--': {launch} -- "
-                      f"{' '.join(unknown)}", file=sys.stderr)
-                return 2
-        else:
-            args = parser.parse_args(argv)
-    except SystemExit as e:
-        hint = messages.sbatch_hint(argv) if e.code == 2 else None
-        if hint:
-            print(f"tfcluster: hint: {hint}", file=sys.stderr)
-        raise
+    args = _parse(parser, argv, program)
+    if isinstance(args, int):
+        return args
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -112,3 +96,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:   # no /dev/null: Python's own flush at exit may complain, once
             pass
         return 0
+
+
+def _parse(parser: RecordingParser, argv: List[str], program: List[str]) -> "argparse.Namespace | int":
+    """``argv`` parsed, or the exit code (2) when ``launch`` got words it does not know (said
+    with a hint: the program goes after '--'). argparse's own errors raise SystemExit."""
+    try:
+        if argv and argv[0] == "serve":
+            # every word after "serve" is the serve program's own (its flags, --help): argparse's
+            # REMAINDER would refuse a first word that starts with "-"
+            return argparse.Namespace(func=cmd_serve, rest=argv[1:])
+        if argv and argv[0] == "launch" and not program:
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:
+                launch = messages.launch_command(args.file) if args.file else "tfcluster launch"
+                print(f"tfcluster launch: error: unrecognized arguments: {' '.join(unknown)}\n"
+                      f"tfcluster launch: hint: put the program after '--': {launch} -- "
+                      f"{' '.join(unknown)}", file=sys.stderr)
+                return 2
+            return args
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        hint = messages.sbatch_hint(argv) if e.code == 2 else None
+        if hint:
+            print(f"tfcluster: hint: {hint}", file=sys.stderr)
+        raise

@@ -163,12 +163,12 @@ def build_parser() -> RecordingParser:
     s.add_argument("--file", help="only runs of this cluster file (default: ./cluster.yaml)")
     s.add_argument("--json", action="store_true", help="print the list as JSON")
 
-    s = sub.add_parser("report", help="write <run_dir>/report.html, a picture of a run",
+    s = sub.add_parser("report", help="write report.html in the run folder, a picture of a run",
                        description="Write one self-contained HTML file (opens offline) with a "
                        "timeline of every task, the global step over time per worker, and the "
                        "run's events. Prints its path.")
     _run_choice(s)
-    s.add_argument("--output", "-o", help="where to write the HTML (default: <run_dir>/report.html)")
+    s.add_argument("--output", "-o", help="where to write the HTML (default: report.html in the run folder)")
 
     s = sub.add_parser("hello", help="the guide's 'Hello distributed TensorFlow!' (imports TensorFlow)")
     s.add_argument("file", nargs="?",

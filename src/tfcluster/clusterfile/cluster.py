@@ -26,6 +26,8 @@ MAX_ENDPOINT_LENGTH = 300
 
 @dataclass(frozen=True, order=True)
 class Endpoint:
+    """A task's ``host:port``; ``str()`` writes it back (IPv6 hosts in brackets)."""
+
     host: str
     port: int
 
@@ -34,6 +36,7 @@ class Endpoint:
 
 
 def format_endpoint(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets (``[::1]:2222``)."""
     if ":" in host:
         return f"[{host}]:{port}"
     return f"{host}:{port}"
@@ -88,7 +91,13 @@ def parse_endpoint(entry: Any) -> Tuple[str, int]:
 
 @dataclass(frozen=True, order=True)
 class TaskId:
-    """One task identity everywhere: ``worker:1``."""
+    """One task identity everywhere: ``worker:1``.
+
+    Args:
+        job: the job's name (``ps``, ``worker``, ``chief``, ``evaluator``, ...).
+        index: the task's index in its job, from 0.
+
+    ``str(TaskId("worker", 1))`` is ``"worker:1"``; :meth:`parse` reads that form back."""
 
     job: str
     index: int
@@ -98,10 +107,12 @@ class TaskId:
 
     @property
     def file_stem(self) -> str:
+        """The task's name in file names: ``worker-1``."""
         return f"{self.job}-{self.index}"
 
     @classmethod
     def parse(cls, text: str) -> "TaskId":
+        """``worker:1`` (or ``worker/1``) as a TaskId. Raises UserError for anything else."""
         m = re.fullmatch(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*[:/]\s*(\d+)\s*", text or "")
         if not m:
             raise UserError(f"{short(text)} is not a task; write JOB:INDEX, for example worker:1")
@@ -110,7 +121,10 @@ class TaskId:
 
 @dataclass(frozen=True)
 class Task:
-    """One task of the cluster and everything needed to start it."""
+    """One task of the cluster and everything needed to start it: its job and index, its
+    endpoint (None for a job given as a count until its port is chosen), program, environment,
+    GPUs and restart rule, as the cluster file resolved them. Made by :func:`tfcluster.load`
+    (``cluster.tasks``); not made by programs."""
 
     job: str
     index: int
@@ -125,16 +139,23 @@ class Task:
 
     @property
     def id(self) -> TaskId:
+        """The task's identity."""
         return TaskId(self.job, self.index)
 
     @property
     def name(self) -> str:
+        """The task's identity as text: ``worker:1``."""
         return str(self.id)
 
 
 @dataclass
 class Cluster:
-    """A validated cluster file."""
+    """A validated cluster file: what :func:`tfcluster.load`, :func:`tfcluster.loads` and
+    :func:`tfcluster.from_dict` return, and what :func:`tfcluster.launch` takes.
+
+    ``jobs`` maps each job to its :class:`Task` list (``tasks`` is every task in file order);
+    ``cluster_spec_dict()`` is TensorFlow's ClusterSpec dict and ``tf_config(task)`` a task's
+    TF_CONFIG. Read-only for programs: a changed file is loaded again."""
 
     source: str                           # the file's path ("" when built from a dict)
     base_dir: str
@@ -165,6 +186,8 @@ class Cluster:
         return [t for j in order for t in self.jobs[j]]
 
     def task(self, task_id: Union[str, TaskId]) -> Task:
+        """The task ``task_id`` names (``"worker:1"`` or a TaskId). Raises UserError (naming
+        the cluster's jobs and sizes) when the cluster has no such task or the name is malformed."""
         tid = task_id if isinstance(task_id, TaskId) else TaskId.parse(task_id)
         if tid.job not in self.jobs:
             hint = did_you_mean(tid.job, self.jobs)
@@ -183,6 +206,7 @@ class Cluster:
 
     @property
     def resolved(self) -> bool:
+        """Whether every task has its endpoint (no job given as a count waits for ports)."""
         return all(t.endpoint is not None for t in self.tasks)
 
     # ---- TensorFlow views

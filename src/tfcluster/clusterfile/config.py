@@ -35,7 +35,17 @@ CLUSTER_FILE_LIMIT = 4 << 20
 
 
 def load(path: str) -> Cluster:
-    """Read, validate and resolve a cluster file. Raises ConfigError/UserError (exit 2).
+    """Read, validate and resolve a cluster file.
+
+    Args:
+        path: the cluster file's path; its relative paths resolve against its folder.
+
+    Returns:
+        The :class:`Cluster`.
+
+    Raises:
+        ConfigError: the file's problems, all of them, each naming its field (exit 2).
+        UserError: the file cannot be read, or is not a regular file or too large (exit 2).
 
     Read as run files are (:func:`tfcluster.safe_files.read_bytes`): a regular file only (a FIFO or
     ``/dev/zero`` is refused at once, never waited on or read without end), at most
@@ -52,6 +62,19 @@ def load(path: str) -> Cluster:
 
 
 def loads(text: str, source: str = "<string>", base_dir: Optional[str] = None) -> Cluster:
+    """Validate and resolve a cluster file given as text.
+
+    Args:
+        text: the file's YAML.
+        source: the name its messages give it.
+        base_dir: where its relative paths resolve (default: the current folder).
+
+    Returns:
+        The :class:`Cluster`.
+
+    Raises:
+        ConfigError: the YAML or the file's problems, each naming its field (exit 2).
+    """
     import yaml  # local: pyyaml is light, but only this path needs it
 
     shown = printable(source)
@@ -75,7 +98,19 @@ def loads(text: str, source: str = "<string>", base_dir: Optional[str] = None) -
 
 def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
               _lines: Optional[Dict[str, int]] = None) -> Cluster:
-    """Validate a parsed file (a dict) into a Cluster."""
+    """Validate a parsed file (a dict, as ``yaml.safe_load`` gives it) into a Cluster.
+
+    Args:
+        data: the file's contents.
+        source: the name its messages give it.
+        base_dir: where its relative paths resolve (default: the current folder).
+
+    Returns:
+        The :class:`Cluster`.
+
+    Raises:
+        ConfigError: the problems, each naming its field (exit 2).
+    """
     base_dir = os.path.abspath(base_dir or os.getcwd())
     shown = printable(source)
 
@@ -100,7 +135,7 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
     if spec is None:     # outside the quick subset, or something is wrong: the models say what
         from pydantic import ValidationError
 
-        from tfcluster.clusterfile import kubernetes as k8s_options
+        from tfcluster.clusterfile import kubernetes
         from tfcluster.clusterfile.model_errors import pydantic_problems
         from tfcluster.clusterfile.models import ClusterFile
         try:
@@ -109,7 +144,7 @@ def from_dict(data: Any, source: str = "", base_dir: Optional[str] = None,
             problems.extend(p for p in pydantic_problems(e) if not p.startswith("cluster: required"))
             spec = None
         if spec is not None and isinstance(data.get("cluster"), dict):
-            problems.extend(k8s_options.check(spec.kubernetes, {
+            problems.extend(kubernetes.check(spec.kubernetes, {
                 job: (spec.jobs[job].kubernetes if job in spec.jobs else None)
                 for job in data["cluster"] if isinstance(job, str)}))
     warnings: List[str] = []

@@ -51,7 +51,7 @@ def pydantic_problems(e: Any) -> List[str]:
 
 def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
     """Allowed keys at the mapping that holds loc[-1]."""
-    from tfcluster.clusterfile import kubernetes as k8s_options
+    from tfcluster.clusterfile import kubernetes
     from tfcluster.clusterfile.kubernetes import KubernetesSpec, PodSettings
     from tfcluster.clusterfile.models import ClusterFile, JobSpec, ProgramSpec, RemoteSpec, RestartSpec, WatchdogSpec
     from tfcluster.clusterfile.ray import RaySpec
@@ -80,7 +80,7 @@ def _keys_for(loc: Tuple[Any, ...]) -> Sequence[str]:
         elif model is ClusterFile and part == "ray":
             model = RaySpec
         elif part == "kubernetes":   # its own nested models: tfcluster.clusterfile.kubernetes
-            return k8s_options.keys_for(KubernetesSpec if model is ClusterFile else PodSettings,
+            return kubernetes.keys_for(KubernetesSpec if model is ClusterFile else PodSettings,
                                         parent[i + 1:])
         else:
             return ()

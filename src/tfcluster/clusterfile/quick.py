@@ -31,7 +31,7 @@ def rules() -> Dict[str, Any]:
         return json.load(f)
 
 
-class NotQuick(Exception):
+class NotQuickError(Exception):
     """The value is outside the quick subset, or not valid: the models decide."""
 
 
@@ -94,7 +94,7 @@ def read(data: Any) -> Optional[QuickSpec]:
         return None
     try:
         values = _fields(r, r["root"], data)
-    except NotQuick:
+    except NotQuickError:
         return None
     return QuickSpec(values, data)
 
@@ -107,13 +107,13 @@ def defaults(model: str) -> Dict[str, Any]:
 def _fields(r: Dict[str, Any], model: str, data: Dict[str, Any]) -> Dict[str, Any]:
     fields = r["models"][model]["fields"]
     if any(type(k) is not str or k not in fields for k in data):
-        raise NotQuick()
+        raise NotQuickError()
     out: Dict[str, Any] = {}
     for name, rule in fields.items():
         if name in data:
             out[name] = _check(r, rule["kind"], data[name])
         elif rule.get("required"):
-            raise NotQuick()
+            raise NotQuickError()
         elif "default_model" in rule:
             if rule["kind"].get("t") == "model":
                 out[name] = Section(rule["default_model"], _fields(r, rule["default_model"], {}))
@@ -137,7 +137,7 @@ def _check(r: Dict[str, Any], kind: Dict[str, Any], v: Any, exact: bool = False)
         return _bounded(kind, v)
     if t == "float" and (type(v) is float or (type(v) is int and not exact)):
         if kind.get("finite") and not math.isfinite(v):
-            raise NotQuick()
+            raise NotQuickError()
         return _bounded(kind, float(v))
     if t == "literal" and any(type(v) is type(x) and v == x for x in kind["values"]):
         return v
@@ -145,7 +145,7 @@ def _check(r: Dict[str, Any], kind: Dict[str, Any], v: Any, exact: bool = False)
         return [_check(r, kind["item"], x) for x in v]
     if t == "dict" and type(v) is dict:
         if any(type(k) is not str for k in v):
-            raise NotQuick()
+            raise NotQuickError()
         return {k: _check(r, kind["value"], x) for k, x in v.items()}
     if t == "model" and type(v) is dict:
         return Section(kind["name"], _fields(r, kind["name"], v))
@@ -156,14 +156,14 @@ def _check(r: Dict[str, Any], kind: Dict[str, Any], v: Any, exact: bool = False)
             for branch in kind["of"]:
                 try:
                     return _check(r, branch, v, exact=strict)
-                except NotQuick:
+                except NotQuickError:
                     pass
-    raise NotQuick()
+    raise NotQuickError()
 
 
 def _bounded(kind: Dict[str, Any], v: Any) -> Any:
     if ("ge" in kind and not v >= kind["ge"]) or ("le" in kind and not v <= kind["le"]):
-        raise NotQuick()
+        raise NotQuickError()
     return v
 
 

@@ -31,7 +31,7 @@ def tf_keras_install() -> str:
             v = version("tensorflow-cpu")
         major, minor = v.split(".")[:2]
         return f"pip install 'tf_keras~={int(major)}.{int(minor)}.0'"
-    except Exception:  # noqa: BLE001 - no TensorFlow here, an odd version: the plain line
+    except Exception:  # no TensorFlow here, an odd version: the plain line
         return "pip install tf_keras"
 
 

@@ -4,7 +4,7 @@ policies, success rules, backends -- are :mod:`tfcluster.clusterfile.vocabulary`
 here).
 
 The run machine (:mod:`tfcluster.core.machine`) acts on these rules for every driver (the
-supervisor, the Slurm node driver); the CLI, the Slurm launcher and the Kubernetes renders take
+supervisor, the Slurm node agent); the CLI, the Slurm launcher and the Kubernetes renders take
 their words from here, so that a rule is written once. Nothing here starts a process, reads a
 file or imports TensorFlow. The rules are documented in docs/PLAN.md.
 """
@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set, Tuple
 # ---------------------------------------------------------------------------- vocabulary
 # The words a cluster file and a run share (jobs, policies, success rules, backends) live in
 # tfcluster.clusterfile.vocabulary, below both the file model and the rules; re-exported here.
-from tfcluster.clusterfile.vocabulary import (  # noqa: E402,F401
+from tfcluster.clusterfile.vocabulary import (  # noqa: F401
     BACKENDS,
     DATA_DISPATCHER,
     DATA_SERVICE_JOBS,
@@ -161,7 +161,7 @@ def job_verdict(rc: int, failed_tasks: int, lost_nodes: int = 0) -> Tuple[str, i
 
 
 # ---------------------------------------------------------------------------- stops on Slurm
-#: the signal the Slurm node driver stops its ps with while the ps ignores SIGTERM (see
+#: the signal the Slurm node agent stops its ps with while the ps ignores SIGTERM (see
 #: :func:`shielded_from_step_signals`; a ps program that handles SIGTERM itself gets SIGTERM)
 SHIELDED_STOP_SIGNAL = signal.SIGHUP
 

@@ -1,6 +1,6 @@
 """Reading a task's output: every line to its log file, what matters to the driver kept (one
 :class:`OutputReader` per started task). The supervisor's readers share one thread
-(:class:`tfcluster.drivers.pump.OutputPump`); the Slurm node driver feeds its reader the bytes
+(:class:`tfcluster.drivers.pump.OutputPump`); the Slurm node agent feeds its reader the bytes
 it reads (:meth:`OutputReader.feed`), so every backend reads a program's output by these rules.
 
 - **Pieces.** A newline ends a line; a carriage return ends a *redraw* (Keras' ``verbose=1``
@@ -368,7 +368,7 @@ class OutputReader(threading.Thread):
 
     def feed(self, data: bytes) -> None:
         """Read ``data`` as if it came from the stream (a caller that reads the pipe itself:
-        the Slurm node driver, :mod:`tfcluster.backends.agent.node`)."""
+        the Slurm node agent, :mod:`tfcluster.backends.agent.node`)."""
         self._feed(data)
 
     def end(self) -> None:

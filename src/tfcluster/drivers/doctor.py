@@ -7,7 +7,8 @@ How each host is reached is the backend's: this machine's hosts run the probe he
 (``python -I``), ssh hosts over ssh with the file's ``remote:``/``hosts:`` settings (the remote
 interpreter, the ``workdir`` mapping of paths), and inside a Slurm allocation one probe per node
 with ``srun`` (facts and ports only: Slurm chooses the nodes when the job starts). The probe is
-a small standard-library program; it reads what to check as one JSON line (stdin, or
+a small standard-library program (with the port probe, :mod:`tfcluster.net.port_probe`, as
+text); it reads what to check as one JSON line (stdin, or
 ``TFCLUSTER_DOCTOR`` under srun) and writes one JSON line. TensorFlow is never imported: its
 version is read from the installed package's metadata.
 """
@@ -23,12 +24,13 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tfcluster.errors import UserError
+from tfcluster.net import port_probe
 
 MAX_CLOCK_OFFSET = 1.0     # seconds a host's clock may differ from this machine's
 PROBE_TIMEOUT = 60.0
 HERE = "(here)"
 
-PROBE = r'''
+_PROBE = r'''
 import hashlib, json, os, platform, socket, sys, time
 raw = os.environ.get("TFCLUSTER_DOCTOR") or sys.stdin.readline()
 head = json.loads(raw)
@@ -44,27 +46,7 @@ def ver(*names):
         except Exception:   # not installed under this name: try the next one
             pass
     return None
-def bind(port):
-    # as TensorFlow's gRPC server binds: SO_REUSEADDR (a socket in TIME-WAIT does not hold the
-    # port), the wildcard address of IPv4 and of IPv6
-    held = []
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port))
-            held.append(s)
-        except OSError:
-            s.close()
-            for h in held:
-                h.close()
-            return None
-    return held[0] if held else None
+from tfcluster.net.port_probe import bind_free, choose_ports  # shipped as text
 if mode == "facts":
     out = {"node": os.environ.get("SLURMD_NODENAME") or platform.node(),
            "python": platform.python_version(),
@@ -88,19 +70,17 @@ if mode == "facts":
             gpus = ""
     out["gpus"] = gpus
     for port in head["ports"]:
-        s = bind(port)
-        out["ports"][str(port)] = "free" if s else "in use"
-        if s:
-            s.close()
+        out["ports"][str(port)] = "free" if bind_free(port) else "in use"
     out["time"] = time.time()
     print(json.dumps(out), flush=True)
 elif mode == "listen":
     socks, ok = [], []
     for port in head["ports"]:
-        s = bind(port)
-        if s:
-            s.listen(16)
-            socks.append(s)
+        held = bind_free(port, hold=True)
+        if held:
+            for s in held:
+                s.listen(16)
+            socks.extend(held)
             ok.append(port)
     print(json.dumps({"listening": ok}), flush=True)
     sys.stdin.read()
@@ -114,6 +94,9 @@ elif mode == "connect":
             out["%s:%d" % (host, port)] = e.strerror or str(e)
     print(json.dumps(out), flush=True)
 '''
+#: the probe as it is sent: the port probe's text (:mod:`tfcluster.net.port_probe`) in place of
+#: its import line
+PROBE = port_probe.ship(_PROBE)
 
 
 class Host:
@@ -202,7 +185,7 @@ def hosts_of(plan, cluster) -> List[Host]:
     out = [Host(HERE, here, {f: f for f in files}, {})]
     ssh = None
     for host, ports in by_host.items():
-        remote = plan.backend == "ssh" and (host in cluster.spec.hosts or not is_local(host))
+        remote = plan.kind.over_ssh and (host in cluster.spec.hosts or not is_local(host))
         if not remote:
             out[0].ports.update(ports)
             out[0].addr = host
@@ -238,7 +221,7 @@ def slurm_hosts(plan) -> List[Host]:
 
 def check(plan, cluster) -> Tuple[List[List[str]], List[str]]:
     """Probe every host; (table rows, problems)."""
-    hosts = slurm_hosts(plan) if plan.backend == "slurm" else hosts_of(plan, cluster)
+    hosts = slurm_hosts(plan) if plan.kind.takes_slurm_options else hosts_of(plan, cluster)
     rows: List[Tuple[Host, Dict[str, Any]]] = []
     problems: List[str] = []
 
@@ -305,7 +288,7 @@ def check(plan, cluster) -> Tuple[List[List[str]], List[str]]:
         for port, state in sorted(f.get("ports", {}).items(), key=lambda kv: int(kv[0])):
             if state != "free":
                 problems.append(f"host {h.name}: port {port} of {h.ports.get(int(port), '?')} is {state}")
-    if plan.backend == "ssh" and not problems:
+    if plan.kind.over_ssh and not problems:
         problems += _reachable(hosts)
     table = [["HOST", "PYTHON", "TENSORFLOW", "TFCLUSTER", "PROGRAM", "GPUS", "CLOCK", "PORTS"]]
     for h, f in rows:
@@ -380,8 +363,8 @@ def who_can_connect(plan) -> List[str]:
             out.append(f"{host} ports {listed}: this run's processes only (network: private)" if not why
                        else f"{host} ports {listed}: none: a launch here starts nothing ({why}; "
                             f"--network host runs it in this machine's network, exposed)")
-        elif plan.backend == "local" or (host != "(Slurm's nodes)" and is_local(host)
-                                         and plan.backend != "slurm"):
+        elif not plan.kind.reaches_other_hosts or (host != "(Slurm's nodes)" and is_local(host)
+                                                   and not plan.kind.takes_slurm_options):
             out.append(f"{host} ports {listed}: every user of this machine"
                        + (f" (network: host: {plan.network_why})" if plan.network_why else " (network: host)")
                        + (", and other hosts" if not is_local(host) else ""))

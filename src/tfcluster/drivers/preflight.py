@@ -38,7 +38,7 @@ def port_problems(plan: RunPlan) -> List[str]:
     every port is the run's own; a socket in TIME-WAIT does not count (TensorFlow binds with
     SO_REUSEADDR)."""
     from tfcluster.net.ports import describe_port_holder, port_in_use
-    if plan.network == "private" or plan.backend not in ("local", "ssh"):
+    if plan.network == "private" or plan.kind.places_tasks:
         return []
     out = []
     for t in plan.selected_tasks:

@@ -1,7 +1,7 @@
 """The supervisor's reading of its tasks' output: one thread, an :class:`OutputPump`, polls
 every task's pipes and feeds each task's :class:`~tfcluster.core.task_output.OutputReader`
 (the rules of reading -- pieces, log, progress, console -- are in
-:mod:`tfcluster.core.task_output`, shared with the Slurm node driver). A thread per task cost
+:mod:`tfcluster.core.task_output`, shared with the Slurm node agent). A thread per task cost
 the launcher a thread start per task and 513 threads at 512 tasks; a stream without a
 descriptor (a test's fake) gets a thread of its own. The supervisor joins every reader before
 the launcher exits, so the last line always reaches the log. What the readers find reaches the

@@ -52,8 +52,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.clusterfile import kubernetes as k8s_options
-from tfcluster.clusterfile import secrets
+from tfcluster.clusterfile import kubernetes, secrets
 from tfcluster.clusterfile.config import Cluster, Task
 from tfcluster.errors import UserError
 from tfcluster.k8s import pod
@@ -120,7 +119,7 @@ def jobset_spec(cluster: Cluster, image: str, js_name: str, source: str, *, subd
                               "jobs": {job: {"rjob": rjobs[job], "replicas": 1, "pods": len(tasks)}
                                        for job, tasks in cluster.jobs.items()}}
     for job in cluster.jobs:      # a job's own port (kubernetes.port), as a TFJob's tfjob-port
-        port = k8s_options.settings_for(cluster.spec, job).port
+        port = kubernetes.settings_for(cluster.spec, job).port
         if port and port != PORT:
             layout["jobs"][job]["port"] = port
     if subdomain:

@@ -53,7 +53,7 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from tfcluster.core.rules import EXIT_BAD_INPUT, signal_exit_code
-from tfcluster.k8s import trainer_progress as trainer_status
+from tfcluster.k8s import trainer_progress
 from tfcluster.plan import contract
 
 LAYOUT_ENV = "TFCLUSTER_JOBSET"
@@ -127,8 +127,8 @@ def read_layout(env: Mapping[str, str]) -> Dict[str, Any]:
     try:
         layout = json.loads(text)
         for spec in layout["jobs"].values():
-            spec["rjob"], spec["replicas"], spec["pods"]  # noqa: B018 - presence check
-        layout["port"]  # noqa: B018
+            spec["rjob"], spec["replicas"], spec["pods"]  # presence check
+        layout["port"]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise PodError(f"{LAYOUT_ENV}: not a tfcluster JobSet layout ({type(e).__name__}: {e})")
     return layout
@@ -217,7 +217,7 @@ def parse_args(argv: List[str]) -> Tuple[Dict[str, Any], List[str]]:
     return opts, argv
 
 
-def run_bridged(program: List[str], bridge: "trainer_status.Bridge") -> int:
+def run_bridged(program: List[str], bridge: "trainer_progress.Bridge") -> int:
     """Run ``program`` as a child, copying its stdout through and feeding its lines to
     ``bridge``; signals are forwarded. Returns the exit code the pod should end with."""
     import re
@@ -251,7 +251,7 @@ def run_bridged(program: List[str], bridge: "trainer_status.Bridge") -> int:
                 bridge.line(line.decode("utf-8", "replace"))
             skipping = False
         partial = rest
-        if len(partial) > trainer_status.MAX_LINE:   # a line that never ends: pass it, skip parsing
+        if len(partial) > trainer_progress.MAX_LINE:   # a line that never ends: pass it, skip parsing
             partial, skipping = b"", True
     if partial and not skipping:
         bridge.line(partial.decode("utf-8", "replace"))
@@ -271,10 +271,10 @@ def main(argv: List[str]) -> int:
         os.environ.pop(name, None)
     os.environ.update(add)
     program = program + flags
-    where = trainer_status.endpoint(os.environ)
+    where = trainer_progress.endpoint(os.environ)
     task = add[contract.TASK]
     if where is not None and task == contract.chief_task(json.loads(add[contract.TF_CONFIG])["cluster"]):
-        return run_bridged(program, trainer_status.Bridge(where))
+        return run_bridged(program, trainer_progress.Bridge(where))
     sys.stdout.flush()
     try:
         os.execvp(program[0], program)

@@ -126,7 +126,7 @@ class Bridge:
         try:
             self.send(self.where, body)
             self.sent += 1
-        except Exception as e:  # noqa: BLE001 - reporting must never break training
+        except Exception as e:  # reporting must never break training
             if not self.failed:
                 self.failed = True
                 print(f"tfcluster.k8s.pod: progress not posted to the TrainJob status "

@@ -7,6 +7,7 @@ import socket
 from typing import List, Optional, Tuple
 
 from tfcluster.net.addresses import is_local
+from tfcluster.net.port_probe import bind_free
 
 
 def port_holder(port: int) -> Optional[Tuple[int, str]]:
@@ -29,21 +30,7 @@ def port_holder(port: int) -> Optional[Tuple[int, str]]:
 
 def port_in_use(port: int) -> bool:
     """True when TensorFlow could not bind ``port`` (it binds the wildcard address, v4 and v6)."""
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port))
-        except OSError:
-            return True
-        finally:
-            s.close()
-    return False
+    return not bind_free(port)
 
 
 def describe_port_holder(port: int) -> str:

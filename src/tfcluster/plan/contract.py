@@ -174,7 +174,14 @@ def pod_gpus(gpus: Optional[str]) -> Optional[str]:
 
 
 def restart_count() -> int:
-    """For a program: how many times this task has been restarted (0 on its first start)."""
+    """For a program: how many times this task has been restarted (0 on its first start).
+
+    Returns:
+        The count from ``TFCLUSTER_RESTART_COUNT``; 0 when it is not set or not a number.
+
+    Raises:
+        Nothing.
+    """
     value = os.environ.get(RESTART_COUNT, "0")
     return int(value) if value.isdigit() else 0
 
@@ -200,7 +207,18 @@ def supervised(env: Optional[Mapping[str, str]] = None, pid: Optional[int] = Non
     ``bash -c`` wrapper around it; every task gets a group of its own) -- and that process is a
     tfcluster supervisor (:func:`_is_supervisor`). A copied environment, a line from ``tfcluster
     commands`` or ``TFCLUSTER_LAUNCHER_PID=$$`` in a shell does not count: ``TFCLUSTER_TASK``
-    only says "a task of a tfcluster cluster"."""
+    only says "a task of a tfcluster cluster".
+
+    Args:
+        env: the environment to read (default: this process's).
+        pid: the process to ask about (default: this one).
+
+    Returns:
+        True when a tfcluster launcher started this task and will stop it.
+
+    Raises:
+        Nothing: what cannot be read counts as not supervised.
+    """
     env = os.environ if env is None else env
     value = env.get(LAUNCHER_PID, "")
     if not value.isdigit() or int(value) <= 1:

@@ -45,6 +45,8 @@ _decoder = json.JSONDecoder()
 
 @dataclass
 class Progress:
+    """One progress report as parsed from its line."""
+
     step: int
     total: Optional[int] = None
     metrics: Dict[str, float] = field(default_factory=dict)
@@ -89,7 +91,22 @@ def report_progress(step: int, total: Optional[int] = None, stream: Optional[Tex
                     local_step: Optional[int] = None, **metrics: float) -> None:
     """Report progress (``step``: the global step; ``local_step``: the steps this task itself
     ran, when known): to ``stream`` when given; else to the launcher's progress pipe when it
-    gave one (:func:`channel_fd`); else print the line to stdout and flush it."""
+    gave one (:func:`channel_fd`); else print the line to stdout and flush it.
+
+    Args:
+        step: the global step.
+        total: the step the run ends at, when known (the report and status show a fraction).
+        stream: where to write the line instead (a text stream).
+        local_step: the steps this task ran itself (its own steps/s in ``tfcluster report``).
+        **metrics: numbers to show beside the step (``loss=0.3``).
+
+    Returns:
+        None.
+
+    Raises:
+        OSError: only when writing to ``stream`` or stdout fails; a launcher's pipe that has
+            gone is dropped without a word.
+    """
     line = format_progress(step, total, local_step, **metrics) + "\n"
     if stream is None:
         fd = channel_fd()

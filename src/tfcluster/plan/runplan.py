@@ -25,32 +25,12 @@ from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
 from tfcluster.net.ports import free_port_run
 from tfcluster.plan import contract
+from tfcluster.plan.backend_kind import HOST_SLOTS, KINDS, SCHEDULER, BackendKind, backend_kind
+from tfcluster.plan.launch_options import LaunchOptions
 from tfcluster.plan.program_args import apply_args, parse_args, printable_word
 
 PLAN_VERSION = 2
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """What the command line says about a run; None (or empty) means "the file's value"."""
-
-    command: Tuple[str, ...] = ()            # replaces the file's program (after '--')
-    command_cwd: Optional[str] = None        # the folder a '--' command runs in
-    args: Tuple[str, ...] = ()               # --arg edits of the program's flags (program_args)
-    task_flags: Optional[bool] = None
-    success: Optional[str] = None
-    grace: Optional[float] = None
-    restart: Optional[str] = None
-    max_restarts: Optional[int] = None
-    logdir: Optional[str] = None
-    run_id: Optional[str] = None
-    stop_timeout: float = 5.0                # SIGTERM -> SIGKILL
-    backend: Optional[str] = None            # local | ssh | slurm | ray (None: the file's, else local/ssh)
-    hosts: Tuple[str, ...] = ()              # per-host mode: start only the tasks on these hosts
-    slurm: Any = None                        # SlurmSpec: the file's slurm: with the flags over it
-    network: Optional[str] = None            # private | host (None: the file's, else private where it can be)
-    profiler: Optional[bool] = None          # --profiler (None: the file's profiler:)
 
 
 @dataclass(frozen=True)
@@ -161,6 +141,11 @@ class RunPlan:
 
     def job_tasks(self, job: str) -> List[TaskPlan]:
         return [t for t in self.tasks if t.job == job]
+
+    @property
+    def kind(self) -> BackendKind:
+        """What the run's backend does (:mod:`tfcluster.plan.backend_kind`)."""
+        return backend_kind(self.backend)
 
     @property
     def selected_tasks(self) -> List[TaskPlan]:
@@ -446,97 +431,33 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     for what cannot run: no program, a count job on ssh, no task for this machine, a bad
     run id."""
     opts = opts or LaunchOptions()
-    backend = opts.backend or getattr(cluster.spec, "backend", None) or default_backend(cluster, opts.hosts)
-    if backend not in vocabulary.BACKENDS:
-        raise UserError(f"--backend: '{backend}' is not one of {', '.join(vocabulary.BACKENDS)}")
-    if backend in ("slurm", "ray"):
-        if opts.hosts:
-            raise UserError(f"--host: per-host mode does not apply to --backend {backend} "
-                            f"({backend.capitalize()} chooses the nodes)")
-    if backend == "ray" and any(job in vocabulary.DATA_SERVICE_JOBS for job in cluster.jobs):
-        raise UserError("data_service: the tf.data service does not run with --backend ray yet; "
-                        "use --backend local, ssh or slurm, or leave data_service: out")
+    kind = backend_kind(opts.backend or getattr(cluster.spec, "backend", None)
+                        or default_backend(cluster, opts.hosts))
+    _check_backend(kind, cluster, opts)
     asked = opts.network or getattr(cluster.spec, "network", None)
-    network, network_why = resolve_network(cluster, backend, asked, opts.hosts)
-    if backend == "slurm":
-        pass
-    elif not cluster.resolved and backend == "ssh":
-        placed = place_on_hosts(cluster)     # hosts from the file's slots; ports chosen there
-    elif not cluster.resolved:
-        # ray: placeholders, replaced by each task's node and port once Ray has placed it
-        if backend not in ("local", "ray"):
-            raise UserError(f"cluster.{cluster.count_jobs[0]}: a task count needs the local, slurm, "
-                            f"ray or ssh backend; list host:port entries for --backend {backend}")
-        cluster = assign_local_ports(cluster, host_network=network == "host")
-
-    run_id = opts.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if not RUN_ID.fullmatch(run_id):
-        raise UserError(f"--run-id: '{printable_word(run_id)}' is not a run folder name (letters, digits, "
-                        f"'.', '_', '+' and '-', starting with a letter or digit; no '/')")
+    network, network_why = resolve_network(cluster, kind.name, asked, opts.hosts)
+    cluster, placed = _lay_out_counts(cluster, kind, network)
+    run_id = _checked_run_id(opts)
     logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
-    if opts.command_cwd:
-        check_text("the working folder", opts.command_cwd)
-    edits = parse_args(opts.args)
-    for i, word in enumerate(opts.command):
-        check_text(f"the command after '--' (word {i + 1})", word)
-    run_dir = os.path.join(logdir, run_id)
-    if opts.run_id is None:   # a timestamp taken twice in one second: number the second
-        # (what the run folder will probably be called; tfcluster.safe_files makes it, and numbers
-        # it again if another launch takes the name first)
-        base, n = run_dir, 1
-        while os.path.lexists(run_dir) and n < 1000:
-            n += 1
-            run_dir = f"{base}-{n}"
-        run_id = os.path.basename(run_dir)
-
+    edits = _checked_command(opts)
+    run_id, run_dir = _run_dir(logdir, run_id, opts)
     endpoints = cluster.resolved
-    keys: Dict[str, int] = {}
-    if endpoints:
-        for t in cluster.tasks:
-            k = host_key(t.endpoint.host)
-            keys[k] = keys.get(k, 0) + 1
-    tasks = tuple(_task_plan(cluster, t, opts, keys, edits) for t in cluster.tasks)
-    if backend == "ssh" and not endpoints:
-        tasks = _on_placed_hosts(tasks, placed)
-    if need_program:
-        empty = next((t for t in tasks if not t.argv), None)
-        if empty is not None:
-            raise UserError(f"program.command: no program to run; set it in the file or give one "
-                            f"after '--' (tfcluster launch {shlex.quote(cluster.source or 'FILE')} "
-                            f"-- python trainer.py)")
-
-    if backend in ("slurm", "ray"):
-        selected = tuple(t.name for t in tasks)
-    elif opts.hosts:
-        selected = tuple(t.name for t in tasks if t.host in opts.hosts)
-    elif backend == "ssh":
-        selected = tuple(t.name for t in tasks)
-    else:
-        selected = tuple(t.name for t in tasks if is_local(t.host))
-    if not selected:
-        known = sorted({t.host for t in tasks if t.host})
-        if opts.hosts:
-            raise UserError(f"--host: no task of this file runs on {', '.join(opts.hosts)} "
-                            f"(hosts: {', '.join(known)})")
-        raise UserError(f"cluster: no task of this file runs on this machine (hosts: {', '.join(known)}); "
-                        f"use --backend ssh to start remote tasks")
-
+    tasks = _tasks(cluster, opts, edits, placed, need_program)
+    selected = _selected(tasks, kind, opts)
     profiler = bool(getattr(cluster.spec, "profiler", False) if opts.profiler is None else opts.profiler)
-    if profiler and backend in ("local", "ssh"):
-        tasks = _profiler_ports(tasks, network, backend)
-
+    if profiler and not kind.chooses_ports_on_hosts:
+        tasks = _profiler_ports(tasks, network)
     extra: Dict[str, Any] = {}
-    if backend == "slurm":
+    if kind.takes_slurm_options:
         tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
-
-    min_workers = _min_workers(cluster, tasks, backend)
+    min_workers = _min_workers(cluster, tasks, kind)
     elastic = getattr(cluster.spec, "elastic", None)
     wd = cluster.spec.watchdog
     success = opts.success or cluster.success
     if success not in vocabulary.SUCCESS_RULES:
         raise UserError(f"--success: '{success}' is not one of {', '.join(vocabulary.SUCCESS_RULES)}")
     return RunPlan(
-        source=cluster.source, base_dir=cluster.base_dir, backend=backend, tasks=tasks,
+        source=cluster.source, base_dir=cluster.base_dir, backend=kind.name, tasks=tasks,
         selected=selected, chief=str(cluster.chief), success=success,
         grace=cluster.grace if opts.grace is None else opts.grace,
         stop_timeout=opts.stop_timeout,
@@ -551,10 +472,102 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         on_change=getattr(elastic, "on_change", "go-on") if elastic is not None else "go-on")
 
 
-ELASTIC_BACKENDS = ("local", "ssh", "ray", "slurm")
+def _check_backend(kind: BackendKind, cluster: Cluster, opts: LaunchOptions) -> None:
+    """What the backend cannot do with this file and command line, as a UserError."""
+    if kind.places_tasks and opts.hosts:
+        raise UserError(f"--host: per-host mode does not apply to --backend {kind.name} "
+                        f"({kind.name.capitalize()} chooses the nodes)")
+    if not kind.runs_data_service and any(job in vocabulary.DATA_SERVICE_JOBS for job in cluster.jobs):
+        raise UserError(f"data_service: the tf.data service does not run with --backend {kind.name} "
+                        f"yet; use --backend local, ssh or slurm, or leave data_service: out")
 
 
-def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> Optional[int]:
+def _lay_out_counts(cluster: Cluster, kind: BackendKind,
+                    network: str) -> Tuple[Cluster, Optional[Dict[str, str]]]:
+    """Jobs given as a count, laid out as the backend does: (the cluster, each task's host when
+    they go on the slots of the file's hosts)."""
+    if cluster.resolved or kind.count_layout == SCHEDULER:
+        return cluster, None
+    if kind.count_layout == HOST_SLOTS:
+        return cluster, place_on_hosts(cluster)     # hosts from the file's slots; ports chosen there
+    # local ports (ray: placeholders, replaced by each task's node and port once Ray placed it)
+    return assign_local_ports(cluster, host_network=network == "host"), None
+
+
+def _checked_run_id(opts: LaunchOptions) -> str:
+    run_id = opts.run_id or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if not RUN_ID.fullmatch(run_id):
+        raise UserError(f"--run-id: '{printable_word(run_id)}' is not a run folder name (letters, digits, "
+                        f"'.', '_', '+' and '-', starting with a letter or digit; no '/')")
+    return run_id
+
+
+def _checked_command(opts: LaunchOptions) -> List[Tuple[str, Optional[str]]]:
+    """The command line's program parts checked (its folder, the words after '--'); the --arg
+    edits parsed."""
+    if opts.command_cwd:
+        check_text("the working folder", opts.command_cwd)
+    edits = parse_args(opts.args)
+    for i, word in enumerate(opts.command):
+        check_text(f"the command after '--' (word {i + 1})", word)
+    return edits
+
+
+def _run_dir(logdir: str, run_id: str, opts: LaunchOptions) -> Tuple[str, str]:
+    """(run id, run folder): a timestamp taken twice in one second numbers the second (what the
+    run folder will probably be called; tfcluster.safe_files makes it, and numbers it again if
+    another launch takes the name first)."""
+    run_dir = os.path.join(logdir, run_id)
+    if opts.run_id is None:
+        base, n = run_dir, 1
+        while os.path.lexists(run_dir) and n < 1000:
+            n += 1
+            run_dir = f"{base}-{n}"
+        run_id = os.path.basename(run_dir)
+    return run_id, run_dir
+
+
+def _tasks(cluster: Cluster, opts: LaunchOptions, edits: Sequence[Tuple[str, Optional[str]]],
+           placed: Optional[Dict[str, str]], need_program: bool) -> Tuple[TaskPlan, ...]:
+    """Every task's plan, on the hosts chosen for a count job; UserError when one has no
+    program and ``need_program``."""
+    keys: Dict[str, int] = {}
+    if cluster.resolved:
+        for t in cluster.tasks:
+            k = host_key(t.endpoint.host)
+            keys[k] = keys.get(k, 0) + 1
+    tasks = tuple(_task_plan(cluster, t, opts, keys, edits) for t in cluster.tasks)
+    if placed is not None:
+        tasks = _on_placed_hosts(tasks, placed)
+    if need_program:
+        empty = next((t for t in tasks if not t.argv), None)
+        if empty is not None:
+            raise UserError(f"program.command: no program to run; set it in the file or give one "
+                            f"after '--' (tfcluster launch {shlex.quote(cluster.source or 'FILE')} "
+                            f"-- python trainer.py)")
+    return tasks
+
+
+def _selected(tasks: Tuple[TaskPlan, ...], kind: BackendKind, opts: LaunchOptions) -> Tuple[str, ...]:
+    """The tasks this launcher starts: those on the --host hosts in per-host mode, every task
+    when the backend reaches other hosts, else this machine's. UserError when none."""
+    if opts.hosts:
+        selected = tuple(t.name for t in tasks if t.host in opts.hosts)
+    elif kind.reaches_other_hosts:
+        selected = tuple(t.name for t in tasks)
+    else:
+        selected = tuple(t.name for t in tasks if is_local(t.host))
+    if not selected:
+        known = sorted({t.host for t in tasks if t.host})
+        if opts.hosts:
+            raise UserError(f"--host: no task of this file runs on {', '.join(opts.hosts)} "
+                            f"(hosts: {', '.join(known)})")
+        raise UserError(f"cluster: no task of this file runs on this machine (hosts: {', '.join(known)}); "
+                        f"use --backend ssh to start remote tasks")
+    return selected
+
+
+def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], kind: BackendKind) -> Optional[int]:
     """The file's ``elastic.min_workers`` checked against the run's workers (after ``--workers``)
     and its backend; None for a run that is not elastic."""
     elastic = getattr(cluster.spec, "elastic", None)
@@ -568,12 +581,14 @@ def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], backend: str) -> O
     if n > workers:
         raise UserError(f"elastic.min_workers: {n} is more than the run's {workers} worker(s)")
     on_change = getattr(elastic, "on_change", "go-on")
-    if backend == "slurm" and on_change != "go-on":
-        raise UserError(f"elastic.on_change: {on_change} is not on the slurm backend (a lost node's "
-                        f"workers leave and the others go on); use on_change: go-on there")
-    if backend not in ELASTIC_BACKENDS:
-        raise UserError(f"elastic: not yet on the {backend} backend (it is on "
-                        f"{', '.join(ELASTIC_BACKENDS)}); remove elastic: to run there")
+    if not kind.elastic:
+        elastic_ones = [k.name for k in KINDS.values() if k.elastic]
+        raise UserError(f"elastic: not yet on the {kind.name} backend (it is on "
+                        f"{', '.join(elastic_ones)}); remove elastic: to run there")
+    if on_change not in kind.elastic_on_change:
+        raise UserError(f"elastic.on_change: {on_change} is not on the {kind.name} backend (a lost "
+                        f"node's workers leave and the others go on); use on_change: "
+                        f"{' or '.join(kind.elastic_on_change)} there")
     return n
 
 
@@ -587,7 +602,7 @@ def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
         raise UserError(f"--network: '{asked}' is not one of {', '.join(vocabulary.NETWORKS)}")
     if asked == "host":
         return "host", ""
-    if backend != "local" or hosts:
+    if backend_kind(backend).reaches_other_hosts or hosts:
         if asked == "private":
             where = "per-host mode (--host)" if hosts else f"--backend {backend}"
             raise UserError(f"network: private is for a run whose tasks all run on this machine; "
@@ -611,16 +626,15 @@ def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
     return "private", ""
 
 
-def _profiler_ports(tasks: Tuple[TaskPlan, ...], network: str, backend: str) -> Tuple[TaskPlan, ...]:
+def _profiler_ports(tasks: Tuple[TaskPlan, ...], network: str) -> Tuple[TaskPlan, ...]:
     """Every task's profiler port (not an evaluator's: it has no server), chosen with the task
-    ports, never derived from them: on the host network free ports of this machine that are not
-    a task's; in a private network, where every port is free, the next ports after the tasks'."""
+    ports, never derived from them, for a backend whose ports the plan chooses (where the hosts
+    choose them, their agents choose the profiler's too): on the host network free ports of
+    this machine that are not a task's; in a private network, where every port is free, the
+    next ports after the tasks'."""
     wanted = [t for t in tasks if t.job != "evaluator"]
     used = {t.port for t in tasks if t.port}
-    if backend != "local" or network == "host":
-        # ssh: the hosts' ports are their agents' to choose (none here: see the node agent)
-        if backend != "local":
-            return tasks
+    if network == "host":
         from tfcluster.net.ports import free_ports
         try:
             free = [p for p in free_ports(len(wanted) + len(used)) if p not in used][:len(wanted)]
@@ -663,13 +677,13 @@ def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, i
 def _slurm(cluster: Cluster, tasks: Tuple[TaskPlan, ...], spec) -> Tuple[Tuple[TaskPlan, ...], Dict[str, Any]]:
     """Slurm's scheduler options and GPU binding (tfcluster.clusterfile.slurm): the #SBATCH lines,
     GPUs per task, and each task's CUDA_VISIBLE_DEVICES (None: the one Slurm binds)."""
-    from tfcluster.clusterfile import slurm as slurm_options
+    from tfcluster.clusterfile import slurm
     spec = spec if spec is not None else cluster.spec.slurm
-    gpus = slurm_options.task_gpus(cluster, spec)
+    gpus = slurm.task_gpus(cluster, spec)
     tasks = tuple(replace(t, gpus=gpus[t.job][t.index]) if t.job in gpus else t for t in tasks)
-    return tasks, {"lines": slurm_options.sbatch_lines(cluster, spec),
-                   "gpus_per_task": slurm_options.gpus_per_task(cluster, spec),
+    return tasks, {"lines": slurm.sbatch_lines(cluster, spec),
+                   "gpus_per_task": slurm.gpus_per_task(cluster, spec),
                    "requeue": spec.requeue, "max_segments": spec.max_segments,
-                   "lead_signal": slurm_options.LEAD_SIGNAL if any(
-                       ln.startswith("#SBATCH --signal=B:") for ln in slurm_options.sbatch_lines(cluster, spec))
+                   "lead_signal": slurm.LEAD_SIGNAL if any(
+                       ln.startswith("#SBATCH --signal=B:") for ln in slurm.sbatch_lines(cluster, spec))
                    else None}

@@ -40,6 +40,7 @@ def state_dir() -> str:
 
 
 def index_path() -> str:
+    """The run index's file (under the state folder)."""
     return os.path.join(state_dir(), INDEX)
 
 
@@ -167,6 +168,7 @@ def _ours(path: str) -> bool:
 
 
 def is_run_dir(path: str) -> bool:
+    """Whether ``path`` is a run folder (it holds run.json)."""
     from tfcluster.runs.run_file import is_run_folder
     return is_run_folder(path)
 
@@ -189,8 +191,18 @@ def lookup(run_id: str) -> Optional[str]:
 
 def resolve_run(arg: Optional[str] = None, file: Optional[str] = None) -> str:
     """The run folder ``arg`` names: a run folder (a path holding run.json), or a run id from
-    the index. Without ``arg``: see :func:`choose_run`. Raises UserError (exit 2) naming where
-    it looked."""
+    the index. Without ``arg``: see :func:`choose_run`.
+
+    Args:
+        arg: a run folder's path or a run id (None: the latest run, as ``choose_run`` picks).
+        file: a cluster file whose logdir is searched too.
+
+    Returns:
+        The run folder's path.
+
+    Raises:
+        UserError: no such run, naming where it looked (exit 2).
+    """
     return choose_run(arg, file)[0]
 
 

@@ -6,55 +6,53 @@ so it opens offline and can be mailed or attached to a ticket. It shows
 
 - a timeline of every task: each attempt as a bar (coloured by how it ended, labelled with the
   exit code or signal), restarts (marker and backoff gap), watchdog actions, stop signals, and
-  stalls (gaps between progress reports longer than :func:`stall_threshold`);
+  stalls (gaps between progress reports longer than
+  :func:`tfcluster.runs.report_model.stall_threshold`);
 - the global step each task reported over time (each line labelled at its end, the labels
   laid out apart: :func:`spread_labels`), with each task's own steps/s (from the
   ``local_step`` of its reports: the steps it ran itself; the global step's rate is every
   worker's together, so a task that reports only the global step has no rate of its own and is
   not compared) and its share of the fastest task's (a straggler's rate is flagged; a task
-  that restarted, failed or is the chief is not compared: :attr:`TaskView.straggler_exempt`);
+  that restarted, failed or is the chief is not compared:
+  :attr:`tfcluster.runs.report_model.TaskView.straggler_exempt`);
 - for a failed run, the failed task's one-line cause, hint and log tail, as the console said
   them (:func:`tfcluster.runs.failure.read_failure`);
 - the task table of run.json and the run's events.
 
-A run without ``events.jsonl`` (recorded before tfcluster wrote event logs) still gets a page:
-one bar per task from its last start to its end, its restart count, its last progress report.
+The model (what happened, read from the run folder) is :mod:`tfcluster.runs.report_model`;
+this module draws it. A run without ``events.jsonl`` (recorded before tfcluster wrote event
+logs) still gets a page: one bar per task from its last start to its end, its restart count,
+its last progress report.
 """
 from __future__ import annotations
 
-import collections
 import datetime
-import heapq
 import html
 import math
 import os
-import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from tfcluster.core.rules import exit_words, format_duration
+from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
-from tfcluster.runs.eventlog import format_event, iter_events
-from tfcluster.runs.failure import log_tail, read_failure, root_task
-from tfcluster.runs.result import derive_result, last_update
-from tfcluster.runs.run_file import read_run
+from tfcluster.runs.eventlog import format_event
+from tfcluster.runs.report_model import (
+    LINE_LIMIT,
+    MAX_POINTS,
+    MAX_ROWS,
+    MAX_TASKS,
+    STRAGGLER_RATIO,
+    TEXT_LIMIT,
+    _int,
+    _number,
+    _state,
+    _text,
+    build_model,
+)
 from tfcluster.runs.table import HEADER, task_rows
 from tfcluster.terminal import printable
 
 REPORT_FILE = "report.html"
-STALL_MIN_S = 10.0        # a gap between progress reports is a stall if at least this long ...
-STALL_FACTOR = 5.0        # ... and this many times the task's median gap
-STRAGGLER_RATIO = 0.8     # a task below this fraction of the fastest task's steps/s is flagged
-CHIEF_EXEMPT = "the chief: checkpoints and summaries are work besides its steps"
-MAX_POINTS = 1500         # progress points kept per task (thinned evenly as they stream in)
-EXACT_GAPS = 4096         # gaps per attempt kept exactly for the median; beyond, a histogram
-MAX_STALLS = 200          # stall candidates kept per attempt (the longest)
-MAX_MARKS = 400           # attempts / restarts / watchdog / stop marks kept per task
-MAX_TASKS = 1000          # task lanes drawn
-MAX_ROWS = 2000           # rows of the event table (the first and the last half)
-TEXT_LIMIT = 300          # characters of any one value written into the page
-LINE_LIMIT = 2000         # ... of a failure's hint or of a line of its log's tail
 
 WIDTH, LEFT, RIGHT = 1000, 120, 150   # RIGHT: room for the end labels
 ROW_H, BAR_H = 30, 14
@@ -87,398 +85,6 @@ def line_style(i: int) -> Tuple[str, str]:
     return PALETTE[i % len(PALETTE)], DASHES[(i // len(PALETTE)) % len(DASHES)]
 
 
-class GapStats:
-    """Gaps between a task's progress reports within one attempt, seen one at a time: exact up
-    to EXACT_GAPS (then the median is exact), else a histogram with 2**(1/16) wide buckets; and
-    the longest gaps of at least STALL_MIN_S, which may be stalls."""
-
-    def __init__(self):
-        self.exact: Optional[List[float]] = []
-        self.hist: Dict[int, int] = {}
-        self.n = 0
-        self.long: List[Tuple[float, float, float]] = []   # a heap of (gap, from, to)
-
-    def add(self, a: float, b: float) -> None:
-        gap = b - a
-        self.n += 1
-        if self.exact is not None:
-            self.exact.append(gap)
-            if len(self.exact) > EXACT_GAPS:
-                for g in self.exact:
-                    self._bucket(g)
-                self.exact = None
-        else:
-            self._bucket(gap)
-        if gap >= STALL_MIN_S:
-            item = (gap, a, b)
-            if len(self.long) < MAX_STALLS:
-                heapq.heappush(self.long, item)
-            elif item > self.long[0]:
-                heapq.heapreplace(self.long, item)
-
-    def _bucket(self, gap: float) -> None:
-        k = -10**6 if gap <= 0 else math.floor(16 * math.log2(gap))
-        self.hist[k] = self.hist.get(k, 0) + 1
-
-    def median(self) -> Optional[float]:
-        if self.exact is not None:
-            return statistics.median(self.exact) if self.exact else None
-        half, seen = self.n / 2.0, 0
-        for k in sorted(self.hist):
-            seen += self.hist[k]
-            if seen >= half:
-                return 0.0 if k == -10**6 else 2 ** ((k + 0.5) / 16)
-        return None
-
-
-@dataclass
-class Attempt:
-    start: float
-    end: Optional[float] = None
-    attempt: Optional[int] = 0
-    pid: Optional[int] = None
-    host: Optional[str] = None
-    exit: str = ""
-    state: str = ""
-    open: bool = False
-    first: Optional[Tuple[float, float]] = None    # first and last progress report (time, step)
-    last: Optional[Tuple[float, float]] = None
-    # first and last report of the steps this task ran itself (time, local_step): its own rate
-    own_first: Optional[Tuple[float, float]] = None
-    own_last: Optional[Tuple[float, float]] = None
-    gaps: GapStats = field(default_factory=GapStats)
-
-
-class Thinned:
-    """Up to ``cap`` points of a series that streams in: every k-th point, k doubling whenever
-    the kept points reach ``cap``; the last point is always kept."""
-
-    def __init__(self, cap: int = MAX_POINTS):
-        self.half = max(2, cap // 2)
-        self.kept: List[Tuple[float, float]] = []
-        self.stride, self.n = 1, 0
-        self.last: Optional[Tuple[float, float]] = None
-
-    def add(self, point: Tuple[float, float]) -> None:
-        if self.n % self.stride == 0:
-            self.kept.append(point)
-            if len(self.kept) >= 2 * self.half:
-                self.kept = self.kept[::2]
-                self.stride *= 2
-        self.n += 1
-        self.last = point
-
-    def points(self) -> List[Tuple[float, float]]:
-        pts = list(self.kept)
-        if self.last is not None and (not pts or pts[-1] is not self.last):
-            pts.append(self.last)
-        pts.sort()
-        return pts
-
-
-@dataclass
-class TaskView:
-    name: str
-    attempts: List[Attempt] = field(default_factory=list)
-    restarts: List[Dict[str, Any]] = field(default_factory=list)   # task_restarting events
-    watchdog: List[Dict[str, Any]] = field(default_factory=list)
-    stops: List[Dict[str, Any]] = field(default_factory=list)
-    points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
-    stalls: List[Tuple[float, float]] = field(default_factory=list)
-    restart_count: int = 0
-    rate: Optional[float] = None        # its own steps/s (local_step), None when not reported
-    own: bool = False                   # some report carried local_step
-    last_step: Optional[float] = None
-    total: Optional[float] = None
-    series: Thinned = field(default_factory=Thinned)
-    dropped: int = 0          # marks left out beyond MAX_MARKS
-    restart_events: int = 0
-    restarted_attempts: int = 0
-    chief: bool = False       # the run's chief
-
-    @property
-    def outcome(self) -> str:
-        """How the task's last attempt ended: a state word (succeeded, failed, stopped, ...)."""
-        return self.attempts[-1].state if self.attempts else ""
-
-    @property
-    def straggler_exempt(self) -> str:
-        """Why this task is not compared with the others' speed ('' when it is): a task that
-        restarted or whose last attempt failed or was lost lags because it crashed, not
-        because it is slow; the chief does work besides its steps (trainer.py's, like a
-        Supervisor's or MonitoredTrainingSession's chief, saves the checkpoints and writes the
-        summaries), so its fewer steps are not slowness either."""
-        if self.restart_count:
-            return f"restarted {self.restart_count}x"
-        if self.outcome in ("failed", "lost"):
-            return self.outcome
-        if self.chief:
-            return CHIEF_EXEMPT
-        return ""
-
-
-def _keep(marks: List[Any], item: Any, view: "TaskView") -> None:
-    marks.append(item)
-    if len(marks) > MAX_MARKS:       # keep the first and the latest; drop from the middle
-        del marks[MAX_MARKS // 2]
-        view.dropped += 1
-
-
-# ------------------------------------------------------------------ the model
-def stall_threshold(gaps: List[float]) -> float:
-    """How long a gap between two progress reports of a task must be to count as a stall."""
-    if not gaps:
-        return STALL_MIN_S
-    return max(STALL_MIN_S, STALL_FACTOR * statistics.median(gaps))
-
-
-def _threshold(median: Optional[float]) -> float:
-    return STALL_MIN_S if median is None else max(STALL_MIN_S, STALL_FACTOR * median)
-
-
-def _stalls(attempts: List[Attempt], total: Optional[float] = None) -> List[Tuple[float, float]]:
-    """Gaps in progress, within one attempt: between reports, and from the last report to the
-    end of the attempt (a task that hangs, then is killed) or to now (a task hanging now). The
-    end of an attempt that ended by itself with exit 0, or whose last report was its final
-    step (``total``), is no stall: the program was finishing (saving, evaluating, saying
-    goodbye to its peers), which Keras and other programs that report per epoch or at
-    intervals do without a report."""
-    out: List[Tuple[float, float]] = []
-    for a in attempts:
-        if a.last is None:
-            continue
-        limit = _threshold(a.gaps.median())
-        out.extend(sorted((x, b) for gap, x, b in a.gaps.long if gap >= limit))
-        if a.state == "succeeded" or (total and a.last[1] >= total):
-            continue
-        end = a.end if a.end is not None else a.start
-        if end - a.last[0] >= limit:
-            out.append((a.last[0], end))
-    return out
-
-
-def _rate(a: Attempt) -> Optional[float]:
-    """The attempt's own steps per second (its local_step reports), None without two of them."""
-    if a.own_first is None or a.own_last is None:
-        return None
-    (t0, s0), (t1, s1) = a.own_first, a.own_last
-    return (s1 - s0) / (t1 - t0) if t1 > t0 else None
-
-
-def _int(x: Any, low: int = 0, high: int = 1 << 31) -> Optional[int]:
-    """``x`` when it is a whole number in [low, high), else None (hostile or broken values)."""
-    return x if isinstance(x, int) and not isinstance(x, bool) and low <= x < high else None
-
-
-def _number(x: Any, limit: float = 1e18) -> Optional[float]:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < limit
-    return x if ok and math.isfinite(x) else None
-
-
-def _text(x: Any, limit: int = TEXT_LIMIT) -> str:
-    """Any value as bounded text (escaped later, where it is written)."""
-    if x is None:
-        return ""
-    text = x if isinstance(x, str) else str(x)
-    if len(text) > limit:
-        text = text[:limit] + "\u2026"
-    return printable(text)   # control characters and bidi overrides as visible escapes
-
-
-def _state(x: Any) -> str:
-    return x if isinstance(x, str) and x in STATE_CLASSES else ("unknown" if x else "")
-
-
-def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
-    """Everything the page shows, from run.json and events.jsonl. events.jsonl is streamed: the
-    model holds at most MAX_POINTS progress points, MAX_MARKS marks per task and MAX_ROWS table
-    rows however long the run was."""
-    now = time.time() if now is None else now
-    record = read_run(run_dir)
-    result = derive_result(record, run_dir=run_dir)
-    seen = last_update(run_dir)
-    views: Dict[str, TaskView] = {}
-    extra_tasks = 0
-
-    def view(name: Any) -> Optional[TaskView]:
-        nonlocal extra_tasks
-        if not isinstance(name, str) or not name:
-            return None
-        v = views.get(name)
-        if v is None:
-            if len(views) >= MAX_TASKS:
-                extra_tasks += 1
-                return None
-            v = views[name] = TaskView(name)
-        return v
-
-    for t in record.get("tasks", []):
-        view(t["task"])
-    by_task = {t["task"]: t for t in record.get("tasks", [])}
-
-    head: List[Dict[str, Any]] = []
-    tail: Deque[Dict[str, Any]] = collections.deque(maxlen=MAX_ROWS // 2)
-    n_rows = n_progress = n_events = 0
-    tmin = tmax = None
-    decision = chief = None
-    run_tasks: List[str] = []
-    for e in iter_events(run_dir):
-        if e.get("event") == "input":   # the run machine's input log (for replays)
-            continue
-        n_events += 1
-        t = float(e["time"])
-        tmin = t if tmin is None or t < tmin else tmin
-        tmax = t if tmax is None or t > tmax else tmax
-        kind = e["event"]
-        if kind == "progress":
-            n_progress += 1
-            step = _number(e.get("step"))
-            v = view(e.get("task"))
-            if v is None or step is None:
-                continue
-            point = (t, step)
-            v.series.add(point)
-            total = _number(e.get("total"))
-            if total is not None:
-                v.total = total
-            a = v.attempts[-1] if v.attempts else None
-            if a is not None and t >= a.start and (a.open or (a.end is not None and t <= a.end)):
-                if a.last is not None and t >= a.last[0]:
-                    a.gaps.add(a.last[0], t)
-                if a.first is None:
-                    a.first = point
-                if a.last is None or t >= a.last[0]:
-                    a.last = point
-                own = _number(e.get("local_step"))
-                if own is not None:
-                    v.own = True
-                    if a.own_first is None:
-                        a.own_first = (t, own)
-                    if a.own_last is None or t >= a.own_last[0]:
-                        a.own_last = (t, own)
-            continue
-        n_rows += 1
-        if len(head) < MAX_ROWS - MAX_ROWS // 2:
-            head.append(e)
-        else:
-            tail.append(e)
-        if kind == "run_started":
-            tasks = e.get("tasks")
-            if isinstance(tasks, list) and not run_tasks:
-                run_tasks = [x for x in tasks[:MAX_TASKS] if isinstance(x, str)]
-            if chief is None and isinstance(e.get("chief"), str):
-                chief = e["chief"]
-            continue
-        if kind == "decision":
-            decision = e
-            continue
-        v = view(e.get("task"))
-        if v is None:
-            continue
-        if kind == "task_started":
-            if v.attempts and v.attempts[-1].open:   # a start without its exit: close it
-                v.attempts[-1].open, v.attempts[-1].end = False, t
-            n = _int(e.get("attempt"))
-            if n:
-                v.restarted_attempts += 1
-            _keep(v.attempts, Attempt(t, None, n, _int(e.get("pid"), 1), _text(e.get("host")) or None,
-                                      open=True), v)
-        elif kind == "task_exited":
-            if not v.attempts or not v.attempts[-1].open:
-                _keep(v.attempts, Attempt(tmin, attempt=None, open=True), v)
-            a = v.attempts[-1]
-            a.end, a.open = t, False
-            a.exit = _text(e.get("exit")) or exit_words(_int(e.get("exit_code"), -(1 << 31)),
-                                                         _text(e.get("signal")), unknown="")
-            a.state = _state(e.get("state"))
-        elif kind == "task_restarting":
-            v.restart_events += 1
-            _keep(v.restarts, e, v)
-        elif kind == "watchdog":
-            _keep(v.watchdog, e, v)
-        elif kind == "stop_sent":
-            _keep(v.stops, e, v)
-    events = head + list(tail)
-
-    order = run_tasks + list(views)
-    ordered: Dict[str, TaskView] = {}
-    for name in order:
-        if name in views and name not in ordered:
-            ordered[name] = views[name]
-    for name in run_tasks:   # a task of run_started that has no event (yet)
-        if name not in ordered and len(ordered) < MAX_TASKS:
-            ordered[name] = TaskView(name)
-
-    starts = [x for x in (record.get("started"), tmin) if x is not None]
-    t0 = min(starts) if starts else (seen or now)
-    if record.get("ended") is not None:
-        end_candidates = [record["ended"]]
-    elif result == "running":
-        end_candidates = [now]
-    else:
-        end_candidates = [seen or t0]
-    t1 = max(end_candidates + ([tmax] if tmax is not None else []) + [t0 + 1.0])
-
-    has_events = n_events > 0
-    if has_events:
-        for v in ordered.values():
-            for a in v.attempts:
-                if a.open:
-                    a.end = t1
-                    a.state = "lost" if result == "lost" else (a.state or "running")
-            v.restart_count = max(v.restart_events, v.restarted_attempts)
-    else:
-        for name, t in by_task.items():
-            v = ordered.get(name)
-            if v is None:
-                continue
-            v.restart_count = int(t.get("restarts") or 0)
-            if t.get("started") is not None:
-                open_ = t.get("ended") is None
-                state = _state(t.get("state"))
-                if open_ and result == "lost":
-                    state = "lost"
-                v.attempts.append(Attempt(t["started"], t.get("ended") if not open_ else t1,
-                                          v.restart_count, _int(t.get("pid"), 1),
-                                          _text(t.get("host")) or None, _text(t.get("exit")),
-                                          state, open=open_))
-            p = t.get("progress") or {}
-            if _number(p.get("step")) is not None:
-                v.series.add((p.get("at") or t.get("ended") or t1, p["step"]))
-                if _number(p.get("total")) is not None:
-                    v.total = p["total"]
-    chief = chief or (record.get("chief") if isinstance(record.get("chief"), str) else None)
-    for v in ordered.values():
-        v.chief = v.name == chief
-        p = (by_task.get(v.name) or {}).get("progress")
-        if has_events and v.series.last is None and isinstance(p, dict) \
-                and _number(p.get("step")) is not None:
-            # no progress event (an older launcher, a log cut short): run.json's last report
-            at = _number(p.get("at")) or (by_task[v.name].get("ended") if _number(
-                by_task[v.name].get("ended")) is not None else t1)
-            v.series.add((at, p["step"]))
-            if _number(p.get("total")) is not None:
-                v.total = p["total"]
-        v.points = v.series.points()
-        v.stalls = _stalls(v.attempts, v.total) if has_events else []
-        rated = [a for a in v.attempts if _rate(a) is not None]
-        v.rate = _rate(rated[-1]) if rated else None   # the global step's rate is not the task's
-        v.last_step = v.series.last[1] if v.series.last else None
-    rates = [v.rate for v in ordered.values() if v.rate and v.rate > 0]
-    fastest = max(rates) if rates else None
-    failed = root_task(record) if result in ("failed", "interrupted", "lost") else None
-    failure = None
-    if failed is not None:   # what the console's failure line and summary said, from its log
-        failure = read_failure(log_tail(run_dir, record, failed), record, failed)
-    return {"record": record, "events": events, "result": result, "t0": t0, "t1": t1,
-            "failed_task": failed, "failure": failure,
-            "tasks": list(ordered.values()), "fastest": fastest, "decision": decision,
-            "chief": chief, "run_dir": run_dir, "has_events": has_events,
-            "rows_left_out": max(0, n_rows - len(events)), "progress_count": n_progress,
-            "tasks_left_out": extra_tasks}
-
-
-# ------------------------------------------------------------------ drawing
 # Every value from a record goes through _e() where it is written: markup escaped, quotes
 # included (attributes), and its length bounded. Numbers drawn as coordinates are floats
 # computed here. The page has a Content-Security-Policy that forbids every script.
@@ -998,5 +604,4 @@ def write_report(run_dir: str, output: Optional[str] = None) -> str:
 
 
 def _e_path(path: str) -> str:
-    from tfcluster.terminal import printable
     return printable(path)

@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
+from tfcluster.plan.backend_kind import recorded_kind
+
 #: job states in which the job's tasks still run or will run
 LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
                   "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
@@ -121,7 +123,7 @@ def slurm_job_id(record: Dict[str, Any], run_dir: Optional[str] = None) -> Optio
     if job is not None and not isinstance(job, bool):
         job = str(job)
         return job if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", job) else None
-    if record.get("backend") != "slurm" or not run_dir:
+    if not recorded_kind(record.get("backend")).takes_slurm_options or not run_dir:
         return None
     try:
         names = os.listdir(run_dir)

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
+from tfcluster.plan.backend_kind import recorded_kind
 from tfcluster.plan.contract import proc_stat
 
 DUMP_TIMEOUT = 30.0      # seconds for one py-spy dump (a process with many threads)
@@ -71,7 +72,7 @@ def targets(record: Dict, names: Sequence[str]) -> List[Tuple[str, Optional[int]
     for t in chosen:
         pid = t.get("pid")
         host = t.get("host")
-        if record.get("backend") == "slurm" or (host and not is_local(host)):
+        if recorded_kind(record.get("backend")).takes_slurm_options or (host and not is_local(host)):
             where = host or "its node"
             out.append((t["task"], pid, f"it runs on {where}: run tfcluster stack there, or "
                                         f"py-spy dump --pid {pid} on that machine"))

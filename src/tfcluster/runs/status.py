@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional
 
 from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
+from tfcluster.plan.backend_kind import recorded_kind
 from tfcluster.runs.find import default_place, find_run, scan_runs, shown_here, warn_skipped
 from tfcluster.runs.result import STATUS_EXIT, assess, derive_result, last_update, run_duration
 from tfcluster.runs.run_file import read_run
@@ -92,23 +93,9 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
         took = {"running": "running for", "lost": "last seen after",
                 "unknown": "last seen after"}.get(result, "took")
         print(started + (f", {took} {format_duration(duration)}" if duration is not None else ""))
-    pid = record.get("launcher_pid")
-    if job and result == "running":
-        print(f"the launcher (pid {pid}) is gone, but Slurm job {job} is {p(shown['slurm_state'])}: "
-              f"the tasks go on. Stop it: scancel {job}")
-    elif job and result == "unknown":
-        print(f"the launcher (pid {pid}) is gone and Slurm cannot be asked from here (no squeue or "
-              f"sacct): whether job {job} still runs is unknown. Ask: squeue -j {job}")
-    elif result == "lost":
-        print(f"the launcher (pid {pid}) is gone and never closed the record; run.json was last "
-              f"written at {when(last_update(run))}."
-              + (f" Slurm job {job} is {p(shown['slurm_state']) or 'no longer known to Slurm'}."
-                 if job else "") + " Task states below are as last recorded.")
-    elif result == "running" and shown["launcher_alive"] is None and pid:
-        where = p(record.get("launcher_host") or "another host")
-        print(f"launcher pid {pid} on {where}: not checked from here")
-    elif result == "running":
-        print(f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None))
+    said = _launcher_line(run, record, shown, result, job)
+    if said:
+        print(said)
     if record.get("root_cause"):
         print(f"root cause: {p(record['root_cause'])}")
     line = workers_line(record)
@@ -124,6 +111,31 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
         if isinstance(line, str):
             print(p(line))
     return STATUS_EXIT[result]
+
+
+def _launcher_line(run: str, record: Dict[str, Any], shown: Dict[str, Any], result: str,
+                   job: Any) -> Optional[str]:
+    """What status says of the run's launcher: gone while Slurm runs the tasks, gone and Slurm
+    not reachable, lost, on another host, or its pid and how to stop it; None when finished."""
+    p = printable
+    pid = record.get("launcher_pid")
+    if job and result == "running":
+        return (f"the launcher (pid {pid}) is gone, but Slurm job {job} is {p(shown['slurm_state'])}: "
+                f"the tasks go on. Stop it: scancel {job}")
+    elif job and result == "unknown":
+        return (f"the launcher (pid {pid}) is gone and Slurm cannot be asked from here (no squeue or "
+                f"sacct): whether job {job} still runs is unknown. Ask: squeue -j {job}")
+    elif result == "lost":
+        return (f"the launcher (pid {pid}) is gone and never closed the record; run.json was last "
+                f"written at {when(last_update(run))}."
+                + (f" Slurm job {job} is {p(shown['slurm_state']) or 'no longer known to Slurm'}."
+                   if job else "") + " Task states below are as last recorded.")
+    elif result == "running" and shown["launcher_alive"] is None and pid:
+        where = p(record.get("launcher_host") or "another host")
+        return f"launcher pid {pid} on {where}: not checked from here"
+    elif result == "running":
+        return f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None)
+    return None
 
 
 RUNS_HEADER = ["run", "result", "exit", "started", "duration", "tasks", "restarts", "file", "cause"]
@@ -146,7 +158,7 @@ def run_cause(record: Dict[str, Any], result: str) -> str:
         return "launcher gone; Slurm not reachable"
     if result == "interrupted":
         return "interrupted"
-    if record.get("backend") == "slurm" and not record.get("slurm_job"):
+    if recorded_kind(record.get("backend")).takes_slurm_options and not record.get("slurm_job"):
         return "not submitted: no Slurm job (sbatch refused or failed)"
     for t in record.get("tasks") or []:
         if t.get("state") == "failed":

@@ -81,7 +81,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     stop = threading.Event()
     received: List[int] = []
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         received.append(signum)
         stop.set()
 
@@ -99,7 +99,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             server = service.WorkerServer(service.WorkerConfig(
                 dispatcher_address=dispatcher.split("://", 1)[-1], worker_address=f"{host}:%port%",
                 port=port))
-    except Exception as e:  # noqa: BLE001 - TensorFlow's errors: a taken port, a bad folder
+    except Exception as e:  # TensorFlow's errors: a taken port, a bad folder
         text = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"tfcluster.runtime.data_service: error: cannot start the {args.role} on port {port}: "
               f"{text}", file=sys.stderr)

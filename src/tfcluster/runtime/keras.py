@@ -58,7 +58,7 @@ def _number(value: Any) -> Optional[float]:
         if hasattr(value, "numpy"):
             value = value.numpy()
         number = float(value)
-    except Exception:  # noqa: BLE001 - a metric we cannot show is left out, never fatal
+    except Exception:  # a metric we cannot show is left out, never fatal
         return None
     return number if math.isfinite(number) else None
 
@@ -104,7 +104,7 @@ def _logged(logs: Any) -> Tuple[frozenset, Dict[str, float]]:
     if hasattr(logs, "fetch"):  # ParameterServerStrategy: the step's logs are a RemoteValue
         try:
             logs = logs.fetch()
-        except Exception:  # noqa: BLE001 - e.g. the step's worker was lost; report the step
+        except Exception:  # e.g. the step's worker was lost; report the step
             logs = None
     if not isinstance(logs, Mapping):
         return frozenset(), {}
@@ -231,7 +231,7 @@ class ProgressReporter:
             return frozenset()
         try:
             return frozenset(self.metric_names())
-        except Exception:  # noqa: BLE001 - no names: nothing is divided
+        except Exception:  # no names: nothing is divided
             return frozenset()
 
     def _report(self, step: int, metrics: Dict[str, float], now: float) -> None:
@@ -261,7 +261,15 @@ def _build_callback_class():
     collective_classes = tuple(c for c in collective if isinstance(c, type))
 
     class ProgressCallback(base):
-        """Reports ``fit``'s progress as ``@tfcluster progress`` lines (see tfcluster.runtime.keras)."""
+        """Reports ``fit``'s progress as ``@tfcluster progress`` lines (see tfcluster.runtime.keras).
+
+        Args:
+            max_per_second: at most this many reports a second (the last step is always said).
+            stream: where to write them (default: the launcher's pipe, else stdout).
+
+        Raises:
+            ImportError: TensorFlow (and Keras) is not installed.
+        """
 
         def __init__(self, max_per_second: float = 2.0, stream: Optional[TextIO] = None):
             super().__init__()
@@ -283,7 +291,7 @@ def _build_callback_class():
                 replicas = max(1, int(strategy.num_replicas_in_sync))
                 local = max(1, len(strategy.extended.worker_devices))
                 reduction = getattr(self.model, "distribute_reduction_method", None)
-            except Exception:  # noqa: BLE001 - no strategy to read: the logs as Keras gives them
+            except Exception:  # no strategy to read: the logs as Keras gives them
                 return 1, 1
             # MultiWorkerMirroredStrategy with several workers (as Keras' reduce_per_replica
             # tells them): Keras' sum is an all-reduce across the workers of each one's value

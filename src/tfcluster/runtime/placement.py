@@ -70,7 +70,7 @@ def byte_size_load_fn(op) -> int:
     """
     try:
         dims, dtype = variable_shape_dtype(op)
-    except Exception:  # noqa: BLE001 - not a variable-like op
+    except Exception:  # not a variable-like op
         return 0
     if dtype is None or dims is None:
         return 0
@@ -141,7 +141,7 @@ def visible_gpus() -> int:
         import tensorflow as tf
 
         return len(tf.config.list_physical_devices("GPU"))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 0
 
 

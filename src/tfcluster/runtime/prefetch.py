@@ -62,7 +62,7 @@ class PrefetchCache:
         parts = list(var) if hasattr(var, "_get_variable_list") else None
         if parts is None:
             return self._local_copy(tf, var)
-        partitions = list(var._get_partitions())  # noqa: SLF001 - the partition axis
+        partitions = list(var._get_partitions())  # the partition axis
         axis = max(range(len(partitions)), key=lambda i: partitions[i])
         return tf.concat([self._local_copy(tf, p) for p in parts], axis=axis)
 

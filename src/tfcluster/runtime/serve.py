@@ -76,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     stop = threading.Event()
     received: List[int] = []
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         received.append(signum)
         stop.set()
 

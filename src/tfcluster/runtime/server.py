@@ -54,7 +54,7 @@ class ServerStartError(UserError):
     """The server could not start for another reason (e.g. an address that does not resolve)."""
 
 
-def fail(error: UserError) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+def fail(error: UserError) -> "NoReturn":  # type: ignore[name-defined]
     """Print ``tfcluster: error: <message>`` to stderr and exit with the error's code."""
     print_error(error)
     raise SystemExit(getattr(error, "exit_code", 2))
@@ -246,7 +246,7 @@ def serve_until_done(ctx: TaskContext, server, num_done: Optional[int] = None,
             with tf.compat.v1.Session(server.target, graph=graph, config=config) as sess:
                 while len(state["seen"]) < n:
                     state["seen"].append(int(sess.run(dequeue)))
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:  # reported by the main thread
             state["error"] = e
         finally:
             finished.set()
@@ -294,7 +294,7 @@ def signal_done(ctx: TaskContext, target: Optional[str] = None, timeout_s: float
             with tf.compat.v1.Session(target or ctx.target(), graph=graph, config=config) as sess:
                 sess.run(signal)
             result["ok"] = True
-        except Exception:  # noqa: BLE001 - ps gone already: nothing to tell
+        except Exception:  # ps gone already: nothing to tell
             pass
 
     t = threading.Thread(target=run, name="tfcluster-signal-done", daemon=True)
@@ -312,7 +312,7 @@ def join_forever(server=None) -> None:
 
     stop = threading.Event()
 
-    def on_term(signum, frame):  # noqa: ARG001
+    def on_term(signum, frame):
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
@@ -327,7 +327,7 @@ def join_forever(server=None) -> None:
     exit_now(0)
 
 
-def exit_now(code: int = 0) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+def exit_now(code: int = 0) -> "NoReturn":  # type: ignore[name-defined]
     """Flush stdio and end the process at once with ``code``.
 
     A TensorFlow server cannot be stopped, and interpreter teardown with gRPC threads (or a

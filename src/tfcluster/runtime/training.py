@@ -166,7 +166,7 @@ def _checkpoint_step(tf, path: Optional[str]) -> Optional[int]:
         return None
     try:
         return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-    except Exception:  # noqa: BLE001 - no global_step in it: fall back to the "-N" suffix
+    except Exception:  # no global_step in it: fall back to the "-N" suffix
         tail = path.rsplit("-", 1)[-1]
         return int(tail) if tail.isdigit() else None
 
@@ -350,7 +350,7 @@ class TrainingSession:
             if exc_type is None:
                 self._close_fast()
             else:
-                self._sess._close_internal(exc_type)  # noqa: SLF001 - same as MonitoredSession.__exit__
+                self._sess._close_internal(exc_type)  # same as MonitoredSession.__exit__
         finally:
             self._sess = None
             if self._old_sigterm is not None:
@@ -380,8 +380,8 @@ class TrainingSession:
 
         def close() -> None:
             try:  # hooks already ended: an exception type makes close skip their end()
-                sess._close_internal(StopIteration)  # noqa: SLF001
-            except Exception:  # noqa: BLE001 - best effort, the process is ending
+                sess._close_internal(StopIteration)
+            except Exception:  # best effort, the process is ending
                 pass
 
         closer = threading.Thread(target=close, name="tfcluster-close", daemon=True)
@@ -399,7 +399,7 @@ class TrainingSession:
         try:
             self.run_raw(self._release_tokens,
                          options=tf.compat.v1.RunOptions(timeout_in_ms=10_000))
-        except Exception:  # noqa: BLE001 - best effort: the ps may be gone
+        except Exception:  # best effort: the ps may be gone
             pass
 
     # --- running ------------------------------------------------------------------------
@@ -411,7 +411,7 @@ class TrainingSession:
     @property
     def raw_session(self):
         """The underlying ``tf.compat.v1.Session`` (no hooks)."""
-        return self._sess._tf_sess()  # noqa: SLF001
+        return self._sess._tf_sess()
 
     def should_stop(self) -> bool:
         return self._stopped or self.stop_signal is not None or self._sess.should_stop()
@@ -475,7 +475,7 @@ class TrainingSession:
             coord.raise_requested_exception()
         except (tf.errors.AbortedError, tf.errors.UnavailableError):
             return True
-        except Exception:  # noqa: BLE001 - another error: the caller raises its own
+        except Exception:  # another error: the caller raises its own
             return False
         return False
 
@@ -490,7 +490,7 @@ class TrainingSession:
             return None
         else:
             key = id(fetches)
-        raw = self._sess._tf_sess()  # noqa: SLF001 - changes when a session is recreated
+        raw = self._sess._tf_sess()  # changes when a session is recreated
         key = (id(raw), key)
         fn = self._callables.get(key)
         if fn is None:

@@ -3,7 +3,8 @@ the run on that host, chooses their ports there, and talks to the launcher over 
 session's stdin and stdout (the Slurm node agent, :mod:`.node`, talks through the run folder).
 
 It runs with the host's Python standard library only (tfcluster need not be installed there):
-the launcher sends this file's source (``python3 -I -c``, :func:`boot_command`). The launcher's
+the launcher sends this file's source (``python3 -I -c``, :func:`boot_command`), with the port
+probe's text (:mod:`tfcluster.net.port_probe`) in place of its import line. The launcher's
 run machine decides (restarts, success, the stop order); the agent carries out and reports, one
 JSON line a message:
 
@@ -36,66 +37,10 @@ import sys
 import threading
 import time
 
+from tfcluster.net.port_probe import bind_free, choose_ports  # shipped as text
+
 MARK = "tfcluster node agent"     # in the agent's command line: contract.supervised() trusts it
 READ = 65536
-
-
-def bind_free(port, hold=False):
-    """Whether a TensorFlow server could bind ``port`` here (the IPv4 and IPv6 wildcards, with
-    SO_REUSEADDR as gRPC binds: a socket in TIME-WAIT does not count); with ``hold``, the
-    sockets that keep it, listening (a listening socket is what keeps another SO_REUSEADDR
-    bind out), else True/False."""
-    held = []
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port))
-            if hold:
-                s.listen(1)
-            held.append(s)
-        except OSError:
-            s.close()
-            for h in held:
-                h.close()
-            return None if hold else False
-    if hold:
-        return held
-    for h in held:
-        h.close()
-    return True
-
-
-def choose_ports(n, base=None, avoid=()):
-    """``n`` ports free here and held: from ``base`` upward, or (no base) picked by the kernel.
-    [(port, [held sockets])]."""
-    out, avoid = [], set(avoid)
-    port = base
-    for _ in range(20000):
-        if len(out) == n:
-            return out
-        if base is None:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("", 0))
-                port = s.getsockname()[1]
-        elif port > 65535:
-            break
-        if port not in avoid and bind_free(port):
-            held = bind_free(port, hold=True)
-            if held:
-                out.append((port, held))
-                avoid.add(port)
-        if base is not None:
-            port += 1
-    for _, held in out:
-        for s in held:
-            s.close()
-    raise OSError("no %d free ports%s here" % (n, "" if base is None else " from %d" % base))
 
 
 def _pdeathsig():

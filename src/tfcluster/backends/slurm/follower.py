@@ -120,7 +120,7 @@ class Follower:
         reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
         reader.start()
         try:
-            with _sigterm_as_interrupt():
+            with _SigtermAsInterrupt():
                 rc = proc.wait()
         except KeyboardInterrupt:
             info("interrupted: cancelling the job step")
@@ -171,7 +171,7 @@ class Follower:
         tail = _Tail(out_path)
         st = JobState("PENDING")
         try:
-            with _sigterm_as_interrupt():
+            with _SigtermAsInterrupt():
                 last = ""
                 while True:
                     for line in tail.read():
@@ -400,7 +400,7 @@ class _Tail(safe_files.LineTail):
                 info(f"the job's output is not shown: {e}")
 
 
-class _sigterm_as_interrupt:
+class _SigtermAsInterrupt:
     """While following a job, SIGTERM to the launcher cancels the job as Ctrl-C does."""
 
     def __enter__(self):

@@ -65,8 +65,8 @@ def launch(plan: RunPlan, dry_run: bool = False, quiet: bool = False,
         plan, run_dir = plan.with_run_dir(folder.path), folder.path
         data = plan_data(plan)
         carried = hold_back_secrets(data)
-    from tfcluster.runs import index as runindex  # tfcluster status/logs/stop find it from any folder
-    why = runindex.register(run_dir, plan.run_id, plan.source)
+    from tfcluster.runs import index  # tfcluster status/logs/stop find it from any folder
+    why = index.register(run_dir, plan.run_id, plan.source)
     if why:
         info(f"warning: {why}")
     listed = [j for j in plan.jobs if j not in plan.count_jobs]
