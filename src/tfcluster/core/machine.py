@@ -1346,12 +1346,17 @@ class RunMachine:
         self._enter(Phase.GRACE)
         self._grace_tasks = waiting
         self._grace_until = now + self.s.grace
-        out.append(Say(f"giving {', '.join(waiting)} {self.s.grace:g}s to finish"))
+        # one deadline, the one _advance applies: the grace, or later while a task at its
+        # final step may still exit by itself (watchdog.end_timeout)
         ending = [n for n in waiting if self._ending_until(self.tasks[n]) > self._grace_until]
-        if ending:
-            out.append(Say(f"{', '.join(ending)} reached the final step: up to "
-                           f"{self.s.end_timeout:g}s from there to exit by itself "
-                           f"(watchdog.end_timeout)"))
+        if not ending:
+            out.append(Say(f"giving {', '.join(waiting)} {self.s.grace:g}s to finish"))
+            return
+        until = max(self._ending_until(self.tasks[n]) for n in ending)
+        out.append(Say(f"giving {', '.join(waiting)} up to {round(until - now):g}s to finish: "
+                       f"{', '.join(ending)} reached the final step, and may take "
+                       f"{self.s.end_timeout:g}s from there to exit by itself "
+                       f"(watchdog.end_timeout)"))
 
     def _ending_until(self, t: TaskTrack) -> float:
         """A task at its final step may take until then to exit by itself (0: no such task)."""
