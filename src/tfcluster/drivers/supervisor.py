@@ -47,6 +47,7 @@ from tfcluster.core.machine import (
     line_events,
 )
 from tfcluster.core.messages import elastic_line, security_note
+from tfcluster.core.output_patterns import keras_sums_over
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
 from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
@@ -444,7 +445,8 @@ class Supervisor:
                                  self.masks.line, self.clock,
                                  lambda line, p, tr=tr: self._on_line(tr, line, p),
                                  banner=banner, side=getattr(handle, "progress", None),
-                                 noise=self.noise, open_log=safe_files.open_append_fd)
+                                 noise=self.noise, open_log=safe_files.open_append_fd,
+                                 summed_over=keras_sums_over(tr.spec.env.get(contract.TF_CONFIG, "")))
         if not self.pump.add(tr.reader):
             tr.reader.start()         # a stream without a descriptor: a thread of its own
 

@@ -40,6 +40,7 @@ from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_nod
 from tfcluster.clusterfile import secrets
 from tfcluster.core import machine as mc
 from tfcluster.core import rules
+from tfcluster.core.output_patterns import keras_sums_over
 from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
 from tfcluster.net.ports import accepts
 from tfcluster.plan import contract
@@ -218,7 +219,7 @@ class NodeAgent:
         same rules."""
         seen = self.seen
         reader = OutputReader(self.name, stream, None, seen, threading.RLock(), self.mask,
-                              self.clock, self._heard)
+                              self.clock, self._heard, summed_over=keras_sums_over(self.cluster))
         read = getattr(stream, "read1", None) or stream.read   # what has arrived, at once
         pending = bytearray()
         while True:
