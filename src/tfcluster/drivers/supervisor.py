@@ -72,6 +72,7 @@ from tfcluster.runs import index as runindex
 from tfcluster.runs.control import prepared_run_dir, summaries_line
 from tfcluster.runs.eventlog import EventLog, NullEventLog
 from tfcluster.runs.failure import Failure, read_failure
+from tfcluster.runs.find import shown_here
 from tfcluster.runs.record import run_record, task_row, workers_fields, write_record
 from tfcluster.runs.table import shlex_quote
 
@@ -235,7 +236,11 @@ class Supervisor:
         if line:
             self.display.info(line)
         self.run_folder.close()
-        self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
+        # the run by its folder, and the commands that show it (the latest run of this
+        # folder for a bare status/report, with or without a file: runs.find.runs_here)
+        shown = shown_here(self.plan.run_dir)
+        self.display.info(f"this run: tfcluster status {shown}; a picture of it: "
+                          f"tfcluster report {shown}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
     def _make_run_dir(self) -> None:

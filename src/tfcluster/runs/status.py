@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 
 from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
-from tfcluster.runs.find import default_place, find_run, scan_runs, shown_here, warn_skipped
+from tfcluster.runs.find import default_place, find_run, runs_here, scan_runs, shown_here, warn_skipped
 from tfcluster.runs.result import STATUS_EXIT, assess, derive_result, last_update, run_duration
 from tfcluster.runs.run_file import read_run
 from tfcluster.runs.table import HEADER, LIVE_HEADER, format_table, stop_hint, task_rows, when
@@ -178,6 +178,8 @@ def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False
             logdir, want = default_place(file)
             said = (f"runs of {shown_here(want)} in {shown_here(logdir)}" if want
                     else f"runs in {shown_here(logdir)}")
+            if want and not file:
+                said += " and runs launched here without a file"
         except UserError as e:
             folders = [] if file or indexed is None else indexed()
             said = "runs in your run index"
@@ -197,6 +199,8 @@ def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False
             except UserError as e:
                 problems.append(e.message)
         logdir = "your run index"
+    elif said and want and not file:
+        runs, problems = runs_here(logdir, want, given=False)
     else:
         runs, problems = scan_runs(logdir, want)
     warn_skipped(problems)
