@@ -310,3 +310,24 @@ def test_secrets_key():
     c = loads("cluster: {worker: [a:1]}\nprogram: {env: {BUCKET: gs://x}}\nsecrets: [BUCKET, NOT_IN_ENV]")
     assert c.secret_names == frozenset({"BUCKET", "NOT_IN_ENV"})
     assert loads("cluster: {worker: [a:1]}").secret_names == frozenset()
+
+
+@pytest.mark.parametrize("text,expected", [
+    # the issue's file: a '[' left open on line 11; PyYAML noticed on line 13
+    ("version: 1\n" + "# a note\n" * 8 + "cluster:\n  worker: [localhost:2222, localhost:2223\n"
+     "  ps: [localhost:2224]\n? odd\n",
+     "not valid YAML: line 11, column 11: this '[' is never closed: a ']' (or a ',' between "
+     "items) is missing (YAML noticed at line 12, column 5: expected ',' or ']', but got ':')"),
+    ("program: {command: [python]\ncluster:\n  worker: [a:1]\n",
+     "not valid YAML: line 1, column 10: this '{' is never closed"),
+    ('version: 1\nname: "abc\ncluster: {}\n',
+     "not valid YAML: line 2, column 7: this quoted text is never closed"),
+    ("cluster:\n  worker: [a:1]\n ps: [b:2]\n",
+     "not valid YAML: line 3, column 2: this line is indented differently from the lines above "
+     "it (the block that starts at line 1, column 1)"),
+    ("cluster:\n  worker: a: b\n", "not valid YAML: line 2, column 12: a second ': ' on one line"),
+])
+def test_a_yaml_syntax_error_names_where_the_mistake_is_in_plain_words(text, expected):
+    found = problems(text)
+    assert len(found) == 1 and expected in found[0], found
+    assert all("\n" not in p and len(p) < 250 for p in found), found
