@@ -354,3 +354,26 @@ def test_the_latest_run_is_the_one_just_made_here_with_or_without_a_file(tmp_pat
     # a newer run of the file wins again
     newer = write_run(tmp_path / logdir, "again", f, started=3000.0)
     assert find_run(None, None)[0] == str(newer)
+
+
+def test_a_decided_record_not_closed_yet_is_stopping_while_its_launcher_runs(tmp_path, capsys):
+    """The launcher writes the result when it decides, then stops the tasks, then closes the
+    record with its end and exit code: in between, status says "stopping" (exit 3, as running),
+    not the result."""
+    me = psutil.Process()
+    d = write_run(tmp_path / "runs", "r", None, result="succeeded", started=me.create_time(),
+                  launcher_pid=os.getpid(), launcher_started=me.create_time())
+    record = json.loads((d / "run.json").read_text())
+    record.update(ended=None, exit_code=None)
+    write_json(str(d / "run.json"), record)
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 3 and "): stopping (succeeded; its launcher is stopping the tasks)" in out, out
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert (rc, json.loads(out)["result"]) == (3, "stopping")
+    # its launcher gone: the result it wrote
+    assert decide_result("succeeded", False, closed=False) == "succeeded"
+    # closed: the result
+    record.update(ended=record["started"] + 5, exit_code=0)
+    write_json(str(d / "run.json"), record)
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert (rc, json.loads(out)["result"]) == (0, "succeeded")

@@ -55,6 +55,8 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     p = printable
     job = shown.get("slurm_job")
     word = f"unknown (Slurm job {job})" if result == "unknown" else result
+    if result == "stopping":
+        word = f"stopping ({p(str(record.get('result')))}; its launcher is stopping the tasks)"
     head = f"run {p(record.get('run_id') or os.path.basename(os.path.normpath(run)))} ({p(run)}): {word}"
     if record.get("exit_code") is not None:
         head += f", exit code {record['exit_code']}"
@@ -68,7 +70,7 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     duration = run_duration(run, record, result)
     started = f"started {when(record.get('started'))}" if record.get("started") else ""
     if started:
-        took = {"running": "running for", "lost": "last seen after",
+        took = {"running": "running for", "stopping": "running for", "lost": "last seen after",
                 "unknown": "last seen after"}.get(result, "took")
         print(started + (f", {took} {format_duration(duration)}" if duration is not None else ""))
     pid = record.get("launcher_pid")
@@ -88,6 +90,9 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
         print(f"launcher pid {pid} on {where}: not checked from here")
     elif result == "running":
         print(f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None))
+    elif result == "stopping":
+        print(f"launcher pid {pid}: the record is closed with the run's end and exit code once "
+              f"every task has stopped")
     if record.get("root_cause"):
         print(f"root cause: {p(record['root_cause'])}")
     line = workers_line(record)
@@ -96,7 +101,7 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     now = record.get("ended")
     if now is None and result in ("lost", "unknown"):
         now = last_update(run)
-    live = result == "running"
+    live = result in ("running", "stopping")
     print(format_table(LIVE_HEADER if live else HEADER, task_rows(record, now, live=live)))
     stalled = record.get("stalled")
     for line in stalled if isinstance(stalled, list) else ():
