@@ -331,3 +331,27 @@ def test_a_yaml_syntax_error_names_where_the_mistake_is_in_plain_words(text, exp
     found = problems(text)
     assert len(found) == 1 and expected in found[0], found
     assert all("\n" not in p and len(p) < 250 for p in found), found
+
+
+@pytest.mark.parametrize("endpoint,expected", [
+    ("a..b:2222", "cluster.worker[0]: 'a..b' is not a valid host name: an empty label"),
+    (".a:2222", "cluster.worker[0]: '.a' is not a valid host name: an empty label"),
+    ("a-.b:2222", "cluster.worker[0]: 'a-.b' is not a valid host name: 'a-' is not letters"),
+    ("-a:2222", "cluster.worker[0]: '-a' is not a valid host name (it starts with '-'"),
+    ("my_host:2222", "cluster.worker[0]: 'my_host' is not a valid host name: 'my_host'"),
+    ("x" * 64 + ".b:2222", "at most 63 characters, not 64"),
+    (".".join(["a" * 63] * 4) + ":2222", "at most 253 characters, not 255"),
+    ("999.1.2.3:2222", "cluster.worker[0]: '999.1.2.3' is not a valid IPv4 address"),
+    ("ab:\u0662\u0662\u0662\u0662", "cluster.worker[0]: port '\u0662\u0662\u0662\u0662' is not a number (digits 0-9)"),
+    ("ab:２２２２", "is not a number (digits 0-9)"),
+])
+def test_a_host_follows_rfc_1123_or_is_an_ip_and_a_port_is_ascii_digits(endpoint, expected):
+    found = problems("cluster:\n  worker: [" + json.dumps(endpoint) + "]\n")
+    assert len(found) == 1 and expected in found[0] and "\n" not in found[0], found
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:2222", "node-1.example.com:2222", "10.0.0.1:2222",
+                                      "[::1]:2222", "[fe80::1%eth0]:2222", "a:1", "host.:2222",
+                                      "1a.example:2222", "xn--bcher-kva.example:2222"])
+def test_good_hosts_are_accepted(endpoint):
+    assert loads("cluster:\n  worker: [" + json.dumps(endpoint) + "]\n").tasks
