@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 SILENCE_ENV = "TFCLUSTER_NO_SECURITY_NOTE"
 
@@ -193,11 +193,26 @@ def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
             f"{flag}={target}; {fix}")
 
 
-def elastic_line(min_workers: int, workers: int, on_change: str) -> str:
-    """What an elastic run does (validate, the launch's first lines)."""
+def elastic_line(min_workers: int, workers: int, on_change: str, backend: str = "",
+                 jobs: Iterable[str] = ()) -> str:
+    """What an elastic run does (validate, the launch's first lines). On Ray with ``go-on``
+    (``backend``, the cluster's ``jobs``), also what growth does for that shape and the mode
+    docs/FAULT_TOLERANCE.md gives it: a worker back on Ray lands at a new address."""
     change = {"restart": "every task restarts with the workers in the run",
               "restart-on-join": "the others go on, and one coming back restarts every task",
               "restart-chief": "the others go on, and one coming back restarts the chief with the "
                                "workers in the run"}.get(on_change, "the others go on")
-    return (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "
+    line = (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "
             f"or comes back, {change}")
+    if backend != "ray" or on_change != "go-on":
+        return line
+    if "ps" in set(jobs):
+        return line + (
+            "; on Ray a worker coming back lands at a new address, which the ps (TF1) or the "
+            "coordinator (ParameterServerStrategy) does not know: it fails its first step or "
+            "serves nobody -- docs/FAULT_TOLERANCE.md gives on_change: restart-on-join for TF1, "
+            "restart-chief for ParameterServerStrategy")
+    return line + (
+        "; with no ps (MultiWorkerMirroredStrategy) the collectives span the workers of the "
+        "start, so a worker coming back needs every task restarted -- docs/FAULT_TOLERANCE.md "
+        "gives on_change: restart")

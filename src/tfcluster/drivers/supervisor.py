@@ -269,7 +269,8 @@ class Supervisor:
             d.info(self.network_note)
         if self.plan.min_workers is not None:
             d.info(elastic_line(self.plan.min_workers, sum(1 for t in self.plan.tasks if t.job == "worker"),
-                                self.plan.on_change))
+                                self.plan.on_change, self.plan.backend,
+                                {t.job for t in self.plan.tasks}))
         if self.skipped:
             why = ("not on --host " + ", ".join(self.plan.only_hosts)) if self.plan.only_hosts \
                 else "not this machine"
