@@ -262,10 +262,13 @@ SHOWN_ACCURACY = re.compile(r"\baccuracy[:= ]\s*(\d+(?:\.\d+)?)")
 
 @needs_tf_keras
 @pytest.mark.parametrize("variant", [["--input=numpy", "--model=sequential"],
-                                     ["--input=dataset", "--model=functional", "--verbose=1"]])
+                                     # Keras' bar, long enough for the sums to pass 1 and
+                                     # for events (one a second) in every epoch
+                                     ["--input=dataset", "--model=functional", "--verbose=1",
+                                      "--steps_per_epoch=150"]])
 def test_unmodified_mwms_tutorial_program_fits_with_keras2(tmp_path, ports, variant):
     path = program_file(tmp_path, ports, "keras_tutorial_mwms.py",
-                        [*variant, "--epochs=3", "--steps_per_epoch=20"], KERAS2)
+                        ["--epochs=3", "--steps_per_epoch=20", *variant], KERAS2)
     proc, rc = launch(path, tmp_path)
     assert rc == 0, tail(proc)
     record = run_record(tmp_path)
