@@ -128,16 +128,22 @@ def test_a_default_local_run_is_reached_by_nobody_else_and_by_exec(tmp_path, por
 
 def test_a_host_network_run_says_who_can_connect_and_checks_its_ports(tmp_path, ports):
     p = ports(2)
+    (tmp_path / "default").mkdir()
+    plain = write_cluster(tmp_path / "default", p, ["python", LISTENER])
     f = write_cluster(tmp_path, p, ["python", LISTENER], extra="network: host\n")
     holder = socket.socket()
     holder.bind(("0.0.0.0", p[1]))
     holder.listen()
     try:
-        r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", f, "--no-live"],
-                           capture_output=True, text=True, env=_env(), timeout=120)
+        # the file's network: host, and the flag on a file that says nothing (README's promise)
+        for args in ([f], [plain, "--network", "host"]):
+            r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", *args, "--no-live"],
+                               capture_output=True, text=True, env=_env(), timeout=120)
+            assert r.returncode == 2 and f"port {p[1]} (worker:0) is already in use" in r.stderr, \
+                (args, r.stderr)
+            assert "Traceback" not in r.stderr and not (tmp_path / "default" / "runs").exists()
     finally:
         holder.close()
-    assert r.returncode == 2 and f"port {p[1]} (worker:0) is already in use" in r.stderr, r.stderr
     _launch_detached(f, "--run-id", "h1")
     run_dir = str(tmp_path / "runs" / "h1")
     try:

@@ -257,18 +257,42 @@ def test_progress_on_one_worker_with_two_replicas_is_what_keras_logs(env):
             assert reported[key] == pytest.approx(got["history"][key][epoch], abs=1e-6), got
 
 
+SHOWN_ACCURACY = re.compile(r"\baccuracy[:= ]\s*(\d+(?:\.\d+)?)")
+
+
 @needs_tf_keras
 @pytest.mark.parametrize("variant", [["--input=numpy", "--model=sequential"],
-                                     ["--input=dataset", "--model=functional"]])
+                                     # Keras' bar, long enough for the sums to pass 1 and
+                                     # for events (one a second) in every epoch
+                                     ["--input=dataset", "--model=functional", "--verbose=1",
+                                      "--steps_per_epoch=150"]])
 def test_unmodified_mwms_tutorial_program_fits_with_keras2(tmp_path, ports, variant):
     path = program_file(tmp_path, ports, "keras_tutorial_mwms.py",
-                        [*variant, "--epochs=3", "--steps_per_epoch=20"], KERAS2)
+                        ["--epochs=3", "--steps_per_epoch=20", *variant], KERAS2)
     proc, rc = launch(path, tmp_path)
     assert rc == 0, tail(proc)
     record = run_record(tmp_path)
     hists = [history(task_log(record, f"worker:{i}"), "keras_tutorial") for i in (0, 1)]
     assert hists[0] == hists[1]
     assert hists[0]["loss"][-1] < hists[0]["loss"][0] and hists[0]["accuracy"][-1] > 0.6, hists[0]
+    # Keras' own bar (verbose=1 redraws, each step's metrics summed over the 2 workers by
+    # tf_keras) is read as one worker's values: no accuracy above 1 in the console, the logs,
+    # the events or the record (the live table's source), and the last values within 5% of
+    # Keras' own epoch line
+    with open(os.path.join(record["run_dir"], "events.jsonl")) as f:
+        events = [json.loads(ln) for ln in f if ln.strip()]
+    progress = [e["metrics"] for e in events if e.get("event") == "progress"]
+    logs = subprocess.run([sys.executable, "-m", "tfcluster", "logs", record["run_dir"]],
+                          capture_output=True, text=True, timeout=60).stdout
+    shown = [float(v) for text in (proc.out_path.read_text(), logs)
+             for v in SHOWN_ACCURACY.findall(text)]
+    shown += [m["accuracy"] for m in progress if "accuracy" in m]
+    assert shown and max(shown) <= 1, max(shown)
+    for i in (0, 1):
+        last = tasks_of(record)[f"worker:{i}"]["progress"]
+        assert 0 <= last["accuracy"] <= 1, last
+        for key in ("loss", "accuracy"):
+            assert last[key] == pytest.approx(hists[0][key][-1], rel=0.05), (key, last, hists[0])
     assert_all_gone(record)
 
 

@@ -78,8 +78,11 @@ def test_profile_traces_every_task_of_a_live_trainer_run(tmp_path, ports):
         ports_seen = {t["task"]: t.get("profiler_port") for t in rec["tasks"]}
         # chosen with the task ports, never derived from them: three distinct ports of its own
         assert len(set(ports_seen.values())) == 3 and not set(ports_seen.values()) & set(p), ports_seen
+        # as soon as the workers report progress (the first captures of a process that has
+        # just started come back empty): traced again until every trace has data, and said
         r = _tfcluster("profile", "prof1", "--seconds", "3", cwd=tmp_path, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
+        assert "every trace has data" in r.stderr, r.stderr
         assert "tfcluster tensorboard prof1 --profile" in r.stdout
         files = sorted(glob.glob(os.path.join(run_dir, "profile", "*", "plugins", "profile", "*",
                                               "*.xplane.pb")))

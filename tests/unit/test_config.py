@@ -310,3 +310,48 @@ def test_secrets_key():
     c = loads("cluster: {worker: [a:1]}\nprogram: {env: {BUCKET: gs://x}}\nsecrets: [BUCKET, NOT_IN_ENV]")
     assert c.secret_names == frozenset({"BUCKET", "NOT_IN_ENV"})
     assert loads("cluster: {worker: [a:1]}").secret_names == frozenset()
+
+
+@pytest.mark.parametrize("text,expected", [
+    # the issue's file: a '[' left open on line 11; PyYAML noticed on line 13
+    ("version: 1\n" + "# a note\n" * 8 + "cluster:\n  worker: [localhost:2222, localhost:2223\n"
+     "  ps: [localhost:2224]\n? odd\n",
+     "not valid YAML: line 11, column 11: this '[' is never closed: a ']' (or a ',' between "
+     "items) is missing (YAML noticed at line 12, column 5: expected ',' or ']', but got ':')"),
+    ("program: {command: [python]\ncluster:\n  worker: [a:1]\n",
+     "not valid YAML: line 1, column 10: this '{' is never closed"),
+    ('version: 1\nname: "abc\ncluster: {}\n',
+     "not valid YAML: line 2, column 7: this quoted text is never closed"),
+    ("cluster:\n  worker: [a:1]\n ps: [b:2]\n",
+     "not valid YAML: line 3, column 2: this line is indented differently from the lines above "
+     "it (the block that starts at line 1, column 1)"),
+    ("cluster:\n  worker: a: b\n", "not valid YAML: line 2, column 12: a second ': ' on one line"),
+])
+def test_a_yaml_syntax_error_names_where_the_mistake_is_in_plain_words(text, expected):
+    found = problems(text)
+    assert len(found) == 1 and expected in found[0], found
+    assert all("\n" not in p and len(p) < 250 for p in found), found
+
+
+@pytest.mark.parametrize("endpoint,expected", [
+    ("a..b:2222", "cluster.worker[0]: 'a..b' is not a valid host name: an empty label"),
+    (".a:2222", "cluster.worker[0]: '.a' is not a valid host name: an empty label"),
+    ("a-.b:2222", "cluster.worker[0]: 'a-.b' is not a valid host name: 'a-' is not letters"),
+    ("-a:2222", "cluster.worker[0]: '-a' is not a valid host name (it starts with '-'"),
+    ("my_host:2222", "cluster.worker[0]: 'my_host' is not a valid host name: 'my_host'"),
+    ("x" * 64 + ".b:2222", "at most 63 characters, not 64"),
+    (".".join(["a" * 63] * 4) + ":2222", "at most 253 characters, not 255"),
+    ("999.1.2.3:2222", "cluster.worker[0]: '999.1.2.3' is not a valid IPv4 address"),
+    ("ab:\u0662\u0662\u0662\u0662", "cluster.worker[0]: port '\u0662\u0662\u0662\u0662' is not a number (digits 0-9)"),
+    ("ab:２２２２", "is not a number (digits 0-9)"),
+])
+def test_a_host_follows_rfc_1123_or_is_an_ip_and_a_port_is_ascii_digits(endpoint, expected):
+    found = problems("cluster:\n  worker: [" + json.dumps(endpoint) + "]\n")
+    assert len(found) == 1 and expected in found[0] and "\n" not in found[0], found
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:2222", "node-1.example.com:2222", "10.0.0.1:2222",
+                                      "[::1]:2222", "[fe80::1%eth0]:2222", "a:1", "host.:2222",
+                                      "1a.example:2222", "xn--bcher-kva.example:2222"])
+def test_good_hosts_are_accepted(endpoint):
+    assert loads("cluster:\n  worker: [" + json.dumps(endpoint) + "]\n").tasks

@@ -4,6 +4,7 @@ TFCLUSTER_LIVE_WORKERS / TFCLUSTER_WORKER_RANK for each worker, which the runtim
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -128,3 +129,32 @@ def test_on_change_restart_chief_gives_the_chief_alone_the_workers_in_the_run(tm
     for name in ("ps:0", "worker:2"):
         conf = json.loads(plan.env(plan.task(name), 1, live=live)[contract.TF_CONFIG])
         assert len(conf["cluster"]["worker"]) == 3 and conf["task"]["index"] == plan.task(name).index
+
+
+def test_validate_and_launch_say_what_growth_does_on_ray_with_go_on(tmp_path, capsys):
+    """On Ray a worker coming back lands at a new address: with on_change go-on, validate and
+    the launch's elastic line say what that does for the file's shape and which mode
+    docs/FAULT_TOLERANCE.md gives, in one line; another mode, or another backend, says nothing
+    more."""
+    from tfcluster.core.messages import elastic_line
+    p = tmp_path / "cluster.yaml"
+    p.write_text("backend: ray\n" + FILE % 2)
+    (tmp_path / "train.py").write_text("")
+    rc, out, _ = cli(capsys, "validate", "--file-only", p)
+    line = next(ln for ln in out.splitlines() if ln.startswith("elastic:"))
+    assert rc == 0 and line.endswith(
+        "the others go on; on Ray a worker coming back lands at a new address, which the ps (TF1) "
+        "or the coordinator (ParameterServerStrategy) does not know: it fails its first step or "
+        "serves nobody -- docs/FAULT_TOLERANCE.md gives on_change: restart-on-join for TF1, "
+        "restart-chief for ParameterServerStrategy"), line
+    mwms = elastic_line(1, 2, "go-on", "ray", ["worker"])
+    assert "\n" not in mwms and mwms.endswith("docs/FAULT_TOLERANCE.md gives on_change: restart")
+    assert elastic_line(1, 2, "restart-on-join", "ray", ["ps", "worker"]) == \
+        elastic_line(1, 2, "restart-on-join")
+    p.write_text(FILE % 2)                 # local: a worker comes back at its own address
+    rc, out, _ = cli(capsys, "validate", "--file-only", p)
+    line = next(ln for ln in out.splitlines() if ln.startswith("elastic:"))
+    assert rc == 0 and line == elastic_line(2, 4, "go-on"), line
+    # the modes the line names are the documented ones
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "FAULT_TOLERANCE.md")).read()
+    assert "on_change: restart-on-join" in docs and "on_change: restart-chief" in docs

@@ -49,3 +49,60 @@ def test_a_run_without_the_profiler_says_how_to_turn_it_on(tmp_path):
     with pytest.raises(UserError, match="launched without the profiler: launch it with --profiler "
                        r"\(or profiler: true in the file\)"):
         profile_run(str(tmp_path), rec, seconds=1)
+
+
+def run_trace_child(tmp_path, monkeypatch, capsys, empty_tries, retry):
+    """The tracing child (profile._TRACE) with a TensorFlow whose traces of port 7002 come
+    back without data ``empty_tries`` times (as a process that has just started gives)."""
+    import sys
+    import types
+
+    from tfcluster.runs import profile
+    calls = []
+
+    def trace(addrs, logdir, ms, num_tracing_attempts, options):
+        calls.append(addrs)
+        for addr in addrs.split(","):
+            port = addr.rpartition(":")[2]
+            d = os.path.join(logdir, "plugins", "profile", "t")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"127.0.0.1_{port}.xplane.pb"), "wb") as f:
+                f.write(b"" if port == "7002" and len(calls) <= empty_tries else b"data")
+        if "7002" in addrs and len(calls) <= empty_tries:
+            raise RuntimeError("UNAVAILABLE: No trace event was collected because there were no "
+                               "responses from clients or the responses did not have trace data.")
+
+    experimental = types.SimpleNamespace(ProfilerOptions=lambda **kw: kw,
+                                         client=types.SimpleNamespace(trace=trace))
+    fake = types.SimpleNamespace(profiler=types.SimpleNamespace(experimental=experimental))
+    monkeypatch.setattr(sys, "argv", ["-c", "grpc://127.0.0.1:7001,grpc://127.0.0.1:7002",
+                                      str(tmp_path), "10", str(retry)])
+    assert "tensorflow" not in sys.modules
+    sys.modules["tensorflow"] = fake        # (gone before the test ends: no TensorFlow here)
+    try:
+        exec(compile(profile._TRACE, "trace", "exec"), {"__name__": "__main__"})
+    finally:
+        del sys.modules["tensorflow"]
+    return calls, [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("try ")]
+
+
+def test_profile_traces_again_until_every_trace_has_data(tmp_path, monkeypatch, capsys):
+    """`profile` within seconds of a run's start: the first captures come back empty; it asks
+    the tasks without data again until each gave one, and says on which try."""
+    from tfcluster.runs.profile import tries_words
+    calls, tries = run_trace_child(tmp_path, monkeypatch, capsys, empty_tries=3, retry=30)
+    assert calls == ["grpc://127.0.0.1:7001,grpc://127.0.0.1:7002"] + ["grpc://127.0.0.1:7002"] * 3
+    assert tries[0].startswith("try 1: 1 with data; UNAVAILABLE: No trace event was collected")
+    assert tries[-1] == "try 4: 1 with data" and len(tries) == 4
+    assert tries_words(4, 9.2, []) == ("every trace has data on try 4 (9 s: the first captures of "
+                                       "a process that has just started come back empty)")
+    assert tries_words(1, 3.0, []) == "every trace has data"
+
+
+def test_profile_says_when_its_time_is_up(tmp_path, monkeypatch, capsys):
+    from tfcluster.runs.profile import tries_words
+    calls, tries = run_trace_child(tmp_path, monkeypatch, capsys, empty_tries=100, retry=0)
+    assert len(calls) == 1 and len(tries) == 1
+    assert tries_words(1, 32.4, ["worker:1"], "UNAVAILABLE: No trace event was collected") == (
+        "time is up after 1 try in 32 s: no trace with data from worker:1 (last: UNAVAILABLE: "
+        "No trace event was collected)")

@@ -443,3 +443,93 @@ def test_a_remote_error_whose_origin_has_a_line_of_its_own():
     tail = failure_tail(lines, 10)
     assert tail[1] == "Input to reshape is a tensor with 64 values, but the requested shape has 32"
     assert tail[2] == '  File "/work/trainer.py", line 174, in train'
+
+
+def keras_bar_reports(name, summed_over):
+    """Every progress the reader hands over for a captured output fed as the pipe gives it
+    (carriage-return redraws and backspaces included)."""
+    import threading
+
+    from tfcluster.core.task_output import OutputReader, Seen
+    got = []
+    r = OutputReader("worker:0", None, None, Seen(), threading.RLock(), lambda s: s, lambda: 0.0,
+                     lambda text, p: got.append(p) if p is not None else None,
+                     summed_over=summed_over)
+    r.feed(open(os.path.join(DATA, name), "rb").read())
+    r.end()
+    return got
+
+
+def test_keras_bar_under_mwms_is_read_as_one_workers_values_never_the_sum():
+    """tf_keras under MultiWorkerMirroredStrategy with 2 workers (tests/programs/
+    keras_tutorial_mwms.py --verbose=1, captured): its bar redraws show each step's metrics
+    summed over the workers ("loss: 3.1660 - accuracy: 0.5547" while the epoch line says
+    "loss: 1.4331 - accuracy: 0.3307"); the reader shows the per-worker values."""
+    cluster = {"worker": ["a:1", "b:2"]}
+    assert outputs.keras_sums_over(cluster) == 2
+    assert outputs.keras_sums_over({**cluster, "ps": ["c:3"]}) == 1
+    assert outputs.keras_sums_over('{"cluster": {"chief": ["a:1"], "worker": ["b:2"]}}') == 2
+    got = keras_bar_reports("tf_keras_mwms_2workers_verbose1.txt", outputs.keras_sums_over(cluster))
+    assert [p.step for p in got] == [1, 4, 7, 10, 12, 13, 18, 22, 24], [p.step for p in got]
+    for p in got:
+        assert 0 <= p.metrics["accuracy"] <= 1, (p.step, p.metrics)
+    by_step = {p.step: p.metrics for p in got}
+    assert by_step[4]["loss"] == pytest.approx(3.1660 / 2) and by_step[4]["accuracy"] == pytest.approx(0.5547 / 2)
+    # the epochs' ends as Keras' epoch lines print them, and the steps near them within 5%
+    assert (by_step[12]["loss"], by_step[12]["accuracy"]) == (1.4331, 0.3307)
+    assert (by_step[24]["loss"], by_step[24]["accuracy"]) == (1.1801, 0.5065)
+    assert by_step[22]["loss"] == pytest.approx(by_step[24]["loss"], rel=0.05)
+    # one worker (or a ps cluster): the bar is read as it is
+    alone = keras_bar_reports("tf_keras_mwms_2workers_verbose1.txt", 1)
+    assert {p.step: p.metrics for p in alone}[4]["loss"] == 3.1660
+
+
+def test_an_epochs_end_shows_how_many_values_keras_added():
+    """The last redraw of a step and the epoch's line for the same step: their ratio is what
+    Keras added; used for the next epoch's redraws (here 1: nothing divided any more)."""
+    parser = ProgressParser(summed_over=2)
+    parser.feed("Epoch 1/2")
+    parser.feed("2/2 [=====>....] - ETA: 0s - loss: 0.5000 - accuracy: 0.7500", redraw=True)
+    parser.feed("2/2 [==========] - 1s 5ms/step - loss: 0.5000 - accuracy: 0.7500")
+    assert parser.learned == 1
+    parser.feed("Epoch 2/2")
+    r = parser.feed("1/2 [=====>....] - ETA: 0s - loss: 0.4000 - accuracy: 0.8000", redraw=True)
+    assert r.progress.metrics["loss"] == 0.4
+
+
+# TensorFlow's own warnings, as TF 2.21 prints them (a TF1 trainer with --save_checkpoint_secs,
+# examples/ps_strategy.yaml's chief)
+DEPRECATION = [
+    "WARNING:tensorflow:From /usr/lib/python3/dist-packages/tensorflow/python/training/saver.py:1068: "
+    "remove_checkpoint (from tensorflow.python.checkpoint.checkpoint_management) is deprecated and "
+    "will be removed in a future version.",
+    "Instructions for updating:",
+    "Use standard file APIs to delete files with this prefix.",
+]
+RETRACING = (
+    "WARNING:tensorflow:6 out of the last 6 calls to <function MultiDeviceSaver.save.<locals>."
+    "tf_function_save at 0x7f3c2c1d5e40> triggered tf.function retracing. Tracing is expensive and "
+    "the excessive number of tracings could be due to (1) creating @tf.function repeatedly in a "
+    "loop, (2) passing tensors with different shapes, (3) passing Python objects instead of "
+    "tensors. For (1), please define your @tf.function outside of the loop. For (2), @tf.function "
+    "has reduce_retracing=True option that can avoid unnecessary retracing. For (3), please refer "
+    "to https://www.tensorflow.org/guide/function#controlling_retracing and "
+    "https://www.tensorflow.org/api_docs/python/tf/function for  more details.")
+
+
+def test_tensorflows_deprecation_and_retracing_warnings_are_folded_whole():
+    from tfcluster.core.task_output import ConsoleView, NoiseFold
+    lines = ["step 10", *DEPRECATION, RETRACING, "Instructions for updating:", "step 20"]
+    fold = NoiseFold()
+    shown = [ln for ln in lines if not fold.fold(ln, "worker:0")[0]]
+    # the deprecation's three lines and the retracing line; a lone "Instructions ..." stays
+    assert shown == ["step 10", "Instructions for updating:", "step 20"]
+    assert fold.hidden == 4
+    view = ConsoleView(NoiseFold())
+    assert [out for ln in lines for out in view.feed(ln)] == shown
+    # another task's lines between them do not make its own line noise
+    fold = NoiseFold()
+    assert fold.fold(DEPRECATION[0], "worker:0")[0]
+    assert not fold.fold("Instructions for updating:", "worker:1")[0]
+    assert fold.fold("Instructions for updating:", "worker:0")[0]
+    assert failure_tail(["a", *DEPRECATION, "b"]) == ["a", "b"]

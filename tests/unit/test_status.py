@@ -330,3 +330,50 @@ def test_report_says_a_watchdog_stop_and_what_the_decision_rule_means(tmp_path):
         assert float(x) <= WIDTH - 2
     page = render_html(m)
     assert "by rule restart" not in page and "allowed no restart" in page
+
+
+@pytest.mark.parametrize("logdir", ["runs", "elsewhere"])
+def test_the_latest_run_is_the_one_just_made_here_with_or_without_a_file(tmp_path, capsys,
+                                                                         monkeypatch, logdir):
+    """After `launch --ps 1 --workers 2 -- python trainer.py` in a folder whose cluster.yaml has
+    older runs: status, report and runs show the file-less run (it went to ./runs); --file
+    still means that file's runs only."""
+    from tfcluster.runs.find import find_run
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "cluster.yaml"
+    f.write_text(f"cluster: {{worker: [localhost:2223, localhost:2224]}}\nlogdir: {logdir}\n")
+    older = write_run(tmp_path / logdir, "of-the-file", f, started=1000.0)
+    quick = write_run(tmp_path / "runs", "no-file", None, started=2000.0)
+    assert find_run(None, None)[0] == str(quick)
+    assert find_run(None, "cluster.yaml")[0] == str(older)
+    rc, out, _ = cli(capsys, "status")
+    assert "run no-file" in out, out
+    rc, out, err = cli(capsys, "runs")
+    assert out.index("no-file") < out.index("of-the-file"), out
+    assert "launched here without a file" in err
+    # a newer run of the file wins again
+    newer = write_run(tmp_path / logdir, "again", f, started=3000.0)
+    assert find_run(None, None)[0] == str(newer)
+
+
+def test_a_decided_record_not_closed_yet_is_stopping_while_its_launcher_runs(tmp_path, capsys):
+    """The launcher writes the result when it decides, then stops the tasks, then closes the
+    record with its end and exit code: in between, status says "stopping" (exit 3, as running),
+    not the result."""
+    me = psutil.Process()
+    d = write_run(tmp_path / "runs", "r", None, result="succeeded", started=me.create_time(),
+                  launcher_pid=os.getpid(), launcher_started=me.create_time())
+    record = json.loads((d / "run.json").read_text())
+    record.update(ended=None, exit_code=None)
+    write_json(str(d / "run.json"), record)
+    rc, out, _ = cli(capsys, "status", str(d))
+    assert rc == 3 and "): stopping (succeeded; its launcher is stopping the tasks)" in out, out
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert (rc, json.loads(out)["result"]) == (3, "stopping")
+    # its launcher gone: the result it wrote
+    assert decide_result("succeeded", False, closed=False) == "succeeded"
+    # closed: the result
+    record.update(ended=record["started"] + 5, exit_code=0)
+    write_json(str(d / "run.json"), record)
+    rc, out, _ = cli(capsys, "status", "--json", str(d))
+    assert (rc, json.loads(out)["result"]) == (0, "succeeded")

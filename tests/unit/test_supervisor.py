@@ -39,6 +39,10 @@ def test_chief_success_stops_ps_after_grace(tmp_path):
     assert [n for n, _ in be.started] == ["ps:0", "worker:0", "worker:1"]   # ps first
     assert "run succeeded (worker:0 exited 0)" in err.getvalue()
     assert "[worker:0] hello" in out.getvalue() and "tfcluster:" not in out.getvalue()
+    # the closing line names the run and the commands that show it
+    run_dir = str(tmp_path / "runs" / "t")
+    assert err.getvalue().rstrip().endswith(
+        f"this run: tfcluster status {run_dir}; a picture of it: tfcluster report {run_dir}")
     states = {t["task"]: t["state"] for t in record(tmp_path)["tasks"]}
     assert states == {"ps:0": "stopped", "worker:0": "succeeded", "worker:1": "succeeded"}
     assert be.handles["ps:0"][0].signals[0] == signal.SIGTERM

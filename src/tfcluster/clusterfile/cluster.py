@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import socket
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -42,6 +43,39 @@ def format_endpoint(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def check_host_name(host: str) -> None:
+    """A host name as RFC 1123 has it (labels of 1-63 letters, digits and hyphens, not starting
+    or ending with a hyphen, at most 253 characters; one final dot allowed), or an IPv4 address (as
+    ``inet_aton`` reads one). Raises ValueError with a short reason."""
+    if host.startswith("-"):
+        raise ValueError(f"{short(host)} is not a valid host name (it starts with '-'; ssh "
+                         f"would read a leading '-' as an option)")
+    name = host[:-1] if host.endswith(".") and not host.endswith("..") else host
+    if len(name) > 253:
+        raise ValueError(f"{short(host)} is not a valid host name: at most 253 characters, "
+                         f"not {len(name)}")
+    labels = name.split(".")
+    if all(label.isascii() and label.isdigit() for label in labels):
+        try:          # as the resolver reads it: 127.1 is 127.0.0.1
+            socket.inet_aton(name)
+        except OSError:
+            raise ValueError(f"{short(host)} is not a valid IPv4 address") from None
+        return
+    for label in labels:
+        if not label:
+            raise ValueError(f"{short(host)} is not a valid host name: an empty label (two dots "
+                             f"together, or a dot at its start)")
+        if len(label) > 63:
+            raise ValueError(f"{short(host)} is not a valid host name: a DNS label (the part "
+                             f"between dots) is at most 63 characters, not {len(label)}")
+        if not _LABEL.fullmatch(label):
+            raise ValueError(f"{short(host)} is not a valid host name: {short(label)} is not "
+                             f"letters, digits and inner hyphens (RFC 1123)")
+
+
 def parse_endpoint(entry: Any) -> Tuple[str, int]:
     """'host:port' or '[v6]:port' -> (host, port). Raises ValueError with a short reason."""
     if isinstance(entry, bool) or not isinstance(entry, (str, int)):
@@ -70,19 +104,11 @@ def parse_endpoint(entry: Any) -> Tuple[str, int]:
             port_text = None
         if not host:
             raise ValueError(f"'{text}' has no host; write host:port")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", host) or len(host) > 253:
-            raise ValueError(f"'{host}' is not a valid host name or address")
-        long_label = next((p for p in host.split(".") if len(p) > 63), None)
-        if long_label is not None:
-            raise ValueError(f"'{short(host)}' is not a valid host name: a DNS label (the part "
-                             f"between dots) is at most 63 characters, not {len(long_label)}")
-        if host.startswith(("-", ".")):
-            raise ValueError(f"'{host}' is not a valid host name (it starts with '{host[0]}'; "
-                             f"ssh would read a leading '-' as an option)")
+        check_host_name(host)
     if port_text is None or port_text == "":
         raise ValueError(f"'{text}' has no port; write host:port, for example {text}:2222")
-    if not re.fullmatch(r"\d+", port_text):
-        raise ValueError(f"port '{port_text}' is not a number")
+    if not re.fullmatch(r"[0-9]+", port_text):       # ASCII digits: int() takes any script's
+        raise ValueError(f"port '{port_text}' is not a number (digits 0-9)")
     port = int(port_text)
     if not 1 <= port <= 65535:
         raise ValueError(f"port {port} is out of range 1-65535")

@@ -81,12 +81,7 @@ def loads(text: str, source: str = "<string>", base_dir: Optional[str] = None) -
     try:
         data, lines, duplicates = yaml_lines.parse_with_lines(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        if mark is not None and yaml_lines.tab_indented(text, mark.line):
-            problem += "; this line is indented with a tab: use spaces, not tabs, to indent YAML"
-        raise ConfigError(shown, [printable(f"not valid YAML: {where}{problem}")])
+        raise ConfigError(shown, [printable(f"not valid YAML: {yaml_lines.syntax_error(e, text)}")])
     except (ValueError, TypeError, RecursionError, OverflowError) as e:  # odd scalars
         raise ConfigError(shown, [printable(f"not valid YAML: {type(e).__name__}: {str(e)[:120]}")])
     if duplicates:

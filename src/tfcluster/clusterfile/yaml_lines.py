@@ -65,6 +65,43 @@ def tab_indented(text: str, line: int) -> bool:
     return False
 
 
+_OPENED = {"flow sequence": ("[", "]"), "flow mapping": ("{", "}")}
+
+
+def _at(mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def syntax_error(e: Exception, text: str) -> str:
+    """A YAML syntax error in plain words, at the place of the mistake: ``line L, column C:
+    ...``. PyYAML's ``problem_mark`` is where it noticed; for a ``[``, ``{`` or quote never
+    closed its ``context_mark`` (where the bracket or quote opened) is where the mistake is,
+    and the place it noticed is said after."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None) or ""
+    start = getattr(e, "context_mark", None)
+    noticed = f" (YAML noticed at {_at(mark)}: {problem})" if mark is not None else ""
+    for kind, (opening, closing) in _OPENED.items():
+        if context == f"while parsing a {kind}" and start is not None:
+            return (f"{_at(start)}: this '{opening}' is never closed: a '{closing}' (or a ',' "
+                    f"between items) is missing{noticed}")
+    if context == "while scanning a quoted scalar" and start is not None:
+        return f"{_at(start)}: this quoted text is never closed: its closing quote is missing{noticed}"
+    if mark is None:
+        return problem
+    where = f"{_at(mark)}: "
+    if problem.startswith("expected <block end>") and start is not None:
+        problem = (f"this line is indented differently from the lines above it (the block that "
+                   f"starts at {_at(start)}): indent it like its siblings")
+    elif problem == "mapping values are not allowed here":
+        problem = ("a second ': ' on one line (a value holding ': ' must be quoted, or the key "
+                   "needs its own line)")
+    if tab_indented(text, mark.line):
+        problem += "; this line is indented with a tab: use spaces, not tabs, to indent YAML"
+    return where + problem
+
+
 _LOADER = None
 
 

@@ -188,7 +188,7 @@ class RunMachine(RunView):
             stall_warning=wd.stall_warning, end_timeout=wd.end_timeout,
             max_total_restarts=rule.max_total_restarts, shared_budget=shared,
             peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait,
-            min_workers=getattr(plan, "min_workers", None), moves_nodes=plan.backend != "ssh",
+            min_workers=getattr(plan, "min_workers", None), moves_nodes=not plan.kind.over_ssh,
             on_change=getattr(plan, "on_change", "go-on"))
         by_name = {t.name: t for t in plan.tasks}       # (plan.task(n) is a scan: 512^2 at 512)
         tasks = [(n, by_name[n].job, by_name[n].restart, by_name[n].port) for n in here]

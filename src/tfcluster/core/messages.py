@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 SILENCE_ENV = "TFCLUSTER_NO_SECURITY_NOTE"
 
@@ -194,11 +194,28 @@ def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
             f"{flag}={target}; {fix}")
 
 
-def elastic_line(min_workers: int, workers: int, on_change: str) -> str:
-    """What an elastic run does (validate, the launch's first lines)."""
+def elastic_line(min_workers: int, workers: int, on_change: str, new_address_on: str = "",
+                 jobs: Iterable[str] = ()) -> str:
+    """What an elastic run does (validate, the launch's first lines). With ``go-on`` on a
+    backend whose returning workers land at a new address (``new_address_on``, its name: Ray's;
+    BackendKind.rejoins_at_new_address), also what growth does for the shape of the cluster's
+    ``jobs`` and the mode docs/FAULT_TOLERANCE.md gives it."""
     change = {"restart": "every task restarts with the workers in the run",
               "restart-on-join": "the others go on, and one coming back restarts every task",
               "restart-chief": "the others go on, and one coming back restarts the chief with the "
                                "workers in the run"}.get(on_change, "the others go on")
-    return (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "
+    line = (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "
             f"or comes back, {change}")
+    if not new_address_on or on_change != "go-on":
+        return line
+    if "ps" in set(jobs):
+        return line + (
+            f"; on {new_address_on.capitalize()} a worker coming back lands at a new address, "
+            "which the ps (TF1) or the "
+            "coordinator (ParameterServerStrategy) does not know: it fails its first step or "
+            "serves nobody -- docs/FAULT_TOLERANCE.md gives on_change: restart-on-join for TF1, "
+            "restart-chief for ParameterServerStrategy")
+    return line + (
+        "; with no ps (MultiWorkerMirroredStrategy) the collectives span the workers of the "
+        "start, so a worker coming back needs every task restarted -- docs/FAULT_TOLERANCE.md "
+        "gives on_change: restart")

@@ -16,8 +16,10 @@ programs write it:
   when Keras knows both, else none (no invented ETA).
 - :func:`is_noise`: TensorFlow's known-harmless lines (no GPU on a CPU machine, the oneDNN
   note, absl's pre-init warning, the coordination service's INFO lines, TF1's aborted
-  rendezvous at the end, ...), folded on the console, by ``logs`` and ``hello`` and in failure
-  tails (:class:`tfcluster.core.task_output.NoiseFold`), kept in the logs.
+  rendezvous at the end, its warnings about deprecated APIs (with their "Instructions for
+  updating" lines: :func:`noise_continues`) and tf.function retracing, ...), folded on the
+  console, by ``logs`` and ``hello`` and in failure tails
+  (:class:`tfcluster.core.task_output.NoiseFold`), kept in the logs.
 - :func:`failure_tail`: the lines worth showing from the end of a failed task's output:
   progress and noise left out; a Python traceback's exception line first, then its frames
   that matter, in order.
@@ -33,6 +35,7 @@ programs write it:
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -117,25 +120,89 @@ class Reading:
     rate: Optional[float] = None            # steps per second, when the program says it
 
 
+def keras_sums_over(cluster) -> int:
+    """How many workers' values tf_keras adds up in a step's metrics for a task of ``cluster``
+    (TF_CONFIG's ``cluster``): under MultiWorkerMirroredStrategy (a cluster with no ``ps``) its
+    chief and workers, every one of which runs ``fit``; else 1 (a ParameterServerStrategy step
+    runs on one worker; TF1 prints no bar). See :class:`ProgressParser`. A string is read as
+    TF_CONFIG's JSON."""
+    if isinstance(cluster, str):
+        try:
+            cluster = json.loads(cluster).get("cluster")
+        except (ValueError, AttributeError):
+            return 1
+    if not isinstance(cluster, dict) or cluster.get("ps"):
+        return 1
+    return max(1, sum(len(cluster.get(job) or ()) for job in ("chief", "worker")))
+
+
+def _whole_ratio(step: dict, end: dict, most: int) -> Optional[int]:
+    """The whole number n (1..``most``) with ``step`` = n x ``end`` for every metric both show
+    (at Keras' 4 decimals), else None."""
+    keys = [k for k in end if k in step and abs(end[k]) > 1e-3 and k not in ("epoch", "epochs")]
+    if not keys:
+        return None
+    n = round(step[keys[0]] / end[keys[0]])
+    if not 1 <= n <= most:
+        return None
+    if any(abs(step[k] - n * end[k]) > 1e-4 * (n + 1) for k in keys):
+        return None
+    return n
+
+
 class ProgressParser:
     """Reads a task's output pieces (lines and carriage-return segments, in order) into
-    progress. One per task attempt: it remembers the epoch and the batches of past epochs."""
+    progress. One per task attempt: it remembers the epoch and the batches of past epochs.
 
-    def __init__(self):
+    Figures are shown the way the program computed them. Under MultiWorkerMirroredStrategy
+    tf_keras' ``fit`` logs each step's metrics summed over the workers (its ``"auto"``
+    reduction is a sum: see :mod:`tfcluster.runtime.keras`), and its ``verbose=1`` bar redraws
+    with those sums (``accuracy: 1.4``), while the line that ends the epoch holds the metrics'
+    own values. So a bar's redraw (``redraw=True``: a piece that a carriage return ended) is
+    divided by ``summed_over`` (:func:`keras_sums_over`: the workers each running ``fit``): the
+    per-worker mean, as ``ProgressCallback`` reports it. At an epoch's end, when the last
+    redraw was of the same step, the ratio of its values to the epoch line's says how many
+    values Keras really added, and that is used from then on. Keras 3's bar (``━``) from
+    3.3 averages: divided only once an epoch's end has shown a sum."""
+
+    def __init__(self, summed_over: int = 1):
         self.epoch: Optional[int] = None
         self.epochs: Optional[int] = None
         self.done_before = 0          # batches of the epochs before this one
         self.batch = 0                # the last batch of this epoch
         self.steps: Optional[int] = None
         self.last_key = None          # (epoch, batch) or a global step last reported
+        self.summed_over = max(1, int(summed_over or 1))   # the workers fit runs on
+        self.learned: Optional[int] = None   # what an epoch's end showed Keras adds
+        self._redrawn: Optional[Tuple[int, dict]] = None   # the last redraw: batch, raw values
 
     def _life(self, key) -> bool:
         moved = key != self.last_key
         self.last_key = key
         return moved
 
-    def feed(self, text: str) -> Reading:
-        """``text``: one cleaned piece (:func:`clean_segment`) with protocol reports removed."""
+    def _divisor(self, rest: str) -> int:
+        if self.learned is not None:
+            return self.learned
+        return 1 if "━" in rest else self.summed_over
+
+    def _per_worker(self, batch: int, rest: str, metrics: dict, redraw: bool) -> dict:
+        """A bar's values as one worker's: a redraw divided by what Keras added; an epoch's
+        end as it is (and what it shows Keras added, learned)."""
+        if redraw:
+            self._redrawn = (batch, dict(metrics))
+            n = self._divisor(rest)
+            return {k: v / n for k, v in metrics.items()} if n > 1 else metrics
+        last, self._redrawn = self._redrawn, None
+        if last is not None and last[0] == batch:
+            n = _whole_ratio(last[1], metrics, max(self.summed_over, 1))
+            if n is not None:
+                self.learned = n
+        return metrics
+
+    def feed(self, text: str, redraw: bool = False) -> Reading:
+        """``text``: one cleaned piece (:func:`clean_segment`) with protocol reports removed;
+        ``redraw``: a carriage return ended it (a bar's state within an epoch)."""
         m = _EPOCH.match(text)
         if m:
             epoch, epochs = int(m.group(1)), int(m.group(2))
@@ -158,6 +225,7 @@ class ProgressParser:
                 self.steps = steps
             metrics = {k: float(v) for k, v in _METRIC.findall(m.group(3))
                        if k not in ("ETA", "step", "total")}
+            metrics = self._per_worker(batch, m.group(3), metrics, redraw)
             if self.epoch is not None:
                 metrics["epoch"] = float(self.epoch)
                 if self.epochs:
@@ -253,12 +321,45 @@ _NOISE = re.compile("|".join([
     r"It seems that global step \(tf\.train\.get_global_step\) has not been increased\.",
     # a cached dataset whose iterator was stopped before the end (training ended mid-epoch)
     r"dataset\.cc:\d+\] The calling iterator did not fully read the dataset being cached\.",
+    # TensorFlow's Python warnings about itself: an API it deprecated (TF1 savers call
+    # remove_checkpoint; its "Instructions for updating:" lines follow: noise_continues),
+    # tf.function retracing (MultiDeviceSaver.save with save_checkpoint_secs)
+    r"^(?:WARNING:tensorflow:|W\d{4} [\d:.]+\s+\d+ deprecation\.py:\d+\] )From .+ is deprecated "
+    r"and will be removed",
+    r"^(?:WARNING:tensorflow:|W\d{4} [\d:.]+\s+\d+ \w+\.py:\d+\] )\d+ out of the last \d+ calls "
+    r"to <.*> triggered tf\.function retracing\.",
 ]))
+_DEPRECATED = re.compile(r"\bFrom .+ is deprecated and will be removed")
+_INSTRUCTIONS = "Instructions for updating:"
 
 
 def is_noise(line: str) -> bool:
     """A known-harmless TensorFlow start-up line (hidden on the console, kept in the log)."""
     return bool(line) and _NOISE.search(line) is not None
+
+
+def noise_continues(previous: Optional[str], line: str) -> bool:
+    """Whether ``line`` goes on with the noise message whose line before it (same task, folded)
+    was ``previous``: a deprecation warning's ``Instructions for updating:`` and the one line
+    of instructions after it."""
+    if previous is None:
+        return False
+    if line.strip() == _INSTRUCTIONS:
+        return _DEPRECATED.search(previous) is not None
+    return previous.strip() == _INSTRUCTIONS
+
+
+def without_noise(lines: Sequence[str]) -> List[str]:
+    """``lines`` without TensorFlow's noise (:func:`is_noise`, :func:`noise_continues`)."""
+    out: List[str] = []
+    previous = None
+    for line in lines:
+        if is_noise(line) or noise_continues(previous, line):
+            previous = line
+            continue
+        previous = None
+        out.append(line)
+    return out
 
 
 # ---------------------------------------------------------------------------- failure tail
@@ -357,7 +458,7 @@ def _exception_head(kept: List[str], exc: int) -> List[str]:
 
 
 def _kept(lines: Sequence[str]) -> List[str]:
-    return [ln for ln in lines if ln.strip() and not is_progress_line(ln) and not is_noise(ln)]
+    return [ln for ln in without_noise(lines) if ln.strip() and not is_progress_line(ln)]
 
 
 def exception_lines(lines: Sequence[str]) -> List[str]:

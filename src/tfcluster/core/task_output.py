@@ -33,9 +33,9 @@ import select
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import IO, Callable, Deque, List, Optional, Tuple
+from typing import IO, Callable, Deque, Dict, List, Optional, Tuple
 
-from tfcluster.core.output_patterns import ProgressParser, clean_segment, is_noise
+from tfcluster.core.output_patterns import ProgressParser, clean_segment, is_noise, noise_continues
 from tfcluster.core.rules import STILL_WAITING, longest_gap
 from tfcluster.plan.progress import PIPED_PROGRESS_EVERY, Progress, format_progress, split_progress
 from tfcluster.terminal import decode
@@ -93,12 +93,19 @@ class NoiseFold:
         self.say = say            # where the note goes (the launcher's own lines); None: the
         self._noted = False       # reader hands it over as a line of the task
         self._lock = threading.Lock()
+        self._folded: Dict[object, str] = {}   # each source's last line, when it was folded
 
-    def fold(self, line: str) -> Tuple[bool, Optional[str]]:
-        """(hide it, the note to show instead or None)."""
-        if self.show or not is_noise(line):
+    def fold(self, line: str, source: object = None) -> Tuple[bool, Optional[str]]:
+        """(hide it, the note to show instead or None). ``source``: whose line it is (a task's
+        reader): a message of several lines (a deprecation warning) is folded whole."""
+        if self.show:
             return False, None
         with self._lock:
+            previous = self._folded.pop(source, None)
+        if not is_noise(line) and not noise_continues(previous, line):
+            return False, None
+        with self._lock:
+            self._folded[source] = line
             self.hidden += 1
             if self._noted:
                 return True, None
@@ -150,7 +157,7 @@ class ConsoleView:
         visible, found = split_progress(line)
         out: List[str] = []
         if visible.strip():
-            hide, _ = self.noise.fold(clean_segment(visible))
+            hide, _ = self.noise.fold(clean_segment(visible), id(self))
             if not hide:
                 out += self.flush()
                 out.append(visible)
@@ -182,7 +189,7 @@ class OutputReader(threading.Thread):
                  on_line: Callable[[str, Optional[Progress]], None], banner: str = "",
                  side: Optional[IO[bytes]] = None, noise: Optional[NoiseFold] = None,
                  log_file: Optional[IO[bytes]] = None,
-                 open_log: Optional[Callable[[str], int]] = None):
+                 open_log: Optional[Callable[[str], int]] = None, summed_over: int = 1):
         super().__init__(daemon=True, name=f"out-{name}")
         # how the driver opens the task's log for appending, as a descriptor (the supervisor:
         # tfcluster.safe_files.open_append_fd, relative to the run folder, no link followed)
@@ -191,7 +198,8 @@ class OutputReader(threading.Thread):
         self.mask, self.clock, self.on_line, self.banner = mask, clock, on_line, banner
         self.side = side
         self.noise = noise if noise is not None else NoiseFold()
-        self.parser = ProgressParser()
+        # summed_over: the workers whose values Keras adds in a bar (ProgressParser)
+        self.parser = ProgressParser(summed_over)
         self._protocol = False            # reports arrived: parsed output is then life only
         self.log = log_file
         self._line = bytearray()          # the piece being read
@@ -387,7 +395,7 @@ class OutputReader(threading.Thread):
         self._redrawn = True
         with self.lock:
             self.seen.output_at = self.clock()
-        visible = self._progress(self.mask(text))
+        visible = self._progress(self.mask(text), redraw=True)
         self._shown = visible.encode("utf-8", "replace") if visible.strip() else b""
 
     def _end_line(self) -> None:
@@ -410,16 +418,16 @@ class OutputReader(threading.Thread):
         if self._line or self._shown:
             self._end_line()
 
-    def _progress(self, text: str) -> str:
+    def _progress(self, text: str, redraw: bool = False) -> str:
         """Take protocol reports out of ``text`` and hand them over; else read well-known
-        output. Returns what is left to show."""
+        output (``redraw``: a carriage return ended it). Returns what is left to show."""
         visible, found = split_progress(text)
         now = self.clock()
         for p in found:
             self._protocol = True
             self._report(p, now, life=True)
         if visible.strip():
-            r = self.parser.feed(visible)
+            r = self.parser.feed(visible, redraw=redraw)
             if r.rate is not None:
                 with self.lock:
                     self.seen.rate = r.rate
@@ -449,7 +457,7 @@ class OutputReader(threading.Thread):
         with self.lock:   # what a line means to the run: the machine's (machine.line_events)
             self.seen.output_at = self.clock()
             self.seen.tail.append(line[:TAIL_LINE_CHARS])
-        hide, note = self.noise.fold(line)
+        hide, note = self.noise.fold(line, id(self))
         if hide:
             with self.lock:
                 self.seen.noise_hidden += 1

@@ -90,16 +90,16 @@ def exposure_note(plan: RunPlan, silenced: bool, environ=None) -> Optional[str]:
     host``, ``--network host``, a remote backend, ``--host``): a local run that is in the host
     network for another reason (a task at a non-loopback address) says so whatever they say."""
     from tfcluster.core.messages import security_note
-    from tfcluster.runs import index as runindex
+    from tfcluster.runs import index
     if not exposed(plan):
         return None
-    local = plan.backend == "local" and not plan.only_hosts
+    local = not plan.kind.reaches_other_hosts and not plan.only_hosts
     chosen = not local or plan.network_asked
     if not chosen:
         silenced, environ = False, {}
     ports = sorted({p for t in plan.selected_tasks for p in (t.port, t.profiler_port) if p})
     return security_note(plan.source, ports, silenced=silenced, environ=environ,
-                         first_time=runindex.first_time, local=local, why_host=plan.network_why)
+                         first_time=index.first_time, local=local, why_host=plan.network_why)
 
 
 def _enter(plan: RunPlan, back: bool = False) -> Tuple[Optional[private.Private], RunPlan, str]:

@@ -50,6 +50,7 @@ from tfcluster.core.machine import (
     line_events,
 )
 from tfcluster.core.messages import elastic_line
+from tfcluster.core.output_patterns import keras_sums_over
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.task_output import NoiseFold, OutputReader
 from tfcluster.drivers.display import Display, ProgressLines, ProgressPace, View, live_table, summary
@@ -70,10 +71,11 @@ from tfcluster.net.addresses import is_local
 from tfcluster.plan import contract
 from tfcluster.plan.progress import Progress
 from tfcluster.plan.runplan import RunPlan, TaskPlan
-from tfcluster.runs import index as runindex
+from tfcluster.runs import index
 from tfcluster.runs.control import prepared_run_dir, summaries_line
 from tfcluster.runs.eventlog import EventLog, NullEventLog
 from tfcluster.runs.failure import Failure, read_failure
+from tfcluster.runs.find import shown_here
 from tfcluster.runs.record import network_fields, run_record, task_row, workers_fields, write_record
 from tfcluster.runs.table import shlex_quote
 
@@ -220,7 +222,11 @@ class Supervisor:
         if line:
             self.display.info(line)
         self.run_folder.close()
-        self.display.info(f"a picture of this run: tfcluster report {self.plan.run_dir}")
+        # the run by its folder, and the commands that show it (the latest run of this
+        # folder for a bare status/report, with or without a file: runs.find.runs_here)
+        shown = shown_here(self.plan.run_dir)
+        self.display.info(f"this run: tfcluster status {shown}; a picture of it: "
+                          f"tfcluster report {shown}")
         return self.exit_code if self.exit_code is not None else rules.EXIT_FAILED
 
     def _make_run_dir(self) -> None:
@@ -237,7 +243,7 @@ class Supervisor:
         self.events = EventLog(run_dir, clock=self.clock, buffered=True)   # flushed every turn
         self.machine.log_inputs = True   # what came in, for a replay (tfcluster.core.machine.replay)
         self.display.echo = self.events.log
-        why = runindex.register(run_dir, self.plan.run_id, self.plan.source)
+        why = index.register(run_dir, self.plan.run_id, self.plan.source)
         if why:
             self.display.info(f"warning: {why}; tfcluster logs/stop find this run by its folder only")
 
@@ -249,7 +255,9 @@ class Supervisor:
             d.info(self.network_note)
         if self.plan.min_workers is not None:
             d.info(elastic_line(self.plan.min_workers, sum(1 for t in self.plan.tasks if t.job == "worker"),
-                                self.plan.on_change))
+                                self.plan.on_change,
+                                self.plan.kind.name if self.plan.kind.rejoins_at_new_address else "",
+                                {t.job for t in self.plan.tasks}))
         if self.skipped:
             why = ("not on --host " + ", ".join(self.plan.only_hosts)) if self.plan.only_hosts \
                 else "not this machine"
@@ -423,7 +431,8 @@ class Supervisor:
                                  self.masks.line, self.clock,
                                  lambda line, p, tr=tr: self._on_line(tr, line, p),
                                  banner=banner, side=getattr(handle, "progress", None),
-                                 noise=self.noise, open_log=safe_files.open_append_fd)
+                                 noise=self.noise, open_log=safe_files.open_append_fd,
+                                 summed_over=keras_sums_over(tr.spec.env.get(contract.TF_CONFIG, "")))
         if not self.pump.add(tr.reader):
             tr.reader.start()         # a stream without a descriptor: a thread of its own
 

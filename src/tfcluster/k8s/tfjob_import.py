@@ -74,7 +74,7 @@ def read_documents(text: str, source: str) -> List[Any]:
     """Every YAML document of ``text`` (aliases limited as in cluster files)."""
     import yaml
 
-    from tfcluster.clusterfile.yaml_lines import safe_loader
+    from tfcluster.clusterfile.yaml_lines import safe_loader, syntax_error
     from tfcluster.terminal import printable
 
     if len(text) > MAX_BYTES:
@@ -88,10 +88,7 @@ def read_documents(text: str, source: str) -> List[Any]:
                 raise UserError(f"{printable(source)}: not valid YAML: {loader.duplicates[0][2]}")
             docs.append(loader.construct_document(node))
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UserError(printable(f"{source}: not valid YAML: {where}{problem}"))
+        raise UserError(printable(f"{source}: not valid YAML: {syntax_error(e, text)}"))
     except (ValueError, TypeError, RecursionError, OverflowError) as e:
         raise UserError(printable(f"{source}: not valid YAML: {type(e).__name__}: {str(e)[:120]}"))
     finally:

@@ -48,6 +48,9 @@ class BackendKind:
     elastic_on_change: Tuple[str, ...]
     #: it runs the tf.data service's jobs
     runs_data_service: bool
+    #: a worker that comes back is placed anew, at a new address (which a TF1 ps or a PSS
+    #: coordinator does not know: elastic.on_change go-on cannot grow there)
+    rejoins_at_new_address: bool = False
 
     @property
     def elastic(self) -> bool:
@@ -67,7 +70,7 @@ KINDS: Dict[str, BackendKind] = {k.name: k for k in (
                 elastic_on_change=("go-on",), runs_data_service=True),
     BackendKind("ray", places_tasks=True, reaches_other_hosts=True, chooses_ports_on_hosts=True,
                 over_ssh=False, takes_slurm_options=False, count_layout=LOCAL_PORTS,
-                elastic_on_change=ALL_ON_CHANGE, runs_data_service=False),
+                elastic_on_change=ALL_ON_CHANGE, runs_data_service=False, rejoins_at_new_address=True),
 )}
 
 

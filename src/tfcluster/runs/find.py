@@ -29,10 +29,11 @@ def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
-def scan_runs(logdir: str, file: Optional[str] = None
+def scan_runs(logdir: str, file: Optional[str] = None, fileless: bool = False
               ) -> Tuple[List[Tuple[str, Dict[str, Any]]], List[str]]:
-    """The runs under ``logdir`` (of cluster file ``file`` when given), newest first, and one
-    message per run folder whose run.json cannot be read (those are left out)."""
+    """The runs under ``logdir`` (of cluster file ``file`` when given; ``fileless``: and those
+    launched without a file), newest first, and one message per run folder whose run.json
+    cannot be read (those are left out)."""
     from tfcluster.runs.eventlog import _shown
     try:
         names = os.listdir(logdir)
@@ -51,7 +52,8 @@ def scan_runs(logdir: str, file: Optional[str] = None
         except UserError as e:
             problems.append(e.message)
             continue
-        if want is not None and (not record.get("file") or _real(record["file"]) != want):
+        if want is not None and not (fileless and not record.get("file")) and (
+                not record.get("file") or _real(record["file"]) != want):
             continue
         runs.append((d, record))
     runs.sort(key=lambda r: (r[1].get("started") or last_update(r[0]) or 0.0, r[0]), reverse=True)
@@ -74,6 +76,23 @@ def default_place(file: Optional[str]) -> Tuple[str, Optional[str]]:
     return "runs", None
 
 
+def runs_here(logdir: str, want: Optional[str], given: bool
+               ) -> Tuple[List[Tuple[str, Dict[str, Any]]], List[str]]:
+    """The runs a bare ``status``/``report``/``runs`` looks at, newest first: those of ``want``
+    (./cluster.yaml or ``--file``) in ``logdir``; unless the file was ``given``, also those
+    launched from this folder without a file (``launch --ps N --workers N -- CMD`` writes
+    them to ./runs), so that the latest run is the one just made here, with or without a
+    file."""
+    runs, problems = scan_runs(logdir, want, fileless=not given)
+    if not given and want and os.path.isdir("runs") and _real("runs") != _real(logdir):
+        more, also = scan_runs(os.path.abspath("runs"), None)
+        runs += [r for r in more if not r[1].get("file")]
+        problems += also
+        runs.sort(key=lambda r: (r[1].get("started") or last_update(r[0]) or 0.0, r[0]),
+                  reverse=True)
+    return runs, problems
+
+
 def shown_here(path: str) -> str:
     """``./runs`` for a path under this folder, else the absolute path."""
     rel = os.path.relpath(os.path.abspath(path))
@@ -88,7 +107,8 @@ def warn_skipped(messages: List[str]) -> None:
 def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str, Any]]:
     """The run folder and record ``status``/``report`` look at: RUN_DIR itself; else the latest
     run of the cluster file (``--file``, default ./cluster.yaml) in its logdir (or in RUN_DIR
-    when that is a logdir)."""
+    when that is a logdir); without ``--file``, a run launched here without a file counts too
+    (:func:`runs_here`)."""
     if run_dir:
         if is_run_folder(run_dir):
             return run_dir, read_run(run_dir)
@@ -97,7 +117,8 @@ def find_run(run_dir: Optional[str], file: Optional[str]) -> Tuple[str, Dict[str
         logdir, want = run_dir, (os.path.abspath(file) if file else None)
     else:
         logdir, want = default_place(file)
-    runs, problems = scan_runs(logdir, want)
+    runs, problems = (scan_runs(logdir, want) if run_dir
+                      else runs_here(logdir, want, given=bool(file)))
     warn_skipped(problems)
     # the latest run is chosen among the caller's own: a record another user planted in a shared
     # logdir (a later "started", the caller's cluster file) is never picked

@@ -16,8 +16,10 @@ isolated child Python (TensorFlow's import and its log lines stay out of this pr
 private temporary folder; the files are then copied into the run folder relative to its open
 descriptor, without following links (tfcluster.safe_files's rules). TensorFlow's client reads no
 IPv6 literal: a task on this machine is asked at 127.0.0.1 (its server listens on every address),
-one elsewhere through a local TCP relay. A task whose first capture came back empty (the first
-trace of a process can) is asked once more. Only the caller's own, running run can be profiled.
+one elsewhere through a local TCP relay. A task whose capture came back without data (the first
+traces of a process that has just started do) is asked again until it gives one or
+:data:`RETRY_FOR` seconds are up, and ``profile`` says which it was. Only the caller's own,
+running run can be profiled.
 """
 from __future__ import annotations
 
@@ -33,13 +35,40 @@ from tfcluster.errors import UserError
 
 PROFILE_DIR = "profile"
 
+#: how long ``profile`` goes on asking the tasks whose trace came back without data (the first
+#: captures of a process that has just started do), after its first try
+RETRY_FOR = 30.0
+
+# The child: traces the tasks at ``addrs`` for ``ms``, again and again for those whose trace had
+# no data, until each has one or ``retry`` seconds after its first try are up; one line per try
+# on stdout.
 _TRACE = r"""
+import os
 import sys
+import time
 import tensorflow as tf
-addrs, logdir, ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+addrs, logdir, ms, retry = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 opts = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
                                                 device_tracer_level=1)
-tf.profiler.experimental.client.trace(addrs, logdir, ms, num_tracing_attempts=2, options=opts)
+tries, until = 0, time.time() + ms / 1000.0 + retry
+while addrs:
+    tries += 1
+    began, error = time.time(), ""
+    out = os.path.join(logdir, str(tries))
+    try:
+        tf.profiler.experimental.client.trace(",".join(addrs), out, ms, num_tracing_attempts=1,
+                                              options=opts)
+    except Exception as e:  # "No trace event was collected", a server not up yet: again
+        error = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    got = {f[:-len(".xplane.pb")].rpartition("_")[2]
+           for d, _, files in os.walk(out) for f in files
+           if f.endswith(".xplane.pb") and os.path.getsize(os.path.join(d, f)) > 0}
+    addrs = [a for a in addrs if a.rpartition(":")[2] not in got]
+    print(f"try {tries}: {len(got)} with data" + (f"; {error}" if error else ""), flush=True)
+    if addrs and time.time() + ms / 1000.0 + 1.0 > until:
+        break
+    if addrs and time.time() - began < 0.5:    # an answer at once (refused): not a busy loop
+        time.sleep(0.5)
 """
 
 
@@ -211,8 +240,25 @@ def _copy_into(src: str, dir_fd: int, name: str) -> None:
         shutil.copyfileobj(f, g)
 
 
+def tries_words(tries: int, took: float, missing: Sequence[str], last: str = "") -> str:
+    """Which it was: every trace had data (on which try), or the time was up (after how many
+    tries, for which tasks, and the last error)."""
+    from tfcluster.terminal import printable
+    if not tries:
+        return printable(f"no trace: the tracing process ended before its first try ({last[:300]})")
+    if not missing:
+        if tries <= 1:
+            return "every trace has data"
+        return (f"every trace has data on try {tries} ({took:.0f} s: the first captures of a "
+                f"process that has just started come back empty)")
+    return printable(f"time is up after {tries} tr{'ies' if tries != 1 else 'y'} in {took:.0f} s: "
+                     f"no trace with data from {', '.join(missing)}"
+                     + (f" (last: {last[:300]})" if last else ""))
+
+
 def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequence[str] = (),
-                run_arg: Optional[str] = None, timeout: float = 120.0) -> int:
+                run_arg: Optional[str] = None, timeout: float = 120.0,
+                retry_for: float = RETRY_FOR) -> int:
     """Trace the run's live tasks for ``seconds`` into ``<run_dir>/profile/<time>/``; print
     where it went and how to open it. Exit code 0 when every asked task gave a trace, 1 when
     some did not, 2 (UserError) when there is nothing to trace."""
@@ -242,38 +288,34 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
     try:
         _say(f"tracing {', '.join(r['task'] for r in rows)} of run {run_id} for {seconds:g} s")
         found: Dict[str, str] = {}          # task -> file
-        tail = "no output"
-        for attempt in range(2):
-            wanted = [r for r in rows if r["task"] not in found]
-            if not wanted:
-                break
-            if attempt:
-                _say(f"no trace from {', '.join(r['task'] for r in wanted)} on the first try "
-                     f"(TensorFlow's first capture of a process can come back empty); tracing again")
-            addrs = []
-            for r in wanted:
-                address = task_address(r)
-                host, _, port = address.rpartition(":")
-                if ":" in host:             # another host's IPv6 literal: through a relay
-                    relays.append(_Relay(host, int(port)))
-                    by_port[str(relays[-1].port)] = r
-                    address = f"127.0.0.1:{relays[-1].port}"
-                addrs.append(f"grpc://{address}")
-            out = os.path.join(tmp, str(attempt))
-            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-            proc = subprocess.run([sys.executable, "-I", "-c", _TRACE, ",".join(addrs), out,
-                                   str(int(seconds * 1000))], env=env, capture_output=True,
-                                  text=True, timeout=seconds + timeout)
-            tail = ((proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"])[0]
-            for dirpath, _, files in os.walk(out):
-                for f in files:
-                    if f.endswith(".xplane.pb"):
-                        port = f[:-len(".xplane.pb")].rpartition("_")[2]
-                        row = by_port.get(port)
-                        if row is not None and os.path.getsize(os.path.join(dirpath, f)) > 0:
-                            found[row["task"]] = os.path.join(dirpath, f)
+        addrs = []
+        for r in rows:
+            address = task_address(r)
+            host, _, port = address.rpartition(":")
+            if ":" in host:             # another host's IPv6 literal: through a relay
+                relays.append(_Relay(host, int(port)))
+                by_port[str(relays[-1].port)] = r
+                address = f"127.0.0.1:{relays[-1].port}"
+            addrs.append(f"grpc://{address}")
+        began = time.time()
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        proc = subprocess.run([sys.executable, "-I", "-c", _TRACE, ",".join(addrs), tmp,
+                               str(int(seconds * 1000)), str(retry_for)],
+                              env=env, capture_output=True, text=True,
+                              timeout=seconds + retry_for + timeout)
+        tries = [ln for ln in (proc.stdout or "").splitlines() if ln.startswith("try ")]
+        tail = (tries[-1].partition("; ")[2] if tries else "") or \
+            ((proc.stderr or "").strip().splitlines()[-1:] or ["no output"])[0]
+        for dirpath, _, files in os.walk(tmp):
+            for f in files:
+                if f.endswith(".xplane.pb"):
+                    port = f[:-len(".xplane.pb")].rpartition("_")[2]
+                    row = by_port.get(port)
+                    if row is not None and os.path.getsize(os.path.join(dirpath, f)) > 0:
+                        found[row["task"]] = os.path.join(dirpath, f)
+        _say(tries_words(len(tries), time.time() - began, [r["task"] for r in rows if r["task"] not in found],
+                         tail))
         if not found:
-            _say(f"no task gave a trace ({printable(tail[:300])})")
             return 1
         try:
             pfd = _open_own_dir(PROFILE_DIR, run_fd, make=True)

@@ -14,11 +14,14 @@ from tfcluster.safe_files import RUN_FILE
 
 #: Exit code of ``tfcluster status`` per result (2 is bad input, as everywhere in tfcluster).
 STATUS_EXIT = {"succeeded": 0, "failed": 1, "running": 3, "interrupted": 4, "lost": 5,
-               "unknown": 6}
+               "unknown": 6, "stopping": 3}
+#: results a launcher writes when it decides, before it has stopped every task and closed the
+#: record with its end and exit code
+DECIDED = ("succeeded", "failed", "interrupted")
 
 
 def decide_result(recorded: Any, alive: Optional[bool], job_id: Optional[str] = None,
-                  slurm_state: Optional[str] = None) -> str:
+                  slurm_state: Optional[str] = None, closed: bool = True) -> str:
     """The result status shows, from what it knows (pure: no process, no Slurm call).
 
     ``recorded``: run.json's ``result``; ``alive``: whether its launcher runs (None: cannot be
@@ -29,7 +32,12 @@ def decide_result(recorded: Any, alive: Optional[bool], job_id: Optional[str] = 
 
     A ``running`` record whose launcher is gone is ``lost``, except a Slurm run: its tasks live
     in the job, not in the launcher. Its result is ``running`` while Slurm says the job is live,
-    ``lost`` once the job ended (or Slurm forgot it), ``unknown`` when Slurm cannot be asked."""
+    ``lost`` once the job ended (or Slurm forgot it), ``unknown`` when Slurm cannot be asked.
+
+    A decided record not ``closed`` yet (its result written, its ``ended`` not: the launcher
+    still stops the tasks) whose launcher runs is ``stopping`` (exit code 3, as running)."""
+    if recorded in DECIDED and not closed and alive is True:
+        return "stopping"
     if recorded != "running" or alive is not False:
         return str(recorded)
     if not job_id:
@@ -83,14 +91,16 @@ def assess(record: Dict[str, Any], probe=None, run_dir: Optional[str] = None,
     """What status knows of a run beyond its record: ``result`` (derived), ``launcher_alive``
     (true, false, or null when it cannot be checked) and, for a Slurm run whose launcher is
     gone, ``slurm_job`` and ``slurm_state`` (null when Slurm cannot be asked). ``alive``, for a
-    running record, overrides the launcher check."""
-    if record.get("result") != "running":
+    running record (or a decided one not closed yet: ``stopping``), overrides the launcher
+    check."""
+    closed = record.get("ended") is not None or record.get("result") not in DECIDED
+    if record.get("result") != "running" and closed:
         alive = None
     elif alive is None:
         alive = launcher_alive(record)
-    job = slurm_job_id(record, run_dir) if alive is False else None
+    job = slurm_job_id(record, run_dir) if alive is False and closed else None
     state = (probe or slurm_says)(job) if job else None
-    out = {"result": decide_result(record.get("result"), alive, job, state),
+    out = {"result": decide_result(record.get("result"), alive, job, state, closed=closed),
            "launcher_alive": alive}
     if job:
         out.update(slurm_job=job, slurm_state=state)

@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
 from tfcluster.plan.backend_kind import recorded_kind
-from tfcluster.runs.find import default_place, find_run, scan_runs, shown_here, warn_skipped
+from tfcluster.runs.find import default_place, find_run, runs_here, scan_runs, shown_here, warn_skipped
 from tfcluster.runs.result import STATUS_EXIT, assess, derive_result, last_update, run_duration
 from tfcluster.runs.run_file import read_run
 from tfcluster.runs.table import HEADER, LIVE_HEADER, format_table, stop_hint, task_rows, when
@@ -57,8 +57,8 @@ def network_line(record: Dict[str, Any]) -> str:
         return (f"network: private (only the run's processes reach its ports; outbound: "
                 f"{printable(str(out)) if out else 'none, loopback only'})")
     why = f"; {printable(str(net['why']))}" if net.get("why") else ""
-    who = "every user of this machine" if record.get("backend") in (None, "local") \
-        else "every user of the run's hosts"
+    who = "every user of the run's hosts" if recorded_kind(record.get("backend")).reaches_other_hosts \
+        else "every user of this machine"
     return f"network: {printable(mode)} ({who} can connect to its tasks{why})"
 
 
@@ -74,6 +74,8 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     p = printable
     job = shown.get("slurm_job")
     word = f"unknown (Slurm job {job})" if result == "unknown" else result
+    if result == "stopping":
+        word = f"stopping ({p(str(record.get('result')))}; its launcher is stopping the tasks)"
     head = f"run {p(record.get('run_id') or os.path.basename(os.path.normpath(run)))} ({p(run)}): {word}"
     if record.get("exit_code") is not None:
         head += f", exit code {record['exit_code']}"
@@ -90,7 +92,7 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     duration = run_duration(run, record, result)
     started = f"started {when(record.get('started'))}" if record.get("started") else ""
     if started:
-        took = {"running": "running for", "lost": "last seen after",
+        took = {"running": "running for", "stopping": "running for", "lost": "last seen after",
                 "unknown": "last seen after"}.get(result, "took")
         print(started + (f", {took} {format_duration(duration)}" if duration is not None else ""))
     said = _launcher_line(run, record, shown, result, job)
@@ -104,7 +106,7 @@ def print_status(run_dir: Optional[str], file: Optional[str], as_json: bool = Fa
     now = record.get("ended")
     if now is None and result in ("lost", "unknown"):
         now = last_update(run)
-    live = result == "running"
+    live = result in ("running", "stopping")
     print(format_table(LIVE_HEADER if live else HEADER, task_rows(record, now, live=live)))
     stalled = record.get("stalled")
     for line in stalled if isinstance(stalled, list) else ():
@@ -135,6 +137,9 @@ def _launcher_line(run: str, record: Dict[str, Any], shown: Dict[str, Any], resu
         return f"launcher pid {pid} on {where}: not checked from here"
     elif result == "running":
         return f"launcher pid {pid}; " + stop_hint(run, pid) if pid else stop_hint(run, None)
+    elif result == "stopping":
+        return (f"launcher pid {pid}: the record is closed with the run's end and exit code once "
+                f"every task has stopped")
     return None
 
 
@@ -211,6 +216,8 @@ def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False
             logdir, want = default_place(file)
             said = (f"runs of {shown_here(want)} in {shown_here(logdir)}" if want
                     else f"runs in {shown_here(logdir)}")
+            if want and not file:
+                said += " and runs launched here without a file"
         except UserError as e:
             folders = [] if file or indexed is None else indexed()
             said = "runs in your run index"
@@ -230,6 +237,8 @@ def print_runs(logdir: Optional[str], file: Optional[str], as_json: bool = False
             except UserError as e:
                 problems.append(e.message)
         logdir = "your run index"
+    elif said and want and not file:
+        runs, problems = runs_here(logdir, want, given=False)
     else:
         runs, problems = scan_runs(logdir, want)
     warn_skipped(problems)

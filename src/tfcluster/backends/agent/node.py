@@ -38,9 +38,9 @@ from tfcluster.backends.slurm.held_secrets import SECRET_PREFIX, fill_secrets
 from tfcluster.backends.slurm.layout import layout
 from tfcluster.backends.slurm.nodes import expand_hostlist, expand_tasks_per_node
 from tfcluster.clusterfile import secrets
-from tfcluster.core import machine as mc
-from tfcluster.core import rules
+from tfcluster.core import machine, rules
 from tfcluster.core.events import ACTIONS, check_table
+from tfcluster.core.output_patterns import keras_sums_over
 from tfcluster.core.task_output import MAX_LINE, READ_SIZE, OutputReader, Seen
 from tfcluster.net.ports import accepts
 from tfcluster.plan import contract
@@ -142,7 +142,7 @@ class NodeAgent:
         self.oom = oom if oom is not None else OomWatch()   # this node's OOM-kill counters
         # the machine: this task here, the others on other nodes; a ps waits, bounded
         # (rules.peer_stop_wait), for the others to end before it stops
-        self.machine = mc.RunMachine.from_plan(self.plan, [self.name], shared=self.channel is not None)
+        self.machine = machine.RunMachine.from_plan(self.plan, [self.name], shared=self.channel is not None)
         self.machine.where = dict(self.where)
         self.machine.tasks[self.name].port = self.port
         self.machine.log_inputs = self.channel is not None
@@ -219,7 +219,7 @@ class NodeAgent:
         same rules."""
         seen = self.seen
         reader = OutputReader(self.name, stream, None, seen, threading.RLock(), self.mask,
-                              self.clock, self._heard)
+                              self.clock, self._heard, summed_over=keras_sums_over(self.cluster))
         read = getattr(stream, "read1", None) or stream.read   # what has arrived, at once
         pending = bytearray()
         while True:
@@ -251,7 +251,7 @@ class NodeAgent:
 
     def _heard(self, line: str, p) -> None:
         """What the reader took from a line (reader thread), for the loop."""
-        self.inbox.extend(mc.line_events(self.name, line, p, self.clock()))
+        self.inbox.extend(machine.line_events(self.name, line, p, self.clock()))
 
     def _life(self) -> List[Any]:
         """A sign of life the reader saw since the last look (a redraw, a hook line)."""
@@ -259,7 +259,7 @@ class NodeAgent:
         if at is None or at == self.life_fed or not self.status.state.alive:
             return []
         self.life_fed = at
-        return [mc.Progressed(self.name, None, at)]
+        return [machine.Progressed(self.name, None, at)]
 
     # ---- the ports: chosen on this node, gathered through the run folder
     def rendezvous(self, timeout: float = 300.0, nap: Callable[[float], None] = time.sleep) -> None:
@@ -333,24 +333,24 @@ class NodeAgent:
         events: List[Any] = []
         cancelled = self.signals.cancelled
         while self.signals_fed < len(cancelled):
-            events.append(mc.Interrupt(cancelled[self.signals_fed], now))
+            events.append(machine.Interrupt(cancelled[self.signals_fed], now))
             self.signals_fed += 1
         look = now - self.last_look >= 0.5
         if not self.over_fed and (self.signals.over.is_set()
                                   or (look and self.channel and self.channel.over())):
             self.over_fed = True
-            events.append(mc.RunOver("the run is over", now))
+            events.append(machine.RunOver("the run is over", now))
         if not self.stop_fed and look and self.channel and self.channel.stop_requested():
             self.stop_fed = True        # the time limit is near (or tfcluster stop): in order
             self.say("a stop was asked for (Slurm's time-limit warning or tfcluster stop)")
-            events.append(mc.Interrupt(signal.SIGTERM, now))
+            events.append(machine.Interrupt(signal.SIGTERM, now))
         exited = None
         if self.proc is not None and self.status.state.alive:
             rc = self.proc.poll()
             if rc is not None:
                 if self.reader is not None:
                     self.reader.join(5)
-                exited = mc.Exited(self.name, rc, self.clock(), self.oom.words(rc))
+                exited = machine.Exited(self.name, rc, self.clock(), self.oom.words(rc))
         while self.inbox:
             events.append(self.inbox.popleft())
         events += self._life()
@@ -359,32 +359,32 @@ class NodeAgent:
         if look:
             self.last_look = now
             events += self._look(now)
-        events.append(mc.Tick(self.clock()))
+        events.append(machine.Tick(self.clock()))
         self._act(self.machine.handle(*events))
 
     def _look(self, now: float) -> List[Any]:
         """What the other nodes and the port say (every half second)."""
         out: List[Any] = []
         if self.name in self.machine.unopened() and self.probe("localhost", self.port):
-            out.append(mc.PortOpen(self.name, now))
+            out.append(machine.PortOpen(self.name, now))
         if self.channel is None:
             return out
         reason = self.channel.take_kill_request(self.name)
         if reason:
-            out.append(mc.KillRequest(self.name, reason, now))
+            out.append(machine.KillRequest(self.name, reason, now))
         for task, rec in self.channel.exits(self.segment).items():
             if task != self.name and task not in self.peers_seen and task in self.machine.others:
                 self.peers_seen.add(task)
                 if rec.get("left") and isinstance(rec["left"], str):   # out of its restarts there
-                    out.append(mc.PeerLost(task, "", now, f"{task} {rec['left']}"))
+                    out.append(machine.PeerLost(task, "", now, f"{task} {rec['left']}"))
                 else:
-                    out.append(mc.PeerEnded(task, bool(rec.get("ok")), now))
+                    out.append(machine.PeerEnded(task, bool(rec.get("ok")), now))
         if self.plan.min_workers is not None:    # elastic: tasks lost with their node (--no-kill)
             for rec in self.channel.lost():
                 task = rec["task"]
                 if task not in self.peers_seen and task in self.machine.others:
                     self.peers_seen.add(task)
-                    out.append(mc.PeerLost(task, rec["node"], now, str(rec.get("reason") or "")))
+                    out.append(machine.PeerLost(task, rec["node"], now, str(rec.get("reason") or "")))
         return out
 
     def _act(self, actions) -> None:
@@ -393,13 +393,13 @@ class NodeAgent:
         for a in actions:
             CARRY[type(a)](self, a)
 
-    def _do_start(self, a: mc.Start) -> None:
+    def _do_start(self, a: machine.Start) -> None:
         self._start(a.attempt)
 
-    def _do_kill(self, a: mc.Kill) -> None:
+    def _do_kill(self, a: machine.Kill) -> None:
         self._kill(a.sig)
 
-    def _do_log(self, a: mc.LogEvent) -> None:
+    def _do_log(self, a: machine.LogEvent) -> None:
         if self.events is not None:
             self.events.emit(a.event, a.task, **a.as_dict())
         if a.event == "task_exited" and a.as_dict().get("state") == "succeeded":
@@ -407,39 +407,39 @@ class NodeAgent:
         elif a.event == "run_shrunk" and a.task == self.name:
             self._write_exit(final=False)   # it left the run: the others stop counting it
 
-    def _do_say(self, a: mc.Say) -> None:
+    def _do_say(self, a: machine.Say) -> None:
         self.say(a.text)
 
-    def _do_claim(self, a: mc.ClaimRestart) -> None:
+    def _do_claim(self, a: machine.ClaimRestart) -> None:
         granted, why = self.channel.claim_restart(self.status.rule.max_total_restarts)
-        self._act(self.machine.handle(mc.RestartClaim(a.task, granted, self.clock(), why)))
+        self._act(self.machine.handle(machine.RestartClaim(a.task, granted, self.clock(), why)))
 
-    def _do_ask_kill(self, a: mc.AskKill) -> None:
+    def _do_ask_kill(self, a: machine.AskKill) -> None:
         if self.channel is not None:
             err = self.channel.request_kill(a.task, a.reason)
             if err:
                 self.say(f"cannot ask {a.task} to stop: {err}")
 
-    def _do_end_run(self, a: mc.EndRun) -> None:
+    def _do_end_run(self, a: machine.EndRun) -> None:
         self.end_run()
 
-    def _do_finished(self, a: mc.Finished) -> None:
+    def _do_finished(self, a: machine.Finished) -> None:
         self._write_exit(final=True)
 
-    def _do_regroup(self, a: mc.Regroup) -> None:
+    def _do_regroup(self, a: machine.Regroup) -> None:
         """Slurm placed the run's tasks (srun): an agent cannot place them again, and the plan
         never lets a run on Slurm regroup (its restart budget is shared, which fails a lost
         node's task instead of moving it; ports are not chosen again; elastic.on_change is
         go-on there). Were it asked, it answers that it cannot, and the machine fails the run
         rather than wait for ever."""
-        self._act(self.machine.handle(mc.Regrouped(
+        self._act(self.machine.handle(machine.Regrouped(
             False, self.clock(), "a Slurm node agent cannot place tasks again (srun placed them)")))
 
     def _log_inputs(self) -> None:
         """The machine's inputs to this task's events (a test replays a run from them)."""
         for ev in self.machine.take_inputs():
             if self.events is not None:
-                self.events.emit("input", self.name, **mc.input_fields(ev))
+                self.events.emit("input", self.name, **machine.input_fields(ev))
 
     def _kill(self, sig: int) -> None:
         if self.proc is None:
@@ -458,10 +458,10 @@ class NodeAgent:
                                    ignore=(signal.SIGTERM,) if self.shielded else ())
         except OSError as e:
             self.say(f"cannot start {self.task.argv[0]}: {e.strerror or e}")
-            self._act(self.machine.handle(mc.StartFailed(
+            self._act(self.machine.handle(machine.StartFailed(
                 self.name, f"cannot start: {e.strerror or e}", self.clock(), code=127)))
             return
-        self._act(self.machine.handle(mc.Started(self.name, self.proc.pid, self.clock())))
+        self._act(self.machine.handle(machine.Started(self.name, self.proc.pid, self.clock())))
         self.say(f"started on {self.host}:{self.port} (pid {self.proc.pid})"
                  + (f", restart {attempt}" if attempt else ""))
         if self.events is not None:
@@ -511,10 +511,10 @@ class NodeAgent:
 #: what the node agent does with each action of the machine: one entry per action class
 #: (checked when the module loads)
 CARRY = {
-    mc.Start: NodeAgent._do_start, mc.Kill: NodeAgent._do_kill, mc.LogEvent: NodeAgent._do_log,
-    mc.Say: NodeAgent._do_say, mc.ClaimRestart: NodeAgent._do_claim,
-    mc.AskKill: NodeAgent._do_ask_kill, mc.EndRun: NodeAgent._do_end_run,
-    mc.Finished: NodeAgent._do_finished, mc.Regroup: NodeAgent._do_regroup,
+    machine.Start: NodeAgent._do_start, machine.Kill: NodeAgent._do_kill, machine.LogEvent: NodeAgent._do_log,
+    machine.Say: NodeAgent._do_say, machine.ClaimRestart: NodeAgent._do_claim,
+    machine.AskKill: NodeAgent._do_ask_kill, machine.EndRun: NodeAgent._do_end_run,
+    machine.Finished: NodeAgent._do_finished, machine.Regroup: NodeAgent._do_regroup,
 }
 check_table(CARRY, ACTIONS, "the node agent's actions (tfcluster.backends.agent.node.CARRY)")
 

@@ -92,7 +92,7 @@ class Follower:
             if self.output is not None and not self.output.shows(task):
                 return
             if not visible.startswith("tfcluster:"):
-                hide, note = self.noise.fold(visible)
+                hide, note = self.noise.fold(visible, task)
                 if hide:
                     if note is None:
                         return

@@ -84,12 +84,17 @@ class SuccessRule:
             return False
         self.grace_tasks = waiting
         self.grace_until = now + s.grace
-        out.append(Say(f"giving {', '.join(waiting)} {s.grace:g}s to finish"))
+        # one deadline, the one grace_over applies: the grace, or later while a task at its
+        # final step may still exit by itself (watchdog.end_timeout)
         ending = [n for n in waiting if self.ending_until(run, run.tasks[n]) > self.grace_until]
-        if ending:
-            out.append(Say(f"{', '.join(ending)} reached the final step: up to "
-                           f"{s.end_timeout:g}s from there to exit by itself "
-                           f"(watchdog.end_timeout)"))
+        if not ending:
+            out.append(Say(f"giving {', '.join(waiting)} {s.grace:g}s to finish"))
+            return True
+        until = max(self.ending_until(run, run.tasks[n]) for n in ending)
+        out.append(Say(f"giving {', '.join(waiting)} up to {round(until - now):g}s to finish: "
+                       f"{', '.join(ending)} reached the final step, and may take "
+                       f"{s.end_timeout:g}s from there to exit by itself "
+                       f"(watchdog.end_timeout)"))
         return True
 
     @staticmethod
