@@ -92,8 +92,10 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
             argv = _node_argv(ip, cpus)
             if i == 0:
                 argv += ["--head", f"--port={port}",
-                         *(["--include-dashboard=true", f"--dashboard-host={head_ip}",
-                            f"--dashboard-port={dash}"] if dashboard else ["--include-dashboard=false"]),
+                         # without the dashboard, Ray still starts its minimal one, on 8265 unless told
+                         f"--dashboard-port={dash}",
+                         *(["--include-dashboard=true", f"--dashboard-host={head_ip}"]
+                           if dashboard else ["--include-dashboard=false"]),
                          f"--temp-dir={temp}", f"--ray-client-server-port={client}",
                          f"--metrics-export-port={metrics}"]
             else:
@@ -108,8 +110,11 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
 
 
 def _node_argv(ip: str, cpus: int) -> List[str]:
+    # every port chosen free (the OS's for workers), none of Ray's fixed defaults: two Rays of
+    # tests can run side by side on this machine (tests/conftest.py: SERIAL_GROUPS)
     return [*RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
-            "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
+            "--disable-usage-stats", "--dashboard-agent-listen-port=0",
+            "--min-worker-port=0", "--max-worker-port=0"]
 
 
 def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
