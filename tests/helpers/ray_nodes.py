@@ -121,12 +121,27 @@ def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
     """``ray start`` in a session of its own (the node's daemons keep it), recorded in ``cluster``."""
     if resources:
         argv.append(f"--resources={json.dumps(resources)}")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
-    cluster.sessions.append(proc.pid)
-    out, _ = proc.communicate(timeout=120)
-    if proc.returncode != 0:
+    for attempt in (1, 2):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                                env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+        cluster.sessions.append(proc.pid)
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode == 0:
+            return
+        if attempt == 1 and "timed out during startup" in out:
+            # `ray start` waits 30 s (hard-coded in ray/_private/node.py) for its raylet to
+            # register with the GCS, which a loaded machine can miss: that try's daemons are
+            # ended and the node is started again, once
+            procs = cluster.processes(proc.pid)
+            for p in procs:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(procs, timeout=10)
+            cluster.sessions.remove(proc.pid)
+            continue
         raise RuntimeError(f"ray start ({ip}) failed:\n{out[-3000:]}")
 
 
