@@ -23,7 +23,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # folder -> (marker, default timeout in seconds, extra markers)
 LAYERS = {
-    "unit": ("unit", 30, ()),
+    "unit": ("unit", 60, ()),   # 60: side by side with TensorFlow (-n 4 on 2 cores), a 3 s test can take 30
     "integration": ("integration", 600, ()),
     "system": ("system", 1200, ("tf",)),
 }
@@ -41,6 +41,8 @@ def layer_of(path) -> str:
 
 def pytest_configure(config):
     _tf_at_start[0] = _TF in sys.modules
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False    # our order (LONGEST_FIRST), not by test count
     # Every launch a test starts imports tfcluster afresh: with PYTHONDONTWRITEBYTECODE set
     # (CI machines set it) and a fresh clone, each one compiled every module again (~0.3 s).
     import compileall
@@ -72,6 +74,33 @@ def own_state_folder(request, monkeypatch):
     yield
 
 
+_layer_times: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each layer's tests: how many, their summed time, and the wall time from the first one's
+    start to the last one's end (side by side under xdist, so the sum is larger than the span)."""
+    layer = report.nodeid.split("/", 2)[1] if report.nodeid.startswith("tests/") else ""
+    if layer not in LAYERS or not getattr(report, "stop", 0):
+        return
+    t = _layer_times.setdefault(layer, {"tests": 0, "seconds": 0.0, "first": report.start, "last": report.stop})
+    t["tests"] += report.when == "call" or (report.when == "setup" and report.skipped)
+    t["seconds"] += report.duration
+    t["first"], t["last"] = min(t["first"], report.start), max(t["last"], report.stop)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _layer_times or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.write_sep("-", "time by layer")
+    for layer in LAYERS:
+        t = _layer_times.get(layer)
+        if t:
+            terminalreporter.write_line(
+                f"{layer:<12} {t['tests']:>5} tests  {t['seconds']:8.1f} s of test time  "
+                f"{t['last'] - t['first']:8.1f} s from the first to the last")
+
+
 def pytest_unconfigure(config):
     state = getattr(config, "_tfcluster_state", None)
     if state:
@@ -85,6 +114,53 @@ def pytest_collectreport(report):
         _tf_collected_by.append(report.nodeid or "conftest")
 
 
+# Tests run side by side (pytest-xdist, `-n 4 --dist loadgroup`, as the README's test line runs
+# them). Tests that use something of which this machine has one at a time run in one group, in
+# one worker, one after another:
+SERIAL_GROUPS = {
+    # two Rays at a time, no more (every port of helpers.ray_nodes is chosen free, but a Ray of
+    # several nodes on 2 shared cores can starve its own GCS): two lanes of about equal length
+    "ray-1": ("test_ray_cluster.py",
+              "test_ray_elastic.py::test_mwms_keras_fit_on_ray_restarts_the_others_alone_when_a_workers_node_is_lost",
+              "test_ray_elastic.py::test_pss_on_ray_goes_on_without_a_lost_node_and_restarts_the_coordinator_alone_when_it_joins"),
+    "ray-2": ("test_ray.py", "test_ray_move.py",
+              "test_ray_elastic.py::test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back"),
+    # they look for ssh clients and control-socket folders of every process of the machine
+    "ssh": ("test_ssh.py", "test_ssh_multinode.py"),
+    # the CI smoke test and the guide's smoke test bind the host's 2222/2223
+    "host-2222": ("test_launch.py::test_ci_smoke_launch_on_2222_2223",
+                  "test_smoke.py::test_seed_smoke_two_local_servers"),
+}
+# Besides these, the tests of a file that share a module- or session-scoped fixture of ours (a
+# Slurm, a TensorFlow cluster, a trained run) run in that file's group, so that the fixture is
+# made once; every other test is scheduled on its own.
+_SERIAL = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
+# The groups that take longest, started first (pytest-xdist hands groups out in the order their
+# first test was collected: tests/conftest.py sorts the collection so); then the system layer's
+# tests, the integration layer's, and the unit layer's, which fill the gaps at the end.
+LONGEST_FIRST = ("ray-1", "ray-2", "test_slurm_nodes.py", "test_slurm.py", "bench-training",
+                 "bench-embeddings", "bench-peers", "ssh", "bench-links")
+
+
+def xdist_group(item) -> str:
+    """The xdist group to give a test ("" for none): none when it names one itself
+    (``@pytest.mark.xdist_group``), else its entry in SERIAL_GROUPS, else its file's name when it
+    uses a fixture of ours wider than a function."""
+    if item.get_closest_marker("xdist_group"):
+        return ""                       # the test names its group itself
+    name = os.path.basename(str(item.path))
+    group = _SERIAL.get(f"{name}::{getattr(item, 'originalname', item.name)}") or _SERIAL.get(name)
+    if group:
+        return group
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        for d in defs:
+            if d.scope != "function" and str(getattr(d, "baseid", "")).startswith("tests"):
+                return name
+    return ""
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(session, config, items):
     if _tf_collected_by:
         raise pytest.UsageError(
@@ -92,6 +168,7 @@ def pytest_collection_modifyitems(session, config, items):
             f"tests that need it (docs/TESTING.md)")
     outside = set()
     timeouts = config.pluginmanager.hasplugin("timeout")
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         layer = layer_of(item.path)
         if not layer:
@@ -103,10 +180,23 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(m)
         if timeouts and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(timeout))
+        group = xdist_group(item) if layer != "unit" else ""
+        if group and grouped:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if grouped:
+        items.sort(key=_start_order)
     if outside:
         raise pytest.UsageError(
             "test files outside a layer folder: " + ", ".join(sorted(outside))
             + "; move each into tests/unit, tests/integration or tests/system (docs/TESTING.md)")
+
+
+def _start_order(item):
+    mark = item.get_closest_marker("xdist_group")
+    group = (mark.args[0] if mark.args else mark.kwargs.get("name", "")) if mark else ""
+    if group in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(group))
+    return (1, ("system", "integration", "unit").index(layer_of(item.path) or "unit"))
 
 
 def port_is_free(port: int) -> bool:

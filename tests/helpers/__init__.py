@@ -15,8 +15,15 @@ SRC = os.path.join(ROOT, "src")
 PROGRAMS = os.path.join(TESTS, "programs")
 EXAMPLES = os.path.join(ROOT, "examples")
 DOCS = os.path.join(ROOT, "docs")
-# the CRDs and other shared material of the workplace, next to the repository (may be absent)
-SHARED = os.path.join(ROOT, "..", "shared")
+# How long the fuzz tests of the unit layer run: a few seconds while working (`pytest tests/unit`
+# stays within 30 s), longer where the environment asks (.ci/run sets 20).
+FUZZ_SECONDS = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "3"))
+
+
+def fuzz_examples(full: int) -> int:
+    """A hypothesis test's ``max_examples``: ``full`` with TFCLUSTER_FUZZ_SECONDS of 20 or more
+    (CI), a proportional share (at least 50) with the short default."""
+    return full if FUZZ_SECONDS >= 20 else max(50, int(full * FUZZ_SECONDS / 20))
 
 
 def load(text: str, tmp_path, name="cluster.yaml"):

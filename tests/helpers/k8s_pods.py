@@ -1,9 +1,10 @@
 """Helpers of the Kubernetes render tests (TFJob, JobSet, Trainer v2): the CRDs' schemas made
 strict, and running a rendered pod's entry command here with the environment Kubernetes would
-give that pod. No TensorFlow; the CRDs come from ../shared/k8s (tests skip when it is absent)."""
+give that pod. No TensorFlow; the CRDs are vendored in tests/data/k8s."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -15,11 +16,12 @@ from typing import Any, Dict, Mapping, Optional
 import pytest
 import yaml
 
-from helpers import SHARED
+from helpers import TESTS
 from tfcluster.clusterfile import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-K8S = os.path.join(SHARED, "k8s")
+# the CRDs, vendored with their source, version and license (tests/data/k8s/README.md)
+K8S = os.path.join(TESTS, "data", "k8s")
 
 # A program that prints what it was given: TF_CONFIG, argv, and the contract's variables.
 PRINTER = ("import json,os,sys;e=os.environ.get;print(json.dumps({'tf_config':json.loads(e('TF_CONFIG')),"
@@ -49,15 +51,18 @@ def _strict(node):
     return node
 
 
+@functools.lru_cache(maxsize=None)
+def _crd(filename: str) -> dict:
+    """A CRD of tests/data/k8s, parsed once per process (they are large: libyaml when there)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with open(os.path.join(K8S, filename)) as f:
+        return yaml.load(f, Loader=loader)
+
+
 def crd_validator(filename: str, version: str):
-    """A strict Draft 7 validator for one version of a CRD in ../shared/k8s (or a skip)."""
-    path = os.path.join(K8S, filename)
-    if not os.path.exists(path):
-        pytest.skip(f"no CRD at {path}")
+    """A strict Draft 7 validator for one version of a CRD in tests/data/k8s."""
     jsonschema = pytest.importorskip("jsonschema")
-    with open(path) as f:
-        crd = yaml.safe_load(f)
-    v = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    v = next(v for v in _crd(filename)["spec"]["versions"] if v["name"] == version)
     return jsonschema.Draft7Validator(_strict(copy.deepcopy(v["schema"]["openAPIV3Schema"])))
 
 

@@ -92,8 +92,10 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
             argv = _node_argv(ip, cpus)
             if i == 0:
                 argv += ["--head", f"--port={port}",
-                         *(["--include-dashboard=true", f"--dashboard-host={head_ip}",
-                            f"--dashboard-port={dash}"] if dashboard else ["--include-dashboard=false"]),
+                         # without the dashboard, Ray still starts its minimal one, on 8265 unless told
+                         f"--dashboard-port={dash}",
+                         *(["--include-dashboard=true", f"--dashboard-host={head_ip}"]
+                           if dashboard else ["--include-dashboard=false"]),
                          f"--temp-dir={temp}", f"--ray-client-server-port={client}",
                          f"--metrics-export-port={metrics}"]
             else:
@@ -108,20 +110,38 @@ def start(nodes=(("127.0.0.2", 4, None),), dashboard: bool = False) -> RayNodes:
 
 
 def _node_argv(ip: str, cpus: int) -> List[str]:
+    # every port chosen free (the OS's for workers), none of Ray's fixed defaults: two Rays of
+    # tests can run side by side on this machine (tests/conftest.py: SERIAL_GROUPS)
     return [*RAY, "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}", "--num-gpus=0",
-            "--disable-usage-stats", "--dashboard-agent-listen-port=0"]
+            "--disable-usage-stats", "--dashboard-agent-listen-port=0",
+            "--min-worker-port=0", "--max-worker-port=0"]
 
 
 def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
     """``ray start`` in a session of its own (the node's daemons keep it), recorded in ``cluster``."""
     if resources:
         argv.append(f"--resources={json.dumps(resources)}")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
-    cluster.sessions.append(proc.pid)
-    out, _ = proc.communicate(timeout=120)
-    if proc.returncode != 0:
+    for attempt in (1, 2):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                                env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
+        cluster.sessions.append(proc.pid)
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode == 0:
+            return
+        if attempt == 1 and "timed out during startup" in out:
+            # `ray start` waits 30 s (hard-coded in ray/_private/node.py) for its raylet to
+            # register with the GCS, which a loaded machine can miss: that try's daemons are
+            # ended and the node is started again, once
+            procs = cluster.processes(proc.pid)
+            for p in procs:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(procs, timeout=10)
+            cluster.sessions.remove(proc.pid)
+            continue
         raise RuntimeError(f"ray start ({ip}) failed:\n{out[-3000:]}")
 
 

@@ -1,5 +1,5 @@
 """tfcluster render trainjob (Kubeflow Trainer v2) and the kubernetes: pod settings of all three
-renders: manifests checked against the CRDs' schemas in ../shared/k8s (Trainer at 8c0f505,
+renders: manifests checked against the CRDs' schemas in tests/data/k8s (Trainer at 8c0f505,
 JobSet v0.9.1, TFJob v1.9.0), Trainer's admission rules, and every pod's entry command run here
 with the environment that pod would get."""
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """scripts/benchmark.py --quick on the tiny setting: every figure it reports (throughput, ps
 balance, scale, compute-bound efficiency, the first step, simulated links, peers, embeddings;
 docs/BENCHMARKS.md) is in the JSON with a sane value. No timing assertions (timings belong in the benchmark's own table).
+Each part runs on its own (``--only PART``), once per xdist group, so the parts run side by side.
 The launcher-at-scale part (no TensorFlow) is also run in-process on a few tasks.
 The simulated-link figures need root, ``ip`` and ``tc``; without them the benchmark says why in
 one line and their test is skipped."""
@@ -32,28 +33,62 @@ def positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "bench.json"
-    proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--tiny", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "launch_overhead_ratio" in proc.stdout  # the printed table
-    with open(out) as f:
-        return json.load(f)
+_RESULTS: dict = {}
+
+
+def bench(tmp_path_factory, parts: str) -> dict:
+    """``benchmark.py --quick --tiny --only PARTS``, run once per test process: the tests of one
+    part share an xdist group (so they run in one worker, after one run), and the parts run side
+    by side in other workers."""
+    if parts not in _RESULTS:
+        out = tmp_path_factory.mktemp("bench") / "bench.json"
+        proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--tiny", "--only", parts, "--json", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=1500)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "tfcluster benchmark (tiny" in proc.stdout  # the printed table
+        with open(out) as f:
+            _RESULTS[parts] = json.load(f)
+    return _RESULTS[parts]
+
+
+@pytest.fixture
+def launch_results(tmp_path_factory):
+    return bench(tmp_path_factory, "launch")
+
+
+@pytest.fixture
+def training_results(tmp_path_factory):
+    return bench(tmp_path_factory, "training")
 
 
 @pytest.mark.tf
-def test_headline_figures_are_positive_numbers(results):
-    for key in ("launch_overhead_ratio", "first_step_ratio", "transfer_fraction_of_loopback"):
-        assert positive(results[key]), (key, results[key], results["notes"])
+@pytest.mark.xdist_group("bench-launch")
+def test_launch_overhead_is_a_positive_number_and_printed(launch_results, tmp_path_factory):
+    results = launch_results
+    assert positive(results["launch_overhead_ratio"]), (results["launch_overhead_ratio"], results["notes"])
+
+
+@pytest.mark.tf
+@pytest.mark.xdist_group("bench-transfer")
+def test_transfer_fraction_is_a_positive_number(tmp_path_factory):
+    results = bench(tmp_path_factory, "transfer")
+    assert positive(results["transfer_fraction_of_loopback"]), (results["transfer_fraction_of_loopback"], results["notes"])
+
+
+@pytest.mark.tf
+@pytest.mark.xdist_group("bench-training")
+def test_headline_training_figures_are_positive_numbers(training_results):
+    results = training_results
+    assert positive(results["first_step_ratio"]), (results["first_step_ratio"], results["notes"])
     for mode in ("async", "sync"):
         assert positive(results["shutdown_seconds"][mode]), results["shutdown_seconds"]
         assert positive(results["throughput_ratio_vs_seed"][mode]), results["throughput_ratio_vs_seed"]
 
 
 @pytest.mark.tf
-def test_throughput_details(results):
+@pytest.mark.xdist_group("bench-training")
+def test_throughput_details(training_results):
+    results = training_results
     thr = results["throughput"]
     for name in ("trainer_async", "trainer_sync", "seed_async", "seed_sync", "single"):
         assert positive(thr[name]["steps_per_s"]), (name, thr[name])
@@ -66,7 +101,9 @@ def test_throughput_details(results):
 
 
 @pytest.mark.tf
-def test_ps_balance(results):
+@pytest.mark.xdist_group("bench-balance")
+def test_ps_balance(tmp_path_factory):
+    results = bench(tmp_path_factory, "balance")
     pb = results["ps_balance"]
     for strategy in ("round_robin", "greedy"):
         for n in ("2", "4"):
@@ -75,7 +112,9 @@ def test_ps_balance(results):
 
 
 @pytest.mark.tf
-def test_scale(results):
+@pytest.mark.xdist_group("ssh")   # its ssh part: the ssh tests look for every ssh client
+def test_scale(tmp_path_factory):
+    results = bench(tmp_path_factory, "scale")
     sc = results["scale"]
     assert sc["completed"] is True
     assert positive(sc["launcher_rss_mb"]) and positive(sc["task_rss_mb"]["median"])
@@ -89,7 +128,9 @@ def test_scale(results):
 
 
 @pytest.mark.tf
-def test_compute_bound(results):
+@pytest.mark.xdist_group("bench-compute")
+def test_compute_bound(tmp_path_factory):
+    results = bench(tmp_path_factory, "compute")
     eff = results["compute_bound_efficiency"]
     for mode in ("async", "sync"):
         assert positive(eff[mode]), (eff, results["notes"])
@@ -102,7 +143,9 @@ def test_compute_bound(results):
 
 
 @pytest.mark.tf
-def test_first_step_floor(results):
+@pytest.mark.xdist_group("bench-training")
+def test_first_step_floor(training_results):
+    results = training_results
     fl = results["first_step_floor"]
     assert fl["tasks"] == 3 and fl["cores"] == results["meta"]["machine"]["nproc"]
     assert positive(fl["import_wall_seconds"]) and positive(fl["import_cpu_seconds"])
@@ -114,7 +157,9 @@ def test_first_step_floor(results):
 
 
 @pytest.mark.tf
-def test_simulated_links(results):
+@pytest.mark.xdist_group("bench-links")
+def test_simulated_links(tmp_path_factory):
+    results = bench(tmp_path_factory, "links")
     links = results["links"]
     if links.get("skipped"):
         assert any(n.startswith("links: skipped") for n in results["notes"])
@@ -140,7 +185,9 @@ def test_simulated_links(results):
 
 
 @pytest.mark.tf
-def test_no_namespace_left_behind(results):
+@pytest.mark.xdist_group("bench-links")
+def test_no_namespace_left_behind(tmp_path_factory):
+    results = bench(tmp_path_factory, "links")
     import subprocess
 
     if results["links"].get("skipped"):
@@ -153,7 +200,9 @@ def test_no_namespace_left_behind(results):
 
 
 @pytest.mark.tf
-def test_goals_table_and_meta(results):
+@pytest.mark.xdist_group("bench-launch")
+def test_goals_table_and_meta(launch_results):
+    results = launch_results
     figures = {row["figure"] for row in results["goals"]}
     for key in ("launch_overhead_ratio", "first_step_ratio", "shutdown_seconds.async",
                 "shutdown_seconds.sync", "throughput_ratio_vs_seed.async",
@@ -168,8 +217,10 @@ def test_goals_table_and_meta(results):
 
 
 @pytest.mark.tf
-def test_peers(results):
+@pytest.mark.xdist_group("bench-peers")
+def test_peers(tmp_path_factory):
     """tfcluster's runtime vs TF2 PSS (custom loop, fit); MWMS under tfcluster vs by hand."""
+    results = bench(tmp_path_factory, "peers")
     pe = results["peers"]
     for key in ("runtime_over_pss_loop", "runtime_over_pss_fit", "mwms_launch_over_hand"):
         assert positive(pe[key]), (key, pe, results["notes"])
@@ -184,9 +235,11 @@ def test_peers(results):
 
 
 @pytest.mark.tf
-def test_embeddings(results):
+@pytest.mark.xdist_group("bench-embeddings")
+def test_embeddings(tmp_path_factory):
     """The embedding tables: DLRM-style tables (>= 100 MB), the runtime vs TF2 PSS with ShardedVariables,
     the bytes the cluster's connections carried over the sparse floor (measured with ss)."""
+    results = bench(tmp_path_factory, "embeddings")
     em = results["embeddings"]
     for key in ("runtime_over_pss", "bytes_over_sparse_floor", "pss_bytes_over_sparse_floor"):
         assert positive(em[key]), (key, em, results["notes"])
@@ -207,7 +260,9 @@ def test_embeddings(results):
 
 
 @pytest.mark.tf
-def test_scale_local_and_ssh_in_full_run(results):
+@pytest.mark.xdist_group("ssh")   # its ssh part: the ssh tests look for every ssh client
+def test_scale_local_and_ssh_in_full_run(tmp_path_factory):
+    results = bench(tmp_path_factory, "scale")
     loc = results["scale"]["local"]
     for n in results["meta"]["settings"]["scale_tasks"]:
         for key in ("launch_overhead_ratio", "rss_kb_per_task_gross", "stop_seconds"):

@@ -73,7 +73,8 @@ def test_a_changed_model_on_an_old_checkpoint_says_to_clear_it(tmp_path, ports):
                         '        h = dense(h, FLAGS.hidden_units, "hidden3", tf.nn.relu)\n')
     assert "hidden3" in text
     (tmp_path / "trainer.py").write_text(text)
-    r = _launch(tmp_path, "--arg", "train_steps=80")
+    # (a stop timeout a loaded machine cannot outrun: the worker must end on SIGTERM, not need SIGKILL)
+    r = _launch(tmp_path, "--arg", "train_steps=80", "--stop-timeout", "30")
     assert r.returncode == 1, r.stderr[-3000:]
     # the first tfcluster line after the failure: the mismatch, the folder, the real file
     first = next(x for x in r.stderr.splitlines() if x.startswith("tfcluster: worker:") and " failed (" in x)

@@ -278,14 +278,6 @@ def test_a_failing_programs_summary_shows_its_exception_after_50_progress_lines(
 # ---------------------------------------------------------------------------- TensorFlow
 
 @pytest.mark.tf
-def test_hello_runs_the_guides_local_cluster(tmp_path, ports):
-    a, b = ports(2)
-    f = cluster_file(tmp_path, f"cluster: {{local: [localhost:{a}, localhost:{b}]}}")
-    r = tfcluster("hello", f, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "Hello, distributed TensorFlow! (computed on /job:local/task:1)" in r.stdout
-
-@pytest.mark.tf
 def test_an_unmodified_keras_mwms_program_shows_epochs_and_steps(tmp_path, ports):
     """The tutorial-shaped program (no tfcluster import), verbose=1 bars redrawn with carriage
     returns, under a 10 s stall watchdog: it succeeds, run.json has its epoch and step, and the

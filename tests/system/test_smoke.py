@@ -47,13 +47,16 @@ def test_hello_without_file():
 
 @pytest.mark.tf
 def test_hello_with_file_runs_op_on_second_task(tmp_path, ports):
+    """`tfcluster hello FILE` on the guide's local job (one task on IPv4, one on IPv6): the op
+    runs on the second task (test_real_programs' hello of the same job, a launch of its own, is
+    merged here)."""
     a, b = ports(2)
     f = tmp_path / "c.yaml"
-    f.write_text(f'cluster: {{worker: ["localhost:{a}", "[::1]:{b}"]}}\n')
+    f.write_text(f'cluster: {{local: ["localhost:{a}", "[::1]:{b}"]}}\n')
     r = subprocess.run([sys.executable, "-m", "tfcluster", "hello", str(f)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "Hello, distributed TensorFlow! (computed on /job:worker/task:1)" in r.stdout
+    assert "Hello, distributed TensorFlow! (computed on /job:local/task:1)" in r.stdout
 
 
 @pytest.mark.tf

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import ROOT, run_cli
+from helpers import ROOT, fuzz_examples, run_cli
 from tfcluster.cli import main as cli
 from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
@@ -94,7 +94,7 @@ values = st.recursive(yaml_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)), max_leaves=20)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=fuzz_examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(values)
 def test_fuzz_from_dict_never_crashes(data):
     try:
@@ -111,7 +111,7 @@ def test_fuzz_from_dict_never_crashes(data):
         json.dumps([t.command, t.args, t.env, t.cwd], ensure_ascii=False).encode("utf-8")  # no surrogates
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=fuzz_examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.text(max_size=200))
 def test_fuzz_loads_text_never_crashes(text):
     try:

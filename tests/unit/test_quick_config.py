@@ -92,7 +92,7 @@ jobs_files = st.dictionaries(st.sampled_from(["worker", "ps"]), _model_strategy(
                                                         "jobs": j})
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=helpers.fuzz_examples(1000), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.one_of(files, jobs_files))
 def test_what_the_quick_reader_accepts_the_models_accept_with_the_same_values(data):
     got = quick.read(data)

@@ -105,4 +105,4 @@ def test_each_layer_has_its_default_timeout_and_a_test_may_set_its_own(tree, pyt
     tree("unit/test_own.py", "import pytest\n\n@pytest.mark.timeout(5)\n" + body)
     r = run(pytester, "-q")
     r.assert_outcomes(passed=4)
-    assert sorted(seen.read_text().split(), key=int) == ["5", "30", "600", "1200"]
+    assert sorted(seen.read_text().split(), key=int) == ["5", "60", "600", "1200"]
