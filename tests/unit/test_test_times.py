@@ -8,7 +8,7 @@ import sys
 from helpers import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import test_times  # noqa: E402
+import test_times
 
 XML = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.unit.test_rules" name="test_a" time="0.5"/>
