@@ -127,6 +127,9 @@ SERIAL_GROUPS = {
               "test_ray_elastic.py::test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back"),
     # they look for ssh clients and control-socket folders of every process of the machine
     "ssh": ("test_ssh.py", "test_ssh_multinode.py"),
+    # its OOM kill grows the machine's oom_kill count (/proc/vmstat), which its other tests'
+    # launchers read to say a SIGKILL was not the OOM killer's: one after another
+    "oom": ("test_launch_oom.py",),
     # the CI smoke test and the guide's smoke test bind the host's 2222/2223
     "host-2222": ("test_launch.py::test_ci_smoke_launch_on_2222_2223",
                   "test_smoke.py::test_seed_smoke_two_local_servers"),

@@ -224,8 +224,11 @@ def test_300_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_l
     under 200 MB, and the task's last line is in its log."""
     (tmp_path / "endless.py").write_text(ENDLESS)
     (port,) = ports(1)
+    # (the program opens no port: the startup watchdog, which would kill it after 120 s on a
+    # loaded machine, is not what this test is about)
     f = cluster_file(tmp_path, f"cluster: {{worker: [localhost:{port}]}}\n"
-                               f"program: {{command: [python, endless.py]}}")
+                               f"program: {{command: [python, endless.py]}}\n"
+                               "watchdog: {startup_timeout: 0}")
     # The launcher is started by a small intermediary: a process forked from this test process
     # (which may hold TensorFlow, hundreds of MB) carries its parent's resident size into its own
     # peak until it execs; the intermediary's child starts small.
