@@ -2,6 +2,7 @@
 No TensorFlow, no processes (tests/system/test_profile.py traces a real run)."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -106,3 +107,25 @@ def test_profile_says_when_its_time_is_up(tmp_path, monkeypatch, capsys):
     assert tries_words(1, 32.4, ["worker:1"], "UNAVAILABLE: No trace event was collected") == (
         "time is up after 1 try in 32 s: no trace with data from worker:1 (last: UNAVAILABLE: "
         "No trace event was collected)")
+
+
+def test_a_tracer_that_does_not_end_in_time_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """On a loaded machine the tracing child (TensorFlow's import, then the traces) can outlast
+    its time limit: profile says so in one line and exits 1, never a TimeoutExpired traceback
+    (seen side by side in the suite)."""
+    import subprocess
+
+    from tfcluster.runs import profile
+    rec = {"run_id": "r1", "result": "running", "launcher_pid": os.getppid(), "network": {"mode": "host"},
+           "tasks": [{"task": "ps:0", "host": "localhost", "state": "running", "profiler_port": 12222}]}
+
+    def too_slow(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"], output=b"", stderr=b"")
+
+    monkeypatch.setattr(profile.subprocess, "run", too_slow)
+    (tmp_path / "run.json").write_text(json.dumps(rec))
+    monkeypatch.setattr("tfcluster.runs.result.derive_result", lambda record, run_dir=None: "running")
+    assert profile.profile_run(str(tmp_path), rec, seconds=1, timeout=5, retry_for=2) == 1
+    err = capsys.readouterr()
+    said = err.out + err.err
+    assert "the tracer did not end within 8s" in said and "Traceback" not in said, said

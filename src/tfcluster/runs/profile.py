@@ -299,13 +299,20 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
             addrs.append(f"grpc://{address}")
         began = time.time()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.run([sys.executable, "-I", "-c", _TRACE, ",".join(addrs), tmp,
-                               str(int(seconds * 1000)), str(retry_for)],
-                              env=env, capture_output=True, text=True,
-                              timeout=seconds + retry_for + timeout)
-        tries = [ln for ln in (proc.stdout or "").splitlines() if ln.startswith("try ")]
+        limit = seconds + retry_for + timeout
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-c", _TRACE, ",".join(addrs), tmp,
+                                   str(int(seconds * 1000)), str(retry_for)],
+                                  env=env, capture_output=True, text=True, timeout=limit)
+            out, err = proc.stdout or "", proc.stderr or ""
+        except subprocess.TimeoutExpired as e:
+            # the tracer did not end in time (a loaded machine: TensorFlow's import alone can take
+            # a minute): it is killed, and the traces it wrote still count
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = f"the tracer did not end within {limit:g}s"
+        tries = [ln for ln in out.splitlines() if ln.startswith("try ")]
         tail = (tries[-1].partition("; ")[2] if tries else "") or \
-            ((proc.stderr or "").strip().splitlines()[-1:] or ["no output"])[0]
+            (err.strip().splitlines()[-1:] or ["no output"])[0]
         for dirpath, _, files in os.walk(tmp):
             for f in files:
                 if f.endswith(".xplane.pb"):
