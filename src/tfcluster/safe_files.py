@@ -52,7 +52,7 @@ from tfcluster.errors import UserError
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = os.O_NOFOLLOW
 _FILE_FLAGS = os.O_WRONLY | _NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-RUN_FILE = "run.json"  # a run folder's record (tfcluster.runs.record writes it; runrecord, runindex read it)
+RUN_FILE = "run.json"  # a run folder's record (tfcluster.runs.record writes it; runs.run_file and runs.index read it)
 MAX_SUFFIX = 1000    # <id>-2 ... <id>-1000: enough for any number of launches in one second
 
 _lock = threading.Lock()

@@ -130,7 +130,7 @@ def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
         if proc.returncode == 0:
             return
         if attempt == 1 and "timed out during startup" in out:
-            # `ray start` waits 30 s (hard-coded in ray/_private/node.py) for its raylet to
+            # `ray start` waits 30 s (hard-coded in Ray's node start-up) for its raylet to
             # register with the GCS, which a loaded machine can miss: that try's daemons are
             # ended and the node is started again, once
             procs = cluster.processes(proc.pid)

@@ -11,7 +11,7 @@ import pytest
 
 from helpers.completion import complete
 from tfcluster.cli import main as cli
-from tfcluster.runs import index as runindex
+from tfcluster.runs import index
 
 bash = shutil.which("bash")
 pytestmark = pytest.mark.skipif(bash is None, reason="bash is not installed")
@@ -34,7 +34,7 @@ def env(tmp_path, monkeypatch):
         (d / "run.json").write_text(
             '{"run_id": "%s", "tasks": [{"task": "worker:0", "state": "succeeded"}, '
             '{"task": "ps:0", "state": "stopped"}], "result": "succeeded"}' % rid)
-        assert runindex.register(str(d), rid) is None
+        assert index.register(str(d), rid) is None
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "tfcluster"

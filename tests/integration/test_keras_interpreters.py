@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfcluster.core import keras_hints as keras_support
+from tfcluster.core import keras_hints
 from tfcluster.core.keras_hints import legacy_keras_problem
 
 
@@ -21,9 +21,9 @@ def bare_python(tmp_path):
     path = tmp_path / "bin" / "python3"
     path.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    keras_support._cache.clear()
+    keras_hints._cache.clear()
     yield str(path)
-    keras_support._cache.clear()
+    keras_hints._cache.clear()
 
 
 @pytest.fixture
@@ -55,13 +55,13 @@ def test_tf_keras_on_the_tasks_pythonpath_is_found(bare_python, fake_tf_keras):
 def test_no_legacy_keras_asked_is_never_a_problem(bare_python, env):
     # TensorFlow's own test: only "1", "true" and "True" switch to tf_keras
     assert legacy_keras_problem(env, bare_python) is None
-    assert not keras_support._cache, "nothing asked: the interpreter need not be run"
+    assert not keras_hints._cache, "nothing asked: the interpreter need not be run"
 
 
 def test_this_interpreter_answers_like_find_spec():
     import importlib.util
 
-    keras_support._cache.clear()
+    keras_hints._cache.clear()
     has = importlib.util.find_spec("tf_keras") is not None
     problem = legacy_keras_problem({**os.environ, "TF_USE_LEGACY_KERAS": "1"}, sys.executable)
     assert (problem is None) == has
@@ -75,7 +75,7 @@ def test_the_answer_is_cached_per_interpreter(bare_python, tmp_path):
 
 
 def test_an_interpreter_that_does_not_run_is_not_reported_here(tmp_path):
-    keras_support._cache.clear()
+    keras_hints._cache.clear()
     assert legacy_keras_problem({"TF_USE_LEGACY_KERAS": "1"}, str(tmp_path / "no-python")) is None
 
 

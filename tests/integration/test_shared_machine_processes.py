@@ -17,7 +17,7 @@ import pytest
 
 from helpers.completion import complete as complete_as_bash
 from tfcluster.cli import main as cli
-from tfcluster.runs import index as runindex
+from tfcluster.runs import index
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src")
@@ -120,7 +120,7 @@ def test_a_bare_run_id_is_looked_up_in_the_callers_index_first(tmp_path, capsys,
     mine.mkdir(parents=True)
     (mine / "run.json").write_text(json.dumps({"run_id": "nightly", "result": "succeeded",
                                                "tasks": []}))
-    assert runindex.register(str(mine), "nightly") is None
+    assert index.register(str(mine), "nightly") is None
     rc, err = stop(capsys, "nightly")
     assert rc == 0 and "not running (result: succeeded)" in err, err
     assert victim_process.poll() is None
@@ -173,8 +173,8 @@ def test_tab_completion_runs_nothing_named_in_a_record(tmp_path, state):
         "tasks": [{"task": t, "state": "stopped"} for t in hostile + ["worker:0"]]}))
     evil = tmp_path / "runs" / "r2"
     shutil.copytree(run, evil)
-    assert runindex.register(str(evil), f"$(touch {pwn}4)") is None
-    assert runindex.register(str(run), "r1") is None
+    assert index.register(str(evil), f"$(touch {pwn}4)") is None
+    assert index.register(str(run), "r1") is None
     assert "worker:0" in complete("tfcluster logs r1 ", tmp_path, env)
     complete("tfcluster logs ", tmp_path, env)
     complete("tfcluster stop $", tmp_path, env)

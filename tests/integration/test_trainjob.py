@@ -24,7 +24,7 @@ from helpers.k8s_pods import (
     validate,
 )
 from tfcluster.cli.main import main
-from tfcluster.clusterfile import kubernetes as k8s_options
+from tfcluster.clusterfile import kubernetes
 from tfcluster.clusterfile.config import loads
 from tfcluster.errors import ConfigError, UserError
 from tfcluster.k8s import jobset, render, trainjob
@@ -338,7 +338,7 @@ jobs:
       service_account: gpu-trainer
       labels: {team: nlp, gpu: "true"}
 """)
-    w = k8s_options.settings_for(c.spec, "worker")
+    w = kubernetes.settings_for(c.spec, "worker")
     assert w.requests == {"cpu": "8", "memory": "8Gi"} and w.limits == {"memory": "8Gi", "nvidia.com/gpu": "1"}
     assert w.node_selector == {"cloud.example.com/pool": "training", "gpu": "a100"}
     assert [t["key"] for t in w.tolerations] == ["dedicated", "nvidia.com/gpu"]
@@ -346,9 +346,9 @@ jobs:
     assert w.volume_mounts == [{"name": "ckpt", "mountPath": "/ckpt", "readOnly": True}]
     assert (w.service_account, w.priority_class) == ("gpu-trainer", "high")
     assert w.labels == {"team": "nlp", "gpu": "true"}
-    p = k8s_options.settings_for(c.spec, "ps")
+    p = kubernetes.settings_for(c.spec, "ps")
     assert p.service_account == "trainer" and p.volumes[0]["persistentVolumeClaim"] == {"claimName": "tf-checkpoints"}
-    assert k8s_options.gpu_limit(w, 1, "x") == {"memory": "8Gi", "nvidia.com/gpu": "1"}
+    assert kubernetes.gpu_limit(w, 1, "x") == {"memory": "8Gi", "nvidia.com/gpu": "1"}
 
 
 @pytest.mark.parametrize("section,message", [
@@ -502,7 +502,7 @@ class FakeClock:
 
 
 def test_bridge_throttles_estimates_and_never_raises(schemas):
-    from tfcluster.k8s import trainer_progress as trainer_status
+    from tfcluster.k8s import trainer_progress
     sent, errors = [], []
 
     class Err:
@@ -513,7 +513,7 @@ def test_bridge_throttles_estimates_and_never_raises(schemas):
             pass
 
     clock = FakeClock()
-    b = trainer_status.Bridge(("u", "c", "t"), send=lambda where, body: sent.append(body), clock=clock,
+    b = trainer_progress.Bridge(("u", "c", "t"), send=lambda where, body: sent.append(body), clock=clock,
                               err=Err(), background=False)
     b.line("ordinary output")
     b.line('@tfcluster progress {"step": 100, "total": 1000, "loss": 0.5}')   # first: at once
@@ -540,7 +540,7 @@ def test_bridge_throttles_estimates_and_never_raises(schemas):
     def fail(where, body):
         raise OSError("connection refused")
 
-    b = trainer_status.Bridge(("u", "c", "t"), send=fail, clock=clock, err=Err(), background=False)
+    b = trainer_progress.Bridge(("u", "c", "t"), send=fail, clock=clock, err=Err(), background=False)
     for step in range(3):
         clock.now += 10
         b.line(f'@tfcluster progress {{"step": {step}}}')
@@ -549,13 +549,13 @@ def test_bridge_throttles_estimates_and_never_raises(schemas):
 
 
 def test_the_endpoint_needs_all_three_variables():
-    from tfcluster.k8s import trainer_progress as trainer_status
+    from tfcluster.k8s import trainer_progress
     env = {"KUBEFLOW_TRAINER_SERVER_URL": "https://x/y", "KUBEFLOW_TRAINER_SERVER_CA_CERT": "/ca",
            "KUBEFLOW_TRAINER_SERVER_TOKEN": "/token"}
-    assert trainer_status.endpoint(env) == ("https://x/y", "/ca", "/token")
+    assert trainer_progress.endpoint(env) == ("https://x/y", "/ca", "/token")
     for key in env:
-        assert trainer_status.endpoint({**env, key: ""}) is None
-    assert trainer_status.endpoint({}) is None
+        assert trainer_progress.endpoint({**env, key: ""}) is None
+    assert trainer_progress.endpoint({}) is None
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tfcluster.runs import index as runindex
+from tfcluster.runs import index
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,7 +64,7 @@ def test_tensorboard_serves_the_runs_summaries(tmp_path, state, ports):
         "run_id": "tb1", "result": "succeeded", "file": str(tmp_path / "cluster.yaml"),
         "tasks": [{"task": "worker:0", "state": "succeeded", "chief": True,
                    "argv": ["python", "t.py", "--checkpoint_dir=ckpt"]}]}))
-    runindex.register(str(d))
+    index.register(str(d))
     port = ports(1)[0]
     env = dict(os.environ, XDG_STATE_HOME=str(state))
     proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "tensorboard", "tb1", "--port",

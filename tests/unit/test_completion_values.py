@@ -10,7 +10,7 @@ import pytest
 
 from tfcluster.cli.completion import values
 from tfcluster.clusterfile.config import CLUSTER_FILE_LIMIT
-from tfcluster.runs import index as runindex
+from tfcluster.runs import index
 
 CLUSTER = ("cluster:\n  ps: [localhost:2222]\n  worker: [localhost:2223, localhost:2224]\n"
            "program: {command: [python, t.py]}\n")
@@ -26,7 +26,7 @@ def here(tmp_path, monkeypatch):
     d.mkdir(parents=True)
     (d / "run.json").write_text('{"run_id": "nightly", "tasks": [{"task": "chief:0", "state": "succeeded"}, '
                                 '{"task": "evil$(touch x)", "state": "failed"}], "result": "succeeded"}')
-    assert runindex.register(str(d), "nightly") is None
+    assert index.register(str(d), "nightly") is None
     return work
 
 

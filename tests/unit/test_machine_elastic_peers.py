@@ -1,4 +1,4 @@
-"""Elastic workers on a node driver (Slurm: one machine per node, the other tasks elsewhere):
+"""Elastic workers on a node agent (Slurm: one machine per node, the other tasks elsewhere):
 a worker elsewhere lost with its node (:class:`PeerLost`, which the launcher hears of while the
 job runs on under ``--no-kill``) leaves the run by the same rule as a worker here -- while
 min_workers allows -- and the run goes on without waiting for it; the chief and the ps lost

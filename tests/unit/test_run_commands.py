@@ -17,8 +17,7 @@ from tfcluster.cli import main as cli
 from tfcluster.core import messages
 from tfcluster.drivers.display import Display, OutputOptions
 from tfcluster.errors import UserError
-from tfcluster.runs import control, logs
-from tfcluster.runs import index as runindex
+from tfcluster.runs import control, index, logs
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LISTENER = os.path.join(HERE, "programs", "listener.py")
@@ -46,27 +45,27 @@ def make_run(root, run_id, **kw):
 # ------------------------------------------------------------------ the run index
 def test_state_dir_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    assert runindex.state_dir() == str(tmp_path / "tfcluster")
+    assert index.state_dir() == str(tmp_path / "tfcluster")
     monkeypatch.setenv("XDG_STATE_HOME", "relative/is/ignored")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert runindex.state_dir() == str(tmp_path / "home" / ".local" / "state" / "tfcluster")
+    assert index.state_dir() == str(tmp_path / "home" / ".local" / "state" / "tfcluster")
 
 
 def test_register_and_resolve_by_id_from_anywhere(state, tmp_path, monkeypatch):
     a = make_run(tmp_path / "runs", "20260101-120000")
     b = make_run(tmp_path / "runs", "nightly")
-    assert runindex.register(str(a)) is None and runindex.register(str(b), "nightly") is None
+    assert index.register(str(a)) is None and index.register(str(b), "nightly") is None
     monkeypatch.chdir(tmp_path)   # no cluster.yaml here
-    assert runindex.resolve_run("nightly") == str(b)
-    assert runindex.resolve_run("20260101") == str(a)          # a unique prefix
-    assert runindex.resolve_run(str(a)) == str(a)              # a folder
-    assert runindex.resolve_run() == str(b)                    # the latest indexed run
-    assert runindex.run_ids() == ["nightly", "20260101-120000"]
+    assert index.resolve_run("nightly") == str(b)
+    assert index.resolve_run("20260101") == str(a)          # a unique prefix
+    assert index.resolve_run(str(a)) == str(a)              # a folder
+    assert index.resolve_run() == str(b)                    # the latest indexed run
+    assert index.run_ids() == ["nightly", "20260101-120000"]
     with pytest.raises(UserError, match="no such run folder, and no run with this id"):
-        runindex.resolve_run("nope")
+        index.resolve_run("nope")
     # a folder that is gone is skipped
     (b / "run.json").unlink()
-    assert runindex.resolve_run() == str(a)
+    assert index.resolve_run() == str(a)
     assert (state / "tfcluster" / "runs.jsonl").stat().st_mode & 0o077 == 0
 
 
@@ -76,11 +75,11 @@ def test_without_a_run_this_folders_runs_come_first_and_the_choice_is_said(state
     this folder's and say which run or which index they read."""
     mine = make_run(tmp_path / "a" / "out", "mine")
     other = make_run(tmp_path / "b" / "out", "other")
-    runindex.register(str(mine))
-    runindex.register(str(other))                       # newer, of another folder
+    index.register(str(mine))
+    index.register(str(other))                       # newer, of another folder
     (tmp_path / "c").mkdir()
     monkeypatch.chdir(tmp_path / "a")
-    assert runindex.choose_run() == (str(mine), "the latest run of this folder in your run index")
+    assert index.choose_run() == (str(mine), "the latest run of this folder in your run index")
     assert cli.main(["logs"]) == 0
     assert "tfcluster: logs of run mine (the latest run of this folder in your run index)" in \
         capsys.readouterr().err
@@ -89,26 +88,26 @@ def test_without_a_run_this_folders_runs_come_first_and_the_choice_is_said(state
     assert "mine" in got.out and "other" not in got.out
     assert "tfcluster: runs of this folder in your run index" in got.err
     monkeypatch.chdir(tmp_path / "c")
-    d, how = runindex.choose_run()
+    d, how = index.choose_run()
     assert d == str(other) and "any folder" in how
     assert cli.main(["runs"]) == 0
     got = capsys.readouterr()
     assert "mine" in got.out and "other" in got.out and "every folder" in got.err
-    assert runindex.choose_run("mine") == (str(mine), "")     # a named run: nothing to say
+    assert index.choose_run("mine") == (str(mine), "")     # a named run: nothing to say
 
 
 def test_ambiguous_prefix_names_the_candidates(state, tmp_path):
     for rid in ("exp-1", "exp-2"):
-        runindex.register(str(make_run(tmp_path, rid)))
+        index.register(str(make_run(tmp_path, rid)))
     with pytest.raises(UserError, match="ambiguous: exp-1, exp-2"):
-        runindex.lookup("exp")
+        index.lookup("exp")
 
 
 def test_an_unwritable_index_is_a_reason_not_an_exception(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_STATE_HOME", str(blocker))
-    assert "cannot be written" in runindex.register(str(tmp_path))
+    assert "cannot be written" in index.register(str(tmp_path))
 
 
 # ------------------------------------------------------------------ logs
@@ -117,7 +116,7 @@ def test_logs_of_one_task_one_attempt_and_all_tasks(state, tmp_path, capsys, mon
     (d / "worker-1.log").write_text("first\n----- tfcluster: restart 1 -----\nsecond\n")
     (d / "ps-0.log").write_text("serving\n")
     (d / "launcher.log").write_text("12:00 started\n")
-    runindex.register(str(d))
+    index.register(str(d))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["logs", "r1", "worker:1"]) == 0    # every attempt, with the launcher's banner
     assert capsys.readouterr().out == "first\n----- tfcluster: restart 1 -----\nsecond\n"
@@ -343,20 +342,20 @@ def test_task_filter_host_prefix_and_timestamps():
 
 def test_security_note_for_hosts_is_once_per_file_and_silenceable(state, tmp_path):
     f = str(tmp_path / "c.yaml")
-    first = messages.security_note(f, [2222], environ={}, first_time=runindex.first_time, local=False)
+    first = messages.security_note(f, [2222], environ={}, first_time=index.first_time, local=False)
     assert "tfcluster help security" in first and "every user of the run's hosts" in first
-    assert messages.security_note(f, [2222], environ={}, first_time=runindex.first_time, local=False) is None
+    assert messages.security_note(f, [2222], environ={}, first_time=index.first_time, local=False) is None
     other = str(tmp_path / "d.yaml")
     assert messages.security_note(other, [1], silenced=True, local=False) is None
     assert messages.security_note(other, [1], environ={messages.SILENCE_ENV: "1"}, local=False) is None
-    assert messages.security_note(other, [1], environ={}, first_time=runindex.first_time,
+    assert messages.security_note(other, [1], environ={}, first_time=index.first_time,
                                   local=False) is not None
 
 
 def test_a_host_network_run_here_says_at_every_start_who_can_connect(state, tmp_path):
     f = str(tmp_path / "c.yaml")
     for _ in range(2):
-        line = messages.security_note(f, [2222, 41000], environ={}, first_time=runindex.first_time,
+        line = messages.security_note(f, [2222, 41000], environ={}, first_time=index.first_time,
                                       why_host="worker:0 is at node1:2223, not a loopback address")
         assert line.startswith("note: network: host (worker:0 is at node1:2223, not a loopback "
                                "address): every user of this machine can connect") and "2222, 41000" in line
@@ -419,7 +418,7 @@ def test_python_api_launch_does_a_dry_run(tmp_path, monkeypatch, capsys):
 
 def test_tensorboard_prints_the_command_when_asked(tmp_path, state, capsys):
     d = make_run(tmp_path, "tb2")
-    runindex.register(str(d))
+    index.register(str(d))
     assert cli.main(["tensorboard", "tb2", "--print", "--port", "6007"]) == 0
     out = capsys.readouterr().out
     assert f"--logdir {d}" in out and "--port 6007" in out
@@ -429,7 +428,7 @@ def test_tensorboard_profile_opens_the_runs_profiles(tmp_path, state, capsys):
     """tfcluster tensorboard RUN --profile: TensorBoard on <run>/profile (tfcluster profile's
     captures); before any capture, one line saying how to take one, exit 2."""
     d = make_run(tmp_path, "tb3")
-    runindex.register(str(d))
+    index.register(str(d))
     assert cli.main(["tensorboard", "tb3", "--profile", "--print"]) == 2
     assert "tfcluster profile tb3" in capsys.readouterr().err
     (d / "profile").mkdir()
@@ -439,7 +438,7 @@ def test_tensorboard_profile_opens_the_runs_profiles(tmp_path, state, capsys):
 
 def test_profile_of_a_run_that_is_not_running_is_one_line_and_exit_2(tmp_path, state, capsys):
     d = make_run(tmp_path, "pr1")
-    runindex.register(str(d))
+    index.register(str(d))
     assert cli.main(["profile", "pr1", "--seconds", "1"]) == 2
     err = capsys.readouterr().err         # launched without the profiler: that first
     assert "pr1 was launched without the profiler" in err and "Traceback" not in err

@@ -283,12 +283,12 @@ def test_status_shows_the_segments_of_a_requeued_slurm_job(tmp_path, capsys):
 def test_status_report_and_runs_find_an_indexed_run_from_any_folder(tmp_path, capsys, monkeypatch):
     """A run started elsewhere (registered in the user's run index, as every launch does) is
     found by its id from a folder with no cluster.yaml, and listed by `runs` there."""
-    from tfcluster.runs import index as runindex
+    from tfcluster.runs import index
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     (tmp_path / "proj").mkdir()
     f = write_cluster(tmp_path / "proj")
     d = write_run(tmp_path / "proj" / "runs", "far-run-1", f)
-    assert runindex.register(str(d), "far-run-1", str(f)) is None
+    assert index.register(str(d), "far-run-1", str(f)) is None
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -170,7 +170,7 @@ def shielded_from_step_signals(job: str) -> bool:
     """Does a task of ``job`` start on a Slurm node with SIGTERM ignored? Slurm ends a job
     (plain ``scancel``, preemption, a time limit) by sending SIGTERM to every process of the
     step at once; a ps that obeyed it would die before its chief saved its last checkpoint. A
-    ps ignores it (the disposition survives exec); its node driver, which hears the SIGTERM
+    ps ignores it (the disposition survives exec); its node agent, which hears the SIGTERM
     too, stops it once the chief and workers have ended (Slurm's SIGKILL after KillWait or GraceTime
     bounds it all): with :data:`SHIELDED_STOP_SIGNAL` while it still ignores SIGTERM, with
     SIGTERM where the program installed a handler of its own (which Slurm's SIGTERM reaches)."""
