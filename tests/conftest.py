@@ -114,9 +114,9 @@ def pytest_collectreport(report):
         _tf_collected_by.append(report.nodeid or "conftest")
 
 
-# Tests run side by side (pytest-xdist, `-n 4 --dist loadgroup`, as the README's test line runs
-# them). Tests that use something of which this machine has one at a time run in one group, in
-# one worker, one after another:
+# Tests can run side by side (pytest-xdist, `-n 4 --dist loadgroup`; docs/TESTING.md says what
+# still fails on 2 cores that way). Tests that use something of which this machine has one at a
+# time run in one group, in one worker, one after another:
 SERIAL_GROUPS = {
     # two Rays at a time, no more (every port of helpers.ray_nodes is chosen free, but a Ray of
     # several nodes on 2 shared cores can starve its own GCS): two lanes of about equal length
@@ -171,7 +171,10 @@ def pytest_collection_modifyitems(session, config, items):
             f"tests that need it (docs/TESTING.md)")
     outside = set()
     timeouts = config.pluginmanager.hasplugin("timeout")
-    grouped = config.pluginmanager.hasplugin("xdist")
+    # groups and their order only when the tests are spread over workers (-n): one at a time,
+    # the suite keeps its folders' order (integration, system, unit)
+    grouped = (config.pluginmanager.hasplugin("xdist")
+               and (hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "no"))
     for item in items:
         layer = layer_of(item.path)
         if not layer:
