@@ -17,7 +17,7 @@ EXAMPLES = os.path.join(ROOT, "examples")
 DOCS = os.path.join(ROOT, "docs")
 # How long the fuzz tests of the unit layer run: a few seconds while working (`pytest tests/unit`
 # stays within 30 s), longer where the environment asks (.ci/run sets 20).
-FUZZ_SECONDS = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "3"))
+FUZZ_SECONDS = float(os.environ.get("TFCLUSTER_FUZZ_SECONDS", "2"))
 
 
 def fuzz_examples(full: int) -> int:
