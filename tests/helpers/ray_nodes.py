@@ -56,7 +56,11 @@ class RayNodes:
 
     def kill_node(self, i: int) -> None:
         """Node ``i`` is lost: SIGKILL to every process of its session (raylet, workers)."""
-        procs = self.processes(self.sessions[i])
+        self.kill_session(self.sessions[i])
+
+    def kill_session(self, session: int) -> None:
+        """SIGKILL to every process of one node's session, and wait for them."""
+        procs = self.processes(session)
         for p in procs:
             try:
                 p.kill()
@@ -133,13 +137,7 @@ def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
             # `ray start` waits 30 s (hard-coded in Ray's node start-up) for its raylet to
             # register with the GCS, which a loaded machine can miss: that try's daemons are
             # ended and the node is started again, once
-            procs = cluster.processes(proc.pid)
-            for p in procs:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
-            psutil.wait_procs(procs, timeout=10)
+            cluster.kill_session(proc.pid)
             cluster.sessions.remove(proc.pid)
             continue
         raise RuntimeError(f"ray start ({ip}) failed:\n{out[-3000:]}")
