@@ -78,12 +78,12 @@ def run_trace_child(tmp_path, monkeypatch, capsys, empty_tries, retry):
     fake = types.SimpleNamespace(profiler=types.SimpleNamespace(experimental=experimental))
     monkeypatch.setattr(sys, "argv", ["-c", "grpc://127.0.0.1:7001,grpc://127.0.0.1:7002",
                                       str(tmp_path), "10", str(retry)])
-    assert "tensorflow" not in sys.modules
-    sys.modules["tensorflow"] = fake        # (gone before the test ends: no TensorFlow here)
-    try:
+    # The child's `import tensorflow` finds the fake; the context puts back what was there before
+    # (nothing in the unit layer alone; the real TensorFlow in a full run, where system tests that
+    # import it in-process ran before the unit layer).
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "tensorflow", fake)
         exec(compile(profile._TRACE, "trace", "exec"), {"__name__": "__main__"})
-    finally:
-        del sys.modules["tensorflow"]
     return calls, [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("try ")]
 
 
