@@ -116,4 +116,4 @@ def test_a_policy_is_added_without_editing_the_machine():
     out = m.handle(Progressed("worker:1", 3, 1.0), Tick(1.0, watch=True))
     assert of(out, Kill) == [Kill("worker:1", signal.SIGKILL)]
     assert [a.as_dict()["reason"] for a in of(out, LogEvent) if a.event == "watchdog"] == ["too slow"]
-    assert set(machine.RunMachine.ASKS) == {"kill", "fail_run"}
+    assert set(machine.RunMachine.ASKS) == {"kill", "fail_run", "scale_up", "scale_down"}

@@ -131,6 +131,22 @@ class ElasticSpec(_Strict):
         "worker coming back restarts every task from the last checkpoint with TF_CONFIG giving "
         "its new address (asynchronous training on Ray, where a worker comes back on another "
         "node: the ps know a worker by the address in their TF_CONFIG)")
+    max_workers: Optional[int] = Field(
+        None, ge=1, description="the most workers the run may have (at least the file's worker "
+        "count and min_workers): the run starts with the file's workers, and the extra ones are in "
+        "every task's ClusterSpec and TF_CONFIG from the start (their ports reserved) for "
+        "elastic.scale to add; not on Slurm (an allocation does not grow)")
+    scale: Optional[Literal["throughput"]] = Field(
+        None, description="throughput: the launcher measures the global steps/s, adds a worker "
+        "while each one added raises it by scale_gain of one worker's rate, and removes the last "
+        "one added (and holds) when it does not (docs/FAULT_TOLERANCE.md, Sizing); needs max_workers")
+    scale_gain: float = Field(0.5, ge=0.01, le=2, description="the share of one worker's rate (the "
+                              "rate before / the workers before) that an added worker must add "
+                              "to be kept")
+    scale_window: float = Field(20.0, ge=0.5, description="seconds: the rate is measured over this "
+                                "long, once every worker in the run reports steps after a change")
+    scale_every: float = Field(30.0, ge=0, description="seconds: the least time between two "
+                               "changes of the workers by elastic.scale (no thrashing)")
 
 
 class RemoteSpec(_Strict):

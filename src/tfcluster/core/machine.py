@@ -79,7 +79,7 @@ from tfcluster.core.events import (
     line_events,
     log_event,
 )
-from tfcluster.core.policies import on_change, watchdog
+from tfcluster.core.policies import on_change, sizing, watchdog
 from tfcluster.core.policies.regroup import Regrouping
 from tfcluster.core.policies.restarts import MAX_PORT_RECHOICES, RestartPolicy
 from tfcluster.core.policies.stop import StopOrder
@@ -163,6 +163,7 @@ class RunMachine(RunView):
         self._last_watch: Optional[float] = None
         self._claims: Dict[str, float] = {}          # task -> delay, waiting for RestartClaim
         self._watched = False                        # the watchdogs looked in this event
+        self._keep_tick = False                      # a policy's look changed its state
         self._next_start_at = float("inf")   # the earliest start_at of a task to start again
         #: what came in (every event but Ticks that changed nothing), when ``log_inputs``:
         #: :func:`replay` of it on a new machine gives the same actions
@@ -189,7 +190,7 @@ class RunMachine(RunView):
             max_total_restarts=rule.max_total_restarts, shared_budget=shared,
             peers_report=shared, remote_kill=shared, peer_stop_wait=peer_stop_wait,
             min_workers=getattr(plan, "min_workers", None), moves_nodes=not plan.kind.over_ssh,
-            on_change=getattr(plan, "on_change", "go-on"))
+            on_change=getattr(plan, "on_change", "go-on"), **_sizing_settings(plan))
         by_name = {t.name: t for t in plan.tasks}       # (plan.task(n) is a scan: 512^2 at 512)
         tasks = [(n, by_name[n].job, by_name[n].restart, by_name[n].port) for n in here]
         mine = set(here)
@@ -197,6 +198,8 @@ class RunMachine(RunView):
         where = {t.name: t.endpoint for t in plan.tasks}
         m = cls(tasks, settings, others, where)
         m.movable_ports = {n for n in here if getattr(by_name[n], "port_chosen", False)}
+        for n in here:                        # sized runs: the extra workers wait to be added
+            m.tasks[n].spare = bool(plan.sizing and plan.sizing.spare(by_name[n].job, by_name[n].index))
         return m
 
     # ------------------------------------------------------------------ entry points
@@ -204,7 +207,8 @@ class RunMachine(RunView):
         """The first actions: start every task, ps first (workers dial them)."""
         by_job: Dict[str, List[str]] = {}
         for t in self.tasks.values():
-            by_job.setdefault(t.job, []).append(t.name)
+            if not t.spare:
+                by_job.setdefault(t.job, []).append(t.name)
         self.enter(Phase.RUN)
         self._last_watch = now
         return [Start(name, 0) for job in rules.start_order(by_job) for name in by_job[job]]
@@ -223,8 +227,9 @@ class RunMachine(RunView):
             if self.log_inputs:
                 if not isinstance(ev, Tick):
                     self.inputs.append(ev)
-                elif len(out) > before:   # a Tick that did nothing changed nothing: not kept
-                    self.inputs.append(Tick(ev.now, self._watched))
+                elif len(out) > before or self._keep_tick:   # a Tick that did nothing changed
+                    self.inputs.append(Tick(ev.now, self._watched))  # nothing: not kept
+            self._keep_tick = False
         return out
 
     def take_inputs(self) -> List[Event]:
@@ -279,6 +284,8 @@ class RunMachine(RunView):
         t.returncode, t.ended = ev.returncode, ev.now
         if self.phase == Phase.REGROUP and not self.decided:   # stopped (or lost) to start again
             self._exited_to_move(t, out)
+        elif t.spare and t.state == TaskState.STOPPING and self.phase == Phase.RUN and not self.decided:
+            sizing.removed_exited(self, t, out)       # removed by the sizing policy
         elif t.state == TaskState.STOPPING or self.phase == Phase.STOP:
             self._exited_stopped(t, ev.cause, out)
         elif self._exited_by_itself(t, ev, out):
@@ -469,6 +476,10 @@ class RunMachine(RunView):
         """The run goes to ``phase`` (TransitionError if it may not)."""
         self.phase = check_phase_change(self.phase, phase)
 
+    def keep_tick(self) -> None:
+        """This Tick changed what a policy knows (the sizing policy's measurement): log it."""
+        self._keep_tick = True
+
     def start_at(self, t: TaskTrack, at: float) -> None:
         """Start ``t`` again at ``at`` (a Tick then looks; no look at every task every Tick)."""
         t.start_at = at
@@ -519,7 +530,7 @@ class RunMachine(RunView):
         self._last_watch = now
         by_job: Dict[str, List[str]] = {}
         for x in self.tasks.values():
-            if x.state in (TaskState.RESTARTING, TaskState.PENDING):
+            if x.state in (TaskState.RESTARTING, TaskState.PENDING) and not x.spare:
                 if x.state == TaskState.RESTARTING:
                     x.restarts += 1     # every process is a new attempt (TFCLUSTER_RESTART_COUNT)
                 x.start_at = float("inf")
@@ -555,7 +566,8 @@ class RunMachine(RunView):
 
     def _carry_out(self, asks: List[rules.WatchdogAction], out: List[Action]) -> None:
         for a in asks:
-            out.append(log_event("watchdog", a.task, reason=a.reason, action=a.action))
+            if a.action not in sizing.ASKS:       # the sizing policy logged its decision
+                out.append(log_event("watchdog", a.task, reason=a.reason, action=a.action))
             if a.action == "kill" and a.task in self.others:
                 out.append(AskKill(a.task, a.reason))
             elif self.ASKS[a.action](self, a, out):
@@ -643,7 +655,16 @@ class RunMachine(RunView):
         return log_event("task_exited", t.name, state=state.value, **exit_fields(t.returncode))
 
 
-RunMachine.ASKS.update({"kill": RunMachine._ask_kill, "fail_run": RunMachine._ask_fail_run})
+RunMachine.ASKS.update({"kill": RunMachine._ask_kill, "fail_run": RunMachine._ask_fail_run, **sizing.ASKS})
+
+
+def _sizing_settings(plan) -> Dict[str, object]:
+    """The Settings of a sized run (``elastic.max_workers`` / ``scale``: plan.sizing)."""
+    z = getattr(plan, "sizing", None)
+    if z is None:
+        return {}
+    return {"max_workers": z.max_workers, "scale": z.scale, "scale_gain": z.gain,
+            "scale_window": z.window, "scale_every": z.every}
 
 #: the handler of each event: one for every event class (checked now, when the module loads)
 HANDLERS: Dict[type, Callable[[RunMachine, Event, List[Action]], None]] = {

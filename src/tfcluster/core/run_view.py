@@ -35,6 +35,8 @@ class RunView:
         it reports progress, and ``stopping`` while the run stops (it waits for its wave or
         for its SIGTERM to end it)."""
         t = self.tasks[name]
+        if t.spare and t.state != TaskState.RUNNING:
+            return "left" if t.left else "spare"    # sized runs: out of the run, may be added
         if t.state != TaskState.RUNNING:
             return t.state.value
         if self.phase == Phase.STOP or t.forced:
@@ -88,22 +90,23 @@ class RunView:
         """The workers still in the run: not left, not failed (running, starting, restarting,
         or done); with reports from elsewhere (Slurm), the workers run elsewhere too."""
         here = [x.name for x in self.tasks.values()
-                if x.job == "worker" and not x.left and x.state != TaskState.FAILED]
+                if x.job == "worker" and not x.left and not x.spare and x.state != TaskState.FAILED]
         if self.s.peers_report:
             here += [n for n, job in self.others.items()
                      if job == "worker" and n not in self.peers_left and self.peer_ok.get(n, True)]
         return here
 
     def workers_total(self) -> int:
-        """The run's workers (the file's), here and elsewhere."""
-        return (sum(1 for x in self.tasks.values() if x.job == "worker")
+        """The run's workers (the file's, and those the sizing policy added), here and elsewhere."""
+        return (sum(1 for x in self.tasks.values() if x.job == "worker" and not x.spare)
                 + (sum(1 for j in self.others.values() if j == "worker") if self.s.peers_report else 0))
 
     def workers_line(self) -> str:
         """"3 of 4 workers, min 2" (elastic runs; "" otherwise)."""
         if self.s.min_workers is None:
             return ""
-        return f"{len(self.workers_in())} of {self.workers_total()} workers, min {self.s.min_workers}"
+        top = f", max {self.s.max_workers}" if self.s.max_workers is not None else ""
+        return f"{len(self.workers_in())} of {self.workers_total()} workers, min {self.s.min_workers}{top}"
 
     def workers_left(self) -> Dict[str, str]:
         """Elastic runs: the workers that left the run, here and elsewhere -> why."""

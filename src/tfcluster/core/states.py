@@ -26,7 +26,8 @@ class TaskState(str, enum.Enum):
     STOPPED     tfcluster ended it, or the run ended before it (re)started
     SKIPPED     it runs on another host; this launcher does not start it
 
-    PENDING -> RUNNING | STOPPED;  RUNNING -> SUCCEEDED | FAILED | STOPPING;
+    PENDING -> RUNNING | STOPPED | RESTARTING (a spare worker that the sizing policy adds waits
+    for its start as a worker coming back does);  RUNNING -> SUCCEEDED | FAILED | STOPPING;
     FAILED -> RESTARTING -> RUNNING | STOPPED | FAILED (the run's shared restart budget refused
     the restart: it never was);  STOPPING -> STOPPED | RESTARTING (the cluster regroups: a task's
     node was lost, every task is stopped and started again elsewhere).
@@ -48,7 +49,7 @@ class TaskState(str, enum.Enum):
 
 
 TASK_TRANSITIONS = {
-    TaskState.PENDING: {TaskState.RUNNING, TaskState.STOPPED},
+    TaskState.PENDING: {TaskState.RUNNING, TaskState.STOPPED, TaskState.RESTARTING},
     TaskState.RUNNING: {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPING},
     TaskState.FAILED: {TaskState.RESTARTING},
     TaskState.RESTARTING: {TaskState.RUNNING, TaskState.STOPPED, TaskState.FAILED},
@@ -177,6 +178,8 @@ class TaskTrack:
     killed: str = ""                       # why tfcluster sent this attempt SIGKILL ('' : it did not)
     left: str = ""                         # elastic: why it left the run ("" while in it)
     left_node: str = ""                    # ... the node lost with it (it may come back there)
+    spare: bool = False                    # sized runs: a worker out of the run that the sizing
+                                           # policy may add (never started, or removed by it)
 
     def mark_life(self, now: float) -> None:
         self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)
@@ -216,6 +219,12 @@ class Settings:
     on_change: str = "go-on"            # elastic.on_change: go-on; restart (a change restarts
                                         # every task); restart-chief (a worker back restarts the
                                         # chief); restart-on-join (a worker back restarts every task)
+    max_workers: Optional[int] = None   # elastic.max_workers (sized runs: spare workers up to it)
+    scale: str = ""                     # elastic.scale: "throughput" (the sizing policy), or off
+    scale_gain: float = 0.5             # an added worker is kept when it adds this share of one
+                                        # worker's rate
+    scale_window: float = 20.0          # seconds of steady rate measured after a change
+    scale_every: float = 30.0           # the least seconds between two changes by the policy
     moves_nodes: bool = True            # a lost node regroups the cluster elsewhere (Ray);
                                         # False (ssh: a task stays on its host): a lost host
                                         # is an ordinary failure, unless elastic

@@ -51,6 +51,8 @@ class BackendKind:
     #: a worker that comes back is placed anew, at a new address (which a TF1 ps or a PSS
     #: coordinator does not know: elastic.on_change go-on cannot grow there)
     rejoins_at_new_address: bool = False
+    #: why workers beyond the file's cannot be started there (elastic.max_workers), "" where they can
+    no_growth: str = ""
 
     @property
     def elastic(self) -> bool:
@@ -67,10 +69,12 @@ KINDS: Dict[str, BackendKind] = {k.name: k for k in (
                 elastic_on_change=ALL_ON_CHANGE, runs_data_service=True),
     BackendKind("slurm", places_tasks=True, reaches_other_hosts=True, chooses_ports_on_hosts=True,
                 over_ssh=False, takes_slurm_options=True, count_layout=SCHEDULER,
-                elastic_on_change=("go-on",), runs_data_service=True),
+                elastic_on_change=("go-on",), runs_data_service=True,
+                no_growth="a Slurm allocation does not grow (its nodes are fixed when the job starts)"),
     BackendKind("ray", places_tasks=True, reaches_other_hosts=True, chooses_ports_on_hosts=True,
                 over_ssh=False, takes_slurm_options=False, count_layout=LOCAL_PORTS,
-                elastic_on_change=ALL_ON_CHANGE, runs_data_service=False, rejoins_at_new_address=True),
+                elastic_on_change=ALL_ON_CHANGE, runs_data_service=False, rejoins_at_new_address=True,
+                no_growth="not yet on the ray backend (extra bundles are not placed yet)"),
 )}
 
 

@@ -28,6 +28,7 @@ from tfcluster.plan import contract
 from tfcluster.plan.backend_kind import HOST_SLOTS, KINDS, SCHEDULER, BackendKind, backend_kind
 from tfcluster.plan.launch_options import LaunchOptions
 from tfcluster.plan.program_args import apply_args, parse_args, printable_word
+from tfcluster.plan.sizing import Sizing, sizing_of, with_spare_workers
 
 PLAN_VERSION = 2
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -117,6 +118,7 @@ class RunPlan:
     run_token: str = field(default_factory=lambda: os.urandom(8).hex())   # TFCLUSTER_RUN_TOKEN
     min_workers: Optional[int] = None        # elastic: the fewest workers the run goes on with
     on_change: str = "go-on"                 # elastic.on_change: go-on, restart, restart-chief, restart-on-join
+    sizing: Optional[Sizing] = None          # elastic.max_workers / scale (tfcluster.plan.sizing)
 
     @property
     def elastic_restart(self) -> bool:
@@ -272,6 +274,7 @@ class RunPlan:
             "network_asked": self.network_asked, "profiler": self.profiler,
             "base_port_given": self.base_port_given, "run_token": self.run_token,
             "min_workers": self.min_workers, "on_change": self.on_change,
+            "sizing": self.sizing.to_dict() if self.sizing else None,
         }
 
     @classmethod
@@ -307,7 +310,8 @@ class RunPlan:
                    profiler=bool(d.get("profiler")), base_port_given=bool(d.get("base_port_given")),
                    run_token=str(d.get("run_token") or os.urandom(8).hex()),
                    min_workers=d.get("min_workers"),
-                   on_change=str(d.get("on_change") or ("restart" if d.get("elastic_restart") else "go-on")))
+                   on_change=str(d.get("on_change") or ("restart" if d.get("elastic_restart") else "go-on")),
+                   sizing=Sizing.from_dict(d.get("sizing")))
 
 
 # --------------------------------------------------------------------------------------
@@ -436,6 +440,8 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     _check_backend(kind, cluster, opts)
     asked = opts.network or getattr(cluster.spec, "network", None)
     network, network_why = resolve_network(cluster, kind.name, asked, opts.hosts)
+    sizing = sizing_of(cluster, kind)
+    cluster = with_spare_workers(cluster, sizing) if sizing else cluster
     cluster, placed = _lay_out_counts(cluster, kind, network)
     run_id = _checked_run_id(opts)
     logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
@@ -469,7 +475,7 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
         extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
         profiler=profiler, base_port_given="base_port" in _given(cluster), min_workers=min_workers,
-        on_change=getattr(elastic, "on_change", "go-on") if elastic is not None else "go-on")
+        on_change=getattr(elastic, "on_change", "go-on") if elastic is not None else "go-on", sizing=sizing)
 
 
 def _check_backend(kind: BackendKind, cluster: Cluster, opts: LaunchOptions) -> None:

@@ -49,6 +49,11 @@ EVENTS = {
     "run_shrunk": ("node", "reason", "workers", "min_workers"),
     "run_grew": ("node", "workers", "min_workers", "attempt"),
     "watchdog": ("reason", "action"),
+    # elastic.scale (tfcluster.core.policies.sizing): the rate (global steps/s) measured with
+    # measured_workers, and the base it was compared with; workers: the workers after it
+    "scaled_up": ("workers", "measured_workers", "rate", "base_workers", "base_rate", "reason"),
+    "scaled_down": ("workers", "measured_workers", "rate", "base_workers", "base_rate", "reason"),
+    "scale_held": ("workers", "measured_workers", "rate", "base_workers", "base_rate", "reason"),
     "stop_sent": ("signal",),
     "progress": ("step", "total", "metrics", "local_step"),
     "decision": ("result", "rule", "exit_code", "reason"),

@@ -53,7 +53,7 @@ class SuccessRule:
     @staticmethod
     def _needs(run) -> set:
         return rules.success_needs(run.s.success, run.s.chief,
-                                   [n for n, x in run.tasks.items() if not x.left],
+                                   [n for n, x in run.tasks.items() if not x.left and not x.spare],
                                    run.s.chief in run.tasks)
 
     def reached(self, run) -> Optional[str]:

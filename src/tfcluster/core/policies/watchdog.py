@@ -27,6 +27,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from tfcluster.core import rules
 from tfcluster.core.events import Action, Say, log_event
+from tfcluster.core.policies.sizing import Sizing
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.rules import format_duration as _duration
 from tfcluster.core.states import TaskState, TaskTrack
@@ -166,7 +167,7 @@ class Stall(RunWatchdog):
 
 #: the watchdogs of a run, in the order they look
 TASK_WATCHDOGS = (Startup, Waiting, Ending)
-RUN_WATCHDOGS = (StallWarning, Stall)
+RUN_WATCHDOGS = (StallWarning, Stall, Sizing)   # Sizing: elastic.scale (policies.sizing)
 
 
 class Watchdogs:

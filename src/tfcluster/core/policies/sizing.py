@@ -1,0 +1,243 @@
+"""The sizing policy (``elastic.scale: throughput``): workers added while they make the run
+faster, and the last one removed (and the run held) where they stop helping.
+
+A run watchdog (:class:`tfcluster.core.policies.watchdog.RunWatchdog`, listed in
+:data:`tfcluster.core.policies.watchdog.RUN_WATCHDOGS`): every look it reads the run's global
+step (``run.best_step`` and when it moved, ``run.best_step_at``: the progress the machine already
+receives) and the workers in the run. After each change of the workers it waits until every
+worker in the run has reported a step, then measures the rate over ``scale_window`` seconds (and
+at least ``scale_every`` seconds after the change: no thrashing). Then:
+
+* the first measurement (or the first after the run changed by itself: a worker lost, a worker
+  back) is the base: a spare worker is added (``scaled_up``) while the run has fewer than
+  ``max_workers``;
+* after an added worker, the rate is compared with the base: a gain of at least ``scale_gain``
+  of one worker's rate (the base rate / the base workers) keeps it, and the next is added
+  (``scaled_up``), or the run holds at ``max_workers`` (``scale_held``); a smaller gain removes
+  the worker just added (``scaled_down``) and the run holds there until it changes by itself.
+
+Each decision is an event with the rates it was based on (:data:`DECISIONS`), and a line for the
+person watching. The policy asks the machine for ``scale_up`` (a spare worker, started as a
+worker coming back is: :meth:`tfcluster.core.policies.on_change.ElasticMode.back`, so a shape
+whose ``on_change`` restarts tasks restarts them) and ``scale_down`` (the worker is sent SIGTERM
+and, once it has exited, is spare again: shown as a worker that left, not failed), through
+:attr:`tfcluster.core.machine.RunMachine.ASKS` (:data:`ASKS` here). Rates are global steps per
+second; no I/O, no clock.
+"""
+from __future__ import annotations
+
+import signal
+from typing import Dict, List, Optional, Tuple
+
+from tfcluster.core import rules
+from tfcluster.core.events import Action, Kill, Say, log_event
+from tfcluster.core.states import TaskState, TaskTrack, check_transition
+
+Asks = List[rules.WatchdogAction]
+
+#: the sizing decisions, as events.jsonl rows (tfcluster.runs.eventlog.EVENTS has their keys)
+DECISIONS = ("scaled_up", "scaled_down", "scale_held")
+
+
+class Sizing:
+    """The sizing policy of one run (a run watchdog; it looks only when ``elastic.scale`` is
+    ``throughput``). ``history``: (time, workers, rate) of every measurement, for the report."""
+
+    def __init__(self) -> None:
+        self.expect: Optional[frozenset] = None   # the workers in the run as the policy left them
+        self.changed_at: Optional[float] = None   # the last change of the workers
+        self.since: Optional[Tuple[float, int]] = None   # the measurement's start: (time, step)
+        self.base: Optional[Tuple[int, float]] = None    # (workers, rate) before the probe
+        self.probing: Optional[str] = None        # the worker added, being measured
+        self.held = False                         # no more probing until the run changes
+        self.removing: Optional[Tuple[str, float]] = None   # (worker, when it was sent SIGTERM)
+        self.history: List[Tuple[float, int, float]] = []
+
+    # ------------------------------------------------------------------ the look
+    def look(self, run, now: float, out: List[Action]) -> Asks:
+        if run.s.scale != "throughput" or run.s.max_workers is None:
+            return []
+        before = self._state()
+        asks = self._look(run, now, out)
+        if self._state() != before:
+            run.keep_tick()          # the look changed what the policy knows: a replay needs it
+        return asks
+
+    def _state(self) -> tuple:
+        return (self.expect, self.since, self.base, self.probing, self.held, self.removing,
+                len(self.history))
+
+    def _look(self, run, now: float, out: List[Action]) -> Asks:
+        self._kill_if_slow(run, now, out)
+        workers = frozenset(run.workers_in())
+        if self.expect is None or workers != self.expect:
+            self._run_changed(run, workers, now, out)
+        rate = self._measure(run, now)
+        if rate is None:
+            return []
+        self.since = (run.best_step_at, run.best_step)    # the next window starts here
+        n = len(workers)
+        self.history.append((round(now, 3), n, round(rate, 3)))
+        if self.probing is None:
+            return self._from_base(run, n, rate, now, out)
+        return self._after_probe(run, n, rate, now, out)
+
+    def _run_changed(self, run, workers: frozenset, now: float, out: List[Action]) -> None:
+        """The workers changed by themselves (the first look, a worker lost or back): measure
+        again from a new base, and probe again."""
+        if self.expect is not None:
+            out.append(Say(f"elastic.scale: the workers changed ({run.workers_line()}); measuring "
+                           f"the rate again"))
+        self.expect, self.changed_at, self.since = workers, now, None
+        self.base, self.probing, self.held = None, None, False
+
+    def _measure(self, run, now: float) -> Optional[float]:
+        """The steady rate (global steps/s) since every worker in the run reported a step after
+        the last change, once ``scale_window`` (and ``scale_every`` after the change) has passed;
+        None before."""
+        s = run.s
+        if run.best_step is None:
+            return None
+        if self.since is None:
+            if not all(_reports(run, n) for n in self.expect):
+                return None
+            self.since = (run.best_step_at, run.best_step)
+            return None
+        t0, step0 = self.since
+        t1, step1 = run.best_step_at, run.best_step
+        if now - t0 < s.scale_window or now - self.changed_at < s.scale_every or t1 <= t0:
+            return None
+        return (step1 - step0) / (t1 - t0)
+
+    # ------------------------------------------------------------------ the decisions
+    def _from_base(self, run, n: int, rate: float, now: float, out: List[Action]) -> Asks:
+        self.base = (n, rate)
+        if self.held or rate <= 0:
+            return []
+        if n >= run.s.max_workers:
+            return self._hold(run, n, rate, f"at max_workers ({run.s.max_workers})", out)
+        return self._add(run, n, rate, None, f"measuring what worker {n + 1} adds", out)
+
+    def _after_probe(self, run, n: int, rate: float, now: float, out: List[Action]) -> Asks:
+        base_n, base_rate = self.base
+        needed = run.s.scale_gain * base_rate / max(base_n, 1)
+        gain = rate - base_rate
+        if gain >= needed:
+            self.base = (n, rate)
+            why = (f"worker {n} added {gain:.2f} steps/s (needed {needed:.2f}: scale_gain "
+                   f"{run.s.scale_gain:g} of one worker's {base_rate / max(base_n, 1):.2f})")
+            if n >= run.s.max_workers:
+                return self._hold(run, n, rate, f"{why}; at max_workers ({run.s.max_workers})", out,
+                                  base=(base_n, base_rate))
+            return self._add(run, n, rate, (base_n, base_rate), why, out)
+        name, self.probing = self.probing, None
+        why = (f"{name} added {gain:.2f} steps/s, less than {needed:.2f} (scale_gain "
+               f"{run.s.scale_gain:g} of one worker's {base_rate / max(base_n, 1):.2f}): removed; "
+               f"holding at {n - 1} workers")
+        self.held, self.removing = True, (name, now)
+        self._changed(run, now, set(self.expect) - {name})
+        self.base = (base_n, base_rate)
+        out.append(_decision("scaled_down", name, n - 1, n, rate, base_n, base_rate, why))
+        out.append(Say(f"elastic.scale: {why}"))
+        return [rules.WatchdogAction("scale_down", name, why)]
+
+    def _add(self, run, n: int, rate: float, base: Optional[Tuple[int, float]], why: str,
+             out: List[Action]) -> Asks:
+        spare = next_spare(run)
+        if spare is None:
+            return self._hold(run, n, rate, "no spare worker left to add", out, base=base)
+        self.probing = spare.name
+        self._changed(run, run.now, set(self.expect) | {spare.name})
+        base_n, base_rate = base if base is not None else (None, None)
+        out.append(_decision("scaled_up", spare.name, n + 1, n, rate, base_n, base_rate, why))
+        out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {n} workers; adding {spare.name} ({why})"))
+        return [rules.WatchdogAction("scale_up", spare.name, why)]
+
+    def _hold(self, run, n: int, rate: float, why: str, out: List[Action],
+              base: Optional[Tuple[int, float]] = None) -> Asks:
+        self.held, self.probing = True, None
+        base_n, base_rate = base if base is not None else (None, None)
+        out.append(_decision("scale_held", None, n, n, rate, base_n, base_rate, why))
+        out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {n} workers; holding ({why})"))
+        return []
+
+    def _changed(self, run, now: float, workers: set) -> None:
+        self.expect, self.changed_at, self.since = frozenset(workers), now, None
+
+    def _kill_if_slow(self, run, now: float, out: List[Action]) -> None:
+        """A removed worker that has not ended ``stop_timeout`` after its SIGTERM gets SIGKILL."""
+        if self.removing is None:
+            return
+        name, at = self.removing
+        t = run.tasks.get(name)
+        if t is None or t.state != TaskState.STOPPING:
+            self.removing = None
+        elif now - at >= run.s.stop_timeout:
+            self.removing = None
+            out.append(Kill(name, signal.SIGKILL))
+
+
+def _reports(run, name: str) -> bool:
+    """Worker ``name`` (here) runs and has reported progress since it started (a worker
+    elsewhere is taken as reporting)."""
+    t = run.tasks.get(name)
+    return t is None or (t.state == TaskState.RUNNING and t.alive_at is not None)
+
+
+def _decision(event: str, task: Optional[str], workers: int, measured: int, rate: float,
+              base_workers: Optional[int], base_rate: Optional[float], why: str):
+    return log_event(event, task, workers=workers, measured_workers=measured, rate=round(rate, 3),
+                     base_workers=base_workers,
+                     base_rate=None if base_rate is None else round(base_rate, 3), reason=why)
+
+
+def next_spare(run) -> Optional[TaskTrack]:
+    """The spare worker to add next: the lowest index not being stopped."""
+    spares = [t for t in run.tasks.values() if t.spare
+              and t.state in (TaskState.PENDING, TaskState.RESTARTING)]
+    return min(spares, key=lambda t: int(t.name.rsplit(":", 1)[1]), default=None)
+
+
+# ---------------------------------------------------------------------------- the machine's side
+def ask_scale_up(run, a: rules.WatchdogAction, out: List[Action]) -> bool:
+    """``scale_up``: spare worker ``a.task`` joins the run, started as a worker coming back is
+    (the ``on_change`` mode's ``back``: alone, or with the tasks it restarts)."""
+    t = run.tasks.get(a.task)
+    if t is None or not t.spare or t.state not in (TaskState.PENDING, TaskState.RESTARTING):
+        return False
+    t.spare, t.left, t.why = False, "", ""
+    if t.state == TaskState.PENDING:
+        t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
+    else:
+        t.restarts += 1          # a new attempt (TFCLUSTER_RESTART_COUNT), not from its budget
+    t.start_at = float("inf")
+    run.success.recount(run)
+    run.elastic.back(run, [t], out)
+    return False
+
+
+def ask_scale_down(run, a: rules.WatchdogAction, out: List[Action]) -> bool:
+    """``scale_down``: worker ``a.task`` leaves the run: SIGTERM now; spare again once it ended
+    (:func:`removed_exited`)."""
+    t = run.tasks.get(a.task)
+    if t is None or t.state != TaskState.RUNNING:
+        return False
+    t.spare, t.left = True, f"removed by elastic.scale: {a.reason}"
+    t.state = check_transition(t.state, TaskState.STOPPING, t.name)
+    run.success.recount(run)
+    out.append(Kill(t.name, signal.SIGTERM))
+    return False
+
+
+def removed_exited(run, t: TaskTrack, out: List[Action]) -> None:
+    """A worker the policy removed has ended: spare again (RESTARTING, not started), shown as a
+    worker that left; the ``on_change`` mode hears that it left."""
+    t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
+    t.start_at = float("inf")
+    out.append(run._exit_event(t, TaskState.STOPPED))
+    out.append(Say(f"{t.name} left the run (removed by elastic.scale): going on with {run.workers_line()}"))
+    run.elastic.left(run, t.name, out)
+
+
+#: the kinds of request the sizing policy makes (tfcluster.core.machine.RunMachine.ASKS)
+ASKS: Dict[str, object] = {"scale_up": ask_scale_up, "scale_down": ask_scale_down}

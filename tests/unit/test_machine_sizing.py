@@ -1,0 +1,218 @@
+"""The sizing policy (``elastic.scale: throughput``, tfcluster.core.policies.sizing) in the run
+machine, driven by tables of events as in test_machine.py: a recorded rate model gives the global
+steps/s for each number of workers reporting, every worker reports the global step once a second,
+the driver's side is played by :func:`drive` (a Start is answered Started, a SIGTERM Exited). No
+processes, no clock."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+from test_machine import logged, make, of, says
+
+from tfcluster.core.machine import (
+    Exited,
+    Kill,
+    Phase,
+    Progressed,
+    Regroup,
+    Regrouped,
+    Start,
+    Started,
+    TaskState,
+    Tick,
+    replay,
+)
+from tfcluster.errors import UserError
+
+SIX = ("ps:0",) + tuple(f"worker:{i}" for i in range(6))
+
+
+def sized(names=SIX, start=2, max_workers=6, **kw):
+    kw.setdefault("min_workers", 1)
+    kw.setdefault("scale_window", 4.0)
+    kw.setdefault("scale_every", 6.0)
+    m = make(names, max_workers=max_workers, scale="throughput", **kw)
+    for n, t in m.tasks.items():
+        t.spare = t.job == "worker" and int(n.split(":")[1]) >= start
+    m.log_inputs = True
+    return m
+
+
+def drive(m, rate_of, until, start_delay=1.5, lose=None):
+    """Run the machine from 0 to ``until`` seconds: Ticks every 0.5 s (the watchdogs look), each
+    running worker reports the global step each second once it has been up ``start_delay``;
+    the global step grows at ``rate_of(workers reporting)``. ``lose``: (time, worker) that fails.
+    Returns every action and the workers reporting at each second."""
+    acts, up, step, now, seen = [], {}, 0.0, 0.0, []
+
+    def carry(out):
+        for a in out:
+            if isinstance(a, Start):
+                up[a.task] = now
+                acts.extend(m.handle(Started(a.task, 1000 + len(acts), now)))
+            elif isinstance(a, Kill) and a.task in up:
+                del up[a.task]
+                carry(m.handle(Exited(a.task, -signal.SIGTERM, now + 0.1)))
+            elif isinstance(a, Regroup):
+                for name in list(up):
+                    if m.tasks[name].state == TaskState.STOPPING:
+                        del up[name]
+                carry(m.handle(Regrouped(True, now)))
+        acts.extend(out)
+
+    out = m.begin(0.0)
+    carry(out)
+    while now < until and not m.finished:
+        now = round(now + 0.5, 3)
+        if lose and abs(now - lose[0]) < 1e-9 and lose[1] in up:
+            del up[lose[1]]
+            carry(m.handle(Exited(lose[1], 1, now)))
+        if now == int(now):
+            workers = [n for n, at in up.items() if n.startswith("worker") and now - at >= start_delay]
+            step += rate_of(len(workers))
+            seen.append((now, len(workers)))
+            for n in workers:
+                carry(m.handle(Progressed(n, int(step), now)))
+        carry(m.handle(Tick(now, True)))
+    return acts, seen
+
+
+def decisions(acts):
+    return [(e.event, e.task, e.as_dict()["workers"]) for e in logged(acts, "scaled_up") +
+            logged(acts, "scaled_down") + logged(acts, "scale_held")]
+
+
+def ordered(acts):
+    keep = ("scaled_up", "scaled_down", "scale_held")
+    return [(a.event, a.task, a.as_dict()["workers"]) for a in acts
+            if getattr(a, "event", None) in keep]
+
+
+def test_link_bound_it_grows_while_workers_help_and_removes_the_one_that_does_not():
+    m = sized()
+    acts, _ = drive(m, lambda n: 10.0 * min(n, 4), until=90)   # the ps saturate at 4 workers
+    assert ordered(acts) == [("scaled_up", "worker:2", 3), ("scaled_up", "worker:3", 4),
+                             ("scaled_up", "worker:4", 5), ("scaled_down", "worker:4", 4)]
+    assert sorted(m.workers_in()) == ["worker:0", "worker:1", "worker:2", "worker:3"]
+    down = logged(acts, "scaled_down")[0].as_dict()
+    assert down["rate"] == pytest.approx(40, abs=3) and down["base_rate"] == pytest.approx(40, abs=3)
+    assert down["measured_workers"] == 5 and down["base_workers"] == 4
+    up = logged(acts, "scaled_up")[1].as_dict()      # worker 3 added 10 of 10 per worker
+    assert up["rate"] == pytest.approx(30, abs=3) and up["base_rate"] == pytest.approx(20, abs=3)
+    w4 = m.tasks["worker:4"]     # removed: out of the run as a worker that left, not failed
+    assert w4.spare and w4.state == TaskState.RESTARTING and "removed by elastic.scale" in w4.left
+    assert m.shown("worker:4") == "left" and "worker:4" in m.workers_left()
+    assert not m.decided and m.root_cause is None and m.phase == Phase.RUN
+    assert "worker:4 left the run (removed by elastic.scale): going on with 4 of 4 workers, min 1, max 6" \
+        in says(acts)
+    assert m.tasks["worker:5"].state == TaskState.PENDING and m.shown("worker:5") == "spare"
+
+
+def test_it_never_changes_the_workers_sooner_than_scale_every():
+    m = sized(scale_every=10.0)
+    acts, _ = drive(m, lambda n: 10.0 * min(n, 4), until=120)
+    at = [s.task for s in of(acts, Start)]
+    assert at[:3] == ["ps:0", "worker:0", "worker:1"]
+    times = [a for a in m.inputs if isinstance(a, Started) and a.task not in ("ps:0", "worker:0", "worker:1")]
+    times = [a.now for a in times]
+    assert len(times) == 3 and all(b - a >= 10.0 for a, b in zip(times, times[1:]))
+
+
+def test_cpu_bound_it_adds_one_worker_finds_no_gain_removes_it_and_holds():
+    m = sized()
+    acts, seen = drive(m, lambda n: 30.0 if n else 0.0, until=120)   # the CPU is the bound
+    assert ordered(acts) == [("scaled_up", "worker:2", 3), ("scaled_down", "worker:2", 2)]
+    assert max(n for _, n in seen) <= 3 and seen[-1][1] == 2
+    assert len(of(acts, Start)) == 4                  # ps, the two first workers, worker:2 once
+
+
+def test_a_small_gain_below_scale_gain_is_not_kept():
+    m = sized(scale_gain=0.5)
+    # worker 3 adds 4 steps/s where one worker's share is 10: 40% < 50%
+    acts, _ = drive(m, lambda n: {0: 0, 1: 10, 2: 20}.get(n, 24.0), until=60)
+    assert ordered(acts) == [("scaled_up", "worker:2", 3), ("scaled_down", "worker:2", 2)]
+
+
+def test_it_holds_at_max_workers():
+    m = sized(max_workers=4)
+    acts, _ = drive(m, lambda n: 10.0 * n, until=90)
+    assert ordered(acts) == [("scaled_up", "worker:2", 3), ("scaled_up", "worker:3", 4),
+                             ("scale_held", None, 4)]
+    assert "at max_workers (4)" in logged(acts, "scale_held")[0].as_dict()["reason"]
+    assert m.tasks["worker:4"].state == TaskState.PENDING      # a spare it never needed
+
+
+def test_a_change_of_the_run_after_a_hold_makes_it_measure_and_probe_again():
+    m = sized(policy="never")
+    acts, _ = drive(m, lambda n: 10.0 * min(n, 3), until=120, lose=(70.0, "worker:1"))
+    got = ordered(acts)
+    assert got[:3] == [("scaled_up", "worker:2", 3), ("scaled_up", "worker:3", 4),
+                       ("scaled_down", "worker:3", 3)]
+    assert "elastic.scale: the workers changed" in says(acts)
+    assert ("scaled_up", "worker:3", 3) in got[3:]       # the lost worker's place is probed again
+    assert m.tasks["worker:3"].restarts == 1             # its second attempt
+
+
+def test_a_shape_that_restarts_on_a_change_restarts_every_task_to_add_a_worker():
+    m = sized(on_change="restart", max_workers=3)
+    acts, _ = drive(m, lambda n: 10.0 * n, until=40)
+    assert ordered(acts)[0] == ("scaled_up", "worker:2", 3)
+    assert logged(acts, "cluster_restarting") and of(acts, Regroup)
+    assert "worker:2" in [s.task for s in of(acts, Start)][3:]
+
+
+def test_a_run_not_sized_never_adds_a_worker():
+    m = make(("ps:0", "worker:0", "worker:1"), min_workers=1)
+    acts, _ = drive(m, lambda n: 10.0 * n, until=40)
+    assert ordered(acts) == [] and len(of(acts, Start)) == 3
+
+
+def test_a_replay_of_the_logged_inputs_gives_the_same_decisions():
+    m = sized()
+    acts, _ = drive(m, lambda n: 10.0 * min(n, 4), until=90)
+    again = sized()
+    assert ordered(replay(again, 0.0, m.inputs)) == ordered(acts)
+
+
+# ---------------------------------------------------------------------------- the plan
+def _plan(tmp_path, elastic, workers="2", backend=""):
+    from tfcluster.clusterfile import config
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    f = tmp_path / "c.yaml"
+    f.write_text(f"cluster: {{ps: 1, worker: {workers}}}\nprogram: {{command: [python, t.py]}}\n"
+                 f"elastic: {elastic}\n" + (f"backend: {backend}\n" if backend else ""))
+    return build_plan(config.load(str(f)), LaunchOptions(logdir=str(tmp_path / "runs")))
+
+
+def test_the_plan_holds_the_extra_workers_in_every_task_s_cluster(tmp_path):
+    plan = _plan(tmp_path, "{min_workers: 1, max_workers: 4, scale: throughput, scale_window: 5}")
+    assert len(plan.cluster["worker"]) == 4 and len(set(plan.cluster["worker"])) == 4
+    assert plan.sizing.start_workers == 2 and plan.sizing.window == 5.0 and plan.sizing.gain == 0.5
+    m = __import__("tfcluster.core.machine", fromlist=["RunMachine"]).RunMachine.from_plan(plan)
+    assert [n for n, t in m.tasks.items() if t.spare] == ["worker:2", "worker:3"]
+    assert [a.task for a in m.begin(0.0)] == ["ps:0", "worker:0", "worker:1"]
+    assert m.s.scale == "throughput" and m.s.max_workers == 4
+    from tfcluster.plan.runplan import RunPlan
+    assert RunPlan.from_dict(plan.to_dict()).sizing == plan.sizing
+
+
+@pytest.mark.parametrize("elastic, words", [
+    ("{min_workers: 1, max_workers: 1, scale: throughput}",
+     "elastic.max_workers: 1 is fewer than the file's 2 worker(s)"),
+    ("{min_workers: 2, max_workers: 2, scale: throughput}", None),
+    ("{min_workers: 1, scale: throughput}", "elastic.scale: needs elastic.max_workers"),
+    ("{min_workers: 1, max_workers: 4}", "elastic.max_workers: nothing adds the extra workers"),
+])
+def test_bad_sizing_is_one_line_naming_the_field(tmp_path, elastic, words):
+    if words is None:
+        assert _plan(tmp_path, elastic).sizing.max_workers == 2
+        return
+    with pytest.raises(UserError) as e:
+        _plan(tmp_path, elastic)
+    assert str(e.value).startswith(words) and "\n" not in str(e.value)
+
+
+def test_slurm_allocations_do_not_grow(tmp_path):
+    with pytest.raises(UserError, match="elastic.max_workers: a Slurm allocation does not grow"):
+        _plan(tmp_path, "{min_workers: 1, max_workers: 4, scale: throughput}", backend="slurm")
