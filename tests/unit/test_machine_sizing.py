@@ -216,3 +216,35 @@ def test_bad_sizing_is_one_line_naming_the_field(tmp_path, elastic, words):
 def test_slurm_allocations_do_not_grow(tmp_path):
     with pytest.raises(UserError, match="elastic.max_workers: a Slurm allocation does not grow"):
         _plan(tmp_path, "{min_workers: 1, max_workers: 4, scale: throughput}", backend="slurm")
+
+
+def test_run_json_and_status_show_the_rates_with_the_workers_beside_them():
+    from tfcluster.runs.record import workers_fields
+    from tfcluster.runs.status import workers_line
+    m = sized(max_workers=4)
+    drive(m, lambda n: 10.0 * n, until=90)
+    fields = workers_fields(len(m.workers_in()), m.workers_total(), 1, m.workers_left(), 4, m.sizing_fields())
+    rates = fields["sizing"]["rates"]
+    assert [n for _, n, _ in rates][:1] == [2] and rates[-1][1] == 4
+    assert all(r == pytest.approx(10.0 * n, rel=0.15) for _, n, r in rates)
+    assert [d[1] for d in fields["sizing"]["decisions"]] == ["scaled_up", "scaled_up", "scale_held"]
+    line = workers_line({"workers": fields})
+    assert line.startswith("workers: 4 of 4, min 1, max 4; sizing: 40") and "scale_held: " in line
+    assert make(("ps:0", "worker:0")).sizing_fields() is None
+
+
+def test_the_report_lists_the_rate_over_time_with_the_workers_beside_it():
+    from tfcluster.runs.eventlog import format_event
+    from tfcluster.runs.record import workers_fields
+    from tfcluster.runs.report_sizing import sizing_html
+    m = sized(max_workers=3)
+    acts, _ = drive(m, lambda n: 10.0 * n, until=60)
+    record = {"workers": workers_fields(3, 3, 1, {}, 3, m.sizing_fields())}
+    page = sizing_html(record, 0.0)
+    assert "<h2>Workers sized by throughput</h2>" in page and "at most 3" in page
+    assert page.count("<tr>") == len(m.sizing_fields()["rates"]) + 1
+    assert "scaled_up worker:2: measuring what worker 3 adds" in page
+    assert sizing_html({"workers": {"in": 2}}, 0.0) == "" and sizing_html({}, 0.0) == ""
+    ev = logged(acts, "scaled_up")[0]
+    line = format_event({"time": 1.0, "event": ev.event, "task": ev.task, **ev.as_dict()})
+    assert line.startswith("elastic.scale: 20") and "with 2 workers: added worker:2, 3 workers" in line

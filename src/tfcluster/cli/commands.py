@@ -107,9 +107,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from tfcluster.core.messages import elastic_line
         from tfcluster.plan.backend_kind import recorded_kind
         kind = recorded_kind(getattr(args, "backend", None) or getattr(cluster.spec, "backend", None))
-        print(elastic_line(elastic.min_workers, sum(1 for t in cluster.tasks if t.job == "worker"),
-                           elastic.on_change, kind.name if kind.rejoins_at_new_address else "",
-                           cluster.jobs))
+        n = sum(1 for t in cluster.tasks if t.job == "worker")
+        top = getattr(elastic, "max_workers", None)
+        print(elastic_line(elastic.min_workers, top or n, elastic.on_change,
+                           kind.name if kind.rejoins_at_new_address else "", cluster.jobs,
+                           start=n if top else None))
     width = max(len(t.name) for t in cluster.tasks)
     placed = _placed(cluster)
     for t in cluster.tasks:

@@ -195,7 +195,7 @@ def nothing_trained(step: int, target: int, checkpoint_dir: Optional[str],
 
 
 def elastic_line(min_workers: int, workers: int, on_change: str, new_address_on: str = "",
-                 jobs: Iterable[str] = ()) -> str:
+                 jobs: Iterable[str] = (), start: Optional[int] = None) -> str:
     """What an elastic run does (validate, the launch's first lines). With ``go-on`` on a
     backend whose returning workers land at a new address (``new_address_on``, its name: Ray's;
     BackendKind.rejoins_at_new_address), also what growth does for the shape of the cluster's
@@ -206,6 +206,10 @@ def elastic_line(min_workers: int, workers: int, on_change: str, new_address_on:
                                "workers in the run"}.get(on_change, "the others go on")
     line = (f"elastic: goes on with at least {min_workers} of {workers} workers; when one leaves "
             f"or comes back, {change}")
+    if start is not None:      # sized (elastic.scale): ``workers`` is max_workers
+        line = (f"elastic: starts {start} of up to {workers} workers and adds one while it raises "
+                f"the global steps/s (elastic.scale: throughput); goes on with at least "
+                f"{min_workers}; when one leaves or comes back, {change}")
     if not new_address_on or on_change != "go-on":
         return line
     if "ps" in set(jobs):

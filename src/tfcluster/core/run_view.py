@@ -5,10 +5,10 @@ run, the tasks seen to stall. :class:`RunView` is the read-only side of
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from tfcluster.core import rules
-from tfcluster.core.policies import watchdog
+from tfcluster.core.policies import sizing, watchdog
 from tfcluster.core.rules import describe_exit
 from tfcluster.core.states import Phase, RunState, TaskState
 
@@ -113,6 +113,18 @@ class RunView:
         out = {n: t.left for n, t in self.tasks.items() if t.left}
         out.update({n: why for n, (why, _node) in self.peers_left.items()})
         return out
+
+    def sizing_fields(self) -> Optional[Dict[str, object]]:
+        """Sized runs (``elastic.scale``): run.json's ``workers.sizing`` -- the rate measured over
+        time with the workers beside it (``rates``: [time, workers, steps/s]) and every decision
+        (``decisions``: [time, event, worker, workers after it, steps/s, reason]); else None."""
+        if not self.s.scale:
+            return None
+        dog = next((d for d in self.watchdogs.run if isinstance(d, sizing.Sizing)), None)
+        if dog is None:
+            return None
+        return {"scale": self.s.scale, "rates": [list(h) for h in dog.history],
+                "decisions": [list(d) for d in dog.decisions]}
 
     def left_nodes(self) -> List[str]:
         """The nodes that workers left the run with (a driver asks its backend for them)."""

@@ -257,7 +257,8 @@ class Supervisor:
             d.info(elastic_line(self.plan.min_workers, sum(1 for t in self.plan.tasks if t.job == "worker"),
                                 self.plan.on_change,
                                 self.plan.kind.name if self.plan.kind.rejoins_at_new_address else "",
-                                {t.job for t in self.plan.tasks}))
+                                {t.job for t in self.plan.tasks},
+                                self.plan.sizing.start_workers if self.plan.sizing else None))
         if self.skipped:
             why = ("not on --host " + ", ".join(self.plan.only_hosts)) if self.plan.only_hosts \
                 else "not this machine"
@@ -653,7 +654,8 @@ class Supervisor:
 
     def _workers_fields(self) -> dict:
         m = self.machine
-        return workers_fields(len(m.workers_in()), m.workers_total(), self.plan.min_workers, m.workers_left())
+        return workers_fields(len(m.workers_in()), m.workers_total(), self.plan.min_workers, m.workers_left(),
+                              m.s.max_workers, m.sizing_fields())
 
     def _write_record(self, force: bool = False, data: Optional[dict] = None) -> None:
         if not os.path.isdir(self.plan.run_dir):

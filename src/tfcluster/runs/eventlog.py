@@ -416,6 +416,10 @@ def format_event(ev: Dict[str, Any]) -> str:
                 + (f": {g('reason')}" if g("reason") else ""))
     if name == "run_ended":
         return f"run ended: {g('result')}, exit code {g('exit_code')}"
+    if name in ("scaled_up", "scaled_down", "scale_held"):
+        verb = {"scaled_up": f"added {who}", "scaled_down": f"removed {who}", "scale_held": "holding"}[name]
+        return (f"elastic.scale: {g('rate')} steps/s with {g('measured_workers')} workers: {verb}, "
+                f"{g('workers')} workers" + (f" ({g('reason')})" if g("reason") else ""))
     rest = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in ("time", "event", "task"))
     return f"{name} {who}" + (f": {rest}" if rest else "")
 

@@ -67,10 +67,16 @@ def run_record(plan, *, backend: str, started: float, ended: Optional[float], re
     return data
 
 
-def workers_fields(live: int, of: int, least: int, left: Dict[str, str]) -> Dict[str, Any]:
-    """run.json's ``workers`` (elastic runs): in the run now, of the file's, the least the run
-    goes on with, and those that left (why)."""
-    return {"in": live, "of": of, "min": least, "left": dict(left)}
+def workers_fields(live: int, of: int, least: int, left: Dict[str, str], most: Optional[int] = None,
+                   sizing: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """run.json's ``workers`` (elastic runs): in the run now, of the file's (and those the
+    sizing added), the least the run goes on with, and those that left (why); sized runs also
+    ``max`` (elastic.max_workers) and ``sizing`` (the rates measured and the decisions:
+    :meth:`tfcluster.core.run_view.RunView.sizing_fields`)."""
+    out = {"in": live, "of": of, "min": least, "left": dict(left)}
+    if most is not None:
+        out.update({"max": most, "sizing": sizing})
+    return out
 
 
 def network_fields(plan) -> Dict[str, Any]:

@@ -49,6 +49,7 @@ from tfcluster.runs.report_model import (
     _text,
     build_model,
 )
+from tfcluster.runs.report_sizing import sizing_html
 from tfcluster.runs.table import HEADER, task_rows
 from tfcluster.terminal import printable
 
@@ -565,6 +566,7 @@ def render_html(m: Dict[str, Any]) -> str:
 {timeline_svg(m)}
 <h2>Global step per task</h2>
 {steps_svg(m)}
+{sizing_html(r, m["t0"])}
 <h2>Tasks</h2>
 {task_table}
 <h2>Events</h2>

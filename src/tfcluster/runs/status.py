@@ -41,7 +41,23 @@ def workers_line(record: Dict[str, Any]) -> str:
         return ""
     left = w.get("left") if isinstance(w.get("left"), dict) else {}
     why = "; ".join(f"{printable(str(n))} left: {printable(str(r))}" for n, r in sorted(left.items()))
-    return f"workers: {w['in']} of {w['of']}, min {w['min']}" + (f" ({why})" if why else "")
+    top = f", max {w['max']}" if isinstance(w.get("max"), int) else ""
+    return f"workers: {w['in']} of {w['of']}, min {w['min']}{top}" + (f" ({why})" if why else "") \
+        + sizing_words(w.get("sizing"))
+
+
+def sizing_words(sizing: Any) -> str:
+    """A sized run's last measurement and decision, as run.json's ``workers.sizing`` holds them:
+    "; sizing: 66.72 steps/s with 4 workers (scale_held: at max_workers (4))"."""
+    if not isinstance(sizing, dict):
+        return ""
+    rates = [r for r in sizing.get("rates") or [] if isinstance(r, list) and len(r) == 3]
+    decisions = [d for d in sizing.get("decisions") or [] if isinstance(d, list) and len(d) == 6]
+    if not rates:
+        return "; sizing: measuring"
+    _, n, rate = rates[-1]
+    last = f" ({printable(str(decisions[-1][1]))}: {printable(str(decisions[-1][5]))})" if decisions else ""
+    return f"; sizing: {rate} steps/s with {n} workers{last}"
 
 
 def network_line(record: Dict[str, Any]) -> str:

@@ -52,6 +52,8 @@ class Sizing:
         self.held = False                         # no more probing until the run changes
         self.removing: Optional[Tuple[str, float]] = None   # (worker, when it was sent SIGTERM)
         self.history: List[Tuple[float, int, float]] = []
+        #: every decision: (time, event, worker or None, workers after it, rate, reason)
+        self.decisions: List[Tuple[float, str, Optional[str], int, float, str]] = []
 
     # ------------------------------------------------------------------ the look
     def look(self, run, now: float, out: List[Action]) -> Asks:
@@ -65,7 +67,16 @@ class Sizing:
 
     def _state(self) -> tuple:
         return (self.expect, self.since, self.base, self.probing, self.held, self.removing,
-                len(self.history))
+                len(self.history), len(self.decisions))
+
+    def _decide(self, run, event: str, task: Optional[str], workers: int, measured: int,
+                rate: float, base: Optional[Tuple[int, float]], why: str, out: List[Action]) -> None:
+        """Log a decision (an events.jsonl row with the rates it was based on) and keep it."""
+        base_n, base_rate = base if base is not None else (None, None)
+        self.decisions.append((round(run.now, 3), event, task, workers, round(rate, 3), why))
+        out.append(log_event(event, task, workers=workers, measured_workers=measured,
+                             rate=round(rate, 3), base_workers=base_n,
+                             base_rate=None if base_rate is None else round(base_rate, 3), reason=why))
 
     def _look(self, run, now: float, out: List[Action]) -> Asks:
         self._kill_if_slow(run, now, out)
@@ -137,7 +148,7 @@ class Sizing:
         self.held, self.removing = True, (name, now)
         self._changed(run, now, set(self.expect) - {name})
         self.base = (base_n, base_rate)
-        out.append(_decision("scaled_down", name, n - 1, n, rate, base_n, base_rate, why))
+        self._decide(run, "scaled_down", name, n - 1, n, rate, (base_n, base_rate), why, out)
         out.append(Say(f"elastic.scale: {why}"))
         return [rules.WatchdogAction("scale_down", name, why)]
 
@@ -148,16 +159,14 @@ class Sizing:
             return self._hold(run, n, rate, "no spare worker left to add", out, base=base)
         self.probing = spare.name
         self._changed(run, run.now, set(self.expect) | {spare.name})
-        base_n, base_rate = base if base is not None else (None, None)
-        out.append(_decision("scaled_up", spare.name, n + 1, n, rate, base_n, base_rate, why))
+        self._decide(run, "scaled_up", spare.name, n + 1, n, rate, base, why, out)
         out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {n} workers; adding {spare.name} ({why})"))
         return [rules.WatchdogAction("scale_up", spare.name, why)]
 
     def _hold(self, run, n: int, rate: float, why: str, out: List[Action],
               base: Optional[Tuple[int, float]] = None) -> Asks:
         self.held, self.probing = True, None
-        base_n, base_rate = base if base is not None else (None, None)
-        out.append(_decision("scale_held", None, n, n, rate, base_n, base_rate, why))
+        self._decide(run, "scale_held", None, n, n, rate, base, why, out)
         out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {n} workers; holding ({why})"))
         return []
 
@@ -182,13 +191,6 @@ def _reports(run, name: str) -> bool:
     elsewhere is taken as reporting)."""
     t = run.tasks.get(name)
     return t is None or (t.state == TaskState.RUNNING and t.alive_at is not None)
-
-
-def _decision(event: str, task: Optional[str], workers: int, measured: int, rate: float,
-              base_workers: Optional[int], base_rate: Optional[float], why: str):
-    return log_event(event, task, workers=workers, measured_workers=measured, rate=round(rate, 3),
-                     base_workers=base_workers,
-                     base_rate=None if base_rate is None else round(base_rate, 3), reason=why)
 
 
 def next_spare(run) -> Optional[TaskTrack]:
