@@ -248,3 +248,13 @@ def test_the_report_lists_the_rate_over_time_with_the_workers_beside_it():
     ev = logged(acts, "scaled_up")[0]
     line = format_event({"time": 1.0, "event": ev.event, "task": ev.task, **ev.as_dict()})
     assert line.startswith("elastic.scale: 20") and "with 2 workers: added worker:2, 3 workers" in line
+
+
+def test_the_dry_run_names_the_spare_workers_and_the_first_ones_count_the_workers_in_the_run(tmp_path):
+    plan = _plan(tmp_path, "{min_workers: 1, max_workers: 3, scale: throughput}")
+    assert plan.env(plan.task("worker:0"))["TFCLUSTER_LIVE_WORKERS"] == "2"
+    from tfcluster.backends.local import LocalBackend
+    from tfcluster.drivers.describe import describe
+    text = describe(plan, LocalBackend())
+    assert "worker:2  (" in text and "spare: started when elastic.scale adds it" in text.split("worker:2")[1]
+    assert "spare" not in text.split("worker:2")[0]

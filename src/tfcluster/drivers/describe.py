@@ -18,7 +18,9 @@ def describe(plan: RunPlan, backend: Backend) -> str:
         spec = ProcessSpec(name=t.name, argv=argv, env=plan.env(t), cwd=t.cwd,
                            host=t.host)
         view = backend.describe(spec)
-        out.append(f"{t.name}  ({t.endpoint})  {view['where']}")
+        spare = plan.sizing is not None and plan.sizing.spare(t.job, t.index)
+        out.append(f"{t.name}  ({t.endpoint})  {view['where']}"
+                   + ("; spare: started when elastic.scale adds it" if spare else ""))
         out.append("  argv: " + " ".join(shlex.quote(a) for a in secrets.mask_argv(view["argv"], declared, values)))
         out.append(f"  cwd:  {view['cwd']}")
         for k, v in secrets.mask_env(spec.env, declared, values).items():

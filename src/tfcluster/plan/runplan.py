@@ -171,7 +171,8 @@ class RunPlan:
     def live_workers(self, task: TaskPlan, live: Optional[List[str]]) -> List[str]:
         """The workers in the run, in index order: ``live`` (default: every worker of the plan),
         with ``task`` itself when it is a worker about to start."""
-        names = [t.name for t in self.tasks if t.job == "worker"] if live is None else list(live)
+        names = [t.name for t in self.tasks if t.job == "worker" and not (self.sizing and self.sizing.spare(
+            t.job, t.index))] if live is None else list(live)   # (not the spare workers of a sized run)
         if task.job == "worker":
             names.append(task.name)
         return sorted(set(names), key=lambda n: int(n.rsplit(":", 1)[1]))
