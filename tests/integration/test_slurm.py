@@ -536,7 +536,7 @@ def test_slurm_time_limit_warning_stops_in_order_and_requeues_a_segment(slurm_cl
             pytest.fail("no progress: " + p.communicate(timeout=60)[0][-3000:])
         job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
         subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True, timeout=30)
-        out, _ = p.communicate(timeout=420)     # a requeued job waits ~2 min (BeginTime)
+        out, _ = p.communicate(timeout=300)     # a requeued job waits ~10 s (cred_expire)
     finally:
         if p.poll() is None:
             p.kill()
