@@ -20,6 +20,8 @@ UNDOCUMENTED = ["-5", "1-"]
 BAD_TIMES = ["abc", "1h", "1:00:00:00", "1:2:3-4", "", "1.5", "1::00", "one", "1 -2",
              "1:00:00\n#SBATCH --x"] + UNDOCUMENTED
 
+# cred_expire=10: a requeued job waits ~10 s before it may start again, not Slurm's 120 s
+# (the requeue tests of test_slurm.py; tests/helpers/slurm_nodes.py does the same)
 SLURM_CONF = """\
 ClusterName=tfctest
 SlurmctldHost=localhost(127.0.0.1)
@@ -28,7 +30,7 @@ SlurmdPort={d_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={dir}/munge.sock
+AuthInfo=socket={dir}/munge.sock,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={dir}/state
 SlurmdSpoolDir={dir}/spool

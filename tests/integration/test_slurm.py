@@ -399,7 +399,8 @@ def test_slurm_honours_the_watchdog(slurm_cluster, tmp_path):
     r = _launch(tmp_path / "cluster.yaml", "--run-id", "w1", "--progress-interval", "0", timeout=90)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-3000:]
-    assert "watchdog: the global step has stood at 5 for 3s" in out, out[-3000:]
+    # 3 s, or twice the wait for the first report where that was longer (a loaded machine)
+    assert re.search(r"watchdog: the global step has stood at 5 for [0-9.]+s", out), out[-3000:]
     # progress lines are consumed on Slurm too: a human line on stderr instead
     assert "@tfcluster progress" not in r.stdout and "tfcluster: worker:0: step 5/100" in r.stderr
     assert slurm_cluster.wait_empty_queue(10) == ""
@@ -536,7 +537,7 @@ def test_slurm_time_limit_warning_stops_in_order_and_requeues_a_segment(slurm_cl
             pytest.fail("no progress: " + p.communicate(timeout=60)[0][-3000:])
         job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
         subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True, timeout=30)
-        out, _ = p.communicate(timeout=420)     # a requeued job waits ~2 min (BeginTime)
+        out, _ = p.communicate(timeout=300)     # a requeued job waits ~10 s (cred_expire)
     finally:
         if p.poll() is None:
             p.kill()

@@ -80,7 +80,7 @@ def _read_until(handle, needle: bytes, timeout=20.0) -> bytes:
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.tf
-def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path):
+def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path, own_tmp):
     """tfcluster launch --backend ssh: each task in its own namespace (all on port 2222)."""
     (tmp_path / "tiny_tf.py").write_text(TINY_TF)
     a, b, c = hosts.addrs
@@ -93,13 +93,13 @@ def test_ssh_trains_1ps_2workers_across_three_hosts(hosts, tmp_path):
     """)
     r = subprocess.run([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh",
                         "--no-live", "--run-id", "s1"], cwd=str(tmp_path), capture_output=True,
-                       text=True, timeout=180)
+                       text=True, timeout=180, env=dict(os.environ, TMPDIR=own_tmp))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "TRAINED worker:0" in out, out[-3000:]
     assert f"grpc://{b}:2222" in out or f"{b}:2222" in out
     assert hosts.wait_quiet() == {}, "processes left in the namespaces"
-    assert not _ssh_clients(), "ssh master connection left running"
+    assert not _ssh_clients(own_tmp), "ssh master connection left running"
 
 
 @pytest.mark.tf
@@ -268,7 +268,7 @@ time.sleep(300)
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "launcher-killed"])
-def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
+def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how, own_tmp):
     """Ctrl-C (SIGINT) to tfcluster launch, or SIGKILL to it: every remote group ends."""
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     a, b, c = hosts.addrs
@@ -277,10 +277,10 @@ def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
         program: {{command: [python, sleeper.py]}}
     """)
     import glob
-    sockets_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "tfc-ssh-*")))
+    tmp = own_tmp
     p = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--backend", "ssh", "--no-live",
                           "--run-id", "x"], cwd=str(tmp_path), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+                         stderr=subprocess.DEVNULL, env=dict(os.environ, TMPDIR=tmp))
     logs = [tmp_path / "runs" / "x" / f"{t}.log" for t in ("ps-0", "worker-0", "worker-1")]
     try:
         deadline = time.time() + 30
@@ -300,14 +300,27 @@ def test_ssh_launch_stopped_leaves_nothing_on_the_hosts(hosts, tmp_path, how):
             p.kill()
             p.wait()
         if how == "launcher-killed":   # its socket folder: a killed launcher cannot remove it
-            for d in set(glob.glob(os.path.join(tempfile.gettempdir(), "tfc-ssh-*"))) - sockets_before:
+            for d in glob.glob(os.path.join(tmp, "tfc-ssh-*")):   # (own_tmp goes after the test)
                 shutil.rmtree(d, ignore_errors=True)
-    assert not _ssh_clients(), "ssh clients or master connections left running"
+    assert not _ssh_clients(tmp), "ssh clients or master connections left running"
 
 
-def _ssh_clients():
+@pytest.fixture
+def own_tmp():
+    """A TMPDIR of the test's own for the launcher: its ssh control sockets go there, so that
+    _ssh_clients(it) sees this test's ssh clients alone, not those of tests beside it (-n). A
+    short path in the temporary folder (0700, mkdtemp): a socket's path has at most 107 bytes."""
+    d = tempfile.mkdtemp(prefix="t")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _ssh_clients(tmp: str):
+    """The ssh clients and master connections still running with a control socket under
+    ``tmp`` (the launcher's TMPDIR, the own_tmp fixture)."""
+    mark = os.path.join(tmp, "tfc-ssh-")
     return [p.pid for p in psutil.process_iter(["cmdline"])
-            if any("tfc-ssh-" in w for w in (p.info["cmdline"] or [])) and _status(p.pid) != psutil.STATUS_ZOMBIE]
+            if any(mark in w for w in (p.info["cmdline"] or [])) and _status(p.pid) != psutil.STATUS_ZOMBIE]
 
 
 def test_ssh_dry_run_shows_the_remote_view_and_leaves_nothing(tmp_path):

@@ -221,6 +221,31 @@ def test_a_full_disk_rewrites_run_json_in_place_within_its_reserve(tmp_path, mon
     assert _json.loads((d / "run.json").read_text())["result"] == "succeeded"
 
 
+def test_a_decided_record_not_yet_closed_keeps_its_reserve_so_the_closed_one_fits_a_full_disk(
+        tmp_path, monkeypatch):
+    """The launcher writes the run's result before its end (``result: succeeded``, ``ended:
+    null``) while it still stops tasks; the disk fills up meanwhile (a task's log): the closed
+    record, longer, must still fit over it. Seen side by side in CI: ``ended`` stayed null."""
+    import errno as _errno
+    import json as _json
+
+    from tfcluster import safe_files as sf
+    from tfcluster.runs import record
+    d = tmp_path / "run"
+    d.mkdir(mode=0o700)
+    record.write_record(str(d), {"result": "running", "ended": None, "tasks": [{"t": 0}]})
+    record.write_record(str(d), {"result": "succeeded", "ended": None, "tasks": [{"t": 0}]})
+    assert (d / "run.json").stat().st_size >= record.RESERVE
+
+    def full(*a, **k):
+        raise OSError(_errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(sf, "_write_replace", full)
+    closed = {"result": "succeeded", "ended": 1764500000.25, "exit_code": 0,
+              "tasks": [{"t": 0, "exit": "exited 0", "ended": 1764500000.25}]}
+    record.write_record(str(d), closed)
+    assert _json.loads((d / "run.json").read_text()) == closed
+
+
 def test_the_reserve_grows_with_the_tasks_so_a_closed_512_task_record_fits_on_a_full_disk(
         tmp_path, monkeypatch):
     """At 512 tasks the closed record is kilobytes longer than the running one (an exit, an end

@@ -91,7 +91,7 @@ def network_fields(plan) -> Dict[str, Any]:
     return out
 
 
-#: spaces kept after a running record's JSON: on a full disk the closed record, a little
+#: spaces kept after a record's JSON until it is closed: on a full disk the closed record, a little
 #: longer (its end, its result, and per task an exit, an end time, a note), is written over it
 #: in place (tfcluster.safe_files.write_json_at)
 RESERVE = 1024
@@ -99,8 +99,9 @@ RESERVE_PER_TASK = 128
 
 
 def reserve_for(data: Dict[str, Any]) -> int:
-    """The spaces a running record keeps for its closed self: grows with the number of tasks."""
-    if data.get("result") != "running":
+    """The spaces a record not yet closed keeps for its closed self (running, or its result
+    decided while the launcher still stops tasks: ``ended`` null): grows with the tasks."""
+    if data.get("result") != "running" and data.get("ended") is not None:
         return 0
     return RESERVE + RESERVE_PER_TASK * len(data.get("tasks") or ())
 
