@@ -94,6 +94,14 @@ And of issue 42:
    (restored from a checkpoint and trained again), ``seconds_to_target``, from step records the
    programs write; ``elastic.pause_over_ray_train``. Goal: tfcluster's pause <= 1 s, 0 steps redone.
 
+And of issue 50:
+
+16. ``sizing`` (``--only sizing``; scripts/bench_sizing.py; run only when named): trainer.py sized
+   by throughput (``elastic: {max_workers: 3, scale: throughput}``, starting from 1 worker)
+   against 1, 2 and 3 workers fixed, time to the same target step on this machine, where the CPU
+   bounds the rate: ``sizing.cpu.time_over_best_fixed`` (goal <= 1.1), ``settled_workers`` (goal:
+   at most the best fixed count + 1). ``sizing.links`` (rate-limited links) is not built yet.
+
 Compared variants alternate within one run and figures are medians of pairwise ratios (this
 machine is noisy). Every cluster uses free ports (bound to port 0 first); every process is
 started in its own process group and killed at the end, on error and on Ctrl-C.
@@ -177,6 +185,10 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
                  scale_ssh_totals=[96, 384], scalefix_base="",
                  elastic_steps=12000, elastic_kill_at=4200, elastic_ckpt_steps=400, elastic_window=120.0),
 }
+
+# issue 50's sizing figures (scripts/bench_sizing.py), the same in every mode: run only when named
+for _mode in SETTINGS.values():
+    _mode.update(sizing_steps=6000, sizing_max_workers=3, sizing_window=4.0, sizing_every=5.0, sizing_gain=0.5)
 
 GOALS = {
     "launch_overhead_ratio": ("<=", 1.03),
@@ -945,6 +957,16 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
         add(f"elastic.{n}.seconds_to_target", get(el, f"{n}.seconds_to_target"), unit="s")
     if el:
         add("elastic.pause_over_ray_train", el.get("pause_over_ray_train"))
+    sz = out.get("sizing") or {}
+    for case in ("cpu", "links") if sz else ():
+        if get(sz, f"{case}.skipped"):
+            add(f"sizing.{case}", "not measured: " + get(sz, f"{case}.skipped"))
+    if get(sz, "cpu.time_over_best_fixed") is not None:
+        v, best, settled = (get(sz, "cpu.time_over_best_fixed"), get(sz, "cpu.best_fixed_workers"),
+                            get(sz, "cpu.settled_workers"))
+        add("sizing.cpu.time_over_best_fixed", v, "<= 1.1", v <= 1.1)
+        add("sizing.cpu.settled_workers (best fixed + 1 at most)", settled, f"<= {best + 1}",
+            None if settled is None else settled <= best + 1)
     sc = out.get("scale") or {}
     loc = sc.get("local") or {}
     for n in sorted((k for k in loc if k.isdigit()), key=int):
@@ -1329,6 +1351,13 @@ def bench_elastic(cfg, tmp, out, notes) -> None:
     figures.bench(cfg, tmp, out, notes, sys.modules[__name__])
 
 
+def bench_sizing(cfg, tmp, out, notes) -> None:
+    """Issue 50: a run sized by throughput against every fixed worker count (scripts/bench_sizing.py)."""
+    sys.path.insert(0, HERE)
+    import bench_sizing as figures
+    figures.bench(cfg, tmp, out, notes, sys.modules[__name__])
+
+
 def bench_data_service(cfg, tmp, out, notes) -> None:
     """Issue 34: an input-bound model (bench_programs/data_input.py, an expensive ``map``) on one
     training worker, its input made in-process (0 data workers) or by the cluster's tf.data
@@ -1371,14 +1400,14 @@ FIGURES = (("launch", bench_launch_overhead), ("training", bench_training),
            ("compute", bench_compute_bound), ("links", bench_links),
            ("transfer", bench_transfer), ("balance", bench_ps_balance), ("scale", bench_scale),
            ("peers", bench_peers), ("embeddings", bench_embeddings), ("ray", bench_ray),
-           ("data_service", bench_data_service), ("elastic", bench_elastic),
+           ("data_service", bench_data_service), ("elastic", bench_elastic), ("sizing", bench_sizing),
            ("fastclose", bench_fastclose), ("scalefix", bench_scalefix))
 EXPERIMENTS = {"fastclose", "scalefix"}  # run only when named in --only
 # figures run only when named in --only: issue 34's, and issue 42's (two fresh two-node Rays, a node
 # killed in each: minutes, and Ray Train from the bench extra)
 # (elastic_kill_at: halfway between two checkpoints of both systems, the mean of a loss at a random
 # time; at a checkpoint's step the kill landed in Ray Train's report of it)
-ON_REQUEST = {"data_service", "elastic"}
+ON_REQUEST = {"data_service", "elastic", "sizing"}   # sizing: issue 50's, 4 runs of trainer.py
 
 
 def compile_checkout() -> bool:
@@ -1400,7 +1429,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--only", metavar="NAMES",
                     help="comma-separated subset of: " + ", ".join(n for n, _ in FIGURES)
-                    + " (fastclose and scalefix are experiments, and data_service and elastic, run only when named)")
+                    + " (fastclose and scalefix are experiments, and data_service, elastic and sizing, run only when named)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting of the mode, e.g. --set reps=3 (see SETTINGS)")

@@ -258,3 +258,19 @@ def test_the_dry_run_names_the_spare_workers_and_the_first_ones_count_the_worker
     text = describe(plan, LocalBackend())
     assert "worker:2  (" in text and "spare: started when elastic.scale adds it" in text.split("worker:2")[1]
     assert "spare" not in text.split("worker:2")[0]
+
+
+def test_the_supervisor_starts_no_spare_worker_and_records_it_as_spare(tmp_path):
+    from helpers.fake import make as make_supervisor
+    cluster = ("    cluster: {ps: [localhost:3000], worker: [localhost:3001, localhost:3002]}\n"
+               "    program: {command: [python, t.py]}\n    grace: 2\n"
+               "    elastic: {min_workers: 1, max_workers: 3, scale: throughput}\n")
+    sup, be, clock, out, err = make_supervisor(tmp_path, cluster, {"worker:0": [(0, 3.0, [])]})
+    assert sup.run() == 0
+    assert [n for n, _ in be.started] == ["ps:0", "worker:0", "worker:1"]
+    import json
+    rec = json.loads((tmp_path / "runs" / "t" / "run.json").read_text())
+    states = {t["task"]: t["state"] for t in rec["tasks"]}
+    assert states["worker:2"] == "spare" and states["worker:1"] != "spare"
+    assert rec["workers"]["max"] == 3 and rec["workers"]["in"] == 2
+    assert "elastic: starts 2 of up to 3 workers" in err.getvalue()

@@ -630,7 +630,8 @@ class Supervisor:
             argv, env = self.masks.argv_env(tr)
             tasks.append(task_row(
                 tr.name, host=tr.plan.host, endpoint=tr.plan.endpoint,
-                chief=tr.name == self.plan.chief, pid=tr.pid, state=tr.state.value,
+                chief=tr.name == self.plan.chief, pid=tr.pid,   # a sized run's spare: spare / left
+                state=self.machine.shown(tr.name) if tr.track.spare and not tr.state.alive else tr.state.value,
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
                 log=tr.log_path, profiler_port=tr.plan.profiler_port,
