@@ -179,7 +179,7 @@ class Follower:
                     st = follow_state(job_id)
                     state = st.word
                     if last == "RUNNING" and state not in ("RUNNING", "COMPLETING", None):
-                        self._note_lost_nodes(job_id, state)   # the segment has ended
+                        self._mark_lost_nodes(job_id, state)   # the segment has ended
                     if state != last and state in ("PENDING", "RUNNING", "REQUEUED"):
                         if state == "RUNNING":
                             self.segments += 1
@@ -225,7 +225,7 @@ class Follower:
     def _watch_elastic(self, job_id: str) -> None:
         """An elastic run (``--no-kill``) while its job runs: a node of the segment that Slurm has
         down is named, and each task that ran there is told to the other nodes' agents through
-        the run folder (:meth:`FolderChannel.note_lost`): their run machines shrink the run or
+        the run folder (:meth:`FolderChannel.mark_lost`): their run machines shrink the run or
         fail it (:class:`tfcluster.core.machine.PeerLost`). Once every other task has ended, srun
         (which waits on for the lost node's tasks) is ended with their highest exit code, as
         srun's own would have been."""
@@ -248,7 +248,7 @@ class Follower:
                      + (f"; it ran {', '.join(tasks)}" if tasks else "")
                      + ": Slurm kept the job (--no-kill); the run's agents decide")
                 for t in tasks:
-                    err = channel.note_lost(t, node, reason, now)
+                    err = channel.mark_lost(t, node, reason, now)
                     if err:
                         info(f"cannot tell the other nodes that {t} was lost: {err}")
         lost_tasks = {t for n in self.lost if n.get("segment") == seg for t in n["tasks"]}
@@ -268,7 +268,7 @@ class Follower:
         """Every task of the run, by name (job:index), in rank order."""
         return [f"{job}:{i}" for job, i in rank_table(self.plan)]
 
-    def _note_lost_nodes(self, job_id: str, state: str) -> None:
+    def _mark_lost_nodes(self, job_id: str, state: str) -> None:
         """The segment just ended: name its nodes that Slurm now has down (a node lost mid-run:
         its slurmd stopped answering), the tasks that ran there, and what Slurm did with the
         job -- requeued it (``--requeue``: ``slurm.requeue``, or the cluster's JobRequeue) or
