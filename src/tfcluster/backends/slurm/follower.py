@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, Iterator, List, Optional
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
 
 from tfcluster import safe_files
 from tfcluster.backends.agent.folder import FolderChannel
@@ -153,7 +153,8 @@ class Follower:
         stop_group(proc, timeout=60.0, ask=None if step else signal.SIGTERM)
 
     # ---- outside: sbatch and follow
-    def run_sbatch(self, name: str) -> int:
+    def _submit(self, name: str) -> Tuple[str, str]:
+        """The batch script written into the run folder and submitted: (job id, its output file)."""
         output = os.path.join(self.run_dir, "slurm-%j.out")
         script = batch_script(self.plan, name=name, output=output)
         path = os.path.join(self.run_dir, "job.sbatch")
@@ -168,6 +169,26 @@ class Follower:
             self.on_submitted(job_id)
         out_path = output.replace("%j", job_id)
         info(f"submitted Slurm job {job_id} ({name}); output: {out_path}; stop it with: scancel {job_id}")
+        return job_id, out_path
+
+    def _interrupted(self, job_id: str, tail: "_Tail") -> int:
+        """Ctrl-C (or SIGTERM): the run stopped in order where it can be, else the job cancelled
+        and waited for (a minute at most), its last output shown."""
+        if self._ordered_stop(job_id, tail):
+            return EXIT_INTERRUPTED
+        info(f"interrupted: cancelling Slurm job {job_id}")
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if follow_state(job_id).over:
+                break
+            time.sleep(0.5)
+        for line in tail.read(final=True):
+            self._line(line)
+        return EXIT_INTERRUPTED
+
+    def run_sbatch(self, name: str) -> int:
+        job_id, out_path = self._submit(name)
         tail = _Tail(out_path)
         st = JobState("PENDING")
         try:
@@ -196,18 +217,7 @@ class Follower:
                         self._watch_elastic(job_id)
                     time.sleep(0.5)
         except KeyboardInterrupt:
-            if self._ordered_stop(job_id, tail):
-                return EXIT_INTERRUPTED
-            info(f"interrupted: cancelling Slurm job {job_id}")
-            subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                if follow_state(job_id).over:
-                    break
-                time.sleep(0.5)
-            for line in tail.read(final=True):
-                self._line(line)
-            return EXIT_INTERRUPTED
+            return self._interrupted(job_id, tail)
         # the output file may lag behind the job's end by a moment
         state, exit_code = st
         deadline = time.time() + 5
