@@ -234,7 +234,7 @@ def test_elastic_a_lost_nodes_worker_leaves_and_a_worker_out_of_restarts_tells_t
     w2 = Node(tmp_path, rank=3, cluster=cluster, extra=extra)
     ps.start()
     w2.start()
-    assert FolderChannel(ps.agent.run_dir).note_lost("worker:1", "n3", "Not responding", 1000.0) is None
+    assert FolderChannel(ps.agent.run_dir).mark_lost("worker:1", "n3", "Not responding", 1000.0) is None
     ps.turn()
     assert not ps.agent.machine.decided
     assert "worker:1 left the run (its node n3 was lost (Not responding)): going on with 2 of 3 " \

@@ -120,7 +120,7 @@ def test_the_follower_applies_tasks_timestamps_and_folds_tensorflow_noise(capsys
     noise = ("[worker:0] I0000 00:00:1796136878.937212   22036 port.cc:153] oneDNN custom "
              "operations are on. You may see slightly different numerical results")
     f = Follower({}, "/nonexistent", quiet=False, progress_every=1e12,
-                 output=OutputOptions.parse(tasks="worker", timestamps=True))
+                 output=OutputOptions(tasks=frozenset({"worker"}), timestamps=True))
     for line in (noise, noise, "[ps:0] serving", "[worker:0] step line", "[worker:1] tfcluster: a note"):
         f._line(line)
     out = capsys.readouterr().out.splitlines()

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tfcluster.cli import main as cli
+from tfcluster.cli.launching import tasks_flag
 from tfcluster.core import messages
 from tfcluster.drivers.display import Display, OutputOptions
 from tfcluster.errors import UserError
@@ -314,7 +315,7 @@ def test_task_filter_host_prefix_and_timestamps():
             pass
 
     out = Buf()
-    opts = OutputOptions.parse(tasks="worker:0,chief")
+    opts = OutputOptions(tasks=tasks_flag("worker:0,chief"))
     d = Display(stream=out, err_stream=Buf(), options=opts)
     for name in ("worker:0", "worker:1", "chief:0", "ps:0"):
         d.task_line(name, "hi")
@@ -323,7 +324,7 @@ def test_task_filter_host_prefix_and_timestamps():
     assert opts.prefix("worker:0", now=0).endswith(".000 [node-a/worker:0] ")
     # --timestamps dates tfcluster's own lines too (its warnings included), not only the tasks'
     out, err = Buf(), Buf()
-    d = Display(stream=out, err_stream=err, options=OutputOptions.parse(timestamps=True))
+    d = Display(stream=out, err_stream=err, options=OutputOptions(timestamps=True))
     d.task_line("worker:0", "a task line")
     d.info("started worker:0 (pid 7)")
     d.error("worker:1 (no progress for 16s, at step 40) while worker:0 goes on")
@@ -333,11 +334,11 @@ def test_task_filter_host_prefix_and_timestamps():
         "tfcluster: started worker:0 (pid 7)",
         "tfcluster: worker:1 (no progress for 16s, at step 40) while worker:0 goes on"], err.text
     assert all(re.match(stamp, x) for x in err.text.splitlines()), err.text
-    assert OutputOptions.parse().stamp() == ""
+    assert OutputOptions().stamp() == ""
     with pytest.raises(UserError, match="--tasks: worker:9"):
-        OutputOptions.parse(tasks="worker:9").check(["ps:0", "worker:0"])
+        OutputOptions(tasks=tasks_flag("worker:9")).check_tasks(["ps:0", "worker:0"])
     with pytest.raises(UserError, match="not a list of tasks"):
-        OutputOptions.parse(tasks="worker:x")
+        tasks_flag("worker:x")
 
 
 def test_security_note_for_hosts_is_once_per_file_and_silenceable(state, tmp_path):

@@ -101,4 +101,4 @@ def test_notes_shown_are_kept_in_the_checked_folder(home):
     assert index.first_time("security", "/x/cluster.yaml")
     assert not index.first_time("security", "/x/cluster.yaml")
     os.chmod(home / ".local" / "state", 0o777)
-    assert not index.noted("security", "/x/cluster.yaml")   # an unsafe folder is not read
+    assert not index.shown_before("security", "/x/cluster.yaml")   # an unsafe folder is not read

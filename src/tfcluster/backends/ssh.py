@@ -427,26 +427,9 @@ class SshBackend(Backend):
         from concurrent.futures import ThreadPoolExecutor
 
         from tfcluster.net.ports import free_ports
-        remote: Dict[str, Dict[str, Dict[str, Any]]] = {}
-        local = []
-        for t in plan.tasks:
-            if self.is_remote(t.host):
-                remote.setdefault(t.host, {})[t.name] = {"port": None if t.port_chosen else t.port,
-                                                         "profiler": plan.profiler and t.job != "evaluator"}
-            elif t.port_chosen or (plan.profiler and t.job != "evaluator"):
-                local.append(t)
+        remote, local = self._wanted(plan)
         base = plan.base_port if plan.base_port_given else None
-        # processes are started from this thread (a child's death signal follows the thread
-        # that started it): the shared connections first, all at once, then the agents
-        for host in remote:
-            self._master(host, self.settings(host), next(iter(remote[host])), wait=False)
-        links: Dict[str, AgentLink] = {}
-        while len(links) < len(remote):     # each host's agent as soon as its connection is up
-            for host in remote:
-                if host not in links and self._master_up(host, self.settings(host), next(iter(remote[host]))):
-                    links[host] = self.agent(host, next(iter(remote[host])), greet=False)
-            if len(links) < len(remote):
-                time.sleep(0.01)
+        links = self._start_agents(remote)
 
         def ask(host: str) -> Dict[str, Any]:
             link = links[host]
@@ -481,6 +464,34 @@ class SshBackend(Backend):
         profilers = {t.name: chosen[t.name][1] for t in plan.tasks if t.name in chosen and chosen[t.name][1]}
         self._placed = plan.with_endpoints(endpoints, profilers)
         return self._placed
+
+    def _wanted(self, plan) -> Tuple[Dict[str, Dict[str, Dict[str, Any]]], List[Any]]:
+        """The ports :meth:`place` chooses: per remote host, task -> its port (None: chosen
+        there) and whether it wants a profiler port; and this machine's tasks that want one."""
+        remote: Dict[str, Dict[str, Dict[str, Any]]] = {}
+        local = []
+        for t in plan.tasks:
+            if self.is_remote(t.host):
+                remote.setdefault(t.host, {})[t.name] = {"port": None if t.port_chosen else t.port,
+                                                         "profiler": plan.profiler and t.job != "evaluator"}
+            elif t.port_chosen or (plan.profiler and t.job != "evaluator"):
+                local.append(t)
+        return remote, local
+
+    def _start_agents(self, remote: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[str, AgentLink]:
+        """Each remote host's agent, not yet greeted. Processes are started from this thread (a
+        child's death signal follows the thread that started it): the shared connections
+        first, all at once, then each host's agent as soon as its connection is up."""
+        for host in remote:
+            self._master(host, self.settings(host), next(iter(remote[host])), wait=False)
+        links: Dict[str, AgentLink] = {}
+        while len(links) < len(remote):
+            for host in remote:
+                if host not in links and self._master_up(host, self.settings(host), next(iter(remote[host]))):
+                    links[host] = self.agent(host, next(iter(remote[host])), greet=False)
+            if len(links) < len(remote):
+                time.sleep(0.01)
+        return links
 
     def host_back(self, host: str) -> bool:
         """Elastic runs: whether ``host``, lost, takes tasks again: a new shared connection and

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------ launch
 def cmd_launch(args: argparse.Namespace) -> int:
     """``tfcluster launch`` (main passes the program after '--' through :func:`launch_request`)."""
-    return run_launch(launch_request(args))
+    request = launch_request(args)
+    return run_launch(request)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

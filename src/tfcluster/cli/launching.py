@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Optional, Sequence, Tuple, Union
 
 from tfcluster.cli.slurm_flags import GROUP as SLURM_GROUP
 from tfcluster.cli.slurm_flags import SlurmFlags
@@ -84,10 +84,15 @@ class QuickCluster:
     evaluator: bool = False
     save: Optional[str] = None
 
-    def text(self, program: Sequence[str], ports: Sequence[int] = ()) -> str:
-        """The cluster file this stands for: free ports on localhost, or without ``ports`` task
+    def text(self, program: Sequence[str], free: bool = False) -> str:
+        """The cluster file this stands for: with ``free``, free ports on localhost, else task
         counts (the file ``--save`` writes: each launch of it takes free ports then, not the
-        ones this run happened to get)."""
+        ones this run happened to get). UserError when no free ports are found."""
+        from tfcluster.net.ports import free_ports
+        try:
+            ports = free_ports(self.tasks) if free else ()
+        except OSError as e:
+            raise UserError(f"--ps/--workers: {e}")
         it = iter(ports)
         lines = ["# written by tfcluster launch --ps/--workers", "version: 1", "cluster:"]
         for job, n in (("chief", int(self.chief)), ("ps", self.ps), ("worker", self.workers),
@@ -128,6 +133,7 @@ def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
     """The command line of ``launch`` as a :class:`LaunchRequest`: the only reader of its argparse."""
     from tfcluster.drivers.display import OutputOptions, View
     from tfcluster.plan.runplan import LaunchOptions
+    slurm_flags = SlurmFlags.from_args(args)
     options = LaunchOptions(
         command=tuple(program or ()), command_cwd=os.getcwd(), task_flags=args.task_flags,
         args=tuple(args.arg or ()),
@@ -138,22 +144,36 @@ def launch_request(args: argparse.Namespace, program: Sequence[str] = (),
     view = View(quiet=args.quiet, live=False if args.no_live else None,
                 progress_every=args.progress_interval, echo_progress=args.echo_progress,
                 show_tf_noise=args.show_tf_noise,
-                output=OutputOptions.parse(tasks=args.tasks, timestamps=args.timestamps,
-                                           security_note=not args.no_security_note))
+                output=OutputOptions(tasks=tasks_flag(args.tasks), timestamps=args.timestamps,
+                                     security_note=not args.no_security_note))
     quick = None
     if args.ps is not None or args.workers is not None or args.chief or args.evaluator or args.save:
         quick = QuickCluster(ps=args.ps or 0, workers=args.workers or 0, chief=args.chief,
                              evaluator=args.evaluator, save=args.save)
-    return LaunchRequest(file=args.file, options=options, slurm_flags=SlurmFlags.from_args(args),
+    return LaunchRequest(file=args.file, options=options, slurm_flags=slurm_flags,
                          view=view, dry_run=args.dry_run, detach=args.detach, quick=quick,
                          argv=tuple(argv), doctor=getattr(args, "doctor", False))
+
+
+def tasks_flag(text: Optional[str]) -> Optional[FrozenSet[str]]:
+    """``--tasks worker:0,chief``: the tasks and jobs whose lines are shown (None: every task).
+    UserError (exit 2) for a word that is not a task or a job name."""
+    if text is None:
+        return None
+    words = [w.strip() for w in text.split(",")]
+    bad = [w for w in words if not w or not all(
+               part.replace("_", "").replace("-", "").isalnum() for part in w.split(":", 1))
+           or (":" in w and not w.split(":", 1)[1].isdigit())]
+    if bad or not words:
+        raise UserError(f"--tasks: '{text}' is not a list of tasks or jobs, e.g. "
+                        f"--tasks worker:0,chief")
+    return frozenset(words)
 
 
 def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
     """The cluster of ``--ps/--workers`` (written to ``--save`` when given) and its text."""
     from tfcluster.clusterfile import config
     from tfcluster.clusterfile.checks import MAX_JOB_TASKS
-    from tfcluster.net.ports import free_ports
     q = request.quick
     if request.file:
         raise UserError(f"{request.file}: give a cluster file or --ps/--workers, not both")
@@ -166,8 +186,10 @@ def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
     for flag, n in (("--ps", q.ps), ("--workers", q.workers)):
         if n < 0 or n > MAX_JOB_TASKS:
             raise UserError(f"{flag}: {n} tasks; give 0 to {MAX_JOB_TASKS}")
+    # saved: task counts (the file picks free ports each time it runs); else free ports here
+    text = q.text(program, free=not q.save)
+    source, base_dir = "", os.getcwd()
     if q.save:
-        text = q.text(program)      # task counts: the file picks free ports each time it runs
         from tfcluster.safe_files import create_new
         try:   # O_EXCL | O_NOFOLLOW: an existing name or a planted (dangling) link is refused
             create_new(q.save, text.encode("utf-8"))
@@ -179,13 +201,8 @@ def _quick_cluster(request: LaunchRequest) -> Tuple[Cluster, str]:
         print(f"tfcluster: wrote {printable(q.save)}; run it again with: tfcluster launch "
               f"{printable(shlex.quote(q.save))}", file=sys.stderr)
         # the text written, not the file read back: someone could swap it in a shared folder
-        return config.loads(text, source=q.save,
-                            base_dir=os.path.dirname(os.path.abspath(q.save))), text
-    try:
-        text = q.text(program, free_ports(q.tasks))
-    except OSError as e:
-        raise UserError(f"--ps/--workers: {e}")
-    return config.loads(text, source="", base_dir=os.getcwd()), text
+        source, base_dir = q.save, os.path.dirname(os.path.abspath(q.save))
+    return config.loads(text, source=source, base_dir=base_dir), text
 
 
 def _supervised(plan: RunPlan, cluster: Cluster) -> Launcher:
@@ -220,20 +237,11 @@ def run_launch(request: LaunchRequest) -> int:
     """Carry out a launch request: load, check, plan, then dry run, detach, or run to the end.
     The CLI and :func:`tfcluster.launch` both come here; every backend behind one seam
     (:class:`tfcluster.backends.base.Launcher`)."""
-    from tfcluster.clusterfile import config
     from tfcluster.drivers.display import View
     from tfcluster.plan.runplan import LaunchOptions, build_plan
-    quick_text = None
-    if request.cluster is not None:
-        cluster = request.cluster
-    elif request.quick is not None:
-        cluster, quick_text = _quick_cluster(request)
-    else:
-        cluster = config.load(cluster_file(request.file, runs=True))
-    for w in cluster.warnings:
-        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
-    options = request.options or LaunchOptions()
     slurm_flags = request.slurm_flags.given()
+    cluster, quick_text = _cluster_of(request)
+    options = request.options or LaunchOptions()
     if slurm_flags:   # else the plan reads the file's slurm: itself (only --backend slurm needs it)
         options = replace(options, slurm=request.slurm_flags.over(cluster.spec.slurm))
     _check_script(cluster, options)
@@ -242,35 +250,59 @@ def run_launch(request: LaunchRequest) -> int:
     if slurm_flags and SLURM_GROUP not in launcher.scheduler_flags:
         raise UserError(f"{slurm_flags[0]}: Slurm options apply to --backend slurm only, "
                         f"not --backend {plan.backend}")
-    view = request.view or View()
     if request.detach and launcher.no_detach:
         raise UserError(f"--detach: {launcher.no_detach}")
-    if getattr(view, "output", None) is not None:
-        view.output.check(t.name for t in plan.selected_tasks)
+    return _start(request, plan, cluster, launcher, request.view or View(), quick_text)
+
+
+def _cluster_of(request: LaunchRequest) -> Tuple[Cluster, Optional[str]]:
+    """The request's cluster (its file, the ``--ps/--workers`` cluster, or the loaded one), with
+    its warnings said, and the text of a ``--ps/--workers`` cluster (None for a file or a loaded
+    Cluster)."""
+    from tfcluster.clusterfile import config
+    quick_text = None
+    path = cluster_file(request.file, runs=True) if request.cluster is None and request.quick is None else None
+    if request.cluster is not None:
+        cluster = request.cluster
+    elif request.quick is not None:
+        cluster, quick_text = _quick_cluster(request)
+    else:
+        cluster = config.load(path)
+    for w in cluster.warnings:
+        print(f"tfcluster: warning: {printable(cluster.source)}: {w}", file=sys.stderr)
+    return cluster, quick_text
+
+
+def _start(request: LaunchRequest, plan: RunPlan, cluster: Cluster, launcher: Launcher, view: View,
+           quick_text: Optional[str]) -> int:
+    """The planned run described (``--dry-run``), or started: the network checked and its note
+    said, then detached, or the doctor's checks (``--doctor``) and the run to its end."""
+    out = getattr(view, "output", None)
+    if out is not None:
+        out.check_tasks(t.name for t in plan.selected_tasks)
     if request.dry_run:
         print(launcher.describe(), end="")
         return 0
     from tfcluster.drivers import network
     network.check_private(plan)      # fails closed: never the host network unseen
-    out = getattr(view, "output", None)
-    note = network.exposure_note(plan, silenced=out is not None and not out.security_note)
-    if note:              # on the terminal before the first task starts, detached or not
-        print(f"tfcluster: {note}", file=sys.stderr)
-    if request.detach:
-        from tfcluster.runs.control import detach
-        saved = request.quick is not None and request.quick.save
-        return detach(request.argv, options.command, plan.run_dir, plan.run_id,
-                      saved_text=quick_text if saved else None,
-                      explicit=plan.run_id_given)
-    for w in launcher.warnings():
-        print(f"tfcluster: warning: {w}", file=sys.stderr)
-    if request.doctor:
-        from tfcluster.drivers import doctor
-        if doctor.run(plan, cluster, out=sys.stderr) != 0:
-            print("tfcluster: launch not started: tfcluster doctor found problems (above)",
-                  file=sys.stderr)
-            return 1
-    return launcher.run(view)
+    notice = network.exposure_note(plan, silenced=out is not None and not out.security_note)
+    if notice:            # on the terminal before the first task starts, detached or not
+        print(f"tfcluster: {notice}", file=sys.stderr)
+    if not request.detach:
+        for w in launcher.warnings():
+            print(f"tfcluster: warning: {w}", file=sys.stderr)
+        if request.doctor:
+            from tfcluster.drivers import doctor
+            if doctor.run(plan, cluster, out=sys.stderr) != 0:
+                print("tfcluster: launch not started: tfcluster doctor found problems (above)",
+                      file=sys.stderr)
+                return 1
+        return launcher.run(view)
+    from tfcluster.runs.control import detach
+    saved = request.quick is not None and request.quick.save
+    program = request.options.command if request.options else ()
+    return detach(request.argv, program, plan.run_dir, plan.run_id,
+                  saved_text=quick_text if saved else None, explicit=plan.run_id_given)
 
 
 def _check_script(cluster: Cluster, options: LaunchOptions) -> None:

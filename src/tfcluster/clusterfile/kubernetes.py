@@ -547,7 +547,20 @@ def apply(template: Dict[str, Any], container: Dict[str, Any], settings: Resolve
           gpus: int, where: str) -> None:
     """Write ``settings`` into a pod template (``{"metadata": ..., "spec": ...}``) and its
     container; ``gpus``: the ``nvidia.com/gpu`` limit from the file's ``gpus`` (0: none)."""
-    limits = gpu_limit(settings, gpus, where)
+    _apply_container(container, settings, gpu_limit(settings, gpus, where))
+    meta: Dict[str, Any] = {}
+    if settings.labels:
+        meta["labels"] = dict(settings.labels)
+    if settings.annotations:
+        meta["annotations"] = dict(settings.annotations)
+    if meta:
+        template["metadata"] = {**template.get("metadata", {}), **meta}
+    _apply_pod_spec(template["spec"], settings)
+
+
+def _apply_container(container: Dict[str, Any], settings: Resolved, limits: Dict[str, str]) -> None:
+    """The container's part: resources (requests, ``limits``), image, ports, env from
+    sources, volume mounts."""
     resources: Dict[str, Any] = {}
     if settings.requests:
         resources["requests"] = dict(settings.requests)
@@ -567,14 +580,11 @@ def apply(template: Dict[str, Any], container: Dict[str, Any], settings: Resolve
         container["env"] = env + [{"name": k, "valueFrom": dict(v)} for k, v in settings.env_from.items()]
     if settings.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in settings.volume_mounts]
-    meta: Dict[str, Any] = {}
-    if settings.labels:
-        meta["labels"] = dict(settings.labels)
-    if settings.annotations:
-        meta["annotations"] = dict(settings.annotations)
-    if meta:
-        template["metadata"] = {**template.get("metadata", {}), **meta}
-    spec = template["spec"]
+
+
+def _apply_pod_spec(spec: Dict[str, Any], settings: Resolved) -> None:
+    """The pod spec's part: service account, priority class, node selector, tolerations,
+    affinity, image pull secrets, volumes."""
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
     if settings.priority_class:

@@ -124,9 +124,27 @@ def _fields(r: Dict[str, Any], model: str, data: Dict[str, Any]) -> Dict[str, An
 
 
 def _check(r: Dict[str, Any], kind: Dict[str, Any], v: Any, exact: bool = False) -> Any:
+    """``v`` as the models would make it of a field of ``kind``; NotQuickError where the quick
+    reader cannot say (the models then do)."""
     t = kind["t"]
     if t == "skip":         # checked by hand in both paths (cluster:, command:)
         return v
+    if t == "list" and type(v) is list:
+        return [_check(r, kind["item"], x) for x in v]
+    if t == "dict" and type(v) is dict:
+        if any(type(k) is not str for k in v):
+            raise NotQuickError()
+        return {k: _check(r, kind["value"], x) for k, x in v.items()}
+    if t == "model" and type(v) is dict:
+        return Section(kind["name"], _fields(r, kind["name"], v))
+    if t == "union":
+        return _union(r, kind, v)
+    return _scalar(kind, v, exact)
+
+
+def _scalar(kind: Dict[str, Any], v: Any, exact: bool) -> Any:
+    """A str, bool, None, int, float or literal field's value (``exact``: no int for a float)."""
+    t = kind["t"]
     if t == "str" and type(v) is str:
         return v
     if t == "bool" and type(v) is bool:
@@ -141,23 +159,18 @@ def _check(r: Dict[str, Any], kind: Dict[str, Any], v: Any, exact: bool = False)
         return _bounded(kind, float(v))
     if t == "literal" and any(type(v) is type(x) and v == x for x in kind["values"]):
         return v
-    if t == "list" and type(v) is list:
-        return [_check(r, kind["item"], x) for x in v]
-    if t == "dict" and type(v) is dict:
-        if any(type(k) is not str for k in v):
-            raise NotQuickError()
-        return {k: _check(r, kind["value"], x) for k, x in v.items()}
-    if t == "model" and type(v) is dict:
-        return Section(kind["name"], _fields(r, kind["name"], v))
-    if t == "union":
-        # pydantic's smart union: a branch of the value's own type first (3 stays an int
-        # where int is a choice), then one that converts it (3 -> 3.0 for a float)
-        for strict in (True, False):
-            for branch in kind["of"]:
-                try:
-                    return _check(r, branch, v, exact=strict)
-                except NotQuickError:
-                    pass
+    raise NotQuickError()
+
+
+def _union(r: Dict[str, Any], kind: Dict[str, Any], v: Any) -> Any:
+    """pydantic's smart union: a branch of the value's own type first (3 stays an int where
+    int is a choice), then one that converts it (3 -> 3.0 for a float)."""
+    for strict in (True, False):
+        for branch in kind["of"]:
+            try:
+                return _check(r, branch, v, exact=strict)
+            except NotQuickError:
+                pass
     raise NotQuickError()
 
 

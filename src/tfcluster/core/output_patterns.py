@@ -205,37 +205,48 @@ class ProgressParser:
         ``redraw``: a carriage return ended it (a bar's state within an epoch)."""
         m = _EPOCH.match(text)
         if m:
-            epoch, epochs = int(m.group(1)), int(m.group(2))
-            if self.epoch is not None and epoch != self.epoch:
-                self.done_before += self.batch
-            elif self.epoch is None and epoch > 1 and self.steps:
-                self.done_before = (epoch - 1) * self.steps
-            self.epoch, self.epochs, self.batch = epoch, epochs, 0
-            # life, not a step: a header arms no stall watchdog before the epoch's first batch
-            # (with verbose=2 that is the epoch's end, which sets the run's cadence)
-            return Reading(None, life=self._life(("epoch", epoch)))
+            return self._epoch(int(m.group(1)), int(m.group(2)))
         m = _BAR.match(text)
         if m and _BAR_REST.match(m.group(3)):
-            batch = int(m.group(1))
-            steps = None if m.group(2) == "Unknown" else int(m.group(2))
-            if batch < self.batch and self.epoch is None:
-                self.done_before += self.batch      # a new fit/epoch without an Epoch line
-            self.batch = batch
-            if steps:
-                self.steps = steps
-            metrics = {k: float(v) for k, v in _METRIC.findall(m.group(3))
-                       if k not in ("ETA", "step", "total")}
-            metrics = self._per_worker(batch, m.group(3), metrics, redraw)
-            if self.epoch is not None:
-                metrics["epoch"] = float(self.epoch)
-                if self.epochs:
-                    metrics["epochs"] = float(self.epochs)
-            rate = None
-            r = _PER_STEP.search(m.group(3))
-            if r and float(r.group(1)) > 0:
-                rate = 1.0 / (float(r.group(1)) * _UNIT[r.group(2)])
-            p = Progress(step=self.done_before + batch, total=self._total(), metrics=metrics)
-            return Reading(p, life=self._life((self.epoch, batch)), rate=rate)
+            return self._bar(m, redraw)
+        return self._step_line(text)
+
+    def _epoch(self, epoch: int, epochs: int) -> Reading:
+        """Keras' ``Epoch 3/10`` header."""
+        if self.epoch is not None and epoch != self.epoch:
+            self.done_before += self.batch
+        elif self.epoch is None and epoch > 1 and self.steps:
+            self.done_before = (epoch - 1) * self.steps
+        self.epoch, self.epochs, self.batch = epoch, epochs, 0
+        # life, not a step: a header arms no stall watchdog before the epoch's first batch
+        # (with verbose=2 that is the epoch's end, which sets the run's cadence)
+        return Reading(None, life=self._life(("epoch", epoch)))
+
+    def _bar(self, m: "re.Match[str]", redraw: bool) -> Reading:
+        """A Keras progress bar (``_BAR``'s match): the batch, its metrics and its rate."""
+        batch = int(m.group(1))
+        steps = None if m.group(2) == "Unknown" else int(m.group(2))
+        if batch < self.batch and self.epoch is None:
+            self.done_before += self.batch      # a new fit/epoch without an Epoch line
+        self.batch = batch
+        if steps:
+            self.steps = steps
+        metrics = {k: float(v) for k, v in _METRIC.findall(m.group(3))
+                   if k not in ("ETA", "step", "total")}
+        metrics = self._per_worker(batch, m.group(3), metrics, redraw)
+        if self.epoch is not None:
+            metrics["epoch"] = float(self.epoch)
+            if self.epochs:
+                metrics["epochs"] = float(self.epochs)
+        rate = None
+        r = _PER_STEP.search(m.group(3))
+        if r and float(r.group(1)) > 0:
+            rate = 1.0 / (float(r.group(1)) * _UNIT[r.group(2)])
+        p = Progress(step=self.done_before + batch, total=self._total(), metrics=metrics)
+        return Reading(p, life=self._life((self.epoch, batch)), rate=rate)
+
+    def _step_line(self, text: str) -> Reading:
+        """TF1's and the Estimator's lines: a loss at a step, a rate, a step, a checkpoint."""
         if "step" in text:
             m = _LOSS_STEP.search(text)
             if m:

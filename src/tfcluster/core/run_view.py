@@ -71,6 +71,8 @@ class RunView:
         on (others may wait for it: all-workers)."""
         t = self.tasks[name]
         failed = final and self.result == RunState.FAILED and self.root_cause in (name, None)
+        # "note": the task's own reason (why), under the name run.json and the end record have
+        # always given it; "reason": that, or the run's words or the exit's
         return {
             "exit_code": self.exit_code_of(name) if final else rules.EXIT_OK,
             "returncode": t.returncode, "state": t.state.value,

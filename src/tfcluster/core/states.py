@@ -163,7 +163,8 @@ class TaskTrack:
     forced: str = ""                       # why tfcluster killed it (watchdog)
     why: str = ""                          # why it ended as it did (a watchdog kill, a port
                                            # conflict, an OOM kill, a refused restart): the
-                                           # ``note`` of run.json and of the end record
+                                           # field ``note`` of run.json and of the end record
+                                           # (the name programs that read them know)
     port_conflict: bool = False
     waiting_on: Dict[str, float] = field(default_factory=dict)   # task -> first "still waiting"
     step: Optional[int] = None             # the last step it reported

@@ -91,7 +91,7 @@ class NoiseFold:
         self.show = show
         self.hidden = 0
         self.say = say            # where the note goes (the launcher's own lines); None: the
-        self._noted = False       # reader hands it over as a line of the task
+        self._said = False        # reader hands it over as a line of the task
         self._lock = threading.Lock()
         self._folded: Dict[object, str] = {}   # each source's last line, when it was folded
 
@@ -107,9 +107,9 @@ class NoiseFold:
         with self._lock:
             self._folded[source] = line
             self.hidden += 1
-            if self._noted:
+            if self._said:
                 return True, None
-            self._noted = True
+            self._said = True
         return True, NOISE_NOTE
 
 

@@ -46,21 +46,6 @@ class OutputOptions:
     hosts: Tuple[Tuple[str, str], ...] = ()    # (task, host) when the run spans several hosts
     security_note: bool = True
 
-    @classmethod
-    def parse(cls, tasks: Optional[str] = None, timestamps: bool = False,
-              security_note: bool = True) -> "OutputOptions":
-        chosen = None
-        if tasks is not None:
-            words = [w.strip() for w in tasks.split(",")]
-            bad = [w for w in words if not w or not all(
-                       part.replace("_", "").replace("-", "").isalnum() for part in w.split(":", 1))
-                   or (":" in w and not w.split(":", 1)[1].isdigit())]
-            if bad or not words:
-                raise UserError(f"--tasks: '{tasks}' is not a list of tasks or jobs, e.g. "
-                                f"--tasks worker:0,chief")
-            chosen = frozenset(words)
-        return cls(tasks=chosen, timestamps=timestamps, security_note=security_note)
-
     @staticmethod
     def hosts_of(plan) -> Tuple[Tuple[str, str], ...]:
         """(task, host) for every task when the plan's tasks are on more than one host."""
@@ -84,7 +69,7 @@ class OutputOptions:
         t = time.time() if now is None else now
         return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d} "
 
-    def check(self, names) -> None:
+    def check_tasks(self, names) -> None:
         """``--tasks`` must name tasks or jobs of the run (exit 2 naming the word)."""
         if self.tasks is None:
             return

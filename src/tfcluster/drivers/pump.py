@@ -108,15 +108,7 @@ class OutputPump(threading.Thread):
                     self._pending.clear()
                     closing = self._closing
                 for r in new:
-                    try:
-                        r.begin()
-                    except Exception as e:      # a bug in one reader must not stop the others
-                        _broken(r, e)
-                        broken.add(id(r))
-                    open_fds[id(r)] = len(r._fds)
-                    for i, fd in enumerate(r._fds):
-                        owners[fd] = (r, i == 1)
-                        poller.register(fd, select.POLLIN)
+                    self._admit(r, poller, owners, open_fds, broken)
                 if closing and not owners:
                     with self._guard:           # nothing came in meanwhile
                         if not self._pending:
@@ -128,45 +120,67 @@ class OutputPump(threading.Thread):
                     continue
                 for fd, _ in ready:
                     if fd == self._wake_r:
-                        try:
-                            while os.read(self._wake_r, 4096):
-                                pass
-                        except BlockingIOError:   # every wake-up read
-                            pass
-                        continue
-                    if fd not in owners:
-                        continue
-                    reader, side = owners[fd]
-                    try:
-                        data = os.read(fd, READ_SIZE)
-                    except OSError as e:         # said at the end of the run; read as the end
-                        if reader.seen.read_error is None:
-                            reader.seen.read_error = f"reading its output failed ({e}); the rest was lost"
-                        data = b""
-                    if data:
-                        if id(reader) in broken:
-                            continue            # drained and dropped: the task never blocks
-                        try:
-                            (reader._feed_side if side else reader._feed)(data)
-                        except Exception as e:  # a bug in one reader must not stop the others
-                            _broken(reader, e)
-                            broken.add(id(reader))
-                        continue
-                    poller.unregister(fd)
-                    del owners[fd]
-                    open_fds[id(reader)] -= 1
-                    if open_fds[id(reader)] == 0:
-                        del open_fds[id(reader)]
-                        broken.discard(id(reader))
-                        try:
-                            reader.finish()
-                        except Exception as e:  # its last lines and log: said, joiners freed
-                            _broken(reader, e)
-                            reader._done.set()
+                        self._drain_wake()
+                    elif fd in owners:
+                        self._read(fd, poller, owners, open_fds, broken)
         finally:
             for reader, _ in list(owners.values()):   # only on a bug: free the joiners
                 reader._done.set()
             self._close_fds()
+
+    @staticmethod
+    def _admit(r: OutputReader, poller, owners: Dict[int, Tuple[OutputReader, bool]],
+               open_fds: Dict[int, int], broken: set) -> None:
+        """A new reader begun and its pipes polled (the second one is its side channel)."""
+        try:
+            r.begin()
+        except Exception as e:      # a bug in one reader must not stop the others
+            _broken(r, e)
+            broken.add(id(r))
+        open_fds[id(r)] = len(r._fds)
+        for i, fd in enumerate(r._fds):
+            owners[fd] = (r, i == 1)
+            poller.register(fd, select.POLLIN)
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:   # every wake-up read
+            pass
+
+    @staticmethod
+    def _read(fd: int, poller, owners: Dict[int, Tuple[OutputReader, bool]],
+              open_fds: Dict[int, int], broken: set) -> None:
+        """One read of a ready pipe: its data fed to its reader (drained and dropped once the
+        reader broke), or its end: the reader finished once all its pipes have ended."""
+        reader, side = owners[fd]
+        try:
+            data = os.read(fd, READ_SIZE)
+        except OSError as e:         # said at the end of the run; read as the end
+            if reader.seen.read_error is None:
+                reader.seen.read_error = f"reading its output failed ({e}); the rest was lost"
+            data = b""
+        if data:
+            if id(reader) in broken:
+                return              # drained and dropped: the task never blocks
+            try:
+                (reader._feed_side if side else reader._feed)(data)
+            except Exception as e:  # a bug in one reader must not stop the others
+                _broken(reader, e)
+                broken.add(id(reader))
+            return
+        poller.unregister(fd)
+        del owners[fd]
+        open_fds[id(reader)] -= 1
+        if open_fds[id(reader)] == 0:
+            del open_fds[id(reader)]
+            broken.discard(id(reader))
+            try:
+                reader.finish()
+            except Exception as e:  # its last lines and log: said, joiners freed
+                _broken(reader, e)
+                reader._done.set()
 
 
 def _broken(reader: OutputReader, e: BaseException) -> None:

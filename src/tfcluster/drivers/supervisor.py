@@ -635,7 +635,7 @@ class Supervisor:
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
                 log=tr.log_path, profiler_port=tr.plan.profiler_port,
-                argv=argv, env=env, note=tr.why,
+                argv=argv, env=env, note=tr.why,          # run.json's field for the task's reason
                 life_at=tr.track.alive_at, output_at=tr.seen.output_at,
                 progress=None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))

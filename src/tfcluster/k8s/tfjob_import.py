@@ -97,7 +97,7 @@ def read_documents(text: str, source: str) -> List[Any]:
 
 
 def find_tfjobs(docs: List[Any], left_out: List[str]) -> List[Dict[str, Any]]:
-    """The TFJobs among ``docs`` (a ``kind: List``'s items included); other objects are noted
+    """The TFJobs among ``docs`` (a ``kind: List``'s items included); other objects are named
     in ``left_out``."""
     found: List[Dict[str, Any]] = []
     for number, doc in enumerate(docs, 1):

@@ -439,30 +439,31 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
     kind = backend_kind(opts.backend or getattr(cluster.spec, "backend", None)
                         or default_backend(cluster, opts.hosts))
     _check_backend(kind, cluster, opts)
-    asked = opts.network or getattr(cluster.spec, "network", None)
-    network, network_why = resolve_network(cluster, kind.name, asked, opts.hosts)
-    sizing = sizing_of(cluster, kind)
-    cluster = with_spare_workers(cluster, sizing) if sizing else cluster
-    cluster, placed = _lay_out_counts(cluster, kind, network)
     run_id = _checked_run_id(opts)
     logdir = os.path.abspath(check_text("--logdir", opts.logdir)) if opts.logdir else cluster.logdir
     edits = _checked_command(opts)
     run_id, run_dir = _run_dir(logdir, run_id, opts)
-    endpoints = cluster.resolved
-    tasks = _tasks(cluster, opts, edits, placed, need_program)
-    selected = _selected(tasks, kind, opts)
-    profiler = bool(getattr(cluster.spec, "profiler", False) if opts.profiler is None else opts.profiler)
-    if profiler and not kind.chooses_ports_on_hosts:
-        tasks = _profiler_ports(tasks, network)
-    extra: Dict[str, Any] = {}
-    if kind.takes_slurm_options:
-        tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
-    min_workers = _min_workers(cluster, tasks, kind)
-    elastic = getattr(cluster.spec, "elastic", None)
-    wd = cluster.spec.watchdog
     success = opts.success or cluster.success
     if success not in vocabulary.SUCCESS_RULES:
         raise UserError(f"--success: '{success}' is not one of {', '.join(vocabulary.SUCCESS_RULES)}")
+    min_workers = _min_workers(cluster, kind)
+    sizing = sizing_of(cluster, kind)           # elastic.max_workers / scale (plan/sizing.py)
+    elastic = getattr(cluster.spec, "elastic", None)
+    profiler = bool(getattr(cluster.spec, "profiler", False) if opts.profiler is None else opts.profiler)
+    base_port_given = "base_port" in _given(cluster)
+    wd = cluster.spec.watchdog
+    asked = opts.network or getattr(cluster.spec, "network", None)
+    network, network_why = resolve_network(cluster, kind.name, asked, opts.hosts)
+    cluster = with_spare_workers(cluster, sizing) if sizing else cluster   # in every ClusterSpec
+    cluster, placed = _lay_out_counts(cluster, kind, network)
+    endpoints = cluster.cluster_spec_dict() if cluster.resolved else None
+    tasks = _tasks(cluster, opts, edits, placed, need_program)
+    selected = _selected(tasks, kind, opts)
+    extra: Dict[str, Any] = {}
+    if kind.takes_slurm_options:
+        tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
+    if profiler and not kind.chooses_ports_on_hosts:
+        tasks = _profiler_ports(tasks, network)
     return RunPlan(
         source=cluster.source, base_dir=cluster.base_dir, backend=kind.name, tasks=tasks,
         selected=selected, chief=str(cluster.chief), success=success,
@@ -471,11 +472,10 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         watchdog=Watchdog(wd.startup_timeout, wd.waiting_timeout, wd.stall_timeout,
                           wd.stall_warning, wd.end_timeout),
         logdir=logdir, run_id=run_id, run_dir=run_dir, base_port=cluster.base_port,
-        cluster=cluster.cluster_spec_dict() if endpoints else None,
-        count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
+        cluster=endpoints, count_jobs=tuple(cluster.count_jobs), only_hosts=tuple(opts.hosts),
         secret_names=tuple(sorted(cluster.secret_names)), run_id_given=opts.run_id is not None,
         extra=extra, network=network, network_why=network_why, network_asked=asked is not None,
-        profiler=profiler, base_port_given="base_port" in _given(cluster), min_workers=min_workers,
+        profiler=profiler, base_port_given=base_port_given, min_workers=min_workers,
         on_change=getattr(elastic, "on_change", "go-on") if elastic is not None else "go-on", sizing=sizing)
 
 
@@ -574,14 +574,14 @@ def _selected(tasks: Tuple[TaskPlan, ...], kind: BackendKind, opts: LaunchOption
     return selected
 
 
-def _min_workers(cluster: Cluster, tasks: Sequence[TaskPlan], kind: BackendKind) -> Optional[int]:
+def _min_workers(cluster: Cluster, kind: BackendKind) -> Optional[int]:
     """The file's ``elastic.min_workers`` checked against the run's workers (after ``--workers``)
     and its backend; None for a run that is not elastic."""
     elastic = getattr(cluster.spec, "elastic", None)
     if elastic is None:
         return None
     n = int(elastic.min_workers)
-    workers = sum(1 for t in tasks if t.job == "worker")
+    workers = sum(1 for t in cluster.tasks if t.job == "worker")
     if not workers:
         raise UserError("elastic.min_workers: the run has no worker job; only workers are elastic "
                         "(the chief and the ps are not)")

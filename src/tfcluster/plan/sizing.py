@@ -64,8 +64,6 @@ def sizing_of(cluster, kind: BackendKind) -> Optional[Sizing]:
         raise UserError(f"elastic.max_workers: {top} is fewer than the file's {n} worker(s)")
     if top < elastic.min_workers:
         raise UserError(f"elastic.max_workers: {top} is fewer than elastic.min_workers ({elastic.min_workers})")
-    if elastic.min_workers > n:
-        raise UserError(f"elastic.min_workers: {elastic.min_workers} is more than the run's {n} worker(s)")
     if kind.no_growth:
         raise UserError(f"elastic.max_workers: {kind.no_growth}; remove max_workers and scale "
                         f"to run on {kind.name}")

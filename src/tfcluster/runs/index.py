@@ -268,24 +268,25 @@ def run_ids() -> List[str]:
 
 
 # ------------------------------------------------------------------ per-file notes
-def noted(kind: str, key: str) -> bool:
+# (kept in the state folder as noted-KIND.json: the name that earlier versions wrote and read)
+def shown_before(kind: str, key: str) -> bool:
     """Whether note ``kind`` (e.g. ``security``) was already shown for ``key`` (a file path)."""
-    data = _read_noted(kind)
+    data = _read_shown(kind)
     return key in data
 
 
 def first_time(kind: str, key: str) -> bool:
     """Whether note ``kind`` is shown for ``key`` for the first time; remembers that it is."""
-    if noted(kind, key):
+    if shown_before(kind, key):
         return False
-    note_shown(kind, key)
+    remember_shown(kind, key)
     return True
 
 
-def note_shown(kind: str, key: str, now: Optional[float] = None) -> None:
+def remember_shown(kind: str, key: str, now: Optional[float] = None) -> None:
     """Remember that note ``kind`` was shown for ``key``; a state folder that cannot be written
     only means the note is shown again next time."""
-    data = _read_noted(kind)
+    data = _read_shown(kind)
     data[key] = time.time() if now is None else now
     try:
         folder = trusted_state_dir(create=True)
@@ -299,13 +300,13 @@ def note_shown(kind: str, key: str, now: Optional[float] = None) -> None:
         return
 
 
-def _read_noted(kind: str) -> Dict[str, Any]:
+def _read_shown(kind: str) -> Dict[str, Any]:
     try:
         f = safe_files.open_regular(os.path.join(trusted_state_dir(), f"noted-{kind}.json"))
         if f is None:
             return {}
         with f:
             data = json.loads(f.read(1 << 20) or b"{}")
-    except (OSError, ValueError, UserError):    # missing, unreadable or not ours: not noted
+    except (OSError, ValueError, UserError):    # missing, unreadable or not ours: not shown before
         return {}
     return data if isinstance(data, dict) else {}

@@ -9,6 +9,7 @@ the console's NoiseFold); ``--raw`` shows every line as written. No TensorFlow.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -162,6 +163,36 @@ def show(run_dir: str, record: Dict, task: Optional[str], attempt: Optional[int]
     return 0
 
 
+class _Tail:
+    """One log, read on from where the last read ended, a window at a time (memory stays
+    bounded however large it grows): its complete lines, and a line without end in pieces."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.partial = b""        # the last line read, not ended yet
+
+    def read(self, each: Callable[[bytes], None]) -> bool:
+        """Every line added since the last read, to ``each``; False when the log cannot be opened."""
+        f = _open(self.path)
+        if f is None:
+            return False
+        with f:
+            f.seek(self.offset)
+            while True:
+                data = f.read(safe_files.WINDOW)
+                if not data:
+                    return True
+                self.offset += len(data)
+                lines = (self.partial + data).split(b"\n")
+                self.partial = lines.pop()
+                if len(self.partial) >= safe_files.WINDOW:     # a line without end: in pieces
+                    lines.append(self.partial)
+                    self.partial = b""
+                for raw in lines:
+                    each(raw)
+
+
 def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[], bool],
            out=None, interval: float = 0.2, sleep: Callable[[float], None] = time.sleep,
            raw: bool = False, clock: Callable[[], float] = time.monotonic, err=None) -> int:
@@ -173,8 +204,7 @@ def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[]
     chosen = pick_task(log_files(run_dir, record), task)
     prefix = len(chosen) > 1
     noise, views = _views(chosen, raw, clock)
-    offsets = {name: 0 for name, _ in chosen}
-    partial = {name: b"" for name, _ in chosen}
+    tails = {name: _Tail(path) for name, path in chosen}
 
     def emit(name: str, raw: bytes) -> None:
         head = f"[{printable(name)}] " if prefix else ""
@@ -185,28 +215,13 @@ def follow(run_dir: str, record: Dict, task: Optional[str], running: Callable[[]
                 out.write(head + shown + "\n")
 
     def drain(final: bool) -> None:
-        for name, path in chosen:
-            f = _open(path)
-            if f is None:
+        for name, _ in chosen:
+            tail = tails[name]
+            if not tail.read(functools.partial(emit, name)):
                 continue
-            with f:
-                f.seek(offsets[name])
-                while True:
-                    data = f.read(safe_files.WINDOW)
-                    if not data:
-                        break
-                    offsets[name] += len(data)
-                    data = partial[name] + data
-                    lines = data.split(b"\n")
-                    partial[name] = lines.pop()
-                    if len(partial[name]) >= safe_files.WINDOW:     # a line without end: in pieces
-                        lines.append(partial[name])
-                        partial[name] = b""
-                    for raw in lines:
-                        emit(name, raw)
-            if final and partial[name]:
-                emit(name, partial[name])
-                partial[name] = b""
+            if final and tail.partial:
+                emit(name, tail.partial)
+                tail.partial = b""
             view = views[name]
             if view is not None:
                 head = f"[{printable(name)}] " if prefix else ""

@@ -256,17 +256,12 @@ def tries_words(tries: int, took: float, missing: Sequence[str], last: str = "")
                      + (f" (last: {last[:300]})" if last else ""))
 
 
-def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequence[str] = (),
-                run_arg: Optional[str] = None, timeout: float = 120.0,
-                retry_for: float = RETRY_FOR) -> int:
-    """Trace the run's live tasks for ``seconds`` into ``<run_dir>/profile/<time>/``; print
-    where it went and how to open it. Exit code 0 when every asked task gave a trace, 1 when
-    some did not, 2 (UserError) when there is nothing to trace."""
-    from tfcluster.runs.inside import enter_run_network
+def _rows_to_trace(run_dir: str, record: Dict, run_id: str, seconds: float,
+                   tasks: Sequence[str]) -> List[Dict]:
+    """The record's rows of the live tasks to trace; UserError (exit 2) when there is nothing
+    to trace: no profiler, a run that has ended, no positive ``seconds``, no such task."""
     from tfcluster.runs.result import derive_result
     from tfcluster.terminal import printable
-
-    run_id = printable(record.get("run_id") or os.path.basename(run_dir))
     if not any(isinstance(t, dict) and t.get("profiler_port") for t in record.get("tasks") or ()):
         raise UserError(f"run {run_id} was launched without the profiler: launch it with "
                         f"--profiler (or profiler: true in the file) to trace it")
@@ -279,6 +274,33 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
     rows = traceable_tasks(record, tasks)
     if not rows:
         raise UserError(f"run {run_id}: no task with a profiler port is running")
+    return rows
+
+
+def _traces(folder: str, by_port: Dict[str, Dict]) -> Dict[str, str]:
+    """task -> its trace file (``*_PORT.xplane.pb``, not empty) that the tracer wrote under ``folder``."""
+    found: Dict[str, str] = {}
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".xplane.pb"):
+                port = f[:-len(".xplane.pb")].rpartition("_")[2]
+                row = by_port.get(port)
+                if row is not None and os.path.getsize(os.path.join(dirpath, f)) > 0:
+                    found[row["task"]] = os.path.join(dirpath, f)
+    return found
+
+
+def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequence[str] = (),
+                run_arg: Optional[str] = None, timeout: float = 120.0,
+                retry_for: float = RETRY_FOR) -> int:
+    """Trace the run's live tasks for ``seconds`` into ``<run_dir>/profile/<time>/``; print
+    where it went and how to open it. Exit code 0 when every asked task gave a trace, 1 when
+    some did not, 2 (UserError) when there is nothing to trace."""
+    from tfcluster.runs.inside import enter_run_network
+    from tfcluster.terminal import printable
+
+    run_id = printable(record.get("run_id") or os.path.basename(run_dir))
+    rows = _rows_to_trace(run_dir, record, run_id, seconds, tasks)
     record = enter_run_network(run_dir, "profile")     # a private run is traced from inside
     run_fd = _open_own_dir(run_dir)
     stamp = time.strftime("%Y_%m_%d_%H_%M_%S")
@@ -313,13 +335,7 @@ def profile_run(run_dir: str, record: Dict, seconds: float = 3.0, tasks: Sequenc
         tries = [ln for ln in out.splitlines() if ln.startswith("try ")]
         tail = (tries[-1].partition("; ")[2] if tries else "") or \
             (err.strip().splitlines()[-1:] or ["no output"])[0]
-        for dirpath, _, files in os.walk(tmp):
-            for f in files:
-                if f.endswith(".xplane.pb"):
-                    port = f[:-len(".xplane.pb")].rpartition("_")[2]
-                    row = by_port.get(port)
-                    if row is not None and os.path.getsize(os.path.join(dirpath, f)) > 0:
-                        found[row["task"]] = os.path.join(dirpath, f)
+        found.update(_traces(tmp, by_port))
         _say(tries_words(len(tries), time.time() - began, [r["task"] for r in rows if r["task"] not in found],
                          tail))
         if not found:

@@ -92,7 +92,7 @@ def network_fields(plan) -> Dict[str, Any]:
 
 
 #: spaces kept after a record's JSON until it is closed: on a full disk the closed record, a little
-#: longer (its end, its result, and per task an exit, an end time, a note), is written over it
+#: longer (its end, its result, and per task an exit, an end time, its reason), is written over it
 #: in place (tfcluster.safe_files.write_json_at)
 RESERVE = 1024
 RESERVE_PER_TASK = 128

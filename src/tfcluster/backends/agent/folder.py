@@ -157,7 +157,7 @@ class FolderChannel:
         return out
 
     # ---- tasks lost with their node while the job runs on (elastic runs, sbatch --no-kill)
-    def note_lost(self, task: str, node: str, reason: str, when: float) -> Optional[str]:
+    def mark_lost(self, task: str, node: str, reason: str, when: float) -> Optional[str]:
         """The launcher saw ``task``'s node down while the job still runs: tell the other
         nodes' agents (their run machines decide what it means); the error, if any."""
         try:

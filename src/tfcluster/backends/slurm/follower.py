@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, Iterator, List, Optional
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
 
 from tfcluster import safe_files
 from tfcluster.backends.agent.folder import FolderChannel
@@ -153,7 +153,8 @@ class Follower:
         stop_group(proc, timeout=60.0, ask=None if step else signal.SIGTERM)
 
     # ---- outside: sbatch and follow
-    def run_sbatch(self, name: str) -> int:
+    def _submit(self, name: str) -> Tuple[str, str]:
+        """The batch script written into the run folder and submitted: (job id, its output file)."""
         output = os.path.join(self.run_dir, "slurm-%j.out")
         script = batch_script(self.plan, name=name, output=output)
         path = os.path.join(self.run_dir, "job.sbatch")
@@ -168,6 +169,26 @@ class Follower:
             self.on_submitted(job_id)
         out_path = output.replace("%j", job_id)
         info(f"submitted Slurm job {job_id} ({name}); output: {out_path}; stop it with: scancel {job_id}")
+        return job_id, out_path
+
+    def _interrupted(self, job_id: str, tail: "_Tail") -> int:
+        """Ctrl-C (or SIGTERM): the run stopped in order where it can be, else the job cancelled
+        and waited for (a minute at most), its last output shown."""
+        if self._ordered_stop(job_id, tail):
+            return EXIT_INTERRUPTED
+        info(f"interrupted: cancelling Slurm job {job_id}")
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if follow_state(job_id).over:
+                break
+            time.sleep(0.5)
+        for line in tail.read(final=True):
+            self._line(line)
+        return EXIT_INTERRUPTED
+
+    def run_sbatch(self, name: str) -> int:
+        job_id, out_path = self._submit(name)
         tail = _Tail(out_path)
         st = JobState("PENDING")
         try:
@@ -179,7 +200,7 @@ class Follower:
                     st = follow_state(job_id)
                     state = st.word
                     if last == "RUNNING" and state not in ("RUNNING", "COMPLETING", None):
-                        self._note_lost_nodes(job_id, state)   # the segment has ended
+                        self._mark_lost_nodes(job_id, state)   # the segment has ended
                     if state != last and state in ("PENDING", "RUNNING", "REQUEUED"):
                         if state == "RUNNING":
                             self.segments += 1
@@ -196,18 +217,7 @@ class Follower:
                         self._watch_elastic(job_id)
                     time.sleep(0.5)
         except KeyboardInterrupt:
-            if self._ordered_stop(job_id, tail):
-                return EXIT_INTERRUPTED
-            info(f"interrupted: cancelling Slurm job {job_id}")
-            subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                if follow_state(job_id).over:
-                    break
-                time.sleep(0.5)
-            for line in tail.read(final=True):
-                self._line(line)
-            return EXIT_INTERRUPTED
+            return self._interrupted(job_id, tail)
         # the output file may lag behind the job's end by a moment
         state, exit_code = st
         deadline = time.time() + 5
@@ -225,7 +235,7 @@ class Follower:
     def _watch_elastic(self, job_id: str) -> None:
         """An elastic run (``--no-kill``) while its job runs: a node of the segment that Slurm has
         down is named, and each task that ran there is told to the other nodes' agents through
-        the run folder (:meth:`FolderChannel.note_lost`): their run machines shrink the run or
+        the run folder (:meth:`FolderChannel.mark_lost`): their run machines shrink the run or
         fail it (:class:`tfcluster.core.machine.PeerLost`). Once every other task has ended, srun
         (which waits on for the lost node's tasks) is ended with their highest exit code, as
         srun's own would have been."""
@@ -248,7 +258,7 @@ class Follower:
                      + (f"; it ran {', '.join(tasks)}" if tasks else "")
                      + ": Slurm kept the job (--no-kill); the run's agents decide")
                 for t in tasks:
-                    err = channel.note_lost(t, node, reason, now)
+                    err = channel.mark_lost(t, node, reason, now)
                     if err:
                         info(f"cannot tell the other nodes that {t} was lost: {err}")
         lost_tasks = {t for n in self.lost if n.get("segment") == seg for t in n["tasks"]}
@@ -268,7 +278,7 @@ class Follower:
         """Every task of the run, by name (job:index), in rank order."""
         return [f"{job}:{i}" for job, i in rank_table(self.plan)]
 
-    def _note_lost_nodes(self, job_id: str, state: str) -> None:
+    def _mark_lost_nodes(self, job_id: str, state: str) -> None:
         """The segment just ended: name its nodes that Slurm now has down (a node lost mid-run:
         its slurmd stopped answering), the tasks that ran there, and what Slurm did with the
         job -- requeued it (``--requeue``: ``slurm.requeue``, or the cluster's JobRequeue) or
