@@ -88,6 +88,17 @@ def test_tf1_async_grows_from_2_to_4_workers_with_nothing_restarted(tmp_path, po
     for t in rec["tasks"]:
         cluster = json.loads(t["env"]["TF_CONFIG"])["cluster"]
         assert len(cluster["worker"]) == 4
+    # the run machine is pure: its logged inputs, replayed on a new machine of the same plan,
+    # give the same sizing decisions (the Ticks the policy measured on are kept)
+    from tfcluster.clusterfile import config
+    from tfcluster.core import machine as mc
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    plan = build_plan(config.load(str(f)), LaunchOptions(logdir=str(tmp_path / "again")))
+    began = next(e["now"] for e in ev if e["event"] == "input" and e["input"] == "begin")
+    inputs = [mc.input_from_fields(e) for e in ev if e["event"] == "input" and e["input"] != "begin"]
+    replayed = [(a.event, a.task, a.as_dict()["workers"]) for a in mc.replay(mc.RunMachine.from_plan(plan), began, inputs)
+                if isinstance(a, mc.LogEvent) and a.event in ("scaled_up", "scaled_down", "scale_held")]
+    assert replayed == decisions
     assert "elastic: starts 2 of up to 4 workers and adds one while it raises the global steps/s" in out
     assert "elastic.scale: " in out and "holding" in out
     # run.json, status and the report: the rate over time with the workers beside it

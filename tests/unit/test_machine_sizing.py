@@ -39,7 +39,7 @@ def sized(names=SIX, start=2, max_workers=6, **kw):
     return m
 
 
-def drive(m, rate_of, until, start_delay=1.5, lose=None):
+def drive(m, rate_of, until, start_delay=1.5, lose=None, deaf=()):
     """Run the machine from 0 to ``until`` seconds: Ticks every 0.5 s (the watchdogs look), each
     running worker reports the global step each second once it has been up ``start_delay``;
     the global step grows at ``rate_of(workers reporting)``. ``lose``: (time, worker) that fails.
@@ -51,7 +51,7 @@ def drive(m, rate_of, until, start_delay=1.5, lose=None):
             if isinstance(a, Start):
                 up[a.task] = now
                 acts.extend(m.handle(Started(a.task, 1000 + len(acts), now)))
-            elif isinstance(a, Kill) and a.task in up:
+            elif isinstance(a, Kill) and a.task in up and (a.sig == signal.SIGKILL or a.task not in deaf):
                 del up[a.task]
                 carry(m.handle(Exited(a.task, -signal.SIGTERM, now + 0.1)))
             elif isinstance(a, Regroup):
@@ -274,3 +274,13 @@ def test_the_supervisor_starts_no_spare_worker_and_records_it_as_spare(tmp_path)
     assert states["worker:2"] == "spare" and states["worker:1"] != "spare"
     assert rec["workers"]["max"] == 3 and rec["workers"]["in"] == 2
     assert "elastic: starts 2 of up to 3 workers" in err.getvalue()
+
+
+def test_a_removed_worker_that_ignores_sigterm_gets_sigkill_after_the_stop_timeout():
+    m = sized(stop_timeout=3.0)
+    acts, _ = drive(m, lambda n: 30.0 if n else 0.0, until=60, deaf=("worker:2",))
+    kills = [(a.task, a.sig) for a in of(acts, Kill)]
+    assert kills == [("worker:2", signal.SIGTERM), ("worker:2", signal.SIGKILL)]
+    term = next(i for i, a in enumerate(m.inputs) if isinstance(a, Exited))
+    assert m.inputs[term].task == "worker:2" and m.tasks["worker:2"].spare
+    assert m.shown("worker:2") == "left" and not m.decided
