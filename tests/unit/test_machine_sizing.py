@@ -284,3 +284,19 @@ def test_a_removed_worker_that_ignores_sigterm_gets_sigkill_after_the_stop_timeo
     term = next(i for i, a in enumerate(m.inputs) if isinstance(a, Exited))
     assert m.inputs[term].task == "worker:2" and m.tasks["worker:2"].spare
     assert m.shown("worker:2") == "left" and not m.decided
+
+
+@pytest.mark.parametrize("top, words", [
+    (4, "elastic: starts 2 of up to 4 workers and adds one while it raises the global steps/s"),
+    (1, "elastic: goes on with at least 1 of 2 workers")])
+def test_validate_says_what_a_sized_run_does_and_exits_2_for_too_few(tmp_path, capsys, top, words):
+    from helpers import cli
+    p = tmp_path / "c.yaml"
+    p.write_text("cluster: {ps: 1, worker: 2}\nprogram: {command: [python, t.py]}\n"
+                 f"elastic: {{min_workers: 1, max_workers: {top}, scale: throughput}}\n")
+    (tmp_path / "t.py").write_text("")
+    rc, out, err = cli(capsys, "validate", p)
+    assert any(ln.startswith(words) for ln in out.splitlines()), out
+    assert rc == (0 if top == 4 else 2)
+    if top == 1:
+        assert "elastic.max_workers: 1 is fewer than the file's 2 worker(s)" in err

@@ -110,6 +110,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         kind = recorded_kind(getattr(args, "backend", None) or getattr(cluster.spec, "backend", None))
         n = sum(1 for t in cluster.tasks if t.job == "worker")
         top = getattr(elastic, "max_workers", None)
+        top = top if top is not None and top >= n else None   # (fewer: the plan's error says so)
         print(elastic_line(elastic.min_workers, top or n, elastic.on_change,
                            kind.name if kind.rejoins_at_new_address else "", cluster.jobs,
                            start=n if top else None))
