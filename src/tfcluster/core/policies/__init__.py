@@ -14,7 +14,10 @@ dispatches events; a policy reads that state and decides one thing:
 * :mod:`.stop` -- the stop order: chief, workers and evaluators first, ps last, each wave SIGTERM
   then SIGKILL;
 * :mod:`.regroup` -- every task stopped to be placed again (a lost node, a chosen port taken,
-  an elastic restart), and started again once the driver has placed them.
+  an elastic restart), and started again once the driver has placed them;
+* :mod:`.sizing` -- ``elastic.scale: throughput``: spare workers added while they raise the
+  global steps/s, the last one removed (and the run held) where they stop helping; a run
+  watchdog whose requests (``scale_up``, ``scale_down``) are entries in ``RunMachine.ASKS``.
 
 A policy has no I/O, no clock and no TensorFlow: time comes in with the events. It gets the
 machine as ``run`` and reads it (``run.s``, the settings; ``run.tasks``; ``run.others``, the tasks
@@ -26,11 +29,12 @@ another policy through the machine (``run.regrouping.move``, ``run.elastic.may_l
 
 Adding a rule: a new ``elastic.on_change`` mode is a new :class:`.on_change.ElasticMode` subclass in
 :data:`.on_change.MODES`; a new watchdog, or any policy that looks at the running run on the
-watchdogs' clock (issue 50's scaling policy, which reads the tasks' measured rates and asks for
-workers to be added or removed), is a new :class:`.watchdog.RunWatchdog` (or
+watchdogs' clock (as :mod:`.sizing` is, which reads the run's global step and asks for workers
+to be added or removed), is a new :class:`.watchdog.RunWatchdog` (or
 :class:`.watchdog.TaskWatchdog`) subclass listed in :data:`.watchdog.RUN_WATCHDOGS` (or
 :data:`.watchdog.TASK_WATCHDOGS`), or passed to the machine (``RunMachine(...,
 watchdogs=...)``). The machine consults them all through :class:`.watchdog.Watchdogs` and carries
 out what they ask by :attr:`tfcluster.core.machine.RunMachine.ASKS`, a table of the kinds of
-request (``kill``, ``fail_run``); that is the one place a new kind of request is added.
+request (``kill``, ``fail_run``; the sizing policy's ``scale_up``, ``scale_down``); that is the one
+place a new kind of request is added.
 """

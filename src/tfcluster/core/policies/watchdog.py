@@ -11,13 +11,14 @@ the restart policy like any failure; a task elsewhere is killed by its own drive
   exit);
 * over the run (:class:`RunWatchdog`, :data:`RUN_WATCHDOGS`): :class:`StallWarning` (names a task
   whose progress stopped while others go on, and once the run standing still; it asks for
-  nothing), :class:`Stall` (no progress anywhere for the stall deadline fails the run).
+  nothing), :class:`Stall` (no progress anywhere for the stall deadline fails the run), and the
+  sizing policy (:class:`tfcluster.core.policies.sizing.Sizing`: ``elastic.scale``).
 
 They decide from the settings (``watchdog:``), the tasks' signs of life (steps, their cadence,
 open ports, "still waiting" lines, the final step) and the clock the events bring; the checks
 themselves are :mod:`tfcluster.core.rules`' (``check_startup``, ``check_waiting``,
 ``check_ending``, ``check_stall``, ``stuck_tasks``). A new watchdog, or another policy on this
-clock (issue 50's scaling policy), is a new subclass added to a list here or given to the machine
+clock (as the sizing policy is), is a new subclass added to a list here or given to the machine
 (``RunMachine(..., watchdogs=Watchdogs(...))``): :class:`Watchdogs` consults them all, and the
 machine carries out their requests by their kind (``RunMachine.ASKS``).
 """
