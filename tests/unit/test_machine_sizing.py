@@ -300,3 +300,14 @@ def test_validate_says_what_a_sized_run_does_and_exits_2_for_too_few(tmp_path, c
     assert rc == (0 if top == 4 else 2)
     if top == 1:
         assert "elastic.max_workers: 1 is fewer than the file's 2 worker(s)" in err
+
+
+def test_parameter_server_strategy_restarts_the_chief_alone_to_add_a_worker():
+    m = sized(on_change="restart-chief", max_workers=3)
+    acts, _ = drive(m, lambda n: 10.0 * n, until=40)
+    assert ordered(acts)[0] == ("scaled_up", "worker:2", 3)
+    stopped = [a.task for a in of(acts, Kill) if a.sig == signal.SIGTERM]
+    assert stopped == ["worker:0"]                     # the chief (coordinator) alone
+    starts = [(s.task, s.attempt) for s in of(acts, Start)][3:]
+    assert ("worker:0", 1) in starts and ("worker:2", 0) in starts and len(starts) == 2
+    assert m.tasks["ps:0"].restarts == 0 and m.tasks["worker:1"].restarts == 0
