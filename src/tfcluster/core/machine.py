@@ -545,7 +545,8 @@ class RunMachine(RunView):
         """A worker (here or elsewhere) has left: say so, log it, and ask the elastic mode."""
         out.append(Say(f"{name} left the run ({reason}): going on with {self.workers_line()}{back}",
                        error=True))
-        out.append(log_event("run_shrunk", name, node=node, reason=reason, workers=len(self.workers_in()),
+        where = {"node": node} if node else {}     # left here (no node lost): no node field
+        out.append(log_event("run_shrunk", name, **where, reason=reason, workers=len(self.workers_in()),
                              min_workers=self.s.min_workers))
         self.elastic.left(self, name, out)
 
