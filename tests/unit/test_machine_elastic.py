@@ -37,7 +37,7 @@ def test_a_worker_out_of_restarts_leaves_and_the_run_goes_on_then_ends_with_the_
     out = m.handle(Exited("worker:2", 1, 9.0))          # its budget is spent: it leaves
     assert not m.decided and m.phase == Phase.RUN
     t = m.tasks["worker:2"]
-    assert t.state == TaskState.FAILED and "restart budget spent" in t.left and t.left_node == ""
+    assert t.state == TaskState.LEFT and "restart budget spent" in t.left and t.left_node == ""
     assert "worker:2 left the run (not restarted: restart budget spent (1 of 1)): going on with " \
            "3 of 4 workers, min 2" in says(out)
     shrunk = logged(out, "run_shrunk")[0].as_dict()
@@ -104,10 +104,10 @@ def test_a_host_lost_shrinks_at_once_and_its_return_starts_the_worker_again():
     started(m)
     out = m.handle(Exited("worker:3", 255, 5.0, "host 10.0.0.4 lost", "10.0.0.4"))
     t = m.tasks["worker:3"]
-    assert t.left_node == "10.0.0.4" and t.state == TaskState.FAILED and not of(out, Start)
+    assert t.left_node == "10.0.0.4" and t.state == TaskState.LEFT and not of(out, Start)
     assert "starts again when 10.0.0.4 answers" in says(out) and m.left_nodes() == ["10.0.0.4"]
     assert not of(m.handle(HostBack("10.0.0.9", 6.0)), Start)     # another host: none of ours
-    assert m.tasks["worker:3"].state == TaskState.FAILED
+    assert m.tasks["worker:3"].state == TaskState.LEFT
     out = m.handle(HostBack("10.0.0.4", 7.0))
     assert of(out, Start) == [Start("worker:3", 1)]
     assert "10.0.0.4 answers again: starting worker:3; 4 of 4 workers, min 2" in says(out)

@@ -531,9 +531,11 @@ class RunMachine(RunView):
         return not t.left and self.elastic.may_leave(self, t.name, t.job)
 
     def leave(self, t: TaskTrack, reason: str, node: str, out: List[Action]) -> None:
-        """``t`` leaves the run, which goes on with the workers left (at least min_workers)."""
+        """``t`` leaves the run, which goes on with the workers left (at least min_workers):
+        LEFT, not FAILED (the run did not fail)."""
         if t.state != TaskState.FAILED:
             t.state = check_transition(t.state, TaskState.FAILED, t.name)
+        t.state = check_transition(t.state, TaskState.LEFT, t.name)
         t.left, t.left_node = reason, node
         t.why = (t.why + "; " if t.why else "") + f"left the run: {reason}"
         self.success.recount(self)

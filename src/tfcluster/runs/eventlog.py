@@ -414,7 +414,8 @@ def format_event(ev: Dict[str, Any]) -> str:
         on = f" on {node}" if node else ""
         what = (f"left the run{on}: {g('reason')}" if name == "run_shrunk"
                 else f"back in the run{on} (restart {g('attempt')})")
-        return f"{who} {what}; {g('workers')} workers in the run, min {g('min_workers')}"
+        n = g("workers")
+        return f"{who} {what}; {n} worker{'' if n == 1 else 's'} in the run, min {g('min_workers')}"
     if name == "run_ended":
         return f"run ended: {g('result')}, exit code {g('exit_code')}"
     rest = ", ".join(f"{k}={v}" for k, v in ev.items() if k not in ("time", "event", "task"))
