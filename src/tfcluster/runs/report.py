@@ -4,16 +4,16 @@ The page is built from ``run.json`` and ``events.jsonl`` (docs/LAUNCH.md describ
 inline SVG and inline CSS only: no script, no style sheet, no font or image from anywhere else,
 so it opens offline and can be mailed or attached to a ticket. It shows
 
-- a timeline of every task: each attempt as a bar (coloured by how it ended, labelled with the
-  exit code or signal), restarts (marker and backoff gap), watchdog actions, stop signals, and
-  stalls (gaps between progress reports longer than
-  :func:`tfcluster.runs.report_model.stall_threshold`);
+- a timeline of every task: each attempt as a bar (coloured by how it ended -- a worker that
+  left an elastic run is ``left``, not failed --, labelled with the exit code or signal),
+  restarts (marker and backoff gap), watchdog actions, stop signals, and stalls (gaps between
+  progress reports longer than :func:`tfcluster.runs.report_model.stall_threshold`);
 - the global step each task reported over time (each line labelled at its end, the labels
   laid out apart: :func:`spread_labels`), with each task's own steps/s (from the
   ``local_step`` of its reports: the steps it ran itself; the global step's rate is every
   worker's together, so a task that reports only the global step has no rate of its own and is
   not compared) and its share of the fastest task's (a straggler's rate is flagged; a task
-  that restarted, failed or is the chief is not compared:
+  that restarted, failed, left an elastic run or is the chief is not compared:
   :attr:`tfcluster.runs.report_model.TaskView.straggler_exempt`);
 - for a failed run, the failed task's one-line cause, hint and log tail, as the console said
   them (:func:`tfcluster.runs.failure.read_failure`);
@@ -37,6 +37,7 @@ from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event
 from tfcluster.runs.report_model import (
+    LEFT_WORDS,
     LINE_LIMIT,
     MAX_POINTS,
     MAX_ROWS,
@@ -64,6 +65,7 @@ COLOURS = {
     "failed": "#D55E00",      # vermillion
     "stopped": "#BBBBBB",     # neutral: stopped by tfcluster, as planned
     "running": "#0072B2",     # blue
+    "left": "#A9B8CC",        # pale slate, dashed outline: elastic, the run went on without it
     "lost": "#000000",        # black: the launcher died, the end is unknown
     "restart": "#56B4E9",     # sky blue (diamond marker; dashes: backoff)
     "watchdog": "#CC79A7",    # reddish purple (circle marker)
@@ -72,8 +74,6 @@ COLOURS = {
     "interrupted": "#6C6C6C", # the run was interrupted (Ctrl-C, SIGTERM): a planned stop
     "unknown": "#999999",
 }
-STATE_CLASSES = ("succeeded", "failed", "stopped", "stopping", "running", "lost", "restarting",
-                 "pending", "unknown")
 # Lines of the step chart: 7 Okabe-Ito colours (yellow is too light on white) x 4 dash patterns,
 # so 28 tasks get distinct lines; each line is also labelled with its task at its end.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000"]
@@ -146,7 +146,8 @@ def _slug(name: str) -> str:
 #: What the label after an attempt's bar says, per state.
 STATE_WORDS = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped (planned)",
                "stopping": "stopping", "running": "running", "lost": "lost",
-               "restarting": "restarting", "pending": "pending", "unknown": "state unknown"}
+               "restarting": "restarting", "pending": "pending", "left": LEFT_WORDS,
+               "unknown": "state unknown"}
 
 
 def _text_width(words: str) -> float:
@@ -434,9 +435,11 @@ h1{{font-size:20px;margin:0 0 4px}}h2{{font-size:16px;margin:28px 0 8px}}
 .tick{{font-size:11px;fill:#868e96}}.task-label{{font-size:13px;fill:#212529}}
 .attempt{{stroke:none}}.att-succeeded{{fill:{C['succeeded']}}}.att-failed{{fill:{C['failed']}}}
 .att-stopped,.att-stopping{{fill:{C['stopped']}}}.att-running{{fill:{C['running']}}}
-.att-lost{{fill:{C['lost']}}}.att-restarting,.att-pending,.att-unknown{{fill:{C['unknown']}}}
+.att-lost{{fill:{C['lost']}}}
+.att-left{{fill:{C['left']};stroke:#3F5573;stroke-width:1;stroke-dasharray:3 2}}
+.att-restarting,.att-pending,.att-unknown{{fill:{C['unknown']}}}
 .exit-label{{font-size:11px;fill:#212529}}.exit-failed{{fill:#A04000;font-weight:600}}
-.exit-succeeded{{fill:#006B4F}}.exit-lost{{fill:#000;font-weight:600}}
+.exit-succeeded{{fill:#006B4F}}.exit-left{{fill:#3F5573}}.exit-lost{{fill:#000;font-weight:600}}
 .stall{{fill:{C['stall']};fill-opacity:.6;stroke:#8a7f00;stroke-dasharray:3 2}}
 .restart-marker{{fill:{C['restart']};stroke:#000;stroke-width:1}}
 .restart-label{{font-size:11px;fill:#1f6f99;font-weight:600}}
@@ -478,6 +481,7 @@ LEGEND = [
     ("k-stopped", COLOURS["stopped"], "stopped by tfcluster (planned)"),
     ("k-running", COLOURS["running"], "running"),
     ("k-lost", COLOURS["lost"], "lost (launcher died; end unknown)"),
+    ("k-left", COLOURS["left"], f"{LEFT_WORDS} (elastic: the run went on without it)"),
     ("k-restart", COLOURS["restart"], "restart (dashes: backoff)"),
     ("k-watchdog", COLOURS["watchdog"], "watchdog"),
     ("k-stall", COLOURS["stall"], "stall (no progress)"),

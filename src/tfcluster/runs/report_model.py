@@ -44,7 +44,8 @@ MAX_ROWS = 2000           # rows of the event table (the first and the last half
 TEXT_LIMIT = 300          # characters of any one value written into the page
 LINE_LIMIT = 2000         # ... of a failure's hint or of a line of its log's tail
 STATE_CLASSES = ("succeeded", "failed", "stopped", "stopping", "running", "lost", "restarting",
-                 "pending", "unknown")
+                 "pending", "left", "unknown")
+LEFT_WORDS = "left the run"   # elastic: a worker the run went on without (not a failure)
 
 
 class GapStats:
@@ -145,6 +146,7 @@ class TaskView:
     stops: List[Dict[str, Any]] = field(default_factory=list)
     points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
     stalls: List[Tuple[float, float]] = field(default_factory=list)
+    left: str = ""            # elastic: why it left the run (run_shrunk), "" while in it
     restart_count: int = 0
     rate: Optional[float] = None        # its own steps/s (local_step), None when not reported
     own: bool = False                   # some report carried local_step
@@ -165,11 +167,14 @@ class TaskView:
     def straggler_exempt(self) -> str:
         """Why this task is not compared with the others' speed ('' when it is): a task that
         restarted or whose last attempt failed or was lost lags because it crashed, not
-        because it is slow; the chief does work besides its steps (trainer.py's, like a
-        Supervisor's or MonitoredTrainingSession's chief, saves the checkpoints and writes the
-        summaries), so its fewer steps are not slowness either."""
+        because it is slow; a worker that left an elastic run is out of it; the chief does
+        work besides its steps (trainer.py's, like a Supervisor's or MonitoredTrainingSession's
+        chief, saves the checkpoints and writes the summaries), so its fewer steps are not
+        slowness either."""
         if self.restart_count:
             return f"restarted {self.restart_count}x"
+        if self.outcome == "left":
+            return LEFT_WORDS
         if self.outcome in ("failed", "lost"):
             return self.outcome
         if self.chief:
@@ -346,6 +351,8 @@ class _EventReader:
             a.exit = _text(e.get("exit")) or exit_words(_int(e.get("exit_code"), -(1 << 31)),
                                                          _text(e.get("signal")), unknown="")
             a.state = _state(e.get("state"))
+        elif kind == "run_shrunk":
+            _left(v, e, t)
         elif kind == "task_restarting":
             v.restart_events += 1
             _keep(v.restarts, e, v)
@@ -385,6 +392,20 @@ def _progress_in(v: TaskView, a: Attempt, point: Tuple[float, float],
             a.own_last = (t, own)
 
 
+def _left(v: TaskView, e: Dict[str, Any], t: float) -> None:
+    """Elastic: the worker left the run (``run_shrunk``), which went on without it. Its last
+    attempt is ``left``, not failed (its exit, logged just before, was the process's own end);
+    one with no exit logged (lost with its node) ends here."""
+    v.left = _text(e.get("reason")) or LEFT_WORDS
+    if not v.attempts:
+        return
+    a = v.attempts[-1]
+    if a.open:
+        a.end, a.open = t, False
+    if a.state in ("", "failed", "unknown"):
+        a.state = "left"
+
+
 def _span(record: Dict[str, Any], result: str, reader: _EventReader, seen: Optional[float],
           now: float) -> Tuple[float, float]:
     """The time span (t0, t1) the charts draw: the run's start to its end, or to now while it
@@ -417,10 +438,12 @@ def _add_last_report(v: TaskView, p: Dict[str, Any], at: Any) -> None:
         v.total = p["total"]
 
 
-def _from_record(ordered: Dict[str, TaskView], by_task: Dict[str, Dict[str, Any]], t1: float,
-                 result: str) -> None:
+def _from_record(ordered: Dict[str, TaskView], record: Dict[str, Any],
+                 by_task: Dict[str, Dict[str, Any]], t1: float, result: str) -> None:
     """Without events: one attempt per task from run.json (its last start to its end), its
     restart count and its last progress report."""
+    workers = record.get("workers") if isinstance(record.get("workers"), dict) else {}
+    gone = workers.get("left") if isinstance(workers.get("left"), dict) else {}
     for name, t in by_task.items():
         v = ordered.get(name)
         if v is None:
@@ -429,6 +452,8 @@ def _from_record(ordered: Dict[str, TaskView], by_task: Dict[str, Dict[str, Any]
         if t.get("started") is not None:
             open_ = t.get("ended") is None
             state = _state(t.get("state"))
+            if state == "failed" and name in gone:    # (launchers before the state "left")
+                state = "left"
             if open_ and result == "lost":
                 state = "lost"
             v.attempts.append(Attempt(t["started"], t.get("ended") if not open_ else t1,
@@ -476,7 +501,7 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
     if has_events:
         _close_open(ordered, t1, result)
     else:
-        _from_record(ordered, by_task, t1, result)
+        _from_record(ordered, record, by_task, t1, result)
     chief = reader.chief or (record.get("chief") if isinstance(record.get("chief"), str) else None)
     for v in ordered.values():
         v.chief = v.name == chief
