@@ -584,7 +584,7 @@ def test_outcome_colours_in_chromium(tmp_path, result):
 @needs_browser
 def test_a_worker_that_left_an_elastic_run_is_drawn_in_its_own_colour_in_chromium(tmp_path):
     """worker:2 left the run (issue 48, item 7): its bar has the colour of ``left``, not the
-    vermillion of a failure."""
+    vermillion of a failure; worker:1's line is flat across its 22 s gap."""
     from helpers.runs import elastic_run
     page = write_report(str(elastic_run(tmp_path)))
     probe = ("[...document.querySelectorAll('.attempt')].map(e => {const r = e.getBoundingClientRect(); "

@@ -9,7 +9,8 @@ so it opens offline and can be mailed or attached to a ticket. It shows
   restarts (marker and backoff gap), watchdog actions, stop signals, and stalls (gaps between
   progress reports longer than :func:`tfcluster.runs.report_model.stall_threshold`);
 - the global step each task reported over time (each line labelled at its end, the labels
-  laid out apart: :func:`spread_labels`), with each task's own steps/s (from the
+  laid out apart: :func:`spread_labels`; flat where no progress was reported, across a stall
+  or between two attempts: :func:`held`), with each task's own steps/s (from the
   ``local_step`` of its reports: the steps it ran itself; the global step's rate is every
   worker's together, so a task that reports only the global step has no rate of its own and is
   not compared) and its share of the fastest task's (a straggler's rate is flagged; a task
@@ -26,6 +27,7 @@ its last progress report.
 """
 from __future__ import annotations
 
+import bisect
 import datetime
 import html
 import math
@@ -278,6 +280,24 @@ def _step_text(x: Optional[float]) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
+def held(points: List[Tuple[float, float]],
+         holds: List[Tuple[float, float, float]]) -> List[Tuple[float, float]]:
+    """The points of a step line with each hold (from, to, step) drawn flat: the step at
+    ``from`` until ``to``, where the line rises (or falls) to the next report -- a gap with no
+    progress is no slope."""
+    if not holds:
+        return points
+    times = [t for t, _ in points]
+    marked = [(t, 1, s) for t, s in points]
+    marked += [(t, 0, s) for t0, t1, s in holds for t in (t0, t1)    # before the report at t1
+               if bisect.bisect_right(times, t0) == bisect.bisect_left(times, t1)]   # none between
+    out: List[Tuple[float, float]] = []
+    for t, _, s in sorted(marked):
+        if not out or out[-1] != (t, s):      # (a hold starts at a report drawn already)
+            out.append((t, s))
+    return out
+
+
 LABEL_GAP = 14.0     # px between the baselines of two end labels (11px text is about 12px tall)
 
 
@@ -338,7 +358,7 @@ def steps_svg(m: Dict[str, Any]) -> str:
                      f'<title>target step {_e(_step_text(max(totals)))}</title></line>')
     for i, v in enumerate(drawn):
         color, dash = line_style(i)
-        pts = " ".join(f"{x(t)},{y(s)}" for t, s in _thin(v.points))
+        pts = " ".join(f"{x(t)},{y(s)}" for t, s in held(_thin(v.points), v.holds))
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(f'<polyline class="step-line" id="steps-{_slug(v.name)}" points="{pts}" '
                      f'stroke="{color}"{dash_attr}><title>{_e(v.name)}</title></polyline>')

@@ -3,12 +3,13 @@
 :func:`build_model` reads ``run.json`` and streams ``events.jsonl`` (docs/LAUNCH.md describes
 both) into plain data: one :class:`TaskView` per task with its attempts, restarts, watchdog
 actions, stop signals, progress points (thinned: :class:`Thinned`), stalls (gaps between
-progress reports longer than :func:`stall_threshold`) and its own steps/s (from the
+progress reports longer than :func:`stall_threshold`), where its step line holds flat (its
+stalls and the time between its attempts: :func:`_holds`) and its own steps/s (from the
 ``local_step`` of its reports: the steps it ran itself; a task that reports only the global step
 has no rate of its own); for a failed run, the failed task's cause, hint and log tail as the
 console said them (:func:`tfcluster.runs.failure.read_failure`). Whatever the run's length the
-model is bounded: MAX_POINTS progress points and MAX_MARKS marks per task, MAX_TASKS tasks,
-MAX_ROWS event rows, every value cut to TEXT_LIMIT characters.
+model is bounded: MAX_POINTS progress points, MAX_HOLDS flat stretches and MAX_MARKS marks per
+task, MAX_TASKS tasks, MAX_ROWS event rows, every value cut to TEXT_LIMIT characters.
 
 A run without ``events.jsonl`` (recorded before tfcluster wrote event logs) still gets a model:
 one attempt per task from its last start to its end, its restart count, its last progress
@@ -39,6 +40,7 @@ MAX_POINTS = 1500         # progress points kept per task (thinned evenly as the
 EXACT_GAPS = 4096         # gaps per attempt kept exactly for the median; beyond, a histogram
 MAX_STALLS = 200          # stall candidates kept per attempt (the longest)
 MAX_MARKS = 400           # attempts / restarts / watchdog / stop marks kept per task
+MAX_HOLDS = MAX_POINTS // 2   # flat stretches of a step line kept per task (the longest)
 MAX_TASKS = 1000          # task lanes drawn
 MAX_ROWS = 2000           # rows of the event table (the first and the last half)
 TEXT_LIMIT = 300          # characters of any one value written into the page
@@ -57,9 +59,9 @@ class GapStats:
         self.exact: Optional[List[float]] = []
         self.hist: Dict[int, int] = {}
         self.n = 0
-        self.long: List[Tuple[float, float, float]] = []   # a heap of (gap, from, to)
+        self.long: List[Tuple[float, float, float, float]] = []  # a heap of (gap, from, to, step at from)
 
-    def add(self, a: float, b: float) -> None:
+    def add(self, a: float, b: float, step: float = 0.0) -> None:
         gap = b - a
         self.n += 1
         if self.exact is not None:
@@ -71,7 +73,7 @@ class GapStats:
         else:
             self._bucket(gap)
         if gap >= STALL_MIN_S:
-            item = (gap, a, b)
+            item = (gap, a, b, step)
             if len(self.long) < MAX_STALLS:
                 heapq.heappush(self.long, item)
             elif item > self.long[0]:
@@ -146,6 +148,9 @@ class TaskView:
     stops: List[Dict[str, Any]] = field(default_factory=list)
     points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
     stalls: List[Tuple[float, float]] = field(default_factory=list)
+    # (from, to, step): no progress from one report to the next (a stall, or the time between
+    # two attempts): the step chart holds the step reported at ``from`` until ``to``
+    holds: List[Tuple[float, float, float]] = field(default_factory=list)
     left: str = ""            # elastic: why it left the run (run_shrunk), "" while in it
     restart_count: int = 0
     rate: Optional[float] = None        # its own steps/s (local_step), None when not reported
@@ -213,12 +218,33 @@ def _stalls(attempts: List[Attempt], total: Optional[float] = None) -> List[Tupl
         if a.last is None:
             continue
         limit = _threshold(a.gaps.median())
-        out.extend(sorted((x, b) for gap, x, b in a.gaps.long if gap >= limit))
+        out.extend((x, b) for x, b, _ in _long_gaps(a))
         if a.state == "succeeded" or (total and a.last[1] >= total):
             continue
         end = a.end if a.end is not None else a.start
         if end - a.last[0] >= limit:
             out.append((a.last[0], end))
+    return out
+
+
+def _long_gaps(a: Attempt) -> List[Tuple[float, float, float]]:
+    """The stalls between two reports of attempt ``a``: (from, to, the step reported at from)."""
+    limit = _threshold(a.gaps.median())
+    return sorted((x, b, step) for gap, x, b, step in a.gaps.long if gap >= limit)
+
+
+def _holds(attempts: List[Attempt]) -> List[Tuple[float, float, float]]:
+    """Where the step chart holds a step flat (from, to, step): across a stall between two
+    reports, and from the last report of an attempt to the first of the next (a restart, a
+    worker back in an elastic run): no progress was reported there, so none is drawn."""
+    out: List[Tuple[float, float, float]] = []
+    for k, a in enumerate(attempts):
+        out.extend(_long_gaps(a))
+        nxt = attempts[k + 1] if k + 1 < len(attempts) else None
+        if a.last is not None and nxt is not None and nxt.first is not None and nxt.first[0] > a.last[0]:
+            out.append((a.last[0], nxt.first[0], a.last[1]))
+    if len(out) > MAX_HOLDS:
+        out = sorted(heapq.nlargest(MAX_HOLDS, out, key=lambda h: h[1] - h[0]))
     return out
 
 
@@ -379,7 +405,7 @@ def _progress_in(v: TaskView, a: Attempt, point: Tuple[float, float],
     """A progress report that falls within attempt ``a``: its gaps, first and last reports."""
     t = point[0]
     if a.last is not None and t >= a.last[0]:
-        a.gaps.add(a.last[0], t)
+        a.gaps.add(a.last[0], t, a.last[1])
     if a.first is None:
         a.first = point
     if a.last is None or t >= a.last[0]:
@@ -476,6 +502,7 @@ def _finish(v: TaskView, task: Dict[str, Any], has_events: bool, t1: float) -> N
         _add_last_report(v, p, at)
     v.points = v.series.points()
     v.stalls = _stalls(v.attempts, v.total) if has_events else []
+    v.holds = _holds(v.attempts) if has_events else []
     rated = [a for a in v.attempts if _rate(a) is not None]
     v.rate = _rate(rated[-1]) if rated else None   # the global step's rate is not the task's
     v.last_step = v.series.last[1] if v.series.last else None
