@@ -27,7 +27,8 @@ class TaskState(str, enum.Enum):
     SKIPPED     it runs on another host; this launcher does not start it
     LEFT        elastic: a worker that failed (or was lost with its host or node) and left the
                 run, which goes on without it: not a failure of the run (``TaskTrack.left``
-                says why; a worker removed by a scaling policy is LEFT too)
+                says why; a worker a scaling policy removes means the same: its way there,
+                STOPPING -> LEFT, is to be added with that policy)
 
     PENDING -> RUNNING | STOPPED;  RUNNING -> SUCCEEDED | FAILED | STOPPING;
     FAILED -> RESTARTING -> RUNNING | STOPPED | FAILED (the run's shared restart budget refused
