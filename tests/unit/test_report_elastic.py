@@ -95,3 +95,17 @@ def test_the_flat_stretches_of_a_line_are_bounded_the_longest_kept():
     holds = _holds(attempts)
     assert len(holds) == MAX_HOLDS and holds == sorted(holds)
     assert all(t1 - t0 == 9.0 for t0, t1, _ in holds)       # the gaps of 9 s, not of 8 or 7
+
+
+def test_the_event_log_of_a_run_recorded_with_an_empty_node_says_no_node(tmp_path):
+    """Launchers before this one wrote ``"node": ""`` for a worker that left here: the report's
+    event log reads it without ``node=``, as launcher.log now does."""
+    d = elastic_run(tmp_path)
+    lines = (d / "events.jsonl").read_text().replace('"event": "run_shrunk", "task": "worker:2"',
+                                                     '"event": "run_shrunk", "task": "worker:2", "node": ""')
+    assert '"node": ""' in lines
+    (d / "events.jsonl").write_text(lines)
+    page = render_html(build_model(str(d)))
+    row = re.search(r'<tr class="ev-run_shrunk">(.*?)</tr>', page).group(1)
+    assert "node" not in row and ("worker:2 left the run: not restarted: restart policy is never; "
+                                  "2 workers in the run, min 2") in row, row
