@@ -33,8 +33,12 @@ def test_a_worker_that_left_is_drawn_as_left_not_failed(tmp_path, recorded):
     assert 'class="exit-label exit-failed"' not in page
     assert re.search(r'<span class="k-left-key"><i class="k-left" style="background:#[0-9A-Fa-f]{6}">'
                      r'</i>left the run', page)
-    # the run succeeded: nothing on the page calls worker:2 a failure but its process's exit
+    # the run succeeded: nothing on the page calls worker:2 a failure but its process's exit,
+    # whose row in the event log is marked as its leaving (its words kept: what was logged)
     assert 'id="result">succeeded<' in page
+    exit_row = re.search(r'<tr class="([\w -]+)">(?:(?!</tr>).)*worker:2 exited \(SIGKILL\), failed', page)
+    assert exit_row.group(1) == "ev-task_exited ev-state-left", exit_row.group(0)
+    assert 'class="ev-task_exited ev-state-failed"' not in page
     # without events.jsonl, from run.json alone (its workers.left names worker:2)
     d = elastic_run(tmp_path / "no-events", left_state=recorded)
     (d / "events.jsonl").unlink()

@@ -411,12 +411,26 @@ def _describe(e: Dict[str, Any]) -> str:
         return f"{_text(e.get('event'))} {_text(e.get('task') or 'run')}: {rest}"
 
 
-def _row_class(e: Dict[str, Any]) -> str:
+def _row_class(e: Dict[str, Any], left: bool = False) -> str:
+    """The row's classes; ``left``: the exit of a worker that then left an elastic run (its
+    process failed, the run did not: marked as the worker's leaving, its words kept)."""
     kind = e.get("event")
     cls = "ev-" + _slug(kind)
     if kind == "task_exited":
-        cls += " ev-state-" + (_state(e.get("state")) or "unknown")
+        cls += " ev-state-" + ("left" if left else _state(e.get("state")) or "unknown")
     return cls
+
+
+def _exits_before_leaving(events: List[Dict[str, Any]]) -> set:
+    """The rows (indexes) of the exits that a ``run_shrunk`` of the same task follows."""
+    last: Dict[Any, int] = {}
+    out = set()
+    for i, e in enumerate(events):
+        if e.get("event") == "task_exited":
+            last[e.get("task")] = i
+        elif e.get("event") == "run_shrunk" and e.get("task") in last:
+            out.add(last.pop(e.get("task")))
+    return out
 
 
 def events_table(m: Dict[str, Any]) -> str:
@@ -427,12 +441,13 @@ def events_table(m: Dict[str, Any]) -> str:
     progress = m["progress_count"]
     rows = []
     half = MAX_ROWS - MAX_ROWS // 2
+    left = _exits_before_leaving(m["events"])
     for i, e in enumerate(m["events"]):
         if i == half and m["rows_left_out"]:
             rows.append(f'<tr class="gap"><td colspan="5">&hellip; {m["rows_left_out"]} more '
                         f'events not listed &hellip;</td></tr>')
         clock = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
-        rows.append(f'<tr class="{_row_class(e)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
+        rows.append(f'<tr class="{_row_class(e, i in left)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
                     f'<td>{clock}</td><td>{_e(e.get("task") or "")}</td><td>{_e(e["event"])}</td>'
                     f'<td>{_e(_describe(e))}</td></tr>')
     note = (f'<p class="note">{progress} progress reports are drawn in the chart above, not '
@@ -482,6 +497,7 @@ tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{c
 .ev-state-failed td:first-child{{border-left-color:{C['failed']}}}.ev-state-failed td{{color:#A04000}}
 .ev-state-stopped td:first-child,.ev-stop_sent td:first-child{{border-left-color:{C['stopped']}}}
 .ev-state-lost td:first-child{{border-left-color:{C['lost']}}}
+.ev-state-left td:first-child{{border-left-color:{C['left']}}}.ev-state-left td{{color:#3F5573}}
 .ev-watchdog td:first-child{{border-left-color:{C['watchdog']}}}.ev-watchdog td{{color:#8f3f6f}}
 .ev-task_restarting td:first-child{{border-left-color:{C['restart']}}}
 .ev-decision td,.ev-run_ended td{{font-weight:600}}
