@@ -106,3 +106,59 @@ def quick_start_run(folder, chief_rate=7.0, other_rate=10.0, tail=0.2,
     log.emit("run_ended", time=end + 0.5, result="succeeded", exit_code=0)
     log.close()
     return d
+
+
+# ------------------------------------------------------------------ an elastic run
+def elastic_run(folder, left_state="left", run_id="elastic"):
+    """An elastic run (``elastic: {min_workers: 2}``) as the launcher records it: ps:0, worker:0
+    (the chief), worker:1 and worker:2, each reporting the global step and its own steps every
+    second. worker:2 is killed (SIGKILL) at +20 s with no restart left: its exit is logged
+    (``failed``, the process's own end), then ``run_shrunk`` without a node (it left here); it
+    ran at 54 % of worker:1's speed. worker:1 is stopped (SIGSTOP) from its report at +30 s to
+    +52 s: no report, and the global step it reports next has jumped. The chief ends the run at
+    +60 s: it succeeded. ``left_state``: worker:2's state in run.json (``failed`` as launchers
+    wrote it before the state ``left``)."""
+    d = folder / run_id
+    d.mkdir(parents=True)
+    names = ["ps:0", "worker:0", "worker:1", "worker:2"]
+    write_json(str(d / "run.json"), {
+        "run_id": run_id, "file": str(folder / "cluster.yaml"), "run_dir": str(d),
+        "launcher_pid": 999999, "backend": "local", "chief": "worker:0", "started": T0,
+        "ended": T0 + 61, "result": "succeeded", "exit_code": 0, "total_restarts": 0,
+        "workers": {"in": 2, "of": 3, "min": 2,
+                    "left": {"worker:2": "not restarted: restart policy is never"}},
+        "tasks": [{"task": "ps:0", "state": "stopped", "exit": "SIGTERM", "started": T0 + 0.1,
+                   "ended": T0 + 60.5},
+                  {"task": "worker:0", "state": "succeeded", "exit": "exit 0", "started": T0 + 0.1,
+                   "ended": T0 + 60},
+                  {"task": "worker:1", "state": "succeeded", "exit": "exit 0", "started": T0 + 0.1,
+                   "ended": T0 + 60.2},
+                  {"task": "worker:2", "state": left_state, "exit": "SIGKILL", "started": T0 + 0.1,
+                   "ended": T0 + 20.5, "note": "left the run: not restarted: restart policy is never"}]})
+    log = EventLog(str(d))
+    e = log.emit
+    e("run_started", time=T0, run_id=run_id, file="cluster.yaml", backend="local", tasks=names,
+      chief="worker:0")
+    for i, n in enumerate(names):
+        e("task_started", n, time=T0 + 0.1, pid=100 + i, attempt=0, host="localhost")
+    own = {"worker:0": 8.0, "worker:1": 10.0, "worker:2": 5.4}
+    for s in range(1, 60):
+        t = T0 + s
+        for n in ("worker:0", "worker:1", "worker:2"):
+            if n == "worker:2" and s >= 20 or n == "worker:1" and 30 < s < 52:
+                continue
+            e("progress", n, time=t + 0.01, step=20 * s, total=1200, local_step=int(own[n] * s))
+        if s == 20:
+            e("task_exited", "worker:2", time=t + 0.5, exit_code=None, signal="SIGKILL",
+              exit="SIGKILL", state="failed")
+            e("run_shrunk", "worker:2", time=t + 0.51, reason="not restarted: restart policy is never",
+              workers=2, min_workers=2)
+    e("task_exited", "worker:0", time=T0 + 60, exit_code=0, signal=None, exit="exit 0", state="succeeded")
+    e("decision", time=T0 + 60, result="succeeded", rule="chief", exit_code=0, reason="worker:0 exited 0")
+    e("task_exited", "worker:1", time=T0 + 60.2, exit_code=0, signal=None, exit="exit 0", state="succeeded")
+    e("stop_sent", "ps:0", time=T0 + 60.3, signal="SIGTERM")
+    e("task_exited", "ps:0", time=T0 + 60.5, exit_code=None, signal="SIGTERM", exit="SIGTERM",
+      state="stopped")
+    e("run_ended", time=T0 + 61, result="succeeded", exit_code=0)
+    log.close()
+    return d

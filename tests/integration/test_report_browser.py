@@ -540,6 +540,7 @@ def test_the_colours_are_distinct_and_by_meaning():
     assert {c[k] for k in meanings if k != "stopped"} <= okabe_ito
     r, g, b = hexrgb(c["stopped"])
     assert r == g == b                          # a planned stop is neutral grey
+    assert c["left"] not in {c[k] for k in meanings} | {"#E69F00"}   # left: no failure, not orange
     styles = {report.line_style(i) for i in range(28)}
     assert len(styles) == 28                    # 28 worker lines, no two alike
 
@@ -574,6 +575,27 @@ def test_outcome_colours_in_chromium(tmp_path, result):
     for id_, x, y, w, h in shapes:
         if id_ in want:
             seen[id_] = rows[int(y + h / 2)][int(x + min(w, 40) / 2)]
+    assert set(seen) == set(want)
+    for id_, colour in want.items():
+        got, exp = seen[id_], hexrgb(colour)
+        assert all(abs(got[i] - exp[i]) <= 10 for i in range(3)), (id_, got, colour)
+
+
+@needs_browser
+def test_a_worker_that_left_an_elastic_run_is_drawn_in_its_own_colour_in_chromium(tmp_path):
+    """worker:2 left the run (issue 48, item 7): its bar has the colour of ``left``, not the
+    vermillion of a failure; worker:1's line is flat across its 22 s gap."""
+    from helpers.runs import elastic_run
+    page = write_report(str(elastic_run(tmp_path)))
+    probe = ("[...document.querySelectorAll('.attempt')].map(e => {const r = e.getBoundingClientRect(); "
+             "return [e.id, r.x, r.y, r.width, r.height]})")
+    logged, _, png, shapes = render(page, str(tmp_path / "profile"), width=1100, height=700,
+                                    probe=probe)
+    assert logged == [], logged
+    _, _, rows = decode_png(png)
+    C = report.COLOURS
+    want = {"attempt-worker-2-0": C["left"], "attempt-worker-0-0": C["succeeded"]}
+    seen = {id_: rows[int(y + h / 2)][int(x + min(w, 40) / 2)] for id_, x, y, w, h in shapes if id_ in want}
     assert set(seen) == set(want)
     for id_, colour in want.items():
         got, exp = seen[id_], hexrgb(colour)

@@ -7,6 +7,7 @@ ParameterServerStrategy custom loop of examples/ps_strategy.py: the coordinator 
 worker left (TensorFlow schedules the lost worker's closures on it), no ps restarted."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,10 +86,16 @@ def test_a_worker_out_of_restarts_leaves_and_trainer_reaches_its_target(tmp_path
     chief = next(t for t in rec["tasks"] if t["task"] == "worker:0")
     assert chief["progress"]["step"] >= 1500
     w1 = next(t for t in rec["tasks"] if t["task"] == "worker:1")
-    assert "left the run" in (w1.get("note") or ""), w1
+    assert "left the run" in (w1.get("note") or "") and w1["state"] == "left", w1
     events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
     shrunk = [e for e in events if e["event"] == "run_shrunk"]
     assert len(shrunk) == 1 and shrunk[0]["task"] == "worker:1" and shrunk[0]["workers"] == 1
+    assert "node" not in shrunk[0] and "node=" not in (run_dir / "launcher.log").read_text()
+    # the report draws it as a worker that left, not as a failure (issue 48, item 7)
+    from tfcluster.runs.report import write_report
+    page = open(write_report(str(run_dir)), encoding="utf-8").read()
+    last = re.findall(r'<rect class="attempt att-(\w+)" id="attempt-worker-1-\d+"', page)[-1]
+    assert last == "left" and "node=" not in page, last
     status = subprocess.run([sys.executable, "-m", "tfcluster", "status", str(run_dir)],
                             capture_output=True, text=True, timeout=60)
     assert "workers: 1 of 2, min 1 (worker:1 left: not restarted: restart budget spent (1 of 1))" \

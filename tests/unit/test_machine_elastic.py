@@ -37,7 +37,7 @@ def test_a_worker_out_of_restarts_leaves_and_the_run_goes_on_then_ends_with_the_
     out = m.handle(Exited("worker:2", 1, 9.0))          # its budget is spent: it leaves
     assert not m.decided and m.phase == Phase.RUN
     t = m.tasks["worker:2"]
-    assert t.state == TaskState.FAILED and "restart budget spent" in t.left and t.left_node == ""
+    assert t.state == TaskState.LEFT and "restart budget spent" in t.left and t.left_node == ""
     assert "worker:2 left the run (not restarted: restart budget spent (1 of 1)): going on with " \
            "3 of 4 workers, min 2" in says(out)
     shrunk = logged(out, "run_shrunk")[0].as_dict()
@@ -104,10 +104,10 @@ def test_a_host_lost_shrinks_at_once_and_its_return_starts_the_worker_again():
     started(m)
     out = m.handle(Exited("worker:3", 255, 5.0, "host 10.0.0.4 lost", "10.0.0.4"))
     t = m.tasks["worker:3"]
-    assert t.left_node == "10.0.0.4" and t.state == TaskState.FAILED and not of(out, Start)
+    assert t.left_node == "10.0.0.4" and t.state == TaskState.LEFT and not of(out, Start)
     assert "starts again when 10.0.0.4 answers" in says(out) and m.left_nodes() == ["10.0.0.4"]
     assert not of(m.handle(HostBack("10.0.0.9", 6.0)), Start)     # another host: none of ours
-    assert m.tasks["worker:3"].state == TaskState.FAILED
+    assert m.tasks["worker:3"].state == TaskState.LEFT
     out = m.handle(HostBack("10.0.0.4", 7.0))
     assert of(out, Start) == [Start("worker:3", 1)]
     assert "10.0.0.4 answers again: starting worker:3; 4 of 4 workers, min 2" in says(out)
@@ -245,3 +245,27 @@ def test_on_change_restart_on_join_goes_on_when_a_worker_leaves_and_restarts_eve
     assert of(out, Start) == [Start("ps:0", 1), Start("worker:0", 1), Start("worker:1", 1),
                               Start("worker:2", 1), Start("worker:3", 1)]
     assert m.phase == Phase.RUN and m.total_restarts == 0 and m.workers_line() == "4 of 4 workers, min 2"
+
+
+def test_a_worker_that_leaves_here_has_no_node_and_its_event_names_none():
+    """Locally a worker leaves without a node: run_shrunk leaves the field out (no ``node=``,
+    empty), in events.jsonl and in the line launcher.log and the report show; a worker lost
+    with its host names the host."""
+    from tfcluster.runs.eventlog import format_event
+    m = make(FOUR, policy="never", min_workers=2, moves_nodes=False)
+    started(m)
+    out = m.handle(Exited("worker:2", 1, 5.0))
+    [shrunk] = logged(out, "run_shrunk")
+    assert "node" not in shrunk.as_dict(), shrunk
+    line = format_event({"time": 5.0, "event": "run_shrunk", "task": "worker:2", **shrunk.as_dict()})
+    assert "node" not in line and "=," not in line, line
+    assert line == ("worker:2 left the run: not restarted: restart policy is never; "
+                    "3 workers in the run, min 2"), line
+    out = m.handle(Exited("worker:3", 255, 6.0, "host 10.0.0.4 lost", "10.0.0.4"))
+    [lost] = logged(out, "run_shrunk")
+    assert lost.as_dict()["node"] == "10.0.0.4"
+    line = format_event({"time": 6.0, "event": "run_shrunk", "task": "worker:3", **lost.as_dict()})
+    assert line == "worker:3 left the run: its host 10.0.0.4 was lost; 2 workers in the run, min 2", line
+    back = logged(m.handle(HostBack("10.0.0.4", 7.0)), "run_grew")[0]
+    line = format_event({"time": 7.0, "event": "run_grew", "task": "worker:3", **back.as_dict()})
+    assert line == "worker:3 back in the run on 10.0.0.4 (restart 1); 3 workers in the run, min 2", line

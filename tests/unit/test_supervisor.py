@@ -100,6 +100,31 @@ def test_a_local_run_replays_from_its_events_to_the_same_decisions(tmp_path):
     assert (fresh.result, fresh.exit_code) == (mc.RunState.SUCCEEDED, 0)
 
 
+def test_a_worker_that_left_an_elastic_run_is_left_not_failed_and_the_run_replays(tmp_path):
+    """A worker out of its restarts leaves an elastic run that then succeeds: run.json, the
+    events and the end summary say ``left`` (not ``failed``: the run did not fail, nothing is a
+    "first failure"), and the run's inputs replay to the same decisions."""
+    from tfcluster.core import machine as mc
+    body = CLUSTER + "    restart: {policy: never}\n    elastic: {min_workers: 1}\n"
+    sup, be, clock, out, err = make(tmp_path, body, {
+        "worker:1": [(1, 0.5, [])], "worker:0": [(0, 3.0, [])]})
+    assert sup.run() == 0
+    rows = {t["task"]: t for t in record(tmp_path)["tasks"]}
+    assert rows["worker:1"]["state"] == "left" and "left the run" in rows["worker:1"]["note"]
+    assert record(tmp_path)["workers"]["left"].keys() == {"worker:1"}
+    summary = err.getvalue()[err.getvalue().index("run t succeeded"):]
+    assert "first failure" not in summary and "failed" not in summary, summary
+    assert any(line.split()[:1] == ["worker:1"] and "left" in line.split() for line in summary.splitlines())
+    ev = events(tmp_path)
+    began = next(e["now"] for e in ev if e["event"] == "input" and e["input"] == "begin")
+    inputs = [mc.input_from_fields(e) for e in ev if e["event"] == "input" and e["input"] != "begin"]
+    fresh = mc.RunMachine.from_plan(sup.plan)
+    replayed = [(a.event, a.task) for a in mc.replay(fresh, began, inputs) if isinstance(a, mc.LogEvent)]
+    assert replayed == [(e["event"], e["task"]) for e in ev if e["event"] in
+                        ("task_exited", "run_shrunk", "stop_sent", "decision")]
+    assert fresh.tasks["worker:1"].state == TaskState.LEFT and fresh.result == mc.RunState.SUCCEEDED
+
+
 def test_restart_budget_spent_fails_the_run_naming_the_task(tmp_path):
     body = CLUSTER + "    restart: {policy: on-failure, max_restarts: 1, backoff: 0, min_uptime: 0}\n"
     sup, be, clock, out, err = make(tmp_path, body, {"worker:1": [(5, 0.1, ["boom"])]})

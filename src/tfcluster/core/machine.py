@@ -542,9 +542,11 @@ class RunMachine(RunView):
         return not t.left and self.elastic.may_leave(self, t.name, t.job)
 
     def leave(self, t: TaskTrack, reason: str, node: str, out: List[Action]) -> None:
-        """``t`` leaves the run, which goes on with the workers left (at least min_workers)."""
+        """``t`` leaves the run, which goes on with the workers left (at least min_workers):
+        LEFT, not FAILED (the run did not fail)."""
         if t.state != TaskState.FAILED:
             t.state = check_transition(t.state, TaskState.FAILED, t.name)
+        t.state = check_transition(t.state, TaskState.LEFT, t.name)
         t.left, t.left_node = reason, node
         t.why = (t.why + "; " if t.why else "") + f"left the run: {reason}"
         self.success.recount(self)
@@ -556,7 +558,8 @@ class RunMachine(RunView):
         """A worker (here or elsewhere) has left: say so, log it, and ask the elastic mode."""
         out.append(Say(f"{name} left the run ({reason}): going on with {self.workers_line()}{back}",
                        error=True))
-        out.append(log_event("run_shrunk", name, node=node, reason=reason, workers=len(self.workers_in()),
+        where = {"node": node} if node else {}     # left here (no node lost): no node field
+        out.append(log_event("run_shrunk", name, **where, reason=reason, workers=len(self.workers_in()),
                              min_workers=self.s.min_workers))
         self.elastic.left(self, name, out)
 

@@ -414,6 +414,13 @@ def format_event(ev: Dict[str, Any]) -> str:
     if name == "decision":
         return (f"decision: {g('result')} (rule {g('rule')}, exit code {g('exit_code')})"
                 + (f": {g('reason')}" if g("reason") else ""))
+    if name in ("run_shrunk", "run_grew"):       # a worker that left here has no node
+        node = g("node") if g("node") and str(g("node")) not in str(g("reason") or "") else ""
+        on = f" on {node}" if node else ""
+        what = (f"left the run{on}: {g('reason')}" if name == "run_shrunk"
+                else f"back in the run{on} (restart {g('attempt')})")
+        n = g("workers")
+        return f"{who} {what}; {n} worker{'' if n == 1 else 's'} in the run, min {g('min_workers')}"
     if name == "run_ended":
         return f"run ended: {g('result')}, exit code {g('exit_code')}"
     if name in ("scaled_up", "scaled_down", "scale_held"):

@@ -4,16 +4,17 @@ The page is built from ``run.json`` and ``events.jsonl`` (docs/LAUNCH.md describ
 inline SVG and inline CSS only: no script, no style sheet, no font or image from anywhere else,
 so it opens offline and can be mailed or attached to a ticket. It shows
 
-- a timeline of every task: each attempt as a bar (coloured by how it ended, labelled with the
-  exit code or signal), restarts (marker and backoff gap), watchdog actions, stop signals, and
-  stalls (gaps between progress reports longer than
-  :func:`tfcluster.runs.report_model.stall_threshold`);
+- a timeline of every task: each attempt as a bar (coloured by how it ended -- a worker that
+  left an elastic run is ``left``, not failed --, labelled with the exit code or signal),
+  restarts (marker and backoff gap), watchdog actions, stop signals, and stalls (gaps between
+  progress reports longer than :func:`tfcluster.runs.report_model.stall_threshold`);
 - the global step each task reported over time (each line labelled at its end, the labels
-  laid out apart: :func:`spread_labels`), with each task's own steps/s (from the
+  laid out apart: :func:`spread_labels`; flat where no progress was reported, across a stall
+  or between two attempts: :func:`held`), with each task's own steps/s (from the
   ``local_step`` of its reports: the steps it ran itself; the global step's rate is every
   worker's together, so a task that reports only the global step has no rate of its own and is
   not compared) and its share of the fastest task's (a straggler's rate is flagged; a task
-  that restarted, failed or is the chief is not compared:
+  that restarted, failed, left an elastic run or is the chief is not compared:
   :attr:`tfcluster.runs.report_model.TaskView.straggler_exempt`);
 - for a failed run, the failed task's one-line cause, hint and log tail, as the console said
   them (:func:`tfcluster.runs.failure.read_failure`);
@@ -26,6 +27,7 @@ its last progress report.
 """
 from __future__ import annotations
 
+import bisect
 import datetime
 import html
 import math
@@ -37,6 +39,7 @@ from tfcluster.core.rules import format_duration
 from tfcluster.errors import UserError
 from tfcluster.runs.eventlog import format_event
 from tfcluster.runs.report_model import (
+    LEFT_WORDS,
     LINE_LIMIT,
     MAX_POINTS,
     MAX_ROWS,
@@ -65,6 +68,7 @@ COLOURS = {
     "failed": "#D55E00",      # vermillion
     "stopped": "#BBBBBB",     # neutral: stopped by tfcluster, as planned
     "running": "#0072B2",     # blue
+    "left": "#A9B8CC",        # pale slate, dashed outline: elastic, the run went on without it
     "lost": "#000000",        # black: the launcher died, the end is unknown
     "restart": "#56B4E9",     # sky blue (diamond marker; dashes: backoff)
     "watchdog": "#CC79A7",    # reddish purple (circle marker)
@@ -73,8 +77,6 @@ COLOURS = {
     "interrupted": "#6C6C6C", # the run was interrupted (Ctrl-C, SIGTERM): a planned stop
     "unknown": "#999999",
 }
-STATE_CLASSES = ("succeeded", "failed", "stopped", "stopping", "running", "lost", "restarting",
-                 "pending", "unknown")
 # Lines of the step chart: 7 Okabe-Ito colours (yellow is too light on white) x 4 dash patterns,
 # so 28 tasks get distinct lines; each line is also labelled with its task at its end.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000"]
@@ -147,7 +149,8 @@ def _slug(name: str) -> str:
 #: What the label after an attempt's bar says, per state.
 STATE_WORDS = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped (planned)",
                "stopping": "stopping", "running": "running", "lost": "lost",
-               "restarting": "restarting", "pending": "pending", "unknown": "state unknown"}
+               "restarting": "restarting", "pending": "pending", "left": LEFT_WORDS,
+               "unknown": "state unknown"}
 
 
 def _text_width(words: str) -> float:
@@ -278,6 +281,24 @@ def _step_text(x: Optional[float]) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.6g}"
 
 
+def held(points: List[Tuple[float, float]],
+         holds: List[Tuple[float, float, float]]) -> List[Tuple[float, float]]:
+    """The points of a step line with each hold (from, to, step) drawn flat: the step at
+    ``from`` until ``to``, where the line rises (or falls) to the next report -- a gap with no
+    progress is no slope."""
+    if not holds:
+        return points
+    times = [t for t, _ in points]
+    marked = [(t, 1, s) for t, s in points]
+    marked += [(t, 0, s) for t0, t1, s in holds for t in (t0, t1)    # before the report at t1
+               if bisect.bisect_right(times, t0) == bisect.bisect_left(times, t1)]   # none between
+    out: List[Tuple[float, float]] = []
+    for t, _, s in sorted(marked):
+        if not out or out[-1] != (t, s):      # (a hold starts at a report drawn already)
+            out.append((t, s))
+    return out
+
+
 LABEL_GAP = 14.0     # px between the baselines of two end labels (11px text is about 12px tall)
 
 
@@ -338,7 +359,7 @@ def steps_svg(m: Dict[str, Any]) -> str:
                      f'<title>target step {_e(_step_text(max(totals)))}</title></line>')
     for i, v in enumerate(drawn):
         color, dash = line_style(i)
-        pts = " ".join(f"{x(t)},{y(s)}" for t, s in _thin(v.points))
+        pts = " ".join(f"{x(t)},{y(s)}" for t, s in held(_thin(v.points), v.holds))
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(f'<polyline class="step-line" id="steps-{_slug(v.name)}" points="{pts}" '
                      f'stroke="{color}"{dash_attr}><title>{_e(v.name)}</title></polyline>')
@@ -391,12 +412,26 @@ def _describe(e: Dict[str, Any]) -> str:
         return f"{_text(e.get('event'))} {_text(e.get('task') or 'run')}: {rest}"
 
 
-def _row_class(e: Dict[str, Any]) -> str:
+def _row_class(e: Dict[str, Any], left: bool = False) -> str:
+    """The row's classes; ``left``: the exit of a worker that then left an elastic run (its
+    process failed, the run did not: marked as the worker's leaving, its words kept)."""
     kind = e.get("event")
     cls = "ev-" + _slug(kind)
     if kind == "task_exited":
-        cls += " ev-state-" + (_state(e.get("state")) or "unknown")
+        cls += " ev-state-" + ("left" if left else _state(e.get("state")) or "unknown")
     return cls
+
+
+def _exits_before_leaving(events: List[Dict[str, Any]]) -> set:
+    """The rows (indexes) of the exits that a ``run_shrunk`` of the same task follows."""
+    last: Dict[Any, int] = {}
+    out = set()
+    for i, e in enumerate(events):
+        if e.get("event") == "task_exited":
+            last[e.get("task")] = i
+        elif e.get("event") == "run_shrunk" and e.get("task") in last:
+            out.add(last.pop(e.get("task")))
+    return out
 
 
 def events_table(m: Dict[str, Any]) -> str:
@@ -407,12 +442,13 @@ def events_table(m: Dict[str, Any]) -> str:
     progress = m["progress_count"]
     rows = []
     half = MAX_ROWS - MAX_ROWS // 2
+    left = _exits_before_leaving(m["events"])
     for i, e in enumerate(m["events"]):
         if i == half and m["rows_left_out"]:
             rows.append(f'<tr class="gap"><td colspan="5">&hellip; {m["rows_left_out"]} more '
                         f'events not listed &hellip;</td></tr>')
         clock = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
-        rows.append(f'<tr class="{_row_class(e)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
+        rows.append(f'<tr class="{_row_class(e, i in left)}"><td>+{e["time"] - m["t0"]:.1f}s</td>'
                     f'<td>{clock}</td><td>{_e(e.get("task") or "")}</td><td>{_e(e["event"])}</td>'
                     f'<td>{_e(_describe(e))}</td></tr>')
     note = (f'<p class="note">{progress} progress reports are drawn in the chart above, not '
@@ -435,9 +471,11 @@ h1{{font-size:20px;margin:0 0 4px}}h2{{font-size:16px;margin:28px 0 8px}}
 .tick{{font-size:11px;fill:#868e96}}.task-label{{font-size:13px;fill:#212529}}
 .attempt{{stroke:none}}.att-succeeded{{fill:{C['succeeded']}}}.att-failed{{fill:{C['failed']}}}
 .att-stopped,.att-stopping{{fill:{C['stopped']}}}.att-running{{fill:{C['running']}}}
-.att-lost{{fill:{C['lost']}}}.att-restarting,.att-pending,.att-unknown{{fill:{C['unknown']}}}
+.att-lost{{fill:{C['lost']}}}
+.att-left{{fill:{C['left']};stroke:#3F5573;stroke-width:1;stroke-dasharray:3 2}}
+.att-restarting,.att-pending,.att-unknown{{fill:{C['unknown']}}}
 .exit-label{{font-size:11px;fill:#212529}}.exit-failed{{fill:#A04000;font-weight:600}}
-.exit-succeeded{{fill:#006B4F}}.exit-lost{{fill:#000;font-weight:600}}
+.exit-succeeded{{fill:#006B4F}}.exit-left{{fill:#3F5573}}.exit-lost{{fill:#000;font-weight:600}}
 .stall{{fill:{C['stall']};fill-opacity:.6;stroke:#8a7f00;stroke-dasharray:3 2}}
 .restart-marker{{fill:{C['restart']};stroke:#000;stroke-width:1}}
 .restart-label{{font-size:11px;fill:#1f6f99;font-weight:600}}
@@ -460,6 +498,7 @@ tr.straggler td{{color:{C['failed']};font-weight:600}}tr.exempt td:last-child{{c
 .ev-state-failed td:first-child{{border-left-color:{C['failed']}}}.ev-state-failed td{{color:#A04000}}
 .ev-state-stopped td:first-child,.ev-stop_sent td:first-child{{border-left-color:{C['stopped']}}}
 .ev-state-lost td:first-child{{border-left-color:{C['lost']}}}
+.ev-state-left td:first-child{{border-left-color:{C['left']}}}.ev-state-left td{{color:#3F5573}}
 .ev-watchdog td:first-child{{border-left-color:{C['watchdog']}}}.ev-watchdog td{{color:#8f3f6f}}
 .ev-task_restarting td:first-child{{border-left-color:{C['restart']}}}
 .ev-decision td,.ev-run_ended td{{font-weight:600}}
@@ -479,6 +518,7 @@ LEGEND = [
     ("k-stopped", COLOURS["stopped"], "stopped by tfcluster (planned)"),
     ("k-running", COLOURS["running"], "running"),
     ("k-lost", COLOURS["lost"], "lost (launcher died; end unknown)"),
+    ("k-left", COLOURS["left"], f"{LEFT_WORDS} (elastic: the run went on without it)"),
     ("k-restart", COLOURS["restart"], "restart (dashes: backoff)"),
     ("k-watchdog", COLOURS["watchdog"], "watchdog"),
     ("k-stall", COLOURS["stall"], "stall (no progress)"),

@@ -3,12 +3,13 @@
 :func:`build_model` reads ``run.json`` and streams ``events.jsonl`` (docs/LAUNCH.md describes
 both) into plain data: one :class:`TaskView` per task with its attempts, restarts, watchdog
 actions, stop signals, progress points (thinned: :class:`Thinned`), stalls (gaps between
-progress reports longer than :func:`stall_threshold`) and its own steps/s (from the
+progress reports longer than :func:`stall_threshold`), where its step line holds flat (its
+stalls and the time between its attempts: :func:`_holds`) and its own steps/s (from the
 ``local_step`` of its reports: the steps it ran itself; a task that reports only the global step
 has no rate of its own); for a failed run, the failed task's cause, hint and log tail as the
 console said them (:func:`tfcluster.runs.failure.read_failure`). Whatever the run's length the
-model is bounded: MAX_POINTS progress points and MAX_MARKS marks per task, MAX_TASKS tasks,
-MAX_ROWS event rows, every value cut to TEXT_LIMIT characters.
+model is bounded: MAX_POINTS progress points, MAX_HOLDS flat stretches and MAX_MARKS marks per
+task, MAX_TASKS tasks, MAX_ROWS event rows, every value cut to TEXT_LIMIT characters.
 
 A run without ``events.jsonl`` (recorded before tfcluster wrote event logs) still gets a model:
 one attempt per task from its last start to its end, its restart count, its last progress
@@ -39,12 +40,14 @@ MAX_POINTS = 1500         # progress points kept per task (thinned evenly as the
 EXACT_GAPS = 4096         # gaps per attempt kept exactly for the median; beyond, a histogram
 MAX_STALLS = 200          # stall candidates kept per attempt (the longest)
 MAX_MARKS = 400           # attempts / restarts / watchdog / stop marks kept per task
+MAX_HOLDS = MAX_POINTS // 2   # flat stretches of a step line kept per task (the longest)
 MAX_TASKS = 1000          # task lanes drawn
 MAX_ROWS = 2000           # rows of the event table (the first and the last half)
 TEXT_LIMIT = 300          # characters of any one value written into the page
 LINE_LIMIT = 2000         # ... of a failure's hint or of a line of its log's tail
 STATE_CLASSES = ("succeeded", "failed", "stopped", "stopping", "running", "lost", "restarting",
-                 "pending", "unknown")
+                 "pending", "left", "unknown")
+LEFT_WORDS = "left the run"   # elastic: a worker the run went on without (not a failure)
 
 
 class GapStats:
@@ -56,9 +59,9 @@ class GapStats:
         self.exact: Optional[List[float]] = []
         self.hist: Dict[int, int] = {}
         self.n = 0
-        self.long: List[Tuple[float, float, float]] = []   # a heap of (gap, from, to)
+        self.long: List[Tuple[float, float, float, float]] = []  # a heap of (gap, from, to, step at from)
 
-    def add(self, a: float, b: float) -> None:
+    def add(self, a: float, b: float, step: float = 0.0) -> None:
         gap = b - a
         self.n += 1
         if self.exact is not None:
@@ -70,7 +73,7 @@ class GapStats:
         else:
             self._bucket(gap)
         if gap >= STALL_MIN_S:
-            item = (gap, a, b)
+            item = (gap, a, b, step)
             if len(self.long) < MAX_STALLS:
                 heapq.heappush(self.long, item)
             elif item > self.long[0]:
@@ -145,6 +148,10 @@ class TaskView:
     stops: List[Dict[str, Any]] = field(default_factory=list)
     points: List[Tuple[float, float]] = field(default_factory=list)  # (time, step), thinned
     stalls: List[Tuple[float, float]] = field(default_factory=list)
+    # (from, to, step): no progress from one report to the next (a stall, or the time between
+    # two attempts): the step chart holds the step reported at ``from`` until ``to``
+    holds: List[Tuple[float, float, float]] = field(default_factory=list)
+    left: str = ""            # elastic: why it left the run (run_shrunk), "" while in it
     restart_count: int = 0
     rate: Optional[float] = None        # its own steps/s (local_step), None when not reported
     own: bool = False                   # some report carried local_step
@@ -165,11 +172,14 @@ class TaskView:
     def straggler_exempt(self) -> str:
         """Why this task is not compared with the others' speed ('' when it is): a task that
         restarted or whose last attempt failed or was lost lags because it crashed, not
-        because it is slow; the chief does work besides its steps (trainer.py's, like a
-        Supervisor's or MonitoredTrainingSession's chief, saves the checkpoints and writes the
-        summaries), so its fewer steps are not slowness either."""
+        because it is slow; a worker that left an elastic run is out of it; the chief does
+        work besides its steps (trainer.py's, like a Supervisor's or MonitoredTrainingSession's
+        chief, saves the checkpoints and writes the summaries), so its fewer steps are not
+        slowness either."""
         if self.restart_count:
             return f"restarted {self.restart_count}x"
+        if self.outcome == "left":
+            return LEFT_WORDS
         if self.outcome in ("failed", "lost"):
             return self.outcome
         if self.chief:
@@ -208,12 +218,33 @@ def _stalls(attempts: List[Attempt], total: Optional[float] = None) -> List[Tupl
         if a.last is None:
             continue
         limit = _threshold(a.gaps.median())
-        out.extend(sorted((x, b) for gap, x, b in a.gaps.long if gap >= limit))
+        out.extend((x, b) for x, b, _ in _long_gaps(a))
         if a.state == "succeeded" or (total and a.last[1] >= total):
             continue
         end = a.end if a.end is not None else a.start
         if end - a.last[0] >= limit:
             out.append((a.last[0], end))
+    return out
+
+
+def _long_gaps(a: Attempt) -> List[Tuple[float, float, float]]:
+    """The stalls between two reports of attempt ``a``: (from, to, the step reported at from)."""
+    limit = _threshold(a.gaps.median())
+    return sorted((x, b, step) for gap, x, b, step in a.gaps.long if gap >= limit)
+
+
+def _holds(attempts: List[Attempt]) -> List[Tuple[float, float, float]]:
+    """Where the step chart holds a step flat (from, to, step): across a stall between two
+    reports, and from the last report of an attempt to the first of the next (a restart, a
+    worker back in an elastic run): no progress was reported there, so none is drawn."""
+    out: List[Tuple[float, float, float]] = []
+    for k, a in enumerate(attempts):
+        out.extend(_long_gaps(a))
+        nxt = attempts[k + 1] if k + 1 < len(attempts) else None
+        if a.last is not None and nxt is not None and nxt.first is not None and nxt.first[0] > a.last[0]:
+            out.append((a.last[0], nxt.first[0], a.last[1]))
+    if len(out) > MAX_HOLDS:
+        out = sorted(heapq.nlargest(MAX_HOLDS, out, key=lambda h: h[1] - h[0]))
     return out
 
 
@@ -346,6 +377,8 @@ class _EventReader:
             a.exit = _text(e.get("exit")) or exit_words(_int(e.get("exit_code"), -(1 << 31)),
                                                          _text(e.get("signal")), unknown="")
             a.state = _state(e.get("state"))
+        elif kind == "run_shrunk":
+            _left(v, e, t)
         elif kind == "task_restarting":
             v.restart_events += 1
             _keep(v.restarts, e, v)
@@ -372,7 +405,7 @@ def _progress_in(v: TaskView, a: Attempt, point: Tuple[float, float],
     """A progress report that falls within attempt ``a``: its gaps, first and last reports."""
     t = point[0]
     if a.last is not None and t >= a.last[0]:
-        a.gaps.add(a.last[0], t)
+        a.gaps.add(a.last[0], t, a.last[1])
     if a.first is None:
         a.first = point
     if a.last is None or t >= a.last[0]:
@@ -383,6 +416,20 @@ def _progress_in(v: TaskView, a: Attempt, point: Tuple[float, float],
             a.own_first = (t, own)
         if a.own_last is None or t >= a.own_last[0]:
             a.own_last = (t, own)
+
+
+def _left(v: TaskView, e: Dict[str, Any], t: float) -> None:
+    """Elastic: the worker left the run (``run_shrunk``), which went on without it. Its last
+    attempt is ``left``, not failed (its exit, logged just before, was the process's own end);
+    one with no exit logged (lost with its node) ends here."""
+    v.left = _text(e.get("reason")) or LEFT_WORDS
+    if not v.attempts:
+        return
+    a = v.attempts[-1]
+    if a.open:
+        a.end, a.open = t, False
+    if a.state in ("", "failed", "unknown"):
+        a.state = "left"
 
 
 def _span(record: Dict[str, Any], result: str, reader: _EventReader, seen: Optional[float],
@@ -417,10 +464,12 @@ def _add_last_report(v: TaskView, p: Dict[str, Any], at: Any) -> None:
         v.total = p["total"]
 
 
-def _from_record(ordered: Dict[str, TaskView], by_task: Dict[str, Dict[str, Any]], t1: float,
-                 result: str) -> None:
+def _from_record(ordered: Dict[str, TaskView], record: Dict[str, Any],
+                 by_task: Dict[str, Dict[str, Any]], t1: float, result: str) -> None:
     """Without events: one attempt per task from run.json (its last start to its end), its
     restart count and its last progress report."""
+    workers = record.get("workers") if isinstance(record.get("workers"), dict) else {}
+    gone = workers.get("left") if isinstance(workers.get("left"), dict) else {}
     for name, t in by_task.items():
         v = ordered.get(name)
         if v is None:
@@ -429,6 +478,8 @@ def _from_record(ordered: Dict[str, TaskView], by_task: Dict[str, Dict[str, Any]
         if t.get("started") is not None:
             open_ = t.get("ended") is None
             state = _state(t.get("state"))
+            if state == "failed" and name in gone:    # (launchers before the state "left")
+                state = "left"
             if open_ and result == "lost":
                 state = "lost"
             v.attempts.append(Attempt(t["started"], t.get("ended") if not open_ else t1,
@@ -451,6 +502,7 @@ def _finish(v: TaskView, task: Dict[str, Any], has_events: bool, t1: float) -> N
         _add_last_report(v, p, at)
     v.points = v.series.points()
     v.stalls = _stalls(v.attempts, v.total) if has_events else []
+    v.holds = _holds(v.attempts) if has_events else []
     rated = [a for a in v.attempts if _rate(a) is not None]
     v.rate = _rate(rated[-1]) if rated else None   # the global step's rate is not the task's
     v.last_step = v.series.last[1] if v.series.last else None
@@ -476,7 +528,7 @@ def build_model(run_dir: str, now: Optional[float] = None) -> Dict[str, Any]:
     if has_events:
         _close_open(ordered, t1, result)
     else:
-        _from_record(ordered, by_task, t1, result)
+        _from_record(ordered, record, by_task, t1, result)
     chief = reader.chief or (record.get("chief") if isinstance(record.get("chief"), str) else None)
     for v in ordered.values():
         v.chief = v.name == chief

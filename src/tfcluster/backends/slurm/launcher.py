@@ -137,7 +137,7 @@ class _Record:
             rec = ends.get(t.name) or {}
             # "note": the end record's (and run.json's) field for the task's reason (TaskState.why)
             if not rec and t.name in shrunk:    # left the run with its node: no end of its own
-                rec = {"state": "failed", "note": f"left the run: {shrunk[t.name].get('reason') or ''}"}
+                rec = {"state": "left", "note": f"left the run: {shrunk[t.name].get('reason') or ''}"}
             state = rec.get("state") if isinstance(rec.get("state"), str) else (
                 "running" if ended is None else "stopped")
             tasks.append(task_row(
