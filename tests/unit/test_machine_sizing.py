@@ -101,12 +101,19 @@ def test_link_bound_it_grows_while_workers_help_and_removes_the_one_that_does_no
     up = logged(acts, "scaled_up")[1].as_dict()      # worker 3 added 10 of 10 per worker
     assert up["rate"] == pytest.approx(30, abs=3) and up["base_rate"] == pytest.approx(20, abs=3)
     w4 = m.tasks["worker:4"]     # removed: out of the run as a worker that left, not failed
-    assert w4.spare and w4.state == TaskState.RESTARTING and "removed by elastic.scale" in w4.left
+    assert w4.spare and w4.state == TaskState.LEFT and "removed by elastic.scale" in w4.left
+    shrunk = logged(acts, "run_shrunk")
+    assert [(e.task, e.as_dict()["reason"]) for e in shrunk] == [("worker:4", "removed by elastic.scale")]
     assert m.shown("worker:4") == "left" and "worker:4" in m.workers_left()
     assert not m.decided and m.root_cause is None and m.phase == Phase.RUN
     assert "worker:4 left the run (removed by elastic.scale): going on with 4 of 4 workers, min 1, max 6" \
         in says(acts)
-    assert m.tasks["worker:5"].state == TaskState.PENDING and m.shown("worker:5") == "spare"
+    from test_machine import stop_everything
+    m.handle(Exited("worker:0", 0, 100.0))                # the chief ends the run
+    stop_everything(m, 110.0)
+    assert m.result.value == "succeeded" and m.finished, {n: t.state for n, t in m.tasks.items()}
+    assert m.tasks["worker:4"].state == TaskState.LEFT and m.tasks["worker:5"].state == TaskState.STOPPED
+    assert m.shown("worker:5") == "spare" and m.shown("worker:4") == "left"
 
 
 def test_it_never_changes_the_workers_sooner_than_scale_every():

@@ -27,14 +27,14 @@ class TaskState(str, enum.Enum):
     SKIPPED     it runs on another host; this launcher does not start it
     LEFT        elastic: a worker that failed (or was lost with its host or node) and left the
                 run, which goes on without it: not a failure of the run (``TaskTrack.left``
-                says why; a worker a scaling policy removes means the same: its way there,
-                STOPPING -> LEFT, is to be added with that policy)
+                says why; a worker the sizing policy removes is LEFT too, STOPPING -> LEFT)
 
     PENDING -> RUNNING | STOPPED | RESTARTING (a spare worker that the sizing policy adds waits
     for its start as a worker coming back does);  RUNNING -> SUCCEEDED | FAILED | STOPPING;
     FAILED -> RESTARTING -> RUNNING | STOPPED | FAILED (the run's shared restart budget refused
     the restart: it never was);  STOPPING -> STOPPED | RESTARTING (the cluster regroups: a task's
-    node was lost, every task is stopped and started again elsewhere);  FAILED -> LEFT (the
+    node was lost, every task is stopped and started again elsewhere) | LEFT (the sizing policy
+    removed it: ``elastic.scale``);  FAILED -> LEFT (the
     elastic policy lets the worker go instead of failing the run) -> RESTARTING (its host or
     node is back: it starts again as a new attempt).
     """
@@ -60,7 +60,8 @@ TASK_TRANSITIONS = {
     TaskState.RUNNING: {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPING},
     TaskState.FAILED: {TaskState.RESTARTING, TaskState.LEFT},
     TaskState.RESTARTING: {TaskState.RUNNING, TaskState.STOPPED, TaskState.FAILED},
-    TaskState.STOPPING: {TaskState.STOPPED, TaskState.RESTARTING},   # stopped to move (regroup)
+    TaskState.STOPPING: {TaskState.STOPPED, TaskState.RESTARTING,   # stopped to move (regroup)
+                         TaskState.LEFT},                           # removed by the sizing policy
     TaskState.SUCCEEDED: set(),
     TaskState.STOPPED: set(),
     TaskState.SKIPPED: set(),

@@ -195,8 +195,7 @@ def _reports(run, name: str) -> bool:
 
 def next_spare(run) -> Optional[TaskTrack]:
     """The spare worker to add next: the lowest index not being stopped."""
-    spares = [t for t in run.tasks.values() if t.spare
-              and t.state in (TaskState.PENDING, TaskState.RESTARTING)]
+    spares = [t for t in run.tasks.values() if t.spare and t.state in SPARE_STATES]
     return min(spares, key=lambda t: int(t.name.rsplit(":", 1)[1]), default=None)
 
 
@@ -205,13 +204,13 @@ def ask_scale_up(run, a: rules.WatchdogAction, out: List[Action]) -> bool:
     """``scale_up``: spare worker ``a.task`` joins the run, started as a worker coming back is
     (the ``on_change`` mode's ``back``: alone, or with the tasks it restarts)."""
     t = run.tasks.get(a.task)
-    if t is None or not t.spare or t.state not in (TaskState.PENDING, TaskState.RESTARTING):
+    if t is None or not t.spare or t.state not in SPARE_STATES:
         return False
     t.spare, t.left, t.why = False, "", ""
-    if t.state == TaskState.PENDING:
-        t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
-    else:
+    if t.state != TaskState.PENDING:
         t.restarts += 1          # a new attempt (TFCLUSTER_RESTART_COUNT), not from its budget
+    if t.state != TaskState.RESTARTING:
+        t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
     t.start_at = float("inf")
     run.success.recount(run)
     run.elastic.back(run, [t], out)
@@ -232,14 +231,17 @@ def ask_scale_down(run, a: rules.WatchdogAction, out: List[Action]) -> bool:
 
 
 def removed_exited(run, t: TaskTrack, out: List[Action]) -> None:
-    """A worker the policy removed has ended: spare again (RESTARTING, not started), shown as a
-    worker that left; the ``on_change`` mode hears that it left."""
-    t.state = check_transition(t.state, TaskState.RESTARTING, t.name)
+    """A worker the policy removed has ended: LEFT, as a worker that left the run is (a
+    ``run_shrunk`` event, the line), spare again; the ``on_change`` mode hears that it left."""
+    t.state = check_transition(t.state, TaskState.LEFT, t.name)
     t.start_at = float("inf")
-    out.append(run._exit_event(t, TaskState.STOPPED))
-    out.append(Say(f"{t.name} left the run (removed by elastic.scale): going on with {run.workers_line()}"))
-    run.elastic.left(run, t.name, out)
+    out.append(run._exit_event(t, TaskState.LEFT))
+    run._went(t.name, "removed by elastic.scale", "", "", out)
 
+
+#: the states of a spare worker the policy may add: never started, or removed by it (LEFT) or
+#: stopped to move while spare (RESTARTING)
+SPARE_STATES = (TaskState.PENDING, TaskState.RESTARTING, TaskState.LEFT)
 
 #: the kinds of request the sizing policy makes (tfcluster.core.machine.RunMachine.ASKS)
 ASKS: Dict[str, object] = {"scale_up": ask_scale_up, "scale_down": ask_scale_down}
