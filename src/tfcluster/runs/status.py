@@ -57,7 +57,7 @@ def sizing_words(sizing: Any) -> str:
         return "; sizing: measuring"
     _, n, rate = rates[-1]
     last = f" ({printable(str(decisions[-1][1]))}: {printable(str(decisions[-1][5]))})" if decisions else ""
-    return f"; sizing: {rate} steps/s with {n} workers{last}"
+    return f"; sizing: {rate} steps/s with {n} worker{'' if n == 1 else 's'}{last}"
 
 
 def network_line(record: Dict[str, Any]) -> str:

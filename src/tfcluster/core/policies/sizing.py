@@ -144,7 +144,7 @@ class Sizing:
         name, self.probing = self.probing, None
         why = (f"{name} added {gain:.2f} steps/s, less than {needed:.2f} (scale_gain "
                f"{run.s.scale_gain:g} of one worker's {base_rate / max(base_n, 1):.2f}): removed; "
-               f"holding at {n - 1} workers")
+               f"holding at {_workers(n - 1)}")
         self.held, self.removing = True, (name, now)
         self._changed(run, now, set(self.expect) - {name})
         self.base = (base_n, base_rate)
@@ -160,14 +160,14 @@ class Sizing:
         self.probing = spare.name
         self._changed(run, run.now, set(self.expect) | {spare.name})
         self._decide(run, "scaled_up", spare.name, n + 1, n, rate, base, why, out)
-        out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {n} workers; adding {spare.name} ({why})"))
+        out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {_workers(n)}; adding {spare.name} ({why})"))
         return [rules.WatchdogAction("scale_up", spare.name, why)]
 
     def _hold(self, run, n: int, rate: float, why: str, out: List[Action],
               base: Optional[Tuple[int, float]] = None) -> Asks:
         self.held, self.probing = True, None
         self._decide(run, "scale_held", None, n, n, rate, base, why, out)
-        out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {n} workers; holding ({why})"))
+        out.append(Say(f"elastic.scale: {rate:.2f} steps/s with {_workers(n)}; holding ({why})"))
         return []
 
     def _changed(self, run, now: float, workers: set) -> None:
@@ -184,6 +184,10 @@ class Sizing:
         elif now - at >= run.s.stop_timeout:
             self.removing = None
             out.append(Kill(name, signal.SIGKILL))
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker" + ("" if n == 1 else "s")
 
 
 def _reports(run, name: str) -> bool:
@@ -223,7 +227,7 @@ def ask_scale_down(run, a: rules.WatchdogAction, out: List[Action]) -> bool:
     t = run.tasks.get(a.task)
     if t is None or t.state != TaskState.RUNNING:
         return False
-    t.spare, t.left = True, f"removed by elastic.scale: {a.reason}"
+    t.spare, t.left = True, "removed by elastic.scale"     # (why: its scaled_down event)
     t.state = check_transition(t.state, TaskState.STOPPING, t.name)
     run.success.recount(run)
     out.append(Kill(t.name, signal.SIGTERM))
