@@ -23,6 +23,15 @@ class FakePopen:
 def popen(monkeypatch):
     monkeypatch.setattr(base.subprocess, "Popen", FakePopen)
     monkeypatch.setattr(base, "_check_program", lambda *a: None)
+    # a launcher that ignores none of the signals start_child restores (a test run before this
+    # one in the same process may have left one ignored: the fallback would be taken)
+    ignored = [s for s in base.DEFAULT_SIGNALS
+               if s != signal.SIGPIPE and signal.getsignal(s) == signal.SIG_IGN]
+    for s in ignored:
+        signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
+    yield
+    for s in ignored:
+        signal.signal(s, signal.SIG_IGN)
 
 
 def test_fast_start_wraps_the_argv_and_runs_no_python_in_the_child(popen, monkeypatch):
