@@ -411,17 +411,20 @@ class _Tail(safe_files.LineTail):
 
 
 class _SigtermAsInterrupt:
-    """While following a job, SIGTERM to the launcher cancels the job as Ctrl-C does."""
+    """While following a job, SIGTERM to the launcher cancels the job as Ctrl-C does; and
+    Ctrl-C does so even where the launcher was started with SIGINT ignored (a background job
+    of a shell without job control), as a local run's launcher does (drivers.supervisor)."""
 
     def __enter__(self):
-        self.old = None
+        self.old = {}
         if threading.current_thread() is threading.main_thread():
             def handler(signum, frame):
                 raise KeyboardInterrupt
-            self.old = signal.signal(signal.SIGTERM, handler)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.old[sig] = signal.signal(sig, handler)
         return self
 
     def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGTERM, self.old)
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
         return False
