@@ -23,7 +23,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # folder -> (marker, default timeout in seconds, extra markers)
 LAYERS = {
-    "unit": ("unit", 60, ()),   # 60: side by side with TensorFlow (-n 4 on 2 cores), a 3 s test can take 30
+    "unit": ("unit", 60, ()),   # 60: side by side with TensorFlow (-n 2 on 2 cores), a 3 s test can take 30
     "integration": ("integration", 600, ()),
     "system": ("system", 1200, ("tf",)),
 }
@@ -114,8 +114,8 @@ def pytest_collectreport(report):
         _tf_collected_by.append(report.nodeid or "conftest")
 
 
-# Tests can run side by side (pytest-xdist, `-n 4 --dist loadgroup`; docs/TESTING.md says what
-# still fails on 2 cores that way). Tests that use something of which this machine has one at a
+# Tests run side by side (pytest-xdist, `-n 2 --dist loadgroup`, the README's line; docs/TESTING.md says why
+# two, not four). Tests that use something of which this machine has one at a
 # time run in one group, in one worker, one after another:
 SERIAL_GROUPS = {
     # two Rays at a time, no more (every port of helpers.ray_nodes is chosen free, but a Ray of
