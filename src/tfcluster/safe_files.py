@@ -530,16 +530,25 @@ class LineTail:
                     if not data:
                         break
                     self.pos += len(data)
-                    lines = (self.rest + data).split(b"\n")
-                    self.rest = lines.pop()
-                    if len(self.rest) >= self.window:   # a line without end: in pieces
-                        lines.append(self.rest)
-                        self.rest = b""
+                    lines, self.rest = split_lines(self.rest, data, self.window)
                     for line in lines:
                         yield line.decode("utf-8", "replace")
         if final and self.rest:
             rest, self.rest = self.rest, b""
             yield rest.decode("utf-8", "replace")
+
+
+def split_lines(rest: bytes, data: bytes, window: int) -> "tuple[list[bytes], bytes]":
+    """``data`` read after ``rest`` (the last line read, not ended yet), cut into its complete
+    lines (without their newline) and what is left of a line not ended yet; a line without end
+    that has reached ``window`` bytes is given as a line of its own, so what is kept stays
+    bounded (a program that never writes a newline)."""
+    lines = (rest + data).split(b"\n")
+    rest = lines.pop()
+    if len(rest) >= window:
+        lines.append(rest)
+        rest = b""
+    return lines, rest
 
 
 def check_own(path: str, st: os.stat_result, what: str) -> None:

@@ -184,11 +184,7 @@ class _Tail:
                 if not data:
                     return True
                 self.offset += len(data)
-                lines = (self.partial + data).split(b"\n")
-                self.partial = lines.pop()
-                if len(self.partial) >= safe_files.WINDOW:     # a line without end: in pieces
-                    lines.append(self.partial)
-                    self.partial = b""
+                lines, self.partial = safe_files.split_lines(self.partial, data, safe_files.WINDOW)
                 for raw in lines:
                     each(raw)
 

@@ -120,7 +120,7 @@ class Follower:
         reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
         reader.start()
         try:
-            with _SigtermAsInterrupt():
+            with _SignalsAsInterrupt():
                 rc = proc.wait()
         except KeyboardInterrupt:
             info("interrupted: cancelling the job step")
@@ -192,7 +192,7 @@ class Follower:
         tail = _Tail(out_path)
         st = JobState("PENDING")
         try:
-            with _SigtermAsInterrupt():
+            with _SignalsAsInterrupt():
                 last = ""
                 while True:
                     for line in tail.read():
@@ -410,7 +410,7 @@ class _Tail(safe_files.LineTail):
                 info(f"the job's output is not shown: {e}")
 
 
-class _SigtermAsInterrupt:
+class _SignalsAsInterrupt:
     """While following a job, SIGTERM to the launcher cancels the job as Ctrl-C does; and
     Ctrl-C does so even where the launcher was started with SIGINT ignored (a background job
     of a shell without job control), as a local run's launcher does (drivers.supervisor)."""
