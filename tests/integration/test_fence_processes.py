@@ -54,7 +54,7 @@ def shared_tmp():
 @pytest.fixture(scope="module")
 def victim_python(shared_tmp):
     """(python, PYTHONPATH) that user 4242 can run tfcluster with: the system's Python of this
-    minor version over a readable copy of the dependencies."""
+    minor version over a readable copy of this tfcluster and its dependencies."""
     want = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(want):
         pytest.skip(f"no {want} for another user")
@@ -68,10 +68,13 @@ def victim_python(shared_tmp):
                             ignore=shutil.ignore_patterns("__pycache__", "tests"))
         else:
             shutil.copy(src, lib)
+    # this checkout's tfcluster too: the checkout may be under a folder only root can enter
+    shutil.copytree(os.path.join(SRC, "tfcluster"), os.path.join(lib, "tfcluster"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
     for root, dirs, files in os.walk(lib):
         for n in dirs + files:
             os.chmod(os.path.join(root, n), 0o755)
-    path = os.pathsep.join([SRC, lib])
+    path = lib
     probe = subprocess.run([want, "-c", "import tfcluster.cli.main, yaml, psutil, pydantic, rich"],
                            env={"PYTHONPATH": path, "PATH": os.environ["PATH"]},
                            preexec_fn=_as(VICTIM), capture_output=True, text=True)

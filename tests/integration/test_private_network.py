@@ -20,6 +20,7 @@ import time
 import pytest
 
 from helpers import PROGRAMS, SRC, write_cluster
+from helpers.other_user import Readable, python_path, system_python
 
 LISTENER = os.path.join(PROGRAMS, "listener.py")
 OTHER = 65534                    # nobody: another user of the machine
@@ -182,39 +183,22 @@ def test_a_private_run_asked_for_with_a_non_loopback_endpoint_is_one_line(tmp_pa
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def _second_user_python():
-    """(python, PYTHONPATH) that another user can run with this tfcluster and its dependencies:
-    the system's Python of the same minor version over this environment's site-packages; None
-    when the files are not open to other users here."""
-    import site
-    import sysconfig
-    want = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    purelib = sysconfig.get_paths()["purelib"]
-    if not os.path.exists(want):
-        return None
-    for path in (purelib, SRC, LISTENER):
-        probe = subprocess.run(["test", "-r", path], preexec_fn=lambda: os.setuid(SECOND))
-        if probe.returncode != 0:
-            return None
-    del site
-    return want, os.pathsep.join([SRC, purelib])
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as two other users")
 def test_an_ordinary_users_run_keeps_its_uid_and_is_closed_to_another_user(tmp_path, ports):
-    py = _second_user_python()
-    if py is None:
-        pytest.skip("this environment's files are not readable by another user here")
-    python, path = py
+    python = system_python()
+    if python is None:
+        pytest.skip("no system Python of this version (/usr/bin/python3.X) for another user here")
+    readable = Readable(SECOND)      # this checkout as the user can read it, in any clone
     home = tempfile.mkdtemp(prefix="tfc-second-")
     try:
+        path, listener = python_path(readable, SRC), readable(LISTENER)
         os.chmod(home, 0o755)
         os.chown(home, SECOND, SECOND)
         p = ports(3)
         f = os.path.join(home, "cluster.yaml")
         with open(f, "w") as fh:
             fh.write(f"cluster: {{ps: [localhost:{p[0]}], worker: [localhost:{p[1]}, localhost:{p[2]}]}}\n"
-                     f"program: {{command: [python, {LISTENER}]}}\nlogdir: {home}/runs\n")
+                     f"program: {{command: [python, {listener}]}}\nlogdir: {home}/runs\n")
         os.chown(f, SECOND, SECOND)
         env = {"PATH": os.environ["PATH"], "HOME": home, "PYTHONPATH": path, "LANG": "C.UTF-8"}
 
@@ -241,6 +225,7 @@ def test_an_ordinary_users_run_keeps_its_uid_and_is_closed_to_another_user(tmp_p
         assert launcher.returncode == 143, err
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        readable.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("slirp4netns") or not shutil.which("ip"),

@@ -66,38 +66,6 @@ def _started_on(run_dir):
     return out
 
 
-def test_three_node_slurm_preempts_a_low_partition_job(slurm3, tmp_path):
-    """The test Slurm's preemption works as configured (PreemptType=preempt/partition_prio,
-    PreemptMode=REQUEUE): a job in partition ``high`` (PriorityTier 10) that needs every node
-    takes them from a running ``low`` job, which Slurm requeues; the low job runs again after."""
-    out = tmp_path / "low.out"
-    low = subprocess.run(["sbatch", "--parsable", "-p", "low", "-N3", "--requeue", f"--output={out}",
-                          "--open-mode=append", "--wrap",
-                          "echo run ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST; sleep 300"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-
-    def state(job):
-        r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
-                           timeout=30).stdout
-        return dict(re.findall(r"(\w+)=(\S*)", r))
-    _wait_for(lambda: state(low).get("JobState") == "RUNNING" and out.exists()
-              and "run 0" in out.read_text(), 30, what="the low job's start")
-    high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive",
-                           f"--output={tmp_path}/high.out", "--wrap", "echo high on $SLURM_JOB_NODELIST; sleep 3"],
-                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    # GraceTime=20 on low: the low job is requeued when its grace ends (Slurm looks every ~30 s)
-    _wait_for(lambda: (tmp_path / "high.out").exists() and "high on n[1-3]" in (tmp_path / "high.out").read_text(),
-              120, what="the high job's start")
-    low_now = state(low)
-    assert low_now["JobState"] in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), low_now
-    assert int(low_now["Restarts"]) == 1, low_now
-    # the requeued low job starts again once the high one has ended
-    _wait_for(lambda: "run 1 on n[1-3]" in out.read_text(), 90, what="the low job's second run")
-    assert state(high)["JobState"] == "COMPLETED"
-    subprocess.run(["scancel", low], check=True, timeout=30)
-    assert slurm3.wait_empty_queue(30) == ""
-
-
 @pytest.mark.tf
 def test_slurm_trains_trainer_py_on_three_nodes(slurm3, tmp_path):
     """The template trainer.py, ps and two workers, one per node (srun across nodes): each task
@@ -193,32 +161,6 @@ open(os.path.join(run_dir, "chief-saved"), "a").write(f"{time.time()} {min(step,
 """
 
 
-def test_slurm_time_limit_stops_in_order_across_nodes_and_requeues(slurm3, tmp_path):
-    """A real time limit (``slurm.time: 1`` minute, ``signal_lead: 50``): Slurm itself sends the
-    warning; the chief (on one node) saves its checkpoint before the ps (on another) stops, the
-    job is requeued, and the next segment resumes from the checkpoint and finishes."""
-    (tmp_path / "prog.py").write_text(SEGMENT_PROGRAM)
-    (tmp_path / "cluster.yaml").write_text(
-        "cluster: {ps: 1, worker: 1}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n"
-        "slurm: {time: '1', signal_lead: 50, requeue: true, max_segments: 2,"
-        " sbatch: [--ntasks-per-node=1]}\n")
-    r = _launch(tmp_path / "cluster.yaml", "--run-id", "t1", timeout=300)
-    out = r.stdout + r.stderr
-    run_dir = tmp_path / "runs" / "t1"
-    assert r.returncode == 0, out[-4000:]
-    saved = (run_dir / "chief-saved").read_text().split("\n")
-    stopped = (run_dir / "ps-stopped").read_text().split("\n")
-    first_save, first_step = float(saved[0].split()[0]), int(saved[0].split()[1])
-    assert 0 < first_step < 2000 and first_save < float(stopped[0]), out[-3000:]
-    assert "requeueing the job (segment 1, at most 2)" in out, out[-3000:]
-    assert f"resumes at step {first_step}" in out and int(saved[1].split()[1]) == 2000, out[-3000:]
-    nodes = re.findall(r"\[(ps:0|worker:0)\] \S+ restart count 0 on (\w+)", out)
-    assert len(dict(nodes)) == 2 and len(set(dict(nodes).values())) == 2, nodes
-    rec = json.loads((run_dir / "run.json").read_text())
-    assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
-    assert slurm3.wait_empty_queue(30) == ""
-
-
 def test_slurm_node_lost_with_requeue_resumes_on_the_other_nodes(slurm3, tmp_path):
     """``slurm.requeue: true``: a node lost mid-run (two nodes of three in use) is named, Slurm
     requeues the job, and the next segment runs on the nodes still up -- the spare one included
@@ -269,7 +211,7 @@ def test_doctor_inside_an_allocation_checks_every_node(slurm3, tmp_path):
     assert slurm3.wait_empty_queue(30) == ""
 
 
-def _trainer_file(tmp_path, workers, steps, slurm):
+def _trainer_file(tmp_path, workers, steps, slurm, base_port=2222):
     """trainer.py, one ps and ``workers`` workers, one task a node, checkpoints only at the end."""
     ckpt = tmp_path / "ckpt"
     (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
@@ -278,7 +220,7 @@ def _trainer_file(tmp_path, workers, steps, slurm):
           command: [python, {os.path.join(ROOT, "trainer.py")}]
           args: [--train_steps={steps}, --checkpoint_dir={ckpt}, --save_checkpoint_secs=3600,
                  --save_summaries_steps=0, --print_placement=false, --progress_secs=0.5]
-        base_port: 2222
+        base_port: {base_port}
         grace: 30
         logdir: runs
         slurm: {{{slurm}sbatch: [--ntasks-per-node=1]}}
@@ -329,7 +271,7 @@ def test_slurm_partition_preemption_stops_trainer_in_order_and_the_requeued_job_
         _wait_for(lambda: log.exists() and TRAINED.search(log.read_text()), 120, p, "training")
         job = json.loads((run_dir / "run.json").read_text())["slurm_job"]
         subprocess.run(["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive",
-                        f"--output={high_out}", "--wrap", "echo high on $SLURM_JOB_NODELIST; sleep 15"],
+                        f"--output={high_out}", "--wrap", "echo high on $SLURM_JOB_NODELIST; sleep 5"],
                        capture_output=True, text=True, timeout=30, check=True)
         _wait_for(lambda: high_out.exists() and "high on n[1-3]" in high_out.read_text(), 120, p,
                   "the high job's start")
@@ -359,14 +301,31 @@ def test_slurm_partition_preemption_stops_trainer_in_order_and_the_requeued_job_
 
 
 @pytest.mark.tf
-def test_slurm_time_limit_without_signal_stops_trainer_in_order(slurm3, tmp_path):
-    """A time limit reached without ``--signal`` (no ``slurm.time``; the limit is set on the
-    running job with ``scontrol update TimeLimit=1``): Slurm ends the job itself (TIMEOUT),
-    SIGTERM to every task at once and SIGKILL after KillWait. The chief (one node) stops and
-    writes its final checkpoint before its ps (another node) is stopped by its agent."""
-    ckpt = _trainer_file(tmp_path, 1, 100000000, "")
-    p = _popen(tmp_path / "cluster.yaml", "--run-id", "t2")
-    run_dir = tmp_path / "runs" / "t2"
+def test_slurm_time_limits_with_and_without_the_warning_stop_in_order(slurm3, tmp_path):
+    """Two real time limits, one minute each, run side by side (two jobs on the three nodes, so
+    that the suite waits for one minute, not two):
+
+    * with the warning (``slurm.time: 1`` minute, ``signal_lead: 50``, ``requeue``; the segment
+      program): Slurm itself sends the warning; the chief (on one node) saves its checkpoint
+      before the ps (on another) stops, the job is requeued, and the next segment resumes from
+      the checkpoint and finishes;
+    * without it (trainer.py, no ``slurm.time``; the limit is set on the running job with
+      ``scontrol update TimeLimit=1``): Slurm ends the job itself (TIMEOUT), SIGTERM to every task
+      at once and SIGKILL after KillWait. The chief (one node) stops and writes its final
+      checkpoint before its ps (another node) is stopped by its agent."""
+    warned = tmp_path / "warned"
+    warned.mkdir()
+    (warned / "prog.py").write_text(SEGMENT_PROGRAM)
+    (warned / "cluster.yaml").write_text(
+        "cluster: {ps: 1, worker: 1}\nprogram: {command: [python, prog.py]}\nbase_port: 2222\n"
+        "slurm: {time: '1', signal_lead: 50, requeue: true, max_segments: 2,"
+        " sbatch: [--ntasks-per-node=1]}\n")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    ckpt = _trainer_file(plain, 1, 100000000, "", base_port=2322)    # the other job's ports free
+    first = _popen(warned / "cluster.yaml", "--run-id", "t1")
+    p = _popen(plain / "cluster.yaml", "--run-id", "t2")
+    run_dir = plain / "runs" / "t2"
     try:
         log = run_dir / "worker-0.log"
         _wait_for(lambda: log.exists() and TRAINED.search(log.read_text()), 120, p, "training")
@@ -375,11 +334,27 @@ def test_slurm_time_limit_without_signal_stops_trainer_in_order(slurm3, tmp_path
                               text=True, timeout=30).stdout
         assert "TimeLimit=UNLIMITED" in info, info      # no limit asked for, so no --signal
         subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], check=True, timeout=30)
+        first_out, _ = first.communicate(timeout=300)
         out, _ = p.communicate(timeout=240)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        for proc in (first, p):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # with the warning
+    first_dir = warned / "runs" / "t1"
+    assert first.returncode == 0, first_out[-4000:]
+    saved = (first_dir / "chief-saved").read_text().split("\n")
+    stopped = (first_dir / "ps-stopped").read_text().split("\n")
+    first_save, first_step = float(saved[0].split()[0]), int(saved[0].split()[1])
+    assert 0 < first_step < 2000 and first_save < float(stopped[0]), first_out[-3000:]
+    assert "requeueing the job (segment 1, at most 2)" in first_out, first_out[-3000:]
+    assert f"resumes at step {first_step}" in first_out and int(saved[1].split()[1]) == 2000, first_out[-3000:]
+    nodes = re.findall(r"\[(ps:0|worker:0)\] \S+ restart count 0 on (\w+)", first_out)
+    assert len(dict(nodes)) == 2 and len(set(dict(nodes).values())) == 2, nodes
+    rec = json.loads((first_dir / "run.json").read_text())
+    assert rec["result"] == "succeeded" and rec["segments"] == 2, rec
+    # without it
     state = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True,
                            text=True, timeout=30).stdout
     assert "JobState=TIMEOUT" in state, (state, out[-3000:])

@@ -13,13 +13,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 
 import pytest
 
 from helpers import ROOT, SRC
+from helpers.other_user import Readable, python_path, system_python
 
 TRAINER = os.path.join(ROOT, "trainer.py")
 OTHER = 65534                   # mallory: another ordinary user
@@ -46,18 +46,20 @@ except Exception as e:
 """
 
 
-def _python_for(uid):
-    """(python, PYTHONPATH) with which ``uid`` runs TensorFlow and this tfcluster: the system's
-    Python of this minor version over this environment's site-packages; None when another user
-    cannot read them here (then the check runs as root, who reaches more, not less)."""
-    want = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    purelib = sysconfig.get_paths()["purelib"]
-    if not os.path.exists(want):
-        return None
-    for path in (purelib, SRC, TRAINER):
-        if subprocess.run(["test", "-r", path], preexec_fn=lambda: os.setuid(uid)).returncode:
-            return None
-    return want, os.pathsep.join([SRC, purelib])
+@pytest.fixture(scope="module")
+def readable():
+    """This checkout's files as other users can read them (tests/helpers/other_user.py)."""
+    r = Readable(SECOND)
+    yield r
+    r.close()
+
+
+def _python_for(readable):
+    """(python, PYTHONPATH) with which another user runs TensorFlow and this tfcluster: the
+    system's Python of this minor version over this environment's site-packages (None without
+    that Python: then the attacker's check runs as root, who reaches more, not less)."""
+    python = system_python()
+    return None if python is None else (python, python_path(readable, SRC))
 
 
 def _as(uid):
@@ -67,9 +69,9 @@ def _as(uid):
     return drop
 
 
-def _attack(port):
+def _attack(port, readable):
     """What an attacker's TF1 client gets from 127.0.0.1:port: 'ANSWERED ...' or 'NO ANSWER ...'."""
-    py = _python_for(OTHER)
+    py = _python_for(readable)
     argv, env, pre = [sys.executable, "-c", ATTACK, str(port)], dict(os.environ), None
     if py is not None:
         argv[0], env["PYTHONPATH"], pre = py[0], py[1], _as(OTHER)
@@ -84,11 +86,11 @@ def _tcp(port, uid=OTHER) -> bool:
     return subprocess.run([sys.executable, "-I", "-c", code], timeout=30).returncode == 0
 
 
-def _file(folder, ports, steps, extra=""):
+def _file(folder, ports, steps, extra="", trainer=TRAINER):
     f = os.path.join(folder, "cluster.yaml")
     with open(f, "w") as fh:
         fh.write(f"cluster: {{ps: [localhost:{ports[0]}], worker: [localhost:{ports[1]}, localhost:{ports[2]}]}}\n"
-                 f"program: {{command: [python, {TRAINER}], args: [--train_steps={steps}, "
+                 f"program: {{command: [python, {trainer}], args: [--train_steps={steps}, "
                  f"--checkpoint_dir={folder}/ckpt]}}\nlogdir: {folder}/runs\n{extra}")
     return f
 
@@ -112,14 +114,15 @@ def _wait_training(run_dir, launcher, timeout=240):
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("who", ["root", "ordinary user"])
-def test_a_default_run_trains_while_another_user_reaches_none_of_its_ports(who, ports):
+def test_a_default_run_trains_while_another_user_reaches_none_of_its_ports(who, ports, readable):
+    trainer = TRAINER
     if who == "root":
         python, env, pre = sys.executable, dict(os.environ, PYTHONPATH=SRC), None
     else:
-        py = _python_for(SECOND)
+        py = _python_for(readable)
         if py is None:
-            pytest.skip("this environment's files are not readable by another user here")
-        python, pre = py[0], _as(SECOND)
+            pytest.skip("no system Python of this version (/usr/bin/python3.X) for another user here")
+        python, pre, trainer = py[0], _as(SECOND), readable(TRAINER)
         env = {"PATH": os.environ["PATH"], "PYTHONPATH": py[1], "LANG": "C.UTF-8"}
     folder = tempfile.mkdtemp(prefix="tfc-pn-")
     os.chmod(folder, 0o755)
@@ -128,7 +131,7 @@ def test_a_default_run_trains_while_another_user_reaches_none_of_its_ports(who, 
     env["HOME"] = folder
     p = ports(3)
     try:
-        f = _file(folder, p, 3000)
+        f = _file(folder, p, 3000, trainer=trainer)
         if who != "root":
             os.chown(f, SECOND, SECOND)
         launcher = subprocess.Popen([python, "-m", "tfcluster", "launch", f, "--no-live", "--run-id", "v1",
@@ -155,7 +158,7 @@ def test_a_default_run_trains_while_another_user_reaches_none_of_its_ports(who, 
             assert len(listened) == 6
             for port in listened:                      # every task port and profiler port: closed
                 assert not _tcp(port), port
-            assert _attack(p[0]).startswith("NO ANSWER")
+            assert _attack(p[0], readable).startswith("NO ANSWER")
             assert launcher.poll() is None, "the run ended before the attacks were made"
         finally:
             for g in workers:
