@@ -23,7 +23,7 @@ from tfcluster.clusterfile.checks import check_text
 from tfcluster.clusterfile.cluster import Cluster, Endpoint, Task
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
-from tfcluster.net.ports import free_port_run
+from tfcluster.net.ports import port_run, ports_besides
 from tfcluster.plan import contract
 from tfcluster.plan.backend_kind import HOST_SLOTS, KINDS, SCHEDULER, BackendKind, backend_kind
 from tfcluster.plan.launch_options import LaunchOptions
@@ -325,18 +325,10 @@ def assign_local_ports(cluster: Cluster, host_network: bool = True) -> Cluster:
     missing = [t for t in cluster.tasks if t.endpoint is None]
     if not missing:
         return cluster
-    start = cluster.base_port
-    while True:
-        try:
-            if not host_network and start + len(missing) - 1 > 65535:
-                raise OSError(f"no run of {len(missing)} ports from {cluster.base_port}")
-            first = free_port_run(len(missing), start) if host_network else start
-        except OSError as e:
-            raise UserError(f"base_port: {e}")
-        clash = sorted(set(range(first, first + len(missing))) & taken)
-        if not clash:
-            break
-        start = clash[-1] + 1
+    try:
+        first = port_run(len(missing), cluster.base_port, taken, probe=host_network)
+    except OSError as e:
+        raise UserError(f"base_port: {e}")
     ports = iter(range(first, first + len(missing)))
     assigned = {t.id: Endpoint("localhost", next(ports)) for t in missing}
     return cluster.with_endpoints(lambda t: assigned[t.id])
@@ -641,20 +633,10 @@ def _profiler_ports(tasks: Tuple[TaskPlan, ...], network: str) -> Tuple[TaskPlan
     next ports after the tasks'."""
     wanted = [t for t in tasks if t.job != "evaluator"]
     used = {t.port for t in tasks if t.port}
-    if network == "host":
-        from tfcluster.net.ports import free_ports
-        try:
-            free = [p for p in free_ports(len(wanted) + len(used)) if p not in used][:len(wanted)]
-        except OSError as e:
-            raise UserError(f"--profiler: {e}")
-    else:
-        free, port = [], max(used or {2221}) + 1
-        while len(free) < len(wanted):
-            if port > 65535:
-                raise UserError("--profiler: no ports are left above the tasks' own")
-            if port not in used:
-                free.append(port)
-            port += 1
+    try:
+        free = ports_besides(len(wanted), used, probe=network == "host")
+    except OSError as e:
+        raise UserError(f"--profiler: {e}")
     chosen = dict(zip((t.name for t in wanted), free))
     return tuple(replace(t, profiler_port=chosen.get(t.name)) for t in tasks)
 
