@@ -6,8 +6,7 @@ import socket
 import subprocess
 import sys
 
-from tfcluster.backends import ssh
-from tfcluster.drivers import doctor
+from tfcluster.backends import doctor, ssh
 
 
 def test_the_shipped_agent_runs_with_the_standard_library_only():

@@ -5,8 +5,7 @@ import socket
 
 import pytest
 
-from tfcluster.backends import ssh
-from tfcluster.drivers import doctor
+from tfcluster.backends import doctor, ssh
 from tfcluster.net import port_probe, ports
 
 SHIPPED = {"the ssh node agent": ssh.agent_source, "doctor's probe": lambda: doctor.PROBE}

@@ -32,8 +32,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """``tfcluster doctor [FILE]``: every host of the file checked the way the tasks meet it."""
+    from tfcluster.backends import doctor
     from tfcluster.clusterfile import config
-    from tfcluster.drivers import doctor
     from tfcluster.plan.runplan import LaunchOptions, build_plan
     cluster = config.load(cluster_file(args.file, runs=True))     # doctor runs ssh: as launch
     return doctor.run(build_plan(cluster, LaunchOptions(backend=args.backend, network=args.network)),

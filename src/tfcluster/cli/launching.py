@@ -292,7 +292,7 @@ def _start(request: LaunchRequest, plan: RunPlan, cluster: Cluster, launcher: La
         for w in launcher.warnings():
             print(f"tfcluster: warning: {w}", file=sys.stderr)
         if request.doctor:
-            from tfcluster.drivers import doctor
+            from tfcluster.backends import doctor
             if doctor.run(plan, cluster, out=sys.stderr) != 0:
                 print("tfcluster: launch not started: tfcluster doctor found problems (above)",
                       file=sys.stderr)

@@ -1,6 +1,6 @@
 """Where a run on this machine listens: the launcher's side of :mod:`tfcluster.net.private`.
 
-A plan whose network is ``private`` (:func:`tfcluster.plan.runplan.resolve_network`) runs its
+A plan whose network is ``private`` (:func:`tfcluster.plan.runplan.build_plan` chose it) runs its
 supervisor inside a network namespace of the run's own: the launcher moves itself there just
 before it makes the run folder and starts the first task, so every task (and the tf.data
 service, and a restart) inherits it, and only the run's processes reach its ports. The launcher

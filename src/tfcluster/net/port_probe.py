@@ -6,7 +6,7 @@ import, no annotations): the launcher imports it (:mod:`tfcluster.net.ports`), a
 hosts where tfcluster need not be installed gets this file's text in place of the line
 ``IMPORT_LINE`` (:func:`ship`): the node agent of an ssh host (:mod:`tfcluster.backends.agent.host`,
 sent by :func:`tfcluster.backends.ssh.agent_source`) and ``tfcluster doctor``'s probe
-(:data:`tfcluster.drivers.doctor.PROBE`). ``tests/unit/test_port_probe.py`` checks that what is
+(:data:`tfcluster.backends.doctor.PROBE`). ``tests/unit/test_port_probe.py`` checks that what is
 shipped holds this file's text.
 """
 import os

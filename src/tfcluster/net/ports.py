@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import List, Optional, Tuple
+from typing import Collection, List, Optional, Tuple
 
 from tfcluster.net.addresses import is_local
 from tfcluster.net.port_probe import bind_free
@@ -64,6 +64,38 @@ def free_port_run(count: int, start: int, host: str = "localhost") -> int:
             return port
         port = busy + 1
     raise OSError(f"no run of {count} free ports from {start}")
+
+
+def port_run(count: int, start: int, taken: Collection[int] = (), probe: bool = True) -> int:
+    """The first of ``count`` consecutive ports from ``start`` that holds none of ``taken``: free
+    on this machine (``probe``: :func:`free_port_run`), or, without it (a private network, where
+    every port is free), the first such run. OSError when no run is left below 65536."""
+    first = start
+    while True:
+        if not probe and first + count - 1 > 65535:
+            raise OSError(f"no run of {count} ports from {start}")
+        if probe:
+            first = free_port_run(count, first)
+        clash = sorted(set(range(first, first + count)).intersection(taken))
+        if not clash:
+            return first
+        first = clash[-1] + 1
+
+
+def ports_besides(n: int, used: Collection[int], probe: bool = True) -> List[int]:
+    """``n`` more ports beside the ``used`` ones: free ports of this machine that are not among
+    them (``probe``: :func:`free_ports`), or, without it (a private network, where every port is
+    free), the ports after the highest of them (after 2221 when none). OSError when none are left."""
+    if probe:
+        return [p for p in free_ports(n + len(used)) if p not in used][:n]
+    free, port = [], max(used or {2221}) + 1
+    while len(free) < n:
+        if port > 65535:
+            raise OSError("no ports are left above the tasks' own")
+        if port not in used:
+            free.append(port)
+        port += 1
+    return free
 
 
 def free_ports(n: int) -> List[int]:

@@ -16,16 +16,16 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from tfcluster.clusterfile import vocabulary
 from tfcluster.clusterfile.checks import check_text
 from tfcluster.clusterfile.cluster import Cluster, Endpoint, Task
 from tfcluster.errors import UserError
 from tfcluster.net.addresses import is_local
-from tfcluster.net.ports import free_port_run
+from tfcluster.net.ports import port_run, ports_besides
 from tfcluster.plan import contract
-from tfcluster.plan.backend_kind import HOST_SLOTS, KINDS, SCHEDULER, BackendKind, backend_kind
+from tfcluster.plan.backend_kind import HOST_SLOTS, KINDS, LOCAL_PORTS, BackendKind, backend_kind
 from tfcluster.plan.launch_options import LaunchOptions
 from tfcluster.plan.program_args import apply_args, parse_args, printable_word
 from tfcluster.plan.sizing import Sizing, sizing_of, with_spare_workers
@@ -321,25 +321,21 @@ def assign_local_ports(cluster: Cluster, host_network: bool = True) -> Cluster:
     """Give count jobs consecutive free ports on localhost, from the file's base_port. In a
     private network (``host_network`` off) every port is free: the ports from base_port that
     the file's listed endpoints leave."""
-    taken = {t.endpoint.port for t in cluster.tasks if t.endpoint is not None}
-    missing = [t for t in cluster.tasks if t.endpoint is None]
+    missing, taken = _unported(cluster)
     if not missing:
         return cluster
-    start = cluster.base_port
-    while True:
-        try:
-            if not host_network and start + len(missing) - 1 > 65535:
-                raise OSError(f"no run of {len(missing)} ports from {cluster.base_port}")
-            first = free_port_run(len(missing), start) if host_network else start
-        except OSError as e:
-            raise UserError(f"base_port: {e}")
-        clash = sorted(set(range(first, first + len(missing))) & taken)
-        if not clash:
-            break
-        start = clash[-1] + 1
-    ports = iter(range(first, first + len(missing)))
-    assigned = {t.id: Endpoint("localhost", next(ports)) for t in missing}
-    return cluster.with_endpoints(lambda t: assigned[t.id])
+    try:
+        first = port_run(len(missing), cluster.base_port, taken, probe=host_network)
+    except OSError as e:
+        raise UserError(f"base_port: {e}")
+    ports = dict(zip(missing, range(first, first + len(missing))))
+    return cluster.with_endpoints(lambda t: Endpoint("localhost", ports[t.name]))
+
+
+def _unported(cluster: Cluster) -> Tuple[List[str], Set[int]]:
+    """(the tasks without an endpoint, the ports the listed endpoints take)."""
+    return ([t.name for t in cluster.tasks if t.endpoint is None],
+            {t.endpoint.port for t in cluster.tasks if t.endpoint is not None})
 
 
 def assign_placed_ports(cluster: Cluster, placed: Dict[str, str]) -> Cluster:
@@ -394,14 +390,16 @@ def place_on_hosts(cluster: Cluster) -> Dict[str, str]:
     return out
 
 
-def _on_placed_hosts(tasks: Tuple[TaskPlan, ...], placed: Dict[str, str]) -> Tuple[TaskPlan, ...]:
-    """The tasks on the hosts :func:`place_on_hosts` chose; a task given as a count gets its
-    port on its host when the run starts (``port_chosen``)."""
+def _on_placed_hosts(tasks: Tuple[TaskPlan, ...],
+                     where: Dict[str, Tuple[str, Optional[int]]]) -> Tuple[TaskPlan, ...]:
+    """The tasks at the (host, port) laid out for them (:func:`_lay_out`); a task given as a
+    count without a port gets it on its host when the run starts (``port_chosen``)."""
     keys: Dict[str, int] = {}
-    for host in placed.values():
+    for host, _ in where.values():
         keys[host_key(host)] = keys.get(host_key(host), 0) + 1
-    return tuple(replace(t, host=placed[t.name], local_tasks=keys[host_key(placed[t.name])],
-                         port_chosen=t.port is None) for t in tasks)
+    return tuple(replace(t, host=where[t.name][0], port=where[t.name][1],
+                         local_tasks=keys[host_key(where[t.name][0])],
+                         port_chosen=where[t.name][1] is None) for t in tasks)
 
 
 def default_backend(cluster: Cluster, hosts: Sequence[str] = ()) -> str:
@@ -448,22 +446,29 @@ def build_plan(cluster: Cluster, opts: Optional[LaunchOptions] = None,
         raise UserError(f"--success: '{success}' is not one of {', '.join(vocabulary.SUCCESS_RULES)}")
     min_workers = _min_workers(cluster, kind)
     sizing = sizing_of(cluster, kind)           # elastic.max_workers / scale (plan/sizing.py)
+    cluster = with_spare_workers(cluster, sizing) if sizing else cluster   # in every ClusterSpec
     elastic = getattr(cluster.spec, "elastic", None)
     profiler = bool(getattr(cluster.spec, "profiler", False) if opts.profiler is None else opts.profiler)
     base_port_given = "base_port" in _given(cluster)
     wd = cluster.spec.watchdog
     asked = opts.network or getattr(cluster.spec, "network", None)
-    network, network_why = resolve_network(cluster, kind.name, asked, opts.hosts)
-    cluster = with_spare_workers(cluster, sizing) if sizing else cluster   # in every ClusterSpec
-    cluster, placed = _lay_out_counts(cluster, kind, network)
-    endpoints = cluster.cluster_spec_dict() if cluster.resolved else None
-    tasks = _tasks(cluster, opts, edits, placed, need_program)
+    network, network_why, where = _lay_out(cluster, kind, asked, opts.hosts)
+    tasks = _tasks(cluster, opts, edits, where, need_program)
     selected = _selected(tasks, kind, opts)
     extra: Dict[str, Any] = {}
     if kind.takes_slurm_options:
         tasks, extra["slurm"] = _slurm(cluster, tasks, opts.slurm)
-    if profiler and not kind.chooses_ports_on_hosts:
-        tasks = _profiler_ports(tasks, network)
+    if where is not None and kind.count_layout == LOCAL_PORTS:   # counts laid out on this machine
+        cluster = cluster.with_endpoints(lambda t: Endpoint(*where[t.name]))
+    endpoints = cluster.cluster_spec_dict() if cluster.resolved else None
+    if profiler and not kind.chooses_ports_on_hosts:   # where hosts choose ports, their agents do
+        wanted = [t.name for t in tasks if t.job != "evaluator"]   # an evaluator has no server
+        used = {t.port for t in tasks if t.port}          # chosen with them, never derived from them
+        try:
+            chosen = dict(zip(wanted, ports_besides(len(wanted), used, probe=network == "host")))
+        except OSError as e:
+            raise UserError(f"--profiler: {e}")
+        tasks = tuple(replace(t, profiler_port=chosen.get(t.name)) for t in tasks)
     return RunPlan(
         source=cluster.source, base_dir=cluster.base_dir, backend=kind.name, tasks=tasks,
         selected=selected, chief=str(cluster.chief), success=success,
@@ -489,16 +494,33 @@ def _check_backend(kind: BackendKind, cluster: Cluster, opts: LaunchOptions) -> 
                         f"yet; use --backend local, ssh or slurm, or leave data_service: out")
 
 
-def _lay_out_counts(cluster: Cluster, kind: BackendKind,
-                    network: str) -> Tuple[Cluster, Optional[Dict[str, str]]]:
-    """Jobs given as a count, laid out as the backend does: (the cluster, each task's host when
-    they go on the slots of the file's hosts)."""
-    if cluster.resolved or kind.count_layout == SCHEDULER:
-        return cluster, None
-    if kind.count_layout == HOST_SLOTS:
-        return cluster, place_on_hosts(cluster)     # hosts from the file's slots; ports chosen there
-    # local ports (ray: placeholders, replaced by each task's node and port once Ray placed it)
-    return assign_local_ports(cluster, host_network=network == "host"), None
+def _lay_out(cluster: Cluster, kind: BackendKind, asked: Optional[str], hosts: Sequence[str]
+             ) -> Tuple[str, str, Optional[Dict[str, Tuple[str, Optional[int]]]]]:
+    """Where the tasks listen: the network (private | host, why host where private was the
+    default) and, with jobs given as a count, each task's (host, port) as the backend lays them
+    out (None: the file's endpoints, or the scheduler's): over ssh on the slots of the file's
+    hosts, ports chosen there at the start (:func:`place_on_hosts`); on this machine, the ports
+    :func:`assign_local_ports` would give (Ray: placeholders until Ray placed the tasks). This
+    machine is asked last: its addresses, then its ports."""
+    chosen = _network_asked(kind.name, asked, hosts)
+    where: Optional[Dict[str, Tuple[str, Optional[int]]]] = None
+    missing: List[str] = []
+    taken: Set[int] = set()
+    if not cluster.resolved and kind.count_layout == HOST_SLOTS:
+        placed = place_on_hosts(cluster)
+        where = {t.name: (placed[t.name], t.endpoint.port if t.endpoint else None) for t in cluster.tasks}
+    elif not cluster.resolved and kind.count_layout == LOCAL_PORTS:
+        missing, taken = _unported(cluster)
+    network, why = chosen or _network_here(cluster, asked)
+    if missing:
+        try:
+            first = port_run(len(missing), cluster.base_port, taken, probe=network == "host")
+        except OSError as e:
+            raise UserError(f"base_port: {e}")
+        ports = dict(zip(missing, range(first, first + len(missing))))
+        where = {t.name: (t.endpoint.host, t.endpoint.port) if t.endpoint else ("localhost", ports[t.name])
+                 for t in cluster.tasks}
+    return network, why, where
 
 
 def _checked_run_id(opts: LaunchOptions) -> str:
@@ -535,17 +557,17 @@ def _run_dir(logdir: str, run_id: str, opts: LaunchOptions) -> Tuple[str, str]:
 
 
 def _tasks(cluster: Cluster, opts: LaunchOptions, edits: Sequence[Tuple[str, Optional[str]]],
-           placed: Optional[Dict[str, str]], need_program: bool) -> Tuple[TaskPlan, ...]:
-    """Every task's plan, on the hosts chosen for a count job; UserError when one has no
-    program and ``need_program``."""
+           where: Optional[Dict[str, Tuple[str, Optional[int]]]], need_program: bool) -> Tuple[TaskPlan, ...]:
+    """Every task's plan, at the host and port laid out for a count job; UserError when one has
+    no program and ``need_program``."""
     keys: Dict[str, int] = {}
     if cluster.resolved:
         for t in cluster.tasks:
             k = host_key(t.endpoint.host)
             keys[k] = keys.get(k, 0) + 1
     tasks = tuple(_task_plan(cluster, t, opts, keys, edits) for t in cluster.tasks)
-    if placed is not None:
-        tasks = _on_placed_hosts(tasks, placed)
+    if where is not None:
+        tasks = _on_placed_hosts(tasks, where)
     if need_program:
         empty = next((t for t in tasks if not t.argv), None)
         if empty is not None:
@@ -599,12 +621,13 @@ def _min_workers(cluster: Cluster, kind: BackendKind) -> Optional[int]:
     return n
 
 
-def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
-                    hosts: Sequence[str] = ()) -> Tuple[str, str]:
-    """(private | host, why host where private was the default). ``asked``: --network or the
-    file's ``network:`` (None: private where it can be). A private network holds a run whose
-    every task is on this machine at a loopback address (inside, only loopback exists) and needs
-    the kernel's namespaces; asked for where it cannot be, it is one line, exit 2."""
+def _network_asked(backend: str, asked: Optional[str], hosts: Sequence[str] = ()) -> Optional[Tuple[str, str]]:
+    """The run's network (private | host, why host where private was the default) where the
+    asking decides it, else None (:func:`_network_here` looks at this machine). ``asked``:
+    --network or the file's ``network:`` (None: private where it can be). A private network
+    holds a run whose every task is on this machine at a loopback address (inside, only
+    loopback exists) and needs the kernel's namespaces; asked for where it cannot be, it is one
+    line, exit 2."""
     if asked is not None and asked not in vocabulary.NETWORKS:
         raise UserError(f"--network: '{asked}' is not one of {', '.join(vocabulary.NETWORKS)}")
     if asked == "host":
@@ -616,6 +639,12 @@ def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
                             f"{where} reaches other hosts (their users can connect: see "
                             f"tfcluster help security), so use network: host")
         return "host", ""
+    return None
+
+
+def _network_here(cluster: Cluster, asked: Optional[str]) -> Tuple[str, str]:
+    """A run on this machine: private unless a listed task is at an address that is not a
+    loopback one (:func:`_network_asked`)."""
     from tfcluster.net.addresses import is_loopback
     for t in cluster.tasks:
         if t.endpoint is not None and not is_loopback(t.endpoint.host):
@@ -631,32 +660,6 @@ def resolve_network(cluster: Cluster, backend: str, asked: Optional[str],
     # private by default even where it cannot be made: the launch then stops, it does not fall
     # back to the host network unseen (tfcluster.drivers.network.check_private)
     return "private", ""
-
-
-def _profiler_ports(tasks: Tuple[TaskPlan, ...], network: str) -> Tuple[TaskPlan, ...]:
-    """Every task's profiler port (not an evaluator's: it has no server), chosen with the task
-    ports, never derived from them, for a backend whose ports the plan chooses (where the hosts
-    choose them, their agents choose the profiler's too): on the host network free ports of
-    this machine that are not a task's; in a private network, where every port is free, the
-    next ports after the tasks'."""
-    wanted = [t for t in tasks if t.job != "evaluator"]
-    used = {t.port for t in tasks if t.port}
-    if network == "host":
-        from tfcluster.net.ports import free_ports
-        try:
-            free = [p for p in free_ports(len(wanted) + len(used)) if p not in used][:len(wanted)]
-        except OSError as e:
-            raise UserError(f"--profiler: {e}")
-    else:
-        free, port = [], max(used or {2221}) + 1
-        while len(free) < len(wanted):
-            if port > 65535:
-                raise UserError("--profiler: no ports are left above the tasks' own")
-            if port not in used:
-                free.append(port)
-            port += 1
-    chosen = dict(zip((t.name for t in wanted), free))
-    return tuple(replace(t, profiler_port=chosen.get(t.name)) for t in tasks)
 
 
 def _task_plan(cluster: Cluster, t: Task, opts: LaunchOptions, keys: Dict[str, int],
