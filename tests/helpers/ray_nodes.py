@@ -132,7 +132,7 @@ def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
     """``ray start`` in a session of its own (the node's daemons keep it), recorded in ``cluster``."""
     if resources:
         argv.append(f"--resources={json.dumps(resources)}")
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True,
                                 env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **HEALTH_CHECKS))
@@ -140,10 +140,10 @@ def _ray_start(cluster: RayNodes, argv: List[str], ip: str, resources) -> None:
         out, _ = proc.communicate(timeout=120)
         if proc.returncode == 0:
             return
-        if attempt == 1 and "timed out during startup" in out:
+        if attempt < 3 and "timed out during startup" in out:
             # `ray start` waits 30 s (hard-coded in Ray's node start-up) for its raylet to
-            # register with the GCS, which a loaded machine can miss: that try's daemons are
-            # ended and the node is started again, once
+            # register with the GCS, which a loaded machine can miss (twice in a row at a load
+            # average of 16): that try's daemons are ended and the node is started again, twice
             cluster.kill_session(proc.pid)
             cluster.sessions.remove(proc.pid)
             continue
