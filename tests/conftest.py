@@ -140,8 +140,10 @@ SERIAL_GROUPS = {
 _SERIAL = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
 # The groups that take longest, started first (pytest-xdist hands groups out in the order their
 # first test was collected: tests/conftest.py sorts the collection so); then the system layer's
-# tests, the integration layer's, and the unit layer's, which fill the gaps at the end.
-LONGEST_FIRST = ("ray-1", "ray-2", "test_slurm_nodes.py", "test_slurm.py", "bench-training",
+# tests, the integration layer's, and the unit layer's, which fill the gaps at the end. A Ray lane
+# starts beside a Slurm one, which mostly waits, not beside the other Ray lane: a Ray joining a
+# node on a machine that two Rays and their training keep busy can miss Ray's 30 s start-up wait.
+LONGEST_FIRST = ("ray-1", "test_slurm_nodes.py", "ray-2", "test_slurm.py", "bench-training",
                  "bench-embeddings", "bench-peers", "ssh", "bench-links")
 
 
