@@ -19,15 +19,19 @@ drifts during the case (this machine is shared) does not favour one variant.
   saturates. ``tfcluster launch`` starts every task (the sizing policy lives in the launcher),
   ``network: host``, the cluster's ports on this machine; the program is
   bench_programs/netns_task.py, which puts each task at its namespace's address (in TF_CONFIG)
-  and execs ``ip netns exec NS python links.py`` (an ``--mb`` MB model read and updated densely
-  every step: the step moves the model both ways, transfer-bound). Target
-  ``sizing_links_steps`` global steps. Goals (issue 50): ``time_over_best_fixed`` <= 1.15,
-  ``speedup_over_start`` (1 worker fixed / sized) >= 1.5, ``settled_workers`` within 1 of
+  and execs ``ip netns exec NS python links.py`` (an ``--mb`` MB model read and updated
+  densely every step: the step moves the model both ways, transfer-bound). The file sets
+  ``watchdog.startup_timeout: 0``: the launcher's check that a task's port accepts connections
+  looks on this machine's network, where nothing of the namespaces listens, and would kill the
+  ps (which reports no steps) after 120 s. Target ``sizing_links_steps`` global steps. Goals
+  (issue 50): ``time_over_best_fixed`` <= 1.15, ``speedup_over_start`` (1 worker fixed /
+  sized) >= 1.5, ``settled_workers`` within 1 of
   ``best_fixed_workers``. The namespaces are deleted at the end, on error and on Ctrl-C.
 
 Figures of each case: ``fixed`` (n -> seconds), ``runs`` (every run in the order run: the
-variant, its seconds, and how busy the whole machine's CPU was over it, 1.0 every core), ``best_fixed_workers``, ``sized_seconds``, ``settled_workers`` (the workers in the sized
-run at its end, run.json's ``workers.in``; the last repetition's), ``decisions`` and ``rates``
+variant, its seconds, and how busy the whole machine's CPU was over it, 1.0 every core),
+``best_fixed_workers``, ``sized_seconds``, ``settled_workers`` (the workers in the sized run at
+its end, run.json's ``workers.in``; the last repetition's), ``decisions`` and ``rates``
 (as run.json keeps them), ``time_over_best_fixed`` (sized / best fixed).
 ``sizing_cases`` picks the cases (``--set 'sizing_cases=["links"]'``).
 
@@ -168,7 +172,8 @@ def bench_links(cfg, tmp: str, b) -> Dict[str, Any]:
             star.kill_tasks()     # nothing of the run before is left in a namespace
             sized = v == "sized"
             return _cluster(tmp, b, f"links-{v}-{i}", 1 if sized else int(v), command,
-                            top if sized else None, cfg, prefix="sizing_links", network="host")
+                            top if sized else None, cfg, prefix="sizing_links", network="host",
+                            watchdog={"startup_timeout": 0})
 
         out = _case(b, tmp, "links", top, cfg.get("sizing_links_reps", 1), steps, path_of,
                     cfg.get("sizing_links_timeout", 600))
