@@ -196,8 +196,8 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
 for _mode in SETTINGS.values():
     _mode.update(sizing_cases=["cpu", "links"], sizing_steps=8000, sizing_max_workers=3, sizing_cpu_reps=2,
                  sizing_window=4.0, sizing_every=5.0, sizing_gain=0.5,
-                 sizing_links_max_workers=6, sizing_links_steps=300, sizing_links_reps=1,
-                 sizing_links_worker_mbit=40.0, sizing_links_ps_mbit=120.0, sizing_links_mb=1.0,
+                 sizing_links_max_workers=6, sizing_links_steps=350, sizing_links_reps=1,
+                 sizing_links_worker_mbit=40.0, sizing_links_ps_mbit=100.0, sizing_links_mb=1.0,
                  sizing_links_window=3.0, sizing_links_every=4.0, sizing_links_gain=0.5,
                  sizing_links_timeout=600.0)
 # --quick and --tiny: every sizing run once, short (a check that it works, not a measurement)
