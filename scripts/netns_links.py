@@ -70,6 +70,32 @@ def tbf_args(rate_bps: float) -> List[str]:
     return ["tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", "100ms"]
 
 
+def _router(ns: str, made: List[str]) -> None:
+    """A namespace ``ns`` that forwards between its links (``made``: it is added there)."""
+    _ip("netns", "add", ns)
+    made.append(ns)
+    _ip("-n", ns, "link", "set", "lo", "up")
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                   capture_output=True, timeout=30, check=True)
+
+
+def _leaf(router: str, dev: str, ns: str, subnet: str, rate_bps: float, made: List[str]) -> None:
+    """A namespace ``ns`` on a veth link to ``router`` (its end there named ``dev``), shaped at
+    ``rate_bps`` in both directions: ``SUBNET.1`` on the router's end, ``SUBNET.2`` (``eth0``,
+    the default route) on the leaf's."""
+    _ip("netns", "add", ns)
+    made.append(ns)
+    _ip("-n", ns, "link", "set", "lo", "up")
+    _ip("-n", router, "link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    _ip("-n", router, "addr", "add", f"{subnet}.1/24", "dev", dev)
+    _ip("-n", ns, "addr", "add", f"{subnet}.2/24", "dev", "eth0")
+    _ip("-n", router, "link", "set", dev, "up")
+    _ip("-n", ns, "link", "set", "eth0", "up")
+    _ip("-n", ns, "route", "add", "default", "via", f"{subnet}.1")
+    _tc(router, "qdisc", "add", "dev", dev, "root", *tbf_args(rate_bps))   # router -> leaf
+    _tc(ns, "qdisc", "add", "dev", "eth0", "root", *tbf_args(rate_bps))    # leaf -> router
+
+
 class Hosts:
     """A worker host and ``num_ps`` ps hosts, each ps host linked to the worker host at
     ``rate_bps`` (both directions). Use as a context manager: the namespaces go at exit."""
@@ -111,27 +137,11 @@ class Hosts:
         self.close()
 
     def _make(self) -> None:
-        w = self.worker_ns
-        _ip("netns", "add", w)
-        self.made.append(w)
-        _ip("-n", w, "link", "set", "lo", "up")
         # the worker host routes between ps hosts (a ps reads from another ps in sync mode:
         # SyncReplicasOptimizer's global step and token queue live on ps 0)
-        subprocess.run(["ip", "netns", "exec", w, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
-                       capture_output=True, timeout=30, check=True)
-        shape = tbf_args(self.rate_bps)
-        for i, ns in enumerate(self.ps_ns):
-            _ip("netns", "add", ns)
-            self.made.append(ns)
-            _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", w, "link", "add", f"ps{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("-n", w, "addr", "add", f"{self.net}.{i}.1/24", "dev", f"ps{i}")
-            _ip("-n", ns, "addr", "add", f"{self.net}.{i}.2/24", "dev", "eth0")
-            _ip("-n", w, "link", "set", f"ps{i}", "up")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-            _ip("-n", ns, "route", "add", "default", "via", f"{self.net}.{i}.1")
-            _tc(w, "qdisc", "add", "dev", f"ps{i}", "root", *shape)    # worker -> ps i
-            _tc(ns, "qdisc", "add", "dev", "eth0", "root", *shape)     # ps i -> worker
+        _router(self.worker_ns, self.made)
+        for i, ns in enumerate(self.ps_ns):     # worker -> ps i and ps i -> worker at rate_bps
+            _leaf(self.worker_ns, f"ps{i}", ns, f"{self.net}.{i}", self.rate_bps, self.made)
 
     def start(self, ns: str, argv: Sequence[str], env: Dict[str, str], log_path: str) -> subprocess.Popen:
         with open(log_path, "wb") as logf:
@@ -165,6 +175,36 @@ class Hosts:
         for ns in reversed(self.made):    # deleting a namespace deletes its veths
             _ip("netns", "del", ns, check=False)
         self.made = []
+
+
+class Star(Hosts):
+    """A hub namespace that routes between leaf hosts, each on its own link to the hub shaped
+    in both directions (a ``tbf`` on each end of its veth): one ps host at ``ps_rate_bps`` and
+    ``workers`` worker hosts at ``worker_rate_bps`` each (issue 50's ``sizing.links``: each
+    worker on a slow link, the ps on a faster one that saturates at some worker count). Leaf
+    ``i`` (the ps first, then the workers) is ``10.N.i.2`` behind the hub's ``10.N.i.1``; its
+    default route is its link. Nothing is connected to the root namespace; the namespaces go
+    (with their veths and every process in them) at exit, on error and on Ctrl-C."""
+
+    def __init__(self, workers: int, worker_rate_bps: float, ps_rate_bps: float):
+        tag = f"{os.getpid() % 10000}{random.randint(0, 99)}"
+        self.worker_ns = f"tfs{tag}h"       # the hub (Hosts.close deletes what ``made`` lists)
+        self.ps_ns = [f"tfs{tag}p"]
+        self.leaf_ns = [f"tfs{tag}w{j}" for j in range(workers)]
+        self.rates = [ps_rate_bps] + [worker_rate_bps] * workers
+        self.net = self._free_net()
+        self.made = []
+        self.procs = []
+
+    def addresses(self) -> Dict[str, List[List[str]]]:
+        """For each job, ``[namespace, address]`` of every task index."""
+        return {"ps": [[self.ps_ns[0], f"{self.net}.0.2"]],
+                "worker": [[ns, f"{self.net}.{j + 1}.2"] for j, ns in enumerate(self.leaf_ns)]}
+
+    def _make(self) -> None:
+        _router(self.worker_ns, self.made)
+        for i, (ns, rate) in enumerate(zip(self.ps_ns + self.leaf_ns, self.rates)):
+            _leaf(self.worker_ns, f"l{i}", ns, f"{self.net}.{i}", rate, self.made)
 
 
 def run_cluster(hosts: Hosts, workers: int, prog_args: Sequence[str], tmp: str, tag: str,

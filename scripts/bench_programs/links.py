@@ -11,7 +11,9 @@ that each step refreshes from the ps while it sends its update (same bytes each 
 
 ps tasks serve until killed. Workers run ``--steps`` global steps in a ``TrainingSession``;
 the chief prints ``@bench {"steps_per_s": ..., "model_bytes": ..., "bytes_per_ps": ...}``
-over the steps after ``--warmup``.
+over the steps after ``--warmup``. ``--progress_secs=S`` (> 0): every worker also reports its
+global step to the launcher (``@tfcluster progress``) at most every S seconds, as the sizing
+policy reads it (scripts/bench_sizing.py's ``sizing.links``, run by ``tfcluster launch``).
 """
 import json
 import os
@@ -31,6 +33,7 @@ def main():
     mb, steps, warmup = arg("mb", 8.0), arg("steps", 40), arg("warmup", 4)
     strategy, pmin, mode = arg("ps_strategy", "greedy"), arg("partition_min_bytes", 0), arg("mode", "async")
     prefetch = bool(arg("prefetch", 0))
+    progress_secs = arg("progress_secs", 0.0)
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
@@ -55,8 +58,14 @@ def main():
         report = placement.report(graph) if ctx.is_chief else None
         nbytes = sum(int(v.shape.num_elements()) * 4 for v in parts)
         marks = []
-        loop.train(rt, ctx, server, steps, train_op, gs, opt if sync else None,
-                   lambda step: marks.append((time.monotonic(), step)))
+        progress = rt.ProgressReporter(total=steps, every_secs=progress_secs) if progress_secs > 0 else None
+
+        def on_step(step):
+            marks.append((time.monotonic(), step))
+            if progress is not None:
+                progress(step)
+
+        loop.train(rt, ctx, server, steps, train_op, gs, opt if sync else None, on_step)
     if ctx.is_chief:
         window = [m for m in marks if m[1] >= warmup]
         (t0, s0), (t1, s1) = window[0], window[-1]
