@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from helpers import SRC
+from helpers.other_user import system_python
 from helpers.userns import limited
 
 MALLORY = 65534
@@ -55,9 +56,9 @@ def shared_tmp():
 def victim_python(shared_tmp):
     """(python, PYTHONPATH) that user 4242 can run tfcluster with: the system's Python of this
     minor version over a readable copy of this tfcluster and its dependencies."""
-    want = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if not os.path.exists(want):
-        pytest.skip(f"no {want} for another user")
+    want = system_python()
+    if want is None:
+        pytest.skip("no system Python of this version (/usr/bin/python3.X) for another user")
     lib = os.path.join(shared_tmp, "lib")
     os.mkdir(lib)
     for name in DEPENDENCIES:
