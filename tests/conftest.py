@@ -80,6 +80,7 @@ _layer_times: dict = {}
 def pytest_runtest_logreport(report):
     """Each layer's tests: how many, their summed time, and the wall time from the first one's
     start to the last one's end (side by side under xdist, so the sum is larger than the span)."""
+    _note_cpu(report)
     layer = report.nodeid.split("/", 2)[1] if report.nodeid.startswith("tests/") else ""
     if layer not in LAYERS or not getattr(report, "stop", 0):
         return
@@ -89,9 +90,57 @@ def pytest_runtest_logreport(report):
     t["first"], t["last"] = min(t["first"], report.start), max(t["last"], report.stop)
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and of the children it has waited for (a launch's tasks count
+    once the launcher that waited for them has ended; a Slurm or Ray daemon's processes never)."""
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+_cpu_mark = [0.0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    _cpu_mark[0] = _cpu_seconds()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries the CPU seconds it took ("cpu_s"), which xdist brings to the
+    controller: on 2 cores the suite is bound by CPU, so a test's CPU is what it costs the run."""
+    report = yield
+    now = _cpu_seconds()
+    report.user_properties.append(("cpu_s", round(now - _cpu_mark[0], 2)))
+    _cpu_mark[0] = now
+    return report
+
+
+_cpu_by_test: dict = {}
+
+
+def _note_cpu(report) -> None:
+    for key, value in report.user_properties:
+        if key == "cpu_s":
+            _cpu_by_test[report.nodeid] = _cpu_by_test.get(report.nodeid, 0.0) + value
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _layer_times or hasattr(terminalreporter.config, "workerinput"):
         return
+    if _cpu_by_test:
+        terminalreporter.write_sep("-", "CPU seconds by file, then the 25 costliest tests "
+                                        "(processes the test waited for; docs/TESTING.md)")
+        by_file: dict = {}
+        for nodeid, cpu in _cpu_by_test.items():
+            f = nodeid.split("::", 1)[0]
+            by_file[f] = by_file.get(f, 0.0) + cpu
+        for f, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:25]:
+            terminalreporter.write_line(f"{cpu:8.1f} s  {f}")
+        terminalreporter.write_line(f"{sum(by_file.values()):8.1f} s  in all")
+        for nodeid, cpu in sorted(_cpu_by_test.items(), key=lambda kv: -kv[1])[:25]:
+            terminalreporter.write_line(f"{cpu:8.1f} s  {nodeid}")
     terminalreporter.write_sep("-", "time by layer")
     for layer in LAYERS:
         t = _layer_times.get(layer)
