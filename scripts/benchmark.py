@@ -147,13 +147,13 @@ BATCH = 64  # trainer.py's default --batch_size, and bench_programs/mlp.py's
 
 SETTINGS: Dict[str, Dict[str, Any]] = {
     # the test's setting: every figure once, small
-    "tiny": dict(emb_link_rates=[1e9], emb_rows=250000, emb_dim=64, emb_batch=1024, emb_warmup=2.0, emb_secs=3.0, emb_reps=1,
+    "tiny": dict(emb_link_rates=[1e9], emb_rows=100000, emb_dim=64, emb_batch=1024, emb_warmup=1.0, emb_secs=1.5, emb_reps=1,
                  peers_steps=150, peers_epoch=50, peers_mwms_steps=60, peers_mwms_epoch=20, peers_reps=1,
                  peers_variants=["runtime", "pss_loop", "pss_fit", "mwms_tfcluster", "mwms_hand"],
-                 reps=1, launch_reps=1, async_steps=1200, sync_steps=400, single_steps=3000,
+                 reps=1, launch_reps=1, async_steps=400, sync_steps=150, single_steps=1000,
                  transfer_mb=4.0, transfer_secs=1.0, transfer_reps=1, loopback_secs=0.5,
                  scale_workers=2, balance_step_time=False, naive=False, run_timeout=240,
-                 cb_reps=1, cb_async_steps=120, cb_sync_steps=60, cb_single_steps=40,
+                 cb_reps=1, cb_async_steps=50, cb_sync_steps=25, cb_single_steps=20,
                  link_rates=[1e9], link_ps=[1, 2], link_modes=["async"], link_reps=1, link_secs=1.0,
                  link_mb=4.0, link_placements=["greedy_partitioned", "greedy_partitioned_prefetch"],
                  link_workers=2, link_args=[],

@@ -130,7 +130,7 @@ def pytest_terminal_summary(terminalreporter):
     if not _layer_times or hasattr(terminalreporter.config, "workerinput"):
         return
     if _cpu_by_test:
-        terminalreporter.write_sep("-", "CPU seconds by file, then the 25 costliest tests "
+        terminalreporter.write_sep("-", "CPU seconds by file, then the 40 costliest tests "
                                         "(processes the test waited for; docs/TESTING.md)")
         by_file: dict = {}
         for nodeid, cpu in _cpu_by_test.items():
@@ -139,7 +139,7 @@ def pytest_terminal_summary(terminalreporter):
         for f, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:25]:
             terminalreporter.write_line(f"{cpu:8.1f} s  {f}")
         terminalreporter.write_line(f"{sum(by_file.values()):8.1f} s  in all")
-        for nodeid, cpu in sorted(_cpu_by_test.items(), key=lambda kv: -kv[1])[:25]:
+        for nodeid, cpu in sorted(_cpu_by_test.items(), key=lambda kv: -kv[1])[:40]:
             terminalreporter.write_line(f"{cpu:8.1f} s  {nodeid}")
     terminalreporter.write_sep("-", "time by layer")
     for layer in LAYERS:

@@ -204,7 +204,7 @@ def test_a_run_whose_log_disk_fills_up_keeps_training(tmp_path, ports):
 ENDLESS = """
 import sys
 chunk = b"z" * (1 << 20)
-for _ in range(300):
+for _ in range(100):
     sys.stdout.buffer.write(chunk)
 sys.stdout.buffer.write(b"\\nend\\n")
 sys.stdout.flush()
@@ -219,9 +219,10 @@ MEASURE = ("import os, subprocess, sys\n"
            "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n")
 
 
-def test_300_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_log(tmp_path, ports):
+def test_100_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_log(tmp_path, ports):
     """The launcher's own peak memory (wait4's rusage of the launcher process) stays
-    under 200 MB, and the task's last line is in its log."""
+    under 80 MB (a launcher that held the line would pass 100 MB), and the task's last line is
+    in its log."""
     (tmp_path / "endless.py").write_text(ENDLESS)
     (port,) = ports(1)
     # (the program opens no port: the startup watchdog, which would kill it after 120 s on a
@@ -236,12 +237,12 @@ def test_300_mib_without_a_newline_keeps_the_launcher_small_and_the_end_in_the_l
                         "--no-live", "--quiet"], capture_output=True, text=True, timeout=600)
     code, peak_kb = (int(w) for w in r.stdout.split())
     assert code == 0, r.stderr[-2000:]
-    assert peak_kb // 1024 < 200, f"launcher peak {peak_kb // 1024} MB"
+    assert peak_kb // 1024 < 80, f"launcher peak {peak_kb // 1024} MB"
     log = next((tmp_path / "runs").iterdir()) / "worker-0.log"
     with open(log, "rb") as fh:
         fh.seek(-4, os.SEEK_END)
         assert fh.read() == b"end\n"
-    assert log.stat().st_size > 300 * (1 << 20)
+    assert log.stat().st_size > 100 * (1 << 20)
 
 
 FAILING = """
