@@ -56,6 +56,9 @@ flags.DEFINE_string("data_file", "", "Your data: .npz with x, y (optional x_test
 flags.DEFINE_integer("hidden_units", 64, "Hidden layer width")
 flags.DEFINE_integer("seed", 1234, "Seed of the synthetic dataset and of the model")
 flags.DEFINE_float("progress_secs", 1.0, "Report progress at most this often (seconds)")
+flags.DEFINE_float("step_delay", 0.0, "Seconds each worker sleeps after each of its steps (0: "
+                   "none): a stand-in for a slower model or input, which keeps a run going "
+                   "without using the CPU (the tests that stop a run from outside use it)")
 flags.DEFINE_integer("operation_timeout_ms", rt.DEFAULT_OPERATION_TIMEOUT_MS,
                      "Bound on any single blocking op (ms)")
 flags.DEFINE_bool("print_placement", False, "Chief: print where variables are placed (a table "
@@ -180,6 +183,8 @@ def train(ctx, server, data) -> int:
                     progress(step, loss=loss_value)
                 elif sess.run([train_op, global_step]) is None:
                     break
+                if FLAGS.step_delay > 0:
+                    time.sleep(FLAGS.step_delay)
             step = sess.current_step()
             progress(step, force=True, loss=loss_value)
             if sess.stopped_by_signal:

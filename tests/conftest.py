@@ -31,6 +31,7 @@ LAYERS = {
 _TF = "tensorflow"
 _tf_at_start = [True]
 _tf_collected_by = []
+_in_worker = [False]      # an xdist worker (the controller writes the timeline)
 
 
 def layer_of(path) -> str:
@@ -41,6 +42,7 @@ def layer_of(path) -> str:
 
 def pytest_configure(config):
     _tf_at_start[0] = _TF in sys.modules
+    _in_worker[0] = hasattr(config, "workerinput")
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False    # our order (LONGEST_FIRST), not by test count
     # Every launch a test starts imports tfcluster afresh: with PYTHONDONTWRITEBYTECODE set
@@ -124,6 +126,20 @@ def _note_cpu(report) -> None:
     for key, value in report.user_properties:
         if key == "cpu_s":
             _cpu_by_test[report.nodeid] = _cpu_by_test.get(report.nodeid, 0.0) + value
+            _timeline(report, value)
+
+
+def _timeline(report, cpu: float) -> None:
+    """With TFCLUSTER_TEST_TIMELINE=FILE: one JSON line per test phase (worker, start, stop,
+    CPU seconds), to see how the lanes filled (scripts/test_times.py --lanes)."""
+    path = os.environ.get("TFCLUSTER_TEST_TIMELINE")
+    if path and getattr(report, "stop", 0) and not _in_worker[0]:
+        import json
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", "") if node is not None else ""
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": report.nodeid, "when": report.when, "worker": worker,
+                                "start": report.start, "stop": report.stop, "cpu": cpu}) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -192,8 +208,11 @@ _SERIAL = {name: group for group, names in SERIAL_GROUPS.items() for name in nam
 # tests, the integration layer's, and the unit layer's, which fill the gaps at the end. A Ray lane
 # starts beside a Slurm one, which mostly waits, not beside the other Ray lane: a Ray joining a
 # node on a machine that two Rays and their training keep busy can miss Ray's 30 s start-up wait.
-LONGEST_FIRST = ("ray-1", "test_slurm_nodes.py", "ray-2", "test_slurm.py", "bench-training",
-                 "bench-embeddings", "bench-peers", "ssh", "bench-links")
+# The second lane begins with a test that only computes (the embeddings benchmark, one test, then
+# the three-node Slurm): while the first Ray and the Slurm nodes start, both lanes mostly waited
+# (a clean-clone run: the machine's CPU 10-46% busy in three of its first five half-minutes).
+LONGEST_FIRST = ("ray-1", "bench-embeddings", "test_slurm_nodes.py", "ray-2", "test_slurm.py",
+                 "bench-training", "bench-peers", "ssh", "bench-links")
 
 
 def xdist_group(item) -> str:

@@ -164,7 +164,7 @@ def test_a_killed_task_is_restarted_then_ctrl_c_stops_in_order_with_the_final_ch
     path = write(tmp_path, f"backend: ray\ncluster: {{ps: 1, worker: 2}}\n"
                            f"restart: {{policy: on-failure, max_restarts: 2, backoff: 0.5}}\n"
                            f"program: {{command: [python, {TRAINER}], "
-                           f"args: [--train_steps=10000000, '--checkpoint_dir={ckpt}']}}")
+                           f"args: [--train_steps=10000000, --step_delay=0.01, '--checkpoint_dir={ckpt}']}}")
     proc = launch(ray_head, path)
     try:
         rec = wait_for(tmp_path, lambda r: step(r) >= 100, what="training")
@@ -200,7 +200,7 @@ def test_a_killed_task_is_restarted_then_ctrl_c_stops_in_order_with_the_final_ch
 
 def test_a_launcher_killed_with_sigkill_leaves_no_actor_group_or_task(ray_head, tmp_path):
     path = write(tmp_path, f"backend: ray\ncluster: {{ps: 1, worker: 1}}\n"
-                           f"program: {{command: [python, {TRAINER}], args: [--train_steps=10000000]}}")
+                           f"program: {{command: [python, {TRAINER}], args: [--train_steps=10000000, --step_delay=0.01]}}")
     proc = launch(ray_head, path)
     try:
         rec = wait_for(tmp_path, lambda r: step(r) >= 20, what="training")

@@ -420,7 +420,8 @@ def _stop_a_training_job(slurm_cluster, tmp_path, how):
         program:
           command: [python, {os.path.join(ROOT, "trainer.py")}]
           args: [--train_steps=100000000, --checkpoint_dir={ckpt}, --save_checkpoint_secs=3600,
-                 --save_summaries_steps=0, --print_placement=false, --progress_secs=0.2]
+                 --save_summaries_steps=0, --print_placement=false, --progress_secs=0.2,
+                 --step_delay=0.01]
         base_port: {base}
         logdir: runs
     """))

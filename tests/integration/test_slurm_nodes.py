@@ -211,15 +211,18 @@ def test_doctor_inside_an_allocation_checks_every_node(slurm3, tmp_path):
     assert slurm3.wait_empty_queue(30) == ""
 
 
-def _trainer_file(tmp_path, workers, steps, slurm, base_port=2222):
-    """trainer.py, one ps and ``workers`` workers, one task a node, checkpoints only at the end."""
+def _trainer_file(tmp_path, workers, steps, slurm, base_port=2222, step_delay=0.0):
+    """trainer.py, one ps and ``workers`` workers, one task a node, checkpoints only at the end;
+    ``step_delay``: a run that only Slurm ends sleeps between its steps, leaving the CPU to the
+    tests beside it."""
     ckpt = tmp_path / "ckpt"
     (tmp_path / "cluster.yaml").write_text(textwrap.dedent(f"""\
         cluster: {{ps: 1, worker: {workers}}}
         program:
           command: [python, {os.path.join(ROOT, "trainer.py")}]
           args: [--train_steps={steps}, --checkpoint_dir={ckpt}, --save_checkpoint_secs=3600,
-                 --save_summaries_steps=0, --print_placement=false, --progress_secs=0.5]
+                 --save_summaries_steps=0, --print_placement=false, --progress_secs=0.5,
+                 --step_delay={step_delay}]
         base_port: {base_port}
         grace: 30
         logdir: runs
@@ -262,10 +265,12 @@ def test_slurm_partition_preemption_stops_trainer_in_order_and_the_requeued_job_
     worker end first, the chief with its final checkpoint, the ps after them (its agent's
     SIGHUP). The job is requeued, and once the high job is done the next segment restores that
     checkpoint, trains on from its global step and the run succeeds."""
-    # the target: far enough that the first segment (stopped a few seconds after training shows,
-    # at ~500 steps/s) cannot reach it, near enough that the second one is short
-    target = 9000
-    ckpt = _trainer_file(tmp_path, 2, target, "partition: low, requeue: true, max_segments: 3, ")
+    # the target: far enough that the first segment (stopped a few seconds after training shows;
+    # two workers sleeping 10 ms a step make at most ~180 steps/s) cannot reach it, near enough
+    # that the second one is short
+    target = 3000
+    ckpt = _trainer_file(tmp_path, 2, target, "partition: low, requeue: true, max_segments: 3, ",
+                         step_delay=0.01)
     p = _popen(tmp_path / "cluster.yaml", "--run-id", "p1")
     run_dir = tmp_path / "runs" / "p1"
     high_out = tmp_path / "high.out"
@@ -325,7 +330,8 @@ def test_slurm_time_limits_with_and_without_the_warning_stop_in_order(slurm3, tm
         " sbatch: [--ntasks-per-node=1]}\n")
     plain = tmp_path / "plain"
     plain.mkdir()
-    ckpt = _trainer_file(plain, 1, 100000000, "", base_port=2322)    # the other job's ports free
+    ckpt = _trainer_file(plain, 1, 100000000, "", base_port=2322,    # the other job's ports free
+                         step_delay=0.01)
     first = _popen(warned / "cluster.yaml", "--run-id", "t1")
     p = _popen(plain / "cluster.yaml", "--run-id", "t2")
     run_dir = plain / "runs" / "t2"
@@ -371,7 +377,9 @@ def test_slurm_time_limits_with_and_without_the_warning_stop_in_order(slurm3, tm
     assert slurm3.wait_empty_queue(60) == ""
 
 
-ELASTIC_TARGET = 20000
+# four workers that sleep 10 ms a step (at most ~360 steps/s, two of them ~180): the shrink comes
+# 10-30 s after the node is lost, well short of the target, and the run then ends in ~30 s
+ELASTIC_TARGET = 8000
 
 
 def _chief_step(run_dir) -> int:
@@ -398,7 +406,7 @@ def test_slurm_elastic_node_lost_mid_run_shrinks_the_run_which_ends_at_its_targe
         program:
           command: [python, {os.path.join(ROOT, "trainer.py")}]
           args: [--train_steps={ELASTIC_TARGET}, --checkpoint_dir={ckpt}, --save_summaries_steps=0,
-                 --progress_secs=0.5]
+                 --progress_secs=0.5, --step_delay=0.01]
         base_port: 2222
         grace: 30
         logdir: runs

@@ -90,7 +90,7 @@ def test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back(
                      "restart: {policy: on-failure, max_restarts: 3, backoff: 1, min_uptime: 0}\n"
                      f"program: {{command: [python, {os.path.join(ROOT, 'trainer.py')}], "
                      f"args: [--train_steps={TARGET}, --checkpoint_dir={ckpt}, "
-                     f"--save_checkpoint_steps=500]}}\nlogdir: {tmp_path / 'runs'}\n")
+                     f"--save_checkpoint_steps=500, --step_delay=0.01]}}\nlogdir: {tmp_path / 'runs'}\n")
         proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=cluster.env(), start_new_session=True)

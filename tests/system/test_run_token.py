@@ -34,7 +34,8 @@ def test_a_worker_of_another_run_stops_before_training_against_this_runs_ps(tmp_
     try:
         procs.append(_start([sys.executable, "-m", "tfcluster.runtime.serve"],
                             {"cluster": cluster, "task": {"type": "ps", "index": 0}}, "run-a", logs["ps"]))
-        a = _start([sys.executable, TRAINER, "--train_steps=100000000", f"--checkpoint_dir={tmp_path}/ckpt"],
+        a = _start([sys.executable, TRAINER, "--train_steps=100000000", "--step_delay=0.01",
+                    f"--checkpoint_dir={tmp_path}/ckpt"],
                    {"cluster": cluster, "task": {"type": "worker", "index": 0}}, "run-a", logs["a"])
         procs.append(a)
         deadline = time.time() + 240
