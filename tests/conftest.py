@@ -131,7 +131,7 @@ def _note_cpu(report) -> None:
 
 def _timeline(report, cpu: float) -> None:
     """With TFCLUSTER_TEST_TIMELINE=FILE: one JSON line per test phase (worker, start, stop,
-    CPU seconds), to see how the lanes filled (scripts/test_times.py --lanes)."""
+    CPU seconds), to see how the lanes filled and where both only waited."""
     path = os.environ.get("TFCLUSTER_TEST_TIMELINE")
     if path and getattr(report, "stop", 0) and not _in_worker[0]:
         import json
