@@ -123,6 +123,8 @@ _cpu_by_test: dict = {}
 
 
 def _note_cpu(report) -> None:
+    if _in_worker[0]:
+        return            # the controller sums and prints them (a worker sees its reports too)
     for key, value in report.user_properties:
         if key == "cpu_s":
             _cpu_by_test[report.nodeid] = _cpu_by_test.get(report.nodeid, 0.0) + value
@@ -133,7 +135,7 @@ def _timeline(report, cpu: float) -> None:
     """With TFCLUSTER_TEST_TIMELINE=FILE: one JSON line per test phase (worker, start, stop,
     CPU seconds), to see how the lanes filled and where both only waited."""
     path = os.environ.get("TFCLUSTER_TEST_TIMELINE")
-    if path and getattr(report, "stop", 0) and not _in_worker[0]:
+    if path and getattr(report, "stop", 0):
         import json
         node = getattr(report, "node", None)
         worker = getattr(getattr(node, "gateway", None), "id", "") if node is not None else ""

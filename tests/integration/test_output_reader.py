@@ -182,6 +182,7 @@ def test_100_mib_without_a_newline_stays_small_and_the_end_reaches_the_log(tmp_p
     under 64 MB (~17 MB here, with 100 or 300 MiB: a reader that held the line would pass
     100 MB) and the final line is in the log."""
     log = tmp_path / "big.log"
+    mib = 100
     code = f"""
 import os, sys, threading, time
 sys.path.insert(0, {SRC!r})
@@ -192,7 +193,7 @@ r, w = os.pipe()
 def write():
     chunk = b"y" * (1 << 20)
     with os.fdopen(w, "wb") as f:
-        for _ in range(100):
+        for _ in range({mib}):
             f.write(chunk)
         f.write(b"\\nend\\n")
 t = threading.Thread(target=write); t.start()
@@ -210,8 +211,8 @@ print(peak_kb // 1024, len(shown))
     assert out.returncode == 0, out.stderr[-2000:]
     peak_mb, shown = map(int, out.stdout.split())
     assert peak_mb < 64, f"peak {peak_mb} MB"
-    assert shown == 100 * (1 << 20) // MAX_LINE + 1       # 64 KiB pieces, then "end"
-    assert log.stat().st_size == 100 * (1 << 20) + 100 * (1 << 20) // MAX_LINE + len("end\n")
+    assert shown == mib * (1 << 20) // MAX_LINE + 1       # 64 KiB pieces, then "end"
+    assert log.stat().st_size == mib * (1 << 20) + mib * (1 << 20) // MAX_LINE + len("end\n")
     with open(log, "rb") as f:
         f.seek(-4, os.SEEK_END)
         assert f.read() == b"end\n"
