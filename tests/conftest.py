@@ -197,6 +197,9 @@ SERIAL_GROUPS = {
     # its OOM kill grows the machine's oom_kill count (/proc/vmstat), which its other tests'
     # launchers read to say a SIGKILL was not the OOM killer's: one after another
     "oom": ("test_launch_oom.py",),
+    # two tests that mostly wait (a stuck worker, a slow end): one after another, each beside a
+    # test that computes, not side by side (the machine was 83% idle while both ran)
+    "hangs": ("test_hangs.py",),
     # the CI smoke test and the guide's smoke test bind the host's 2222/2223
     "host-2222": ("test_launch.py::test_ci_smoke_launch_on_2222_2223",
                   "test_smoke.py::test_seed_smoke_two_local_servers"),
@@ -207,7 +210,11 @@ SERIAL_GROUPS = {
 _SERIAL = {name: group for group, names in SERIAL_GROUPS.items() for name in names}
 # The groups that take longest, started first (pytest-xdist hands groups out in the order their
 # first test was collected: tests/conftest.py sorts the collection so); then the system layer's
-# tests, the integration layer's, and the unit layer's, which fill the gaps at the end. A Ray lane
+# tests and the integration layer's interleaved (each at its share of its own layer: a lane that
+# waits on a launch, a stall or a timeout, as many integration tests do, mostly has a system
+# test, which computes, beside it, instead of another one that waits; run one layer after the
+# other, the integration layer's waiting tests met at the end, the machine half idle), and the
+# unit layer's, which fill the gaps at the end. A Ray lane
 # starts beside a Slurm one, which mostly waits, not beside the other Ray lane: a Ray joining a
 # node on a machine that two Rays and their training keep busy can miss Ray's 30 s start-up wait.
 # The second lane begins with a test that only computes (the embeddings benchmark, one test, then
@@ -288,19 +295,28 @@ def _mark_layers(config, items) -> None:
         if group and grouped:
             item.add_marker(pytest.mark.xdist_group(group))
     if grouped:
-        items.sort(key=_start_order)
+        items[:] = _start_order(items)
     if outside:
         raise pytest.UsageError(
             "test files outside a layer folder: " + ", ".join(sorted(outside))
             + "; move each into tests/unit, tests/integration or tests/system (docs/TESTING.md)")
 
 
-def _start_order(item):
-    mark = item.get_closest_marker("xdist_group")
-    group = (mark.args[0] if mark.args else mark.kwargs.get("name", "")) if mark else ""
-    if group in LONGEST_FIRST:
-        return (0, LONGEST_FIRST.index(group))
-    return (1, ("system", "integration", "unit").index(layer_of(item.path) or "unit"))
+def _start_order(items):
+    """The collection in the order xdist hands it out (LONGEST_FIRST above): the longest groups,
+    then the system and integration layers interleaved, each keeping its own order, then the
+    unit layer."""
+    def group(item):
+        mark = item.get_closest_marker("xdist_group")
+        return (mark.args[0] if mark.args else mark.kwargs.get("name", "")) if mark else ""
+    first = sorted((i for i in items if group(i) in LONGEST_FIRST),
+                   key=lambda i: LONGEST_FIRST.index(group(i)))
+    rest = [i for i in items if group(i) not in LONGEST_FIRST]
+    layers = {name: [i for i in rest if (layer_of(i.path) or "unit") == name]
+              for name in ("system", "integration", "unit")}
+    both = [((k + 0.5) / len(layers[name]), n, item) for n, name in enumerate(("system", "integration"))
+            for k, item in enumerate(layers[name])]
+    return first + [item for _, _, item in sorted(both, key=lambda x: x[:2])] + layers["unit"]
 
 
 def port_is_free(port: int) -> bool:
