@@ -65,7 +65,8 @@ def test_profile_traces_every_task_of_a_live_trainer_run(tmp_path, ports):
         "version: 1\n"
         f"cluster: {{ps: [localhost:{p[0]}], worker: [localhost:{p[1]}, localhost:{p[2]}]}}\n"
         f"program: {{command: [python, {os.path.join(REPO, 'trainer.py')}], "
-        "args: [--train_steps=100000000]}\n"
+        # steps of ~10 ms (still hundreds in a 3 s trace), not flat out beside the other lane
+        "args: [--train_steps=100000000, --step_delay=0.01]}\n"
         f"logdir: {tmp_path / 'runs'}\n")
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
     launcher = subprocess.Popen(
