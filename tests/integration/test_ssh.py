@@ -132,6 +132,80 @@ def test_ssh_slots_place_counted_jobs_and_train_trainer_py_with_ports_chosen_on_
     assert hosts.wait_quiet() == {}, "processes left in the namespaces"
 
 
+def _events(run_dir):
+    rows = []
+    try:
+        with open(os.path.join(run_dir, "events.jsonl")) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return rows
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(900)
+def test_a_sized_run_grows_onto_the_spare_slots_of_another_host_with_nothing_restarted(hosts, tmp_path):
+    """``elastic: {max_workers: 4, scale: throughput}`` over ssh: hosts A and B of 3 slots each,
+    cluster {ps: 1, worker: 2}: the ps and the two workers on A, the spare worker:2 and worker:3
+    on B (block order). TF1 asynchronous training whose workers are each held to a pace
+    (tests/programs/tf1_paced.py: each worker added adds its rate) grows from 2 to 4 workers: the
+    sizing policy adds worker:2 and worker:3, started on B by its node agent at the ports chosen
+    there at the start, nothing restarted (one start each, the first tasks keep their pids), and
+    holds at max_workers; every task's TF_CONFIG names the four workers."""
+    a, b = hosts.addrs[0], hosts.addrs[1]
+    stop = tmp_path / "STOP"
+    path = _file(tmp_path, hosts, f"""\
+        cluster: {{ps: 1, worker: 2}}
+        hosts: {{"{a}": {{slots: 3}}, "{b}": {{slots: 3}}}}
+        program: {{command: [python, {os.path.join(PROGRAMS, "tf1_paced.py")}, '1000000', '0.05', '{stop}']}}
+        elastic: {{min_workers: 1, max_workers: 4, scale: throughput, scale_window: 2, scale_every: 2,
+                   scale_gain: 0.3}}
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--no-live", "--run-id", "sz1"],
+                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    run_dir = str(tmp_path / "runs" / "sz1")
+    try:
+        deadline = time.time() + 400
+        while proc.poll() is None and time.time() < deadline:
+            if any(e["event"] in ("scale_held", "scaled_down") for e in _events(run_dir)):
+                break
+            time.sleep(0.5)
+        stop.write_text("")                 # the chief ends the run
+        out = proc.communicate(timeout=180)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    ev = _events(run_dir)
+    decisions = [(e["event"], e["task"], e.get("workers")) for e in ev
+                 if e["event"] in ("scaled_up", "scaled_down", "scale_held")]
+    assert decisions == [("scaled_up", "worker:2", 3), ("scaled_up", "worker:3", 4),
+                         ("scale_held", None, 4)], out[-4000:]
+    starts = sorted((e["task"], e["attempt"]) for e in ev if e["event"] == "task_started")
+    assert starts == [("ps:0", 0), ("worker:0", 0), ("worker:1", 0), ("worker:2", 0), ("worker:3", 0)], starts
+    assert not [e for e in ev if e["event"] in ("task_restarting", "cluster_restarting")]
+    rec = json.loads(open(os.path.join(run_dir, "run.json")).read())
+    rows = {t["task"]: t for t in rec["tasks"]}
+    hosts_of = {n: t["endpoint"].rsplit(":", 1)[0] for n, t in rows.items()}
+    assert hosts_of == {"ps:0": a, "worker:0": a, "worker:1": a, "worker:2": b, "worker:3": b}, hosts_of
+    pids = {e["task"]: e["pid"] for e in ev if e["event"] == "task_started"}
+    assert {n: t["pid"] for n, t in rows.items()} == pids
+    for t in rows.values():
+        assert json.loads(t["env"]["TF_CONFIG"])["cluster"]["worker"] == [
+            rows[f"worker:{i}"]["endpoint"] for i in range(4)], t["env"]["TF_CONFIG"]
+    for name in ("worker:2", "worker:3"):     # each trained from the run's global step, not 0
+        log = open(rows[name]["log"]).read()
+        assert int(log.split("FIRST_STEP ")[1].split()[0]) > 0, log[-2000:]
+    assert rec["workers"]["max"] == 4 and rec["workers"]["in"] == 4, rec["workers"]
+    assert hosts.wait_quiet() == {}, "processes left in the namespaces"
+
+
 def test_a_port_chosen_on_a_host_and_taken_before_its_server_bound_it_is_chosen_again(hosts, tmp_path):
     """worker:0's server cannot bind the port its host's agent chose (another program took
     it meanwhile: TensorFlow's 'Could not start gRPC server'): the run stops its tasks, the
