@@ -306,9 +306,13 @@ def pages(root: str = ROOT) -> Iterator[str]:
 
 def python_texts(path: str, text: str, index: Index) -> Iterator[Text]:
     """A Python file's docstrings (of the module, its classes and functions) and comments."""
-    tree = ast.parse(text, path)
     module = index.paths.get(path)
-    source = index.modules[module] if module else Source(path, "", tree, names_in(tree.body, "", path))
+    if module:                  # a module of the index: its tree, parsed once
+        source = index.modules[module]
+        tree = source.tree
+    else:
+        tree = ast.parse(text, path)
+        source = Source(path, "", tree, names_in(tree.body, "", path))
     classes_at: List[Tuple[int, int, Tuple[str, ...]]] = []
 
     def walk(node, classes):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -52,6 +53,9 @@ def test_a_run_without_the_profiler_says_how_to_turn_it_on(tmp_path):
         profile_run(str(tmp_path), rec, seconds=1)
 
 
+PAUSES: list = []   # the seconds the tracing child paused between tries (run_trace_child)
+
+
 def run_trace_child(tmp_path, monkeypatch, capsys, empty_tries, retry):
     """The tracing child (profile._TRACE) with a TensorFlow whose traces of port 7002 come
     back without data ``empty_tries`` times (as a process that has just started gives)."""
@@ -60,6 +64,8 @@ def run_trace_child(tmp_path, monkeypatch, capsys, empty_tries, retry):
 
     from tfcluster.runs import profile
     calls = []
+    pauses = PAUSES
+    pauses.clear()
 
     def trace(addrs, logdir, ms, num_tracing_attempts, options):
         calls.append(addrs)
@@ -83,6 +89,7 @@ def run_trace_child(tmp_path, monkeypatch, capsys, empty_tries, retry):
     # import it in-process ran before the unit layer).
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "tensorflow", fake)
+        m.setattr(time, "sleep", pauses.append)         # the child's pause between quick answers
         exec(compile(profile._TRACE, "trace", "exec"), {"__name__": "__main__"})
     return calls, [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("try ")]
 
@@ -95,6 +102,7 @@ def test_profile_traces_again_until_every_trace_has_data(tmp_path, monkeypatch, 
     assert calls == ["grpc://127.0.0.1:7001,grpc://127.0.0.1:7002"] + ["grpc://127.0.0.1:7002"] * 3
     assert tries[0].startswith("try 1: 1 with data; UNAVAILABLE: No trace event was collected")
     assert tries[-1] == "try 4: 1 with data" and len(tries) == 4
+    assert PAUSES == [0.5] * 3            # an empty answer at once: a pause, not a busy loop
     assert tries_words(4, 9.2, []) == ("every trace has data on try 4 (9 s: the first captures of "
                                        "a process that has just started come back empty)")
     assert tries_words(1, 3.0, []) == "every trace has data"
