@@ -86,6 +86,19 @@ def test_pss_ps_killed_restarts_coordinator_from_checkpoint(tmp_path, ports):
 
 # ------------------------------------------------------------------ MultiWorkerMirroredStrategy
 
+def _no_collective_torn_down(log: str, done: str) -> bool:
+    """No collective of the run aborted (``BaseCollectiveExecutor::StartAbort``: a worker's exit
+    tore down an all-reduce a peer still ran; the example's last all-reduce is a barrier so that
+    none does). One line is TensorFlow's own and comes after the worker's done line: its
+    coordination agent's heartbeat to the leader (worker:0) that has already exited, when this
+    worker's process takes seconds to end on a loaded machine (tensorflow/tensorflow#58434; seen
+    once side by side in the suite); it exits 0 all the same."""
+    before, _, after = log.partition(done)
+    lines = [ln for ln in after.splitlines() if "StartAbort" in ln]
+    return "StartAbort" not in before and all(
+        "Failed to send RPC to coordination service" in ln for ln in lines)
+
+
 def test_mwms_example_runs_to_the_end_and_resumes(tmp_path, ports):
     path = cluster_file(tmp_path, ports, "mwms", ["--train_steps=100", "--steps_per_loop=25"])
     proc = start(path, tmp_path)
@@ -102,7 +115,7 @@ def test_mwms_example_runs_to_the_end_and_resumes(tmp_path, ports):
         assert f"CUDA_VISIBLE_DEVICES='{i}'" in log
         sums[i] = summary(log, f"mwms: worker:{i}")
         assert sums[i]["step"] == 100 and sums[i]["replicas"] == 2
-        assert "StartAbort" not in log, log[-2000:]   # no error line at the end
+        assert _no_collective_torn_down(log, f"mwms: worker:{i} done: "), log[-2000:]
     # synchronous training: both workers hold the same model
     assert sums[0]["loss"] == sums[1]["loss"] and sums[0]["accuracy"] == sums[1]["accuracy"]
     assert sums[0]["accuracy"] > 0.6, sums[0]
