@@ -23,6 +23,7 @@ import pytest
 
 from helpers import PROGRAMS, ROOT, netns
 from helpers.netns import _status
+from helpers.sizing_runs import launch_until_settled
 from tfcluster.clusterfile import config
 from tfcluster.errors import UserError
 
@@ -132,20 +133,6 @@ def test_ssh_slots_place_counted_jobs_and_train_trainer_py_with_ports_chosen_on_
     assert hosts.wait_quiet() == {}, "processes left in the namespaces"
 
 
-def _events(run_dir):
-    rows = []
-    try:
-        with open(os.path.join(run_dir, "events.jsonl")) as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return rows
-
-
 @pytest.mark.tf
 @pytest.mark.timeout(900)
 def test_a_sized_run_grows_onto_the_spare_slots_of_another_host_with_nothing_restarted(hosts, tmp_path):
@@ -165,24 +152,9 @@ def test_a_sized_run_grows_onto_the_spare_slots_of_another_host_with_nothing_res
         elastic: {{min_workers: 1, max_workers: 4, scale: throughput, scale_window: 2, scale_every: 2,
                    scale_gain: 0.3}}
     """)
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", path, "--no-live", "--run-id", "sz1"],
-                            cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
     run_dir = str(tmp_path / "runs" / "sz1")
-    try:
-        deadline = time.time() + 400
-        while proc.poll() is None and time.time() < deadline:
-            if any(e["event"] in ("scale_held", "scaled_down") for e in _events(run_dir)):
-                break
-            time.sleep(0.5)
-        stop.write_text("")                 # the chief ends the run
-        out = proc.communicate(timeout=180)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, out[-4000:]
-    ev = _events(run_dir)
+    rc, out, ev = launch_until_settled(path, run_dir, stop, cwd=tmp_path, timeout=400)
+    assert rc == 0, out[-4000:]
     decisions = [(e["event"], e["task"], e.get("workers")) for e in ev
                  if e["event"] in ("scaled_up", "scaled_down", "scale_held")]
     assert decisions == [("scaled_up", "worker:2", 3), ("scaled_up", "worker:3", 4),

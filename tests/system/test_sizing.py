@@ -7,32 +7,17 @@ the first workers keep their pids, the workers added start at the run's global s
 redone), and the events say scaled_up twice, then scale_held at max_workers."""
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from helpers import ROOT
+from helpers.sizing_runs import launch_until_settled
 
 pytestmark = pytest.mark.tf
 
 PROGRAM = os.path.join(ROOT, "tests", "programs", "tf1_paced.py")
-
-
-def _events(run_dir):
-    path = os.path.join(run_dir, "events.jsonl")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                pass
-    return rows
 
 
 def test_tf1_async_grows_from_2_to_4_workers_with_nothing_restarted(tmp_path, ports):
@@ -44,24 +29,9 @@ def test_tf1_async_grows_from_2_to_4_workers_with_nothing_restarted(tmp_path, po
                  f"elastic: {{min_workers: 1, max_workers: 4, scale: throughput, scale_window: 2, "
                  f"scale_every: 2, scale_gain: 0.3}}\n"
                  f"logdir: {tmp_path / 'runs'}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live",
-                             "--run-id", "sized"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     run_dir = str(tmp_path / "runs" / "sized")
-    try:
-        deadline = time.time() + 300
-        while proc.poll() is None and time.time() < deadline:
-            if any(e["event"] in ("scale_held", "scaled_down") for e in _events(run_dir)):
-                break
-            time.sleep(0.5)
-        stop.write_text("")                 # the chief ends the run
-        out = proc.communicate(timeout=120)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, out[-4000:]
-    ev = _events(run_dir)
+    rc, out, ev = launch_until_settled(f, run_dir, stop)
+    assert rc == 0, out[-4000:]
     decisions = [(e["event"], e["task"], e.get("workers")) for e in ev
                  if e["event"] in ("scaled_up", "scaled_down", "scale_held")]
     assert decisions == [("scaled_up", "worker:2", 3), ("scaled_up", "worker:3", 4),
