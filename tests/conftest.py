@@ -191,7 +191,8 @@ SERIAL_GROUPS = {
               "test_ray_elastic.py::test_mwms_keras_fit_on_ray_restarts_the_others_alone_when_a_workers_node_is_lost",
               "test_ray_elastic.py::test_pss_on_ray_goes_on_without_a_lost_node_and_restarts_the_coordinator_alone_when_it_joins"),
     "ray-2": ("test_ray.py", "test_ray_move.py",
-              "test_ray_elastic.py::test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back"),
+              "test_ray_elastic.py::test_a_lost_node_shrinks_an_elastic_run_and_a_node_that_joins_grows_it_back",
+              "test_ray_elastic.py::test_a_sized_run_on_ray_grows_when_a_node_with_room_joins"),
     # they look for ssh clients and control-socket folders of every process of the machine
     "ssh": ("test_ssh.py", "test_ssh_multinode.py"),
     # its OOM kill grows the machine's oom_kill count (/proc/vmstat), which its other tests'

@@ -29,6 +29,7 @@ import time
 import pytest
 
 from helpers import ROOT, ray_nodes
+from helpers.sizing_runs import events
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.tf, pytest.mark.timeout(900)]
@@ -267,6 +268,84 @@ def test_pss_on_ray_goes_on_without_a_lost_node_and_restarts_the_coordinator_alo
         assert rec["workers"]["in"] == 4 and not rec.get("moves"), rec
         assert "restarting chief:0 with 4 of 4 workers, min 2 (elastic.on_change: restart-chief)" in out, \
             out[-6000:]
+        assert ray_nodes.leftovers(cluster) is None
+    finally:
+        _end(proc, cluster)
+
+
+def test_a_sized_run_on_ray_grows_when_a_node_with_room_joins(tmp_path):
+    """``elastic: {max_workers: 3, scale: throughput}`` on a head that holds the ps and the two
+    workers the file starts (``spot``: the resource workers ask for; the head has two workers'
+    worth) and no more. TF1 asynchronous training, each worker held to a pace
+    (tests/programs/tf1_paced.py), so that a third worker adds its rate. worker:2's bundle, a
+    placement group of its own, waits: the policy measures and holds ("no spare worker placed
+    yet"). A second node joins with room: Ray places worker:2's group there, its actor answers
+    (``spare_placed``), the policy measures again and adds it (``scaled_up``), and
+    ``restart-on-join`` restarts every task with worker:2's new endpoint in every TF_CONFIG."""
+    cluster = ray_nodes.start((("127.0.0.2", 3, {"head": 1, "spot": 1}),))
+    proc = None
+    try:
+        stop = tmp_path / "STOP"
+        f = tmp_path / "c.yaml"
+        f.write_text("backend: ray\n"
+                     "ray: {placement_timeout: 60, jobs: {ps: {resources: {head: 1}}, "
+                     "worker: {resources: {spot: 0.5}}}}\n"
+                     "cluster: {ps: 1, worker: 2}\n"
+                     "elastic: {min_workers: 1, max_workers: 3, scale: throughput, scale_window: 2, "
+                     "scale_every: 2, scale_gain: 0.3, on_change: restart-on-join}\n"
+                     f"program: {{command: [python, {os.path.join(ROOT, 'tests', 'programs', 'tf1_paced.py')}, "
+                     f"'1000000', '0.05', '{stop}']}}\nlogdir: {tmp_path / 'runs'}\n")
+        run_dir = tmp_path / "runs" / "sized"
+        proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "launch", str(f), "--no-live",
+                                 "--run-id", "sized"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=cluster.env(), start_new_session=True)
+
+        def decided(*names, after=0):
+            deadline = time.time() + 240
+            while proc.poll() is None and time.time() < deadline:
+                ev = events(run_dir)
+                if any(e["event"] in names for e in ev[after:]):
+                    return ev
+                time.sleep(0.5)
+            return events(run_dir)
+
+        ev = decided("scale_held", "scaled_up")
+        held = [e for e in ev if e["event"] in ("scale_held", "scaled_up")]
+        assert held and held[0]["event"] == "scale_held", (held, proc.poll())
+        assert held[0]["reason"].startswith("no spare worker placed yet (worker:2: no room"), held
+        assert held[0]["workers"] == 2 and held[0]["rate"] > 0, held
+        rows = ray_nodes.wait_rows(tmp_path, lambda rows: True, timeout=5)
+        assert rows["worker:2"]["state"] == "spare" and rows["worker:2"]["note"].startswith(
+            "not placed yet"), rows["worker:2"]
+        ray_nodes.yield_to_ray(rows)
+        ray_nodes.add(cluster, "127.0.0.3", 1, {"spot": 1})
+        t_join = time.time()
+        ev = decided("scale_held", "scaled_down", after=len(ev) + 1)     # settled with worker:2
+        stop.write_text("")                                              # the chief ends the run
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out[-6000:]
+        ev = events(run_dir)
+        print(f"grown and settled {time.time() - t_join:.1f}s after the node joined")
+        placed = [e for e in ev if e["event"] == "spare_placed"]
+        assert [(e["task"], "127.0.0.3" in e["node"]) for e in placed] == [("worker:2", True)], placed
+        decisions = [(e["event"], e["task"], e["workers"]) for e in ev
+                     if e["event"] in ("scaled_up", "scaled_down", "scale_held")]
+        assert decisions[0] == ("scale_held", None, 2) and decisions[1] == ("scaled_up", "worker:2", 3), decisions
+        order = [e["event"] for e in ev]
+        assert order.index("spare_placed") < order.index("scaled_up"), order
+        assert "room for worker:2 on 127.0.0.3" in out and "adding worker:2" in out, out[-6000:]
+        assert "elastic.scale: room for another worker; measuring the rate again" in out, out[-6000:]
+        assert "worker:1@127.0.0.2:" in out and "worker:2 (spare, not placed yet)" in out, out[:3000]
+        rec, rows = ray_nodes.record(tmp_path)
+        assert rec["result"] == "succeeded" and rec["workers"]["max"] == 3, rec
+        assert _host(rows["worker:2"]) == "127.0.0.3" and rows["worker:2"]["restarts"] == 0, rows["worker:2"]
+        assert "FIRST_STEP" in open(rows["worker:2"]["log"]).read()      # it trained there
+        for name in ("ps:0", "worker:0", "worker:1"):   # restart-on-join: every task, with worker:2
+            assert rows[name]["restarts"] == 1 and _host(rows[name]) == "127.0.0.2", rows[name]
+        for row in rows.values():
+            conf = json.loads(row["env"]["TF_CONFIG"])["cluster"]
+            assert conf["worker"][2] == rows["worker:2"]["endpoint"], (row["task"], conf)
+        assert not rec.get("moves"), rec.get("moves")
         assert ray_nodes.leftovers(cluster) is None
     finally:
         _end(proc, cluster)

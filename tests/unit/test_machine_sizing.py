@@ -17,6 +17,7 @@ from tfcluster.core.machine import (
     Progressed,
     Regroup,
     Regrouped,
+    SparePlaced,
     Start,
     Started,
     TaskState,
@@ -39,10 +40,11 @@ def sized(names=SIX, start=2, max_workers=6, **kw):
     return m
 
 
-def drive(m, rate_of, until, start_delay=1.5, lose=None, deaf=()):
+def drive(m, rate_of, until, start_delay=1.5, lose=None, deaf=(), inject=()):
     """Run the machine from 0 to ``until`` seconds: Ticks every 0.5 s (the watchdogs look), each
     running worker reports the global step each second once it has been up ``start_delay``;
-    the global step grows at ``rate_of(workers reporting)``. ``lose``: (time, worker) that fails.
+    the global step grows at ``rate_of(workers reporting)``. ``lose``: (time, worker) that fails;
+    ``inject``: (time, event) the driver hands in then.
     Returns every action and the workers reporting at each second."""
     acts, up, step, now, seen = [], {}, 0.0, 0.0, []
 
@@ -68,6 +70,9 @@ def drive(m, rate_of, until, start_delay=1.5, lose=None, deaf=()):
         if lose and abs(now - lose[0]) < 1e-9 and lose[1] in up:
             del up[lose[1]]
             carry(m.handle(Exited(lose[1], 1, now)))
+        for at, ev in inject:
+            if abs(now - at) < 1e-9:
+                carry(m.handle(ev))
         if now == int(now):
             workers = [n for n, at in up.items() if n.startswith("worker") and now - at >= start_delay]
             step += rate_of(len(workers))
@@ -318,3 +323,70 @@ def test_parameter_server_strategy_restarts_the_chief_alone_to_add_a_worker():
     starts = [(s.task, s.attempt) for s in of(acts, Start)][3:]
     assert ("worker:0", 1) in starts and ("worker:2", 0) in starts and len(starts) == 2
     assert m.tasks["ps:0"].restarts == 0 and m.tasks["worker:1"].restarts == 0
+
+
+# ---------------------------------------------------------------------------- spares placed late (Ray)
+def test_a_spare_not_placed_yet_is_not_added_and_one_placed_later_is_after_a_new_measurement():
+    """Ray places a spare worker's bundle only when the cluster has room (BackendKind.
+    places_spares_late): until the driver says SparePlaced the policy holds, naming the spare
+    it waits for; once placed (a node joined) it measures a new base and adds it, and no sooner
+    than scale_every after the last change."""
+    m = _unplaced()
+    placed = SparePlaced("worker:2", "10.0.0.3 (6c1f0e)", 40.0)
+    acts, _ = drive(m, lambda n: 10.0 * n, until=80, inject=((40.0, placed),))
+    got = ordered(acts)
+    assert got[0] == ("scale_held", None, 2), got
+    held = logged(acts, "scale_held")[0].as_dict()["reason"]
+    assert held.startswith("no spare worker placed yet (worker:2: no room in the cluster so far"), held
+    up = [i for i, a in enumerate(acts) if getattr(a, "event", None) == "scaled_up"]
+    at = [i for i, a in enumerate(acts) if getattr(a, "event", None) == "spare_placed"]
+    assert len(at) == 1 and len(up) == 1 and at[0] < up[0], got
+    assert logged(acts, "spare_placed")[0].as_dict() == {"node": "10.0.0.3 (6c1f0e)"}
+    assert "room for worker:2 on 10.0.0.3 (6c1f0e) (its bundle is placed): elastic.scale may add it" in says(acts)
+    assert "elastic.scale: room for another worker; measuring the rate again" in says(acts)
+    started = [a for a in m.inputs if isinstance(a, Started) and a.task == "worker:2"]
+    assert started and started[0].now >= 40.0 + m.s.scale_window     # measured again first
+    assert logged(acts, "cluster_restarting") or of(acts, Regroup)    # restart-on-join: every task
+    assert ordered(replay(_unplaced(), 0.0, m.inputs)) == got         # the input is replayed
+
+
+def _unplaced():
+    m = sized(SIX[:4], max_workers=3, on_change="restart-on-join")
+    m.tasks["worker:2"].placed = False
+    return m
+
+
+def test_a_spare_placed_changes_nothing_for_a_spare_placed_already_or_a_task_it_does_not_know():
+    m = sized(max_workers=3)
+    assert m.handle(SparePlaced("worker:2", "n", 1.0)) == []     # placed from the start (local)
+    assert m.handle(SparePlaced("worker:9", "n", 1.0)) == []
+
+
+def test_a_sized_plan_on_ray_holds_its_spares_unplaced_and_refuses_a_strict_strategy(tmp_path):
+    from tfcluster.core.machine import RunMachine
+    plan = _plan(tmp_path, "{min_workers: 1, max_workers: 4, scale: throughput, on_change: restart-on-join}",
+                 backend="ray")
+    m = RunMachine.from_plan(plan)
+    assert [n for n, t in m.tasks.items() if not t.placed] == ["worker:2", "worker:3"]
+    assert [a.task for a in m.begin(0.0)] == ["ps:0", "worker:0", "worker:1"]
+    f = tmp_path / "c.yaml"
+    strict = f.read_text() + "ray: {strategy: STRICT_PACK}\n"
+    local = RunMachine.from_plan(_plan(tmp_path, "{min_workers: 1, max_workers: 4, scale: throughput}"))
+    assert all(t.placed for t in local.tasks.values())
+    f.write_text(strict)
+    from tfcluster.clusterfile import config
+    from tfcluster.plan.runplan import LaunchOptions, build_plan
+    with pytest.raises(UserError) as e:
+        build_plan(config.load(str(f)), LaunchOptions(logdir=str(tmp_path / "runs")))
+    assert str(e.value).startswith("elastic.max_workers: ray.strategy STRICT_PACK") and "\n" not in str(e.value)
+
+
+def test_the_dry_run_on_ray_gives_each_spare_worker_a_group_of_its_own(tmp_path):
+    from tfcluster.clusterfile import config
+    from tfcluster.drivers.ray_launcher import RayLauncher
+    plan = _plan(tmp_path, "{min_workers: 1, max_workers: 3, scale: throughput, on_change: restart-on-join}",
+                 backend="ray")
+    text = RayLauncher(plan, config.load(str(tmp_path / "c.yaml"))).describe()
+    lines = [ln for ln in text.splitlines() if ln.startswith("# ray: worker:")]
+    assert len(lines) == 3 and "spare" not in lines[0] + lines[1], lines
+    assert "(spare: a placement group of its own, placed when the cluster has room" in lines[2]

@@ -137,7 +137,7 @@ def _bootstrap(tmp_path, text="10.9.9.9:6379", folder_mode=0o700, file_mode=0o60
 
 
 def test_ray_address_and_the_files_address_win_over_the_bootstrap_file(tmp_path):
-    from tfcluster.backends.ray import ray_address
+    from tfcluster.backends.ray_placement import ray_address
     from tfcluster.clusterfile.models import RaySpec
     env, _ = _bootstrap(tmp_path, folder_mode=0o777)       # not read at all
     assert ray_address(RaySpec(), dict(env, RAY_ADDRESS="h:1")) == "h:1"
@@ -145,7 +145,7 @@ def test_ray_address_and_the_files_address_win_over_the_bootstrap_file(tmp_path)
 
 
 def test_an_own_bootstrap_file_in_a_private_folder_is_read(tmp_path):
-    from tfcluster.backends.ray import ray_address
+    from tfcluster.backends.ray_placement import ray_address
     env, _ = _bootstrap(tmp_path)
     assert ray_address(None, env) == "10.9.9.9:6379"
     assert ray_address(None, {"RAY_TMPDIR": str(tmp_path / "none")}) is None
@@ -156,7 +156,7 @@ def test_an_own_bootstrap_file_in_a_private_folder_is_read(tmp_path):
     (0o700, 0o666, "can be written by others"),
 ])
 def test_a_bootstrap_file_others_could_have_written_is_not_followed(tmp_path, folder_mode, file_mode, words):
-    from tfcluster.backends.ray import ray_address
+    from tfcluster.backends.ray_placement import ray_address
     from tfcluster.errors import UserError
     env, _ = _bootstrap(tmp_path, folder_mode=folder_mode, file_mode=file_mode)
     with pytest.raises(UserError, match=f"ray: Ray's bootstrap file .* {words}; it is not followed: "
@@ -166,7 +166,7 @@ def test_a_bootstrap_file_others_could_have_written_is_not_followed(tmp_path, fo
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
 def test_a_bootstrap_file_another_user_wrote_is_not_followed(tmp_path):
-    from tfcluster.backends.ray import ray_address
+    from tfcluster.backends.ray_placement import ray_address
     from tfcluster.errors import UserError
     env, f = _bootstrap(tmp_path)
     os.chown(f, 65534, 65534)

@@ -101,10 +101,17 @@ class Backend:
         there (the ssh agents'); this backend has nothing to add."""
         return plan
 
-    def host_back(self, node: str) -> bool:
-        """Elastic runs: whether ``node``, lost with workers, takes tasks again. Called from the
-        launcher's loop about every second; it must not wait. This backend never gets one back."""
+    def host_back(self, node: str, names: List[str]) -> bool:
+        """Elastic runs: whether ``node``, lost with workers (``names``), takes tasks again.
+        Called from the launcher's loop about every second; it must not wait. This backend
+        never gets one back."""
         return False
+
+    def spares_placed(self) -> Dict[str, Tuple[str, int, Optional[int], str]]:
+        """Sized runs on a backend that places spare workers late (BackendKind.places_spares_late):
+        the spares placed since the last call, task -> (host, port, profiler port, where);
+        called about every second, it must not wait. This backend places none late."""
+        return {}
 
     def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
         """Ports for ``names`` again (workers about to rejoin the run on a node back): task ->

@@ -6,7 +6,7 @@ A thin driver under tfcluster's own supervisor
 restarts, watchdogs, the ordered stop, success, run.json and the events are the run machine's
 (:mod:`tfcluster.core.machine`), not this module's.
 
-What Ray does here:
+What Ray does here (the placement groups and actors: :mod:`tfcluster.backends.ray_placement`):
 
 * **placement**: one placement group for the run, one bundle per task (``ray:`` in the file:
   resources per job, the strategy; :mod:`tfcluster.clusterfile.ray`). A run Ray cannot place within
@@ -28,13 +28,19 @@ What Ray does here:
   node given (:meth:`RayHandle.lost_node`). The task can only come back on another node, with
   another endpoint, so the run machine's rule (:func:`tfcluster.core.rules.decide_move`) restarts
   the whole cluster within the restart budget: every task stopped in order, then
-  :meth:`RayPlacement.place_again` -- old actors and placement group released, a new group
-  placed (Ray leaves out the dead node), ports reserved, new endpoints -- and every task started
-  with the new TF_CONFIG.
+  :meth:`tfcluster.backends.ray_placement.RayPlacement.place_again` -- old actors and placement
+  group released, a new group placed (Ray leaves out the dead node), ports reserved, new
+  endpoints -- and every task started with the new TF_CONFIG.
 * **elastic runs** (``elastic: {min_workers: N}``): a *worker* lost with its node leaves the run
   instead (the run machine's shrink); its bundle stays in the group, and :meth:`RayBackend.host_back`
   starts a new actor in it, which Ray schedules once the bundle is placed again on a node with
   room; when it has answered, the worker starts there with its new endpoint (the machine's grow).
+* **sized runs** (``elastic: {max_workers: M, scale: throughput}``): the spare workers are not in
+  the run's group (a group is placed whole or not at all, and a run must start with what the
+  cluster holds now): each has a placement group of one bundle, asked for at the start and
+  placed by Ray whenever there is room (now, or when a node joins), and an actor in it. Once
+  that actor has answered (:meth:`RayBackend.spares_placed`) the spare has an endpoint, and the
+  sizing policy may add it -- through the shape's ``on_change``, as any worker at a new address.
 """
 from __future__ import annotations
 
@@ -287,9 +293,9 @@ class RayBackend(Backend):
     name = "ray"
 
     def __init__(self, runners: Dict[str, Tuple[Any, Dict[str, Any]]], working_dir: str = "",
-                 placement: Optional["RayPlacement"] = None):
+                 placement: Any = None):
         self.runners = runners
-        self.placement = placement       # places the tasks again when a node is lost
+        self.placement = placement       # (ray_placement.RayPlacement) places the tasks again, spares
         self.handles: List[RayHandle] = []
         self._python = {info["ip"]: info["python"] for _, info in runners.values()}
         self.working_dir = working_dir   # runtime_env's folder here; each actor runs in its copy
@@ -335,7 +341,7 @@ class RayBackend(Backend):
 
     def place_again(self, names: List[str]) -> Optional[Dict[str, Tuple[str, int]]]:
         """Every task has stopped (a node was lost): a new placement group, new actors, new
-        ports (:meth:`RayPlacement.place_again`); the new endpoints."""
+        ports (:meth:`tfcluster.backends.ray_placement.RayPlacement.place_again`); the new endpoints."""
         import ray
         if self.placement is None:
             return None
@@ -343,12 +349,12 @@ class RayBackend(Backend):
             runners = self.placement.place_again()
         except ray.exceptions.RayError as e:     # an actor of the new group lost at once
             raise UserError(f"ray: the tasks could not be placed again ({_first_line(e)})")
-        self.runners = runners
-        self._python = {info["ip"]: info["python"] for _, info in runners.values()}
+        self.runners.update(runners)      # (a spare worker keeps its own group and actor)
+        self._python.update({info["ip"]: info["python"] for _, info in runners.values()})
         return {name: (info["ip"], info["port"]) for name, (_, info) in runners.items()}
 
-    def host_back(self, node: str) -> bool:
-        """Elastic runs: whether the workers lost with Ray node ``node`` can run again. The node
+    def host_back(self, node: str, names: List[str]) -> bool:
+        """Elastic runs: whether the workers lost with Ray node ``node`` (``names``) can run again. The node
         itself does not come back (a raylet that starts again is a new node): their bundles of
         the run's group are placed again wherever Ray finds room (a node that joined), and a
         new actor in each reserves a port there. Started on the first call, looked at without
@@ -359,7 +365,7 @@ class RayBackend(Backend):
             return False
         coming = self._coming.get(node)
         if coming is None:
-            names = [name for name, (_, info) in self.runners.items() if _where(info) == node]
+            names = [name for name in names if name in self.runners]
             if not names:
                 return False
             coming = self._coming[node] = self.placement.come_back(names)
@@ -376,6 +382,19 @@ class RayBackend(Backend):
         self._back.update({name: (actor, info) for (name, (actor, _)), info in zip(coming.items(), infos)})
         del self._coming[node]
         return True
+
+    def spares_placed(self) -> Dict[str, Tuple[str, int, Optional[int], str]]:
+        """Sized runs: the spare workers whose actors answered since the last call (Ray placed
+        their groups: room now, or a node that joined), task -> (node address, port, profiler
+        port, where); each is started by its actor from now on. Looked at without waiting."""
+        if self.placement is None:
+            return {}
+        out = {}
+        for name, (actor, info) in self.placement.spares_answered().items():
+            self.runners[name] = (actor, info)
+            self._python[info["ip"]] = info["python"]
+            out[name] = (info["ip"], info["port"], info.get("profiler_port"), _where(info))
+        return out
 
     def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
         """The endpoints of workers coming back (:meth:`host_back`): their new actors' nodes and
@@ -423,193 +442,3 @@ class _Lost(Handle):
 
     def signal(self, sig: int) -> None:
         pass
-
-
-# ---------------------------------------------------------------------- placement
-
-def bootstrap_file(environ=None) -> str:
-    """Where Ray keeps the address of the cluster started last on this machine (its own rule:
-    ``$RAY_TMPDIR``, else ``$TMPDIR``, else /tmp, then ``ray/ray_current_cluster``)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
-    return os.path.join(base, "ray", "ray_current_cluster")
-
-
-def ray_address(spec, environ=None) -> Optional[str]:
-    """The Ray cluster to connect to: ``RAY_ADDRESS``, else the file's ``ray.address``, else
-    the one in Ray's bootstrap file -- read here, and only when it is a regular file of the
-    caller's (or root's) that nobody else can write, in a folder nobody else can swap it in
-    (another user could otherwise name the cluster, and the launcher would send the run's
-    program and secrets there). No file: None (Ray starts a cluster here)."""
-    import stat
-
-    from tfcluster.clusterfile.ray import address
-    given = address(spec, environ)
-    if given:
-        return given
-    path = bootstrap_file(environ)
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    folder = os.stat(os.path.dirname(path))
-    mine = (os.geteuid(), 0)
-    why = ("is a link" if stat.S_ISLNK(st.st_mode) else
-           "is not a regular file" if not stat.S_ISREG(st.st_mode) else
-           f"belongs to another user (uid {st.st_uid})" if st.st_uid not in mine else
-           "can be written by others" if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else
-           f"is in {os.path.dirname(path)}, which others can change" if (
-               folder.st_uid not in mine or (folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-                                            and not folder.st_mode & stat.S_ISVTX)) else "")
-    if why:
-        raise UserError(f"ray: Ray's bootstrap file {path} {why}; it is not followed: set "
-                        f"RAY_ADDRESS (or ray.address in the file) to the cluster you mean")
-    from tfcluster import safe_files
-    text = (safe_files.read_bytes(path, 4096) or b"").decode("utf-8", "replace").strip()
-    return text or None
-
-
-class RayPlacement:
-    """A run's hold on a Ray cluster, as a context manager: connect (``ray.address``), place one
-    bundle per task (one placement group), start one actor per task in its bundle; on leaving,
-    end every actor (each ends its task) and remove the placement group, then disconnect.
-    ``plan`` is then the plan with the endpoints actually used; ``backend`` starts its tasks."""
-
-    def __init__(self, plan, spec, base_dir: str):
-        self.plan, self.spec, self.base_dir = plan, spec, base_dir
-        self.env: Dict[str, Any] = {}
-        self.placements = 0        # placement groups made (a lost node: one more each time)
-        self.returns = 0           # workers brought back (elastic runs): a new actor name each time
-        self.pg = None
-        self.actors: List[Any] = []
-        self.backend: Optional[RayBackend] = None
-
-    def bundles(self) -> List[Dict[str, float]]:
-        from tfcluster.clusterfile.ray import bundles
-        return bundles(self.spec, [t.job for t in self.plan.selected_tasks])
-
-    def __enter__(self) -> "RayPlacement":
-        from tfcluster.clusterfile.ray import runtime_env
-        ray = _ray()
-        where = ray_address(self.spec)
-        env = self.env = runtime_env(self.spec, self.base_dir)
-        try:
-            ray.init(address=where, runtime_env=env or None, log_to_driver=False,
-                     logging_level="ERROR", configure_logging=True)
-        except ConnectionError as e:
-            raise UserError(f"ray.address: cannot connect to the Ray cluster at {where or 'auto'} "
-                            f"({_first_line(e)}); start one (ray start --head) or set RAY_ADDRESS")
-        try:
-            self._place(ray, env)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import ray
-        try:
-            self._release(ray)
-        finally:
-            ray.shutdown()
-
-    def _release(self, ray) -> None:
-        """End every actor (each ends its task and its reaper; a dead one answers at once) and
-        remove the placement group."""
-        actors, self.actors = self.actors, []
-        if actors:
-            ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=15)
-        for a in actors:
-            ray.kill(a, no_restart=True)
-        if self.pg is not None:
-            from ray.util.placement_group import remove_placement_group
-            remove_placement_group(self.pg)
-            self.pg = None
-
-    def place_again(self) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
-        """A node was lost and every task has stopped: release the actors and the group, place
-        the tasks again (Ray places no bundle on a dead node) and reserve new ports; task name
-        -> (actor, where). UserError when the cluster left cannot hold the run."""
-        import ray
-        self._release(ray)
-        return self._reserve(ray)
-
-    def _place(self, ray, env) -> None:
-        runners = self._reserve(ray)
-        self.plan = self.plan.with_endpoints(
-            {name: (info["ip"], info["port"]) for name, (_, info) in runners.items()},
-            {name: info["profiler_port"] for name, (_, info) in runners.items() if info.get("profiler_port")}
-            if self.plan.profiler else None)
-        self.backend = RayBackend(runners, (env.get("working_dir") or "").rstrip("/"), self)
-
-    def _group(self, ray) -> None:
-        """One placement group for the run, ready within ray.placement_timeout (UserError
-        naming what each task needs otherwise)."""
-        from ray.util.placement_group import placement_group, remove_placement_group
-
-        from tfcluster.clusterfile.ray import describe_bundle
-        tasks = self.plan.selected_tasks
-        bundles = self.bundles()
-        pg = placement_group(bundles, strategy=self.spec.strategy,
-                             name=f"tfcluster-{self.plan.run_id}"
-                             + (f"-{self.placements}" if self.placements else ""))
-        ready, _ = ray.wait([pg.ready()], timeout=self.spec.placement_timeout)
-        if not ready:
-            remove_placement_group(pg)
-            have = {k: v for k, v in ray.cluster_resources().items()
-                    if k in ("CPU", "GPU", "memory") or any(k in b for b in bundles)}
-            nodes = len([n for n in ray.nodes() if n.get("Alive")])
-            need = "; ".join(f"{t.name}: {describe_bundle(b)}" for t, b in zip(tasks, bundles))
-            raise UserError(
-                f"ray: the run's {len(tasks)} tasks could not be placed within "
-                f"{self.spec.placement_timeout:g}s (ray.placement_timeout, strategy "
-                f"{self.spec.strategy}): they need {need}; the cluster has {nodes} node(s) with "
-                f"{describe_bundle(have)} in all (ray.jobs.<job>: num_cpus, num_gpus, memory, "
-                f"resources)")
-        self.pg = pg
-
-    def _reserve(self, ray) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
-        """One actor per task in its bundle of the placed group; each reserves a port."""
-        self._group(ray)
-        # an actor's name is freed asynchronously once it is killed: a new one for each placement
-        again = f" #{self.placements}" if self.placements else ""
-        self.placements += 1
-        tasks = self.plan.selected_tasks
-        bundles = self.bundles()
-        runner = _runner_class()
-        for i, (t, b) in enumerate(zip(tasks, bundles)):
-            self._actor(runner, i, t.name, b, again)
-        infos = ray.get([a.where.remote(self.plan.profiler and t.job != "evaluator")
-                         for t, a in zip(tasks, self.actors)])
-        return {t.name: (a, info) for t, a, info in zip(tasks, self.actors, infos)}
-
-    def _actor(self, runner, i: int, name: str, bundle: Dict[str, float], again: str):
-        """The actor of task ``name`` in bundle ``i`` of the run's placement group."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU", "memory")}
-        opts: Dict[str, Any] = dict(
-            num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0), resources=custom or None,
-            # named for the dashboard; owned by this job (not detached): they die with it
-            name=f"tfcluster {name}{again}", lifetime=None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self.pg, placement_group_bundle_index=i, placement_group_capture_child_tasks=False))
-        if bundle.get("memory"):
-            opts["memory"] = bundle["memory"]
-        actor = runner.options(**opts).remote(bool(bundle.get("GPU")))
-        self.actors.append(actor)
-        return actor
-
-    def come_back(self, names: List[str]) -> Dict[str, Tuple[Any, Any]]:
-        """Elastic runs: new actors for ``names`` (workers whose node was lost), each in its own
-        bundle of the run's group, which Ray places again on a node with room (a node that
-        joined): task -> (actor, the reference of its :meth:`TaskRunner.where`), not waited for."""
-        tasks = self.plan.selected_tasks
-        bundles = self.bundles()
-        runner = _runner_class()
-        self.returns += 1
-        out = {}
-        for i, (t, b) in enumerate(zip(tasks, bundles)):
-            if t.name in names:
-                actor = self._actor(runner, i, t.name, b, f" back #{self.returns}")
-                out[t.name] = (actor, actor.where.remote(self.plan.profiler and t.job != "evaluator"))
-        return out

@@ -493,7 +493,7 @@ class SshBackend(Backend):
                 time.sleep(0.01)
         return links
 
-    def host_back(self, host: str) -> bool:
+    def host_back(self, host: str, names: List[str]) -> bool:
         """Elastic runs: whether ``host``, lost, takes tasks again: a new shared connection and
         node agent there, started from the launcher's thread and looked at without waiting;
         True once the agent has greeted. A connection that fails is tried again on a later call."""

@@ -157,6 +157,16 @@ class HostBack:
 
 
 @dataclass(frozen=True)
+class SparePlaced:
+    """Sized runs on a backend that places spare workers late (Ray): spare worker ``task`` has
+    a place (``node``) and an endpoint now (the driver's plan has it), so the sizing policy may
+    add it."""
+    task: str
+    node: str
+    now: float
+
+
+@dataclass(frozen=True)
 class PeerLost:
     """A task run elsewhere was lost with its node, which the driver heard of while the run
     goes on (Slurm with ``--no-kill``: the launcher saw the node down while the job still
@@ -171,7 +181,7 @@ class PeerLost:
 
 Event = Union[Tick, Started, StartFailed, Exited, Progressed, PortOpen, PortConflict, Waiting,
               Interrupt, KillRequest, PeerEnded, RunOver, ChiefGone, RestartClaim, Regrouped,
-              HostBack, PeerLost]
+              HostBack, SparePlaced, PeerLost]
 
 
 # ---------------------------------------------------------------------------- actions

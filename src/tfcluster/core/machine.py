@@ -68,6 +68,7 @@ from tfcluster.core.events import (
     RestartClaim,
     RunOver,
     Say,
+    SparePlaced,
     Start,
     Started,
     StartFailed,
@@ -107,7 +108,7 @@ __all__ = [  # the core's names, from here as before they had modules of their o
     "TASK_TRANSITIONS", "WATCH_EVERY", "Action", "AskKill", "ChiefGone", "ClaimRestart", "EndRun",
     "Event", "Exited", "Finished", "HostBack", "Interrupt", "Kill", "KillRequest", "LogEvent",
     "PeerEnded", "PeerLost", "Phase", "PortConflict", "PortOpen", "Progressed", "Regroup",
-    "Regrouped", "RestartClaim", "RunMachine", "RunOver", "RunState", "Say", "Settings", "Start",
+    "Regrouped", "RestartClaim", "RunMachine", "RunOver", "RunState", "Say", "Settings", "SparePlaced", "Start",
     "StartFailed", "Started", "TaskState", "TaskTrack", "Tick", "TransitionError", "Waiting",
     "check_phase_change", "check_transition", "input_fields", "input_from_fields", "line_events",
     "log_event", "replay"]
@@ -200,6 +201,7 @@ class RunMachine(RunView):
         m.movable_ports = {n for n in here if getattr(by_name[n], "port_chosen", False)}
         for n in here:                        # sized runs: the extra workers wait to be added
             m.tasks[n].spare = bool(plan.sizing and plan.sizing.spare(by_name[n].job, by_name[n].index))
+            m.tasks[n].placed = not (m.tasks[n].spare and plan.kind.places_spares_late)   # (Ray: later)
         return m
 
     # ------------------------------------------------------------------ entry points
@@ -267,7 +269,7 @@ class RunMachine(RunView):
         t.up, t.forced, t.port_conflict = False, "", False
         t.waiting_on.clear()
         t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
-        t.ending_at = t.stalled_at = t.stalled_step = None
+        t.step = t.ending_at = t.stalled_at = t.stalled_step = None   # (its step: this attempt's)
         t.killed = ""
         if self.phase.stopping:    # started while the run was being stopped
             self.stop_order.late_start(self, t, out)
@@ -470,6 +472,9 @@ class RunMachine(RunView):
             out.append(log_event("run_grew", t.name, node=ev.node, workers=len(self.workers_in()),
                                  min_workers=self.s.min_workers, attempt=t.restarts))
         self.elastic.back(self, back, out)
+
+    def _on_spare_placed(self, ev: SparePlaced, out: List[Action]) -> None:
+        sizing.spare_placed(self, ev, out)
 
     # ------------------------------------------------------------------ verbs (the policies ask)
     def enter(self, phase: Phase) -> None:
@@ -679,7 +684,7 @@ HANDLERS: Dict[type, Callable[[RunMachine, Event, List[Action]], None]] = {
     PeerEnded: RunMachine._on_peer_ended, RunOver: RunMachine._on_run_over,
     ChiefGone: RunMachine._on_chief_gone, RestartClaim: RunMachine._on_restart_claim,
     Regrouped: RunMachine._on_regrouped, HostBack: RunMachine._on_host_back,
-    PeerLost: RunMachine._on_peer_lost,
+    SparePlaced: RunMachine._on_spare_placed, PeerLost: RunMachine._on_peer_lost,
 }
 check_table(HANDLERS, EVENTS, "the run machine's event handlers (tfcluster.core.machine.HANDLERS)")
 

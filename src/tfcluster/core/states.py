@@ -190,6 +190,8 @@ class TaskTrack:
     left_node: str = ""                    # ... the node lost with it (it may come back there)
     spare: bool = False                    # sized runs: a worker out of the run that the sizing
                                            # policy may add (never started, or removed by it)
+    placed: bool = True                    # ... False: its backend has not placed it yet (Ray:
+                                           # no room so far), so it has no endpoint to start at
 
     def mark_life(self, now: float) -> None:
         self.longest_gap = rules.longest_gap(self.longest_gap, self.alive_at, self.started, now)

@@ -1,6 +1,6 @@
 """``launch --backend ray``: the Ray side of the launcher seam
 (:class:`tfcluster.backends.base.Launcher`). Ray places the tasks
-(:class:`tfcluster.backends.ray.RayPlacement`); tfcluster's own supervisor then runs the plan,
+(:class:`tfcluster.backends.ray_placement.RayPlacement`); tfcluster's own supervisor then runs the plan,
 with the endpoints Ray gave, over :class:`tfcluster.backends.ray.RayBackend`."""
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ class RayLauncher(Launcher):
         """The placement asked for, then each task as a local launch shows it (the endpoints
         are placeholders until Ray has placed the tasks)."""
         from tfcluster.backends.ray import RayBackend
+        from tfcluster.backends.ray_placement import is_spare
         from tfcluster.clusterfile.ray import address, bundles, describe_bundle, runtime_env
         from tfcluster.drivers.describe import describe
         out = [f"# ray: address {address(self.spec) or '(Ray default: a cluster on this machine)'}; "
@@ -27,7 +28,9 @@ class RayLauncher(Launcher):
                f"{self.spec.placement_timeout:g}s"]
         tasks = self.plan.selected_tasks
         for t, b in zip(tasks, bundles(self.spec, [t.job for t in tasks])):
-            out.append(f"# ray: {t.name} bundle: {describe_bundle(b)}")
+            spare = (" (spare: a placement group of its own, placed when the cluster has room; "
+                     "elastic.scale adds it once placed)") if is_spare(self.plan, t) else ""
+            out.append(f"# ray: {t.name} bundle: {describe_bundle(b)}{spare}")
         env = runtime_env(self.spec, self.base_dir)
         if env:
             out.append(f"# ray: runtime_env: {env}")
@@ -41,7 +44,7 @@ class RayLauncher(Launcher):
         return list(preflight(self.plan, LocalBackend()))
 
     def run(self, view) -> int:
-        from tfcluster.backends.ray import RayPlacement
+        from tfcluster.backends.ray_placement import RayPlacement
         from tfcluster.drivers.launcher import SupervisedLauncher
         with RayPlacement(self.plan, self.spec, self.base_dir) as placed:
             return SupervisedLauncher(placed.plan, placed.backend).run(view)

@@ -41,6 +41,7 @@ from tfcluster.core.machine import (
     Regrouped,
     RunMachine,
     Say,
+    SparePlaced,
     Start,
     Started,
     StartFailed,
@@ -249,7 +250,8 @@ class Supervisor:
 
     def _announce(self) -> None:
         d = self.display
-        names = ", ".join(f"{tr.name}@{tr.plan.endpoint}" for tr in self.runs.values())
+        names = ", ".join(f"{tr.name}@{tr.plan.endpoint}" if tr.track.placed else
+                          f"{tr.name} (spare, not placed yet)" for tr in self.runs.values())
         d.info(f"run {self.plan.run_id}: {len(self.runs)} task(s): {names}; logs in {self.plan.run_dir}")
         if self.network_note:
             d.info(self.network_note)
@@ -510,11 +512,11 @@ class Supervisor:
         if self.plan.min_workers is None or now - self.hosts_looked < HOSTS_EVERY:
             return []
         self.hosts_looked = now
-        out = []
+        out = self._spares_placed() if self.plan.sizing and self.plan.kind.places_spares_late else []
         for node in self.machine.left_nodes():
-            if not self.backend.host_back(node):
-                continue
             names = [n for n, t in self.machine.tasks.items() if t.left and t.left_node == node]
+            if not self.backend.host_back(node, names):
+                continue
             try:
                 got = self.backend.place_tasks(self.plan, names)
             except UserError as e:
@@ -525,6 +527,16 @@ class Supervisor:
                 self._take_endpoints(got)
             out.append(HostBack(node, self.clock()))
         return out
+
+    def _spares_placed(self) -> list:
+        """Sized runs on a backend that places the spare workers late (Ray), at the hosts'
+        pace: the spares it placed since the last look (a node with room joined); the plan takes
+        their endpoints, and the machine is told (SparePlaced)."""
+        got = self.backend.spares_placed()
+        if not got:
+            return []
+        self._take_endpoints({name: where[:3] for name, where in got.items()})
+        return [SparePlaced(name, where[3], self.clock()) for name, where in got.items()]
 
     def _take_endpoints(self, got: Dict[str, Tuple[str, int, Optional[int]]]) -> None:
         """The plan with new endpoints (and profiler ports) for the tasks in ``got``."""
@@ -635,7 +647,8 @@ class Supervisor:
                 exit_code=tr.returncode, exit=describe_exit(tr.returncode), restarts=tr.restarts,
                 started=tr.started, first_started=tr.first_started, ended=tr.ended,
                 log=tr.log_path, profiler_port=tr.plan.profiler_port,
-                argv=argv, env=env, note=tr.why,          # run.json's field for the task's reason
+                argv=argv, env=env,                       # note: run.json's field for the task's reason
+                note=tr.why or ("" if tr.track.placed else "not placed yet: no room for it in the cluster so far"),
                 life_at=tr.track.alive_at, output_at=tr.seen.output_at,
                 progress=None if p is None else {
                     "step": p.step, "total": p.total, **p.metrics, "at": tr.seen.progress_at}))

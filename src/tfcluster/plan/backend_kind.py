@@ -53,6 +53,10 @@ class BackendKind:
     rejoins_at_new_address: bool = False
     #: why workers beyond the file's cannot be started there (elastic.max_workers), "" where they can
     no_growth: str = ""
+    #: the spare workers of a sized run (elastic.max_workers) are placed by the backend once the
+    #: cluster has room for them (Ray: a placement group of their own each, placed when a node
+    #: with room joins): their endpoints are known only then, not when the plan is made
+    places_spares_late: bool = False
 
     @property
     def elastic(self) -> bool:
@@ -74,7 +78,7 @@ KINDS: Dict[str, BackendKind] = {k.name: k for k in (
     BackendKind("ray", places_tasks=True, reaches_other_hosts=True, chooses_ports_on_hosts=True,
                 over_ssh=False, takes_slurm_options=False, count_layout=LOCAL_PORTS,
                 elastic_on_change=ALL_ON_CHANGE, runs_data_service=False, rejoins_at_new_address=True,
-                no_growth="not yet on the ray backend (extra bundles are not placed yet)"),
+                places_spares_late=True),
 )}
 
 

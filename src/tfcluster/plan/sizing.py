@@ -67,6 +67,11 @@ def sizing_of(cluster, kind: BackendKind) -> Optional[Sizing]:
     if kind.no_growth:
         raise UserError(f"elastic.max_workers: {kind.no_growth}; remove max_workers and scale "
                         f"to run on {kind.name}")
+    strategy = getattr(getattr(cluster.spec, "ray", None), "strategy", "PACK")
+    if kind.places_spares_late and strategy.startswith("STRICT_"):
+        raise UserError(f"elastic.max_workers: ray.strategy {strategy} holds for one placement "
+                        "group, and each spare worker is placed in a group of its own when the "
+                        "cluster has room: use PACK or SPREAD")
     if "worker" not in cluster.count_jobs and kind.count_layout != LOCAL_PORTS:
         raise UserError("elastic.max_workers: give the worker job as a count (worker: "
                         f"{n}) so that the extra workers get their hosts and ports")

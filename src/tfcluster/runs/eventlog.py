@@ -54,6 +54,7 @@ EVENTS = {
     "scaled_up": ("workers", "measured_workers", "rate", "base_workers", "base_rate", "reason"),
     "scaled_down": ("workers", "measured_workers", "rate", "base_workers", "base_rate", "reason"),
     "scale_held": ("workers", "measured_workers", "rate", "base_workers", "base_rate", "reason"),
+    "spare_placed": ("node",),          # a spare worker placed late (Ray), which scale may add
     "stop_sent": ("signal",),
     "progress": ("step", "total", "metrics", "local_step"),
     "decision": ("result", "rule", "exit_code", "reason"),
@@ -423,6 +424,8 @@ def format_event(ev: Dict[str, Any]) -> str:
         return f"{who} {what}; {n} worker{'' if n == 1 else 's'} in the run, min {g('min_workers')}"
     if name == "run_ended":
         return f"run ended: {g('result')}, exit code {g('exit_code')}"
+    if name == "spare_placed":
+        return f"{who} placed on {g('node')}"
     if name in ("scaled_up", "scaled_down", "scale_held"):
         verb = {"scaled_up": f"added {who}", "scaled_down": f"removed {who}", "scale_held": "holding"}[name]
         return (f"elastic.scale: {g('rate')} steps/s with {g('measured_workers')} workers: {verb}, "

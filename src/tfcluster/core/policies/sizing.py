@@ -3,10 +3,11 @@ faster, and the last one removed (and the run held) where they stop helping.
 
 A run watchdog (:class:`tfcluster.core.policies.watchdog.RunWatchdog`, listed in
 :data:`tfcluster.core.policies.watchdog.RUN_WATCHDOGS`): every look it reads the run's global
-step (``run.best_step`` and when it moved, ``run.best_step_at``: the progress the machine already
-receives) and the workers in the run. After each change of the workers it waits until every
-worker in the run has reported a step, then measures the rate over ``scale_window`` seconds (and
-at least ``scale_every`` seconds after the change: no thrashing). Then:
+step (the highest its running tasks report in their current attempts, and when:
+:func:`global_step`, the progress the machine already receives) and the workers in the run.
+After each change of the workers it waits until every worker in the run has reported a step,
+then measures the rate over ``scale_window`` seconds (and at least ``scale_every`` seconds
+after the change: no thrashing). Then:
 
 * the first measurement (or the first after the run changed by itself: a worker lost, a worker
   back) is the base: a spare worker is added (``scaled_up``) while the run has fewer than
@@ -51,6 +52,7 @@ class Sizing:
         self.probing: Optional[str] = None        # the worker added, being measured
         self.held = False                         # no more probing until the run changes
         self.removing: Optional[Tuple[str, float]] = None   # (worker, when it was sent SIGTERM)
+        self.room: Optional[int] = None           # the tasks placed (Ray places spares late)
         self.history: List[Tuple[float, int, float]] = []
         #: every decision: (time, event, worker or None, workers after it, rate, reason)
         self.decisions: List[Tuple[float, str, Optional[str], int, float, str]] = []
@@ -67,7 +69,7 @@ class Sizing:
 
     def _state(self) -> tuple:
         return (self.expect, self.since, self.base, self.probing, self.held, self.removing,
-                len(self.history), len(self.decisions))
+                self.room, len(self.history), len(self.decisions))
 
     def _decide(self, run, event: str, task: Optional[str], workers: int, measured: int,
                 rate: float, base: Optional[Tuple[int, float]], why: str, out: List[Action]) -> None:
@@ -83,10 +85,11 @@ class Sizing:
         workers = frozenset(run.workers_in())
         if self.expect is None or workers != self.expect:
             self._run_changed(run, workers, now, out)
+        self._room_changed(run, out)
         rate = self._measure(run, now)
         if rate is None:
             return []
-        self.since = (run.best_step_at, run.best_step)    # the next window starts here
+        self.since = global_step(run)                      # the next window starts here
         n = len(workers)
         self.history.append((round(now, 3), n, round(rate, 3)))
         if self.probing is None:
@@ -102,20 +105,34 @@ class Sizing:
         self.expect, self.changed_at, self.since = workers, now, None
         self.base, self.probing, self.held = None, None, False
 
+    def _room_changed(self, run, out: List[Action]) -> None:
+        """A spare worker was placed (Ray: a node with room joined) while the run held: measure
+        a new base and probe again."""
+        room = sum(1 for t in run.tasks.values() if t.placed)      # (only grows)
+        grew = self.room is not None and room > self.room
+        self.room = room
+        if grew and self.held:
+            out.append(Say("elastic.scale: room for another worker; measuring the rate again"))
+            self.since, self.base, self.probing, self.held = None, None, None, False
+
     def _measure(self, run, now: float) -> Optional[float]:
         """The steady rate (global steps/s) since every worker in the run reported a step after
         the last change, once ``scale_window`` (and ``scale_every`` after the change) has passed;
         None before."""
         s = run.s
-        if run.best_step is None:
+        now_step = global_step(run)
+        if now_step is None:
             return None
         if self.since is None:
             if not all(_reports(run, n) for n in self.expect):
                 return None
-            self.since = (run.best_step_at, run.best_step)
+            self.since = now_step
             return None
         t0, step0 = self.since
-        t1, step1 = run.best_step_at, run.best_step
+        t1, step1 = now_step
+        if step1 < step0:        # the tasks went back (restarted from a checkpoint): from here
+            self.since = now_step
+            return None
         if now - t0 < s.scale_window or now - self.changed_at < s.scale_every or t1 <= t0:
             return None
         return (step1 - step0) / (t1 - t0)
@@ -156,7 +173,12 @@ class Sizing:
              out: List[Action]) -> Asks:
         spare = next_spare(run)
         if spare is None:
-            return self._hold(run, n, rate, "no spare worker left to add", out, base=base)
+            waiting = sorted((t.name for t in run.tasks.values() if t.spare and not t.placed),
+                             key=_index)
+            why = (f"no spare worker placed yet ({', '.join(waiting)}: no room in the cluster "
+                   f"so far; a node with room that joins places it)" if waiting
+                   else "no spare worker left to add")
+            return self._hold(run, n, rate, why, out, base=base)
         self.probing = spare.name
         self._changed(run, run.now, set(self.expect) | {spare.name})
         self._decide(run, "scaled_up", spare.name, n + 1, n, rate, base, why, out)
@@ -190,6 +212,18 @@ def _workers(n: int) -> str:
     return f"{n} worker" + ("" if n == 1 else "s")
 
 
+def global_step(run) -> Optional[Tuple[float, int]]:
+    """(when, step): the run's global step as its running tasks report it in their current
+    attempts -- not the best step ever seen, which stands still after a restart from a
+    checkpoint until the steps since it are redone -- and when it was reported; None before."""
+    got = [(t.step, t.alive_at) for t in run.tasks.values()
+           if t.state == TaskState.RUNNING and t.step is not None and t.alive_at is not None]
+    if not got:
+        return None
+    step, at = max(got)
+    return at, step
+
+
 def _reports(run, name: str) -> bool:
     """Worker ``name`` (here) runs and has reported progress since it started (a worker
     elsewhere is taken as reporting)."""
@@ -197,10 +231,14 @@ def _reports(run, name: str) -> bool:
     return t is None or (t.state == TaskState.RUNNING and t.alive_at is not None)
 
 
+def _index(name: str) -> int:
+    return int(name.rsplit(":", 1)[1])
+
+
 def next_spare(run) -> Optional[TaskTrack]:
-    """The spare worker to add next: the lowest index not being stopped."""
-    spares = [t for t in run.tasks.values() if t.spare and t.state in SPARE_STATES]
-    return min(spares, key=lambda t: int(t.name.rsplit(":", 1)[1]), default=None)
+    """The spare worker to add next: the lowest index placed and not being stopped."""
+    spares = [t for t in run.tasks.values() if t.spare and t.placed and t.state in SPARE_STATES]
+    return min(spares, key=lambda t: _index(t.name), default=None)
 
 
 # ---------------------------------------------------------------------------- the machine's side
@@ -208,7 +246,7 @@ def ask_scale_up(run, a: rules.WatchdogAction, out: List[Action]) -> bool:
     """``scale_up``: spare worker ``a.task`` joins the run, started as a worker coming back is
     (the ``on_change`` mode's ``back``: alone, or with the tasks it restarts)."""
     t = run.tasks.get(a.task)
-    if t is None or not t.spare or t.state not in SPARE_STATES:
+    if t is None or not t.spare or not t.placed or t.state not in SPARE_STATES:
         return False
     t.spare, t.left, t.why = False, "", ""
     if t.state != TaskState.PENDING:
@@ -241,6 +279,18 @@ def removed_exited(run, t: TaskTrack, out: List[Action]) -> None:
     t.start_at = float("inf")
     out.append(run._exit_event(t, TaskState.LEFT))
     run._went(t.name, "removed by elastic.scale", "", "", out)
+
+
+def spare_placed(run, ev, out: List[Action]) -> None:
+    """:class:`tfcluster.core.events.SparePlaced`: spare worker ``ev.task`` has a place and an
+    endpoint now (Ray placed its bundle): the policy may add it (and re-probes if it held)."""
+    t = run.tasks.get(ev.task)
+    if t is None or t.placed:
+        return
+    t.placed = True
+    out.append(log_event("spare_placed", t.name, node=ev.node))
+    if not run.decided:
+        out.append(Say(f"room for {t.name} on {ev.node} (its bundle is placed): elastic.scale may add it"))
 
 
 #: the states of a spare worker the policy may add: never started, or removed by it (LEFT) or
