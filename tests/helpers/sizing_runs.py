@@ -1,8 +1,8 @@
 """A sized run (``elastic.scale: throughput``) of tests/programs/tf1_paced.py launched until the
-sizing policy settles, then ended by the chief (its stop file): the local and ssh sizing tests."""
+sizing policy settles, then ended by the chief (its stop file): the local and ssh sizing tests
+(:func:`events` also the Ray one)."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -10,20 +10,13 @@ import sys
 import time
 from typing import List, Tuple
 
+from tfcluster.runs.eventlog import read_events
+
 
 def events(run_dir) -> List[dict]:
-    """The run's events.jsonl rows so far (a row being written is skipped)."""
-    rows = []
-    try:
-        with open(os.path.join(run_dir, "events.jsonl")) as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return rows
+    """The run's events.jsonl rows so far (tfcluster's own reader: a row being written is
+    skipped); none before the file exists."""
+    return read_events(str(run_dir))
 
 
 def launch_until_settled(path, run_dir, stop, cwd=None, timeout: float = 300) -> Tuple[int, str, List[dict]]:
