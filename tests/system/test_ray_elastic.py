@@ -290,7 +290,7 @@ def test_a_sized_run_on_ray_grows_when_a_node_with_room_joins(tmp_path):
         f.write_text("backend: ray\n"
                      "ray: {placement_timeout: 60, jobs: {ps: {resources: {head: 1}}, "
                      "worker: {resources: {spot: 0.5}}}}\n"
-                     "cluster: {ps: 1, worker: 2}\n"
+                     "cluster: {ps: 1, worker: 2}\ngrace: 1\n"
                      "elastic: {min_workers: 1, max_workers: 3, scale: throughput, scale_window: 2, "
                      "scale_every: 2, scale_gain: 0.3, on_change: restart-on-join}\n"
                      f"program: {{command: [python, {os.path.join(ROOT, 'tests', 'programs', 'tf1_paced.py')}, "
