@@ -390,3 +390,30 @@ def test_the_dry_run_on_ray_gives_each_spare_worker_a_group_of_its_own(tmp_path)
     lines = [ln for ln in text.splitlines() if ln.startswith("# ray: worker:")]
     assert len(lines) == 3 and "spare" not in lines[0] + lines[1], lines
     assert "(spare: a placement group of its own, placed when the cluster has room" in lines[2]
+
+
+def test_after_a_removal_a_spare_placed_later_is_the_one_probed_not_the_one_removed():
+    """worker:2 (on the head) adds nothing and is removed; then a node joins and worker:3 is
+    placed there: the policy probes worker:3, not worker:2 again."""
+    m = sized(SIX[:5], max_workers=4)
+    m.tasks["worker:3"].placed = False
+    acts, _ = drive(m, lambda n: 30.0 if n else 0.0, until=90,
+                    inject=((40.0, SparePlaced("worker:3", "10.0.0.3 (6c1f0e)", 40.0)),))
+    got = ordered(acts)
+    assert got[:2] == [("scaled_up", "worker:2", 3), ("scaled_down", "worker:2", 2)], got
+    assert ("scaled_up", "worker:3", 3) in got[2:] and ("scaled_up", "worker:2", 3) not in got[2:], got
+
+
+def test_the_rate_is_timed_by_when_the_step_moved_not_by_other_signs_of_life():
+    """A log line (a sign of life without a step) after a step does not date that step; an
+    evaluator's own counter is not the run's global step."""
+    from tfcluster.core.policies.sizing import global_step
+    m = make(("ps:0", "worker:0", "worker:1", "evaluator:0"))
+    for i, a in enumerate(m.begin(0.0)):
+        m.handle(Started(a.task, 100 + i, 0.0))
+    m.handle(Progressed("worker:0", 100, 10.0))
+    m.handle(Progressed("worker:0", None, 14.9))
+    m.handle(Progressed("evaluator:0", 5000, 15.0))
+    assert global_step(m) == (10.0, 100)
+    m.handle(Progressed("worker:1", 120, 16.0))
+    assert global_step(m) == (16.0, 120)

@@ -113,6 +113,10 @@ class Backend:
         called about every second, it must not wait. This backend places none late."""
         return {}
 
+    def spares_given_up(self) -> Dict[str, str]:
+        """The spare workers it gave up placing since the last call: task -> why."""
+        return {}
+
     def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
         """Ports for ``names`` again (workers about to rejoin the run on a node back): task ->
         (host, port, profiler port); None: their endpoints stay as they are."""

@@ -379,6 +379,7 @@ class RayBackend(Backend):
             for actor, _ in self._coming.pop(node).values():
                 ray.kill(actor, no_restart=True)
             return False
+        self.placement.answered([actor for actor, _ in coming.values()])
         self._back.update({name: (actor, info) for (name, (actor, _)), info in zip(coming.items(), infos)})
         del self._coming[node]
         return True
@@ -395,6 +396,14 @@ class RayBackend(Backend):
             self._python[info["ip"]] = info["python"]
             out[name] = (info["ip"], info["port"], info.get("profiler_port"), _where(info))
         return out
+
+    def spares_given_up(self) -> Dict[str, str]:
+        """The spare workers given up since the last call (their actors kept being lost before
+        they answered): task -> why."""
+        if self.placement is None:
+            return {}
+        got, self.placement.given_up = self.placement.given_up, {}
+        return got
 
     def place_tasks(self, plan, names: List[str]) -> Optional[Dict[str, Tuple[str, int, Optional[int]]]]:
         """The endpoints of workers coming back (:meth:`host_back`): their new actors' nodes and

@@ -55,6 +55,10 @@ def ray_address(spec, environ=None) -> Optional[str]:
     return text or None
 
 
+#: actors tried for one spare worker that are lost before they answer, before it is given up
+SPARE_TRIES = 3
+
+
 def is_spare(plan, task) -> bool:
     """A spare worker of a sized run: placed in a group of its own, not with the run."""
     return plan.sizing is not None and plan.sizing.spare(task.job, task.index)
@@ -78,6 +82,9 @@ class RayPlacement:
         self.slots: Dict[str, Tuple[Any, int, Dict[str, float]]] = {}
         self.spare_groups: List[Any] = []            # sized runs: one group per spare worker
         self.spare_refs: Dict[str, Tuple[Any, Any]] = {}   # spare -> (actor, its where()), unanswered
+        self.unanswered: set = set()      # id() of the actors whose where() has not answered yet
+        self.spare_failures: Dict[str, int] = {}           # spare -> actors of it lost unanswered
+        self.given_up: Dict[str, str] = {}                 # spare -> why no actor is tried again
         self.backend: Optional[RayBackend] = None
 
     def _tasks(self, spare: bool) -> list:
@@ -119,9 +126,13 @@ class RayPlacement:
         from ray.util.placement_group import remove_placement_group
         actors = [a for a, g in self.actors if everything or g is self.pg]
         self.actors = [(a, g) for a, g in self.actors if not (everything or g is self.pg)]
-        if actors:
-            ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=15)
+        # an actor that never answered started nothing (its bundle may never have been placed,
+        # and then it would never answer a close either): killed without waiting on it
+        started = [a for a in actors if id(a) not in self.unanswered]
+        if started:
+            ray.wait([a.close.remote() for a in started], num_returns=len(started), timeout=15)
         for a in actors:
+            self.unanswered.discard(id(a))
             ray.kill(a, no_restart=True)
         groups = [self.pg] if self.pg is not None else []
         if everything:
@@ -190,6 +201,7 @@ class RayPlacement:
             self.slots[t.name] = (self.pg, i, b)
             actors.append(self._actor(runner, t.name, again))
         infos = ray.get([a.where.remote(self._profiled(t)) for t, a in zip(tasks, actors)])
+        self.answered(actors)
         return {t.name: (a, info) for t, a, info in zip(tasks, actors, infos)}
 
     def _profiled(self, task) -> bool:
@@ -210,7 +222,13 @@ class RayPlacement:
             opts["memory"] = bundle["memory"]
         actor = runner.options(**opts).remote(bool(bundle.get("GPU")))
         self.actors.append((actor, pg))
+        self.unanswered.add(id(actor))
         return actor
+
+    def answered(self, actors: List[Any]) -> None:
+        """These actors' where() answered: they may start a task, and are closed at the end."""
+        for a in actors:
+            self.unanswered.discard(id(a))
 
     def _ask_for_spares(self, ray) -> None:
         """Sized runs: a placement group of one bundle for each spare worker, and its actor,
@@ -247,8 +265,14 @@ class RayPlacement:
             del self.spare_refs[name]
             try:
                 out[name] = (actor, ray.get(ref))
-            except ray.exceptions.RayError:
+                self.answered([actor])
+            except ray.exceptions.RayError as e:
                 ray.kill(actor, no_restart=True)
+                self.spare_failures[name] = self.spare_failures.get(name, 0) + 1
+                if self.spare_failures[name] >= SPARE_TRIES:
+                    self.given_up[name] = (f"its actor was lost {SPARE_TRIES} times before it "
+                                           f"answered ({_first_line(e)})")
+                    continue
                 self.returns += 1
                 self._spare_actor(_runner_class(), self.plan.task(name), f" again #{self.returns}")
         return out

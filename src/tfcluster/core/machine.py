@@ -269,7 +269,7 @@ class RunMachine(RunView):
         t.up, t.forced, t.port_conflict = False, "", False
         t.waiting_on.clear()
         t.alive_at, t.longest_gap, t.cadence = None, 0.0, 0.0
-        t.step = t.ending_at = t.stalled_at = t.stalled_step = None   # (its step: this attempt's)
+        t.step = t.step_at = t.ending_at = t.stalled_at = t.stalled_step = None   # (this attempt's)
         t.killed = ""
         if self.phase.stopping:    # started while the run was being stopped
             self.stop_order.late_start(self, t, out)
@@ -380,7 +380,7 @@ class RunMachine(RunView):
                 out.append(log_event("task_resumed", t.name, step=ev.step if ev.step is not None else t.step))
                 t.stalled_at = t.stalled_step = None
         if ev.step is not None:
-            t.step = ev.step
+            t.step, t.step_at = ev.step, ev.now if ev.step != t.step else t.step_at   # when it moved
             if self.best_step is None or ev.step > self.best_step:
                 self.best_step, self.best_step_at = ev.step, ev.now
             if rules.at_final_step(ev.step, ev.total) and t.ending_at is None:

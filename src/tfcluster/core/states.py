@@ -178,6 +178,7 @@ class TaskTrack:
     waiting_on: Dict[str, float] = field(default_factory=dict)   # task -> first "still waiting"
     step: Optional[int] = None             # the last step it reported
     alive_at: Optional[float] = None       # the last sign of progress
+    step_at: Optional[float] = None        # when its step (this attempt's) last moved
     longest_gap: float = 0.0               # the longest wait for a sign of life (its cadence)
     cadence: float = 0.0                   # the longest gap between two signs of life (not
                                            # counting the wait for the first: start-up)

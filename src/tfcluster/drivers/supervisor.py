@@ -532,6 +532,8 @@ class Supervisor:
         """Sized runs on a backend that places the spare workers late (Ray), at the hosts'
         pace: the spares it placed since the last look (a node with room joined); the plan takes
         their endpoints, and the machine is told (SparePlaced)."""
+        for name, why in self.backend.spares_given_up().items():
+            self.display.info(f"{name} cannot be placed: {why}; elastic.scale will not add it")
         got = self.backend.spares_placed()
         if not got:
             return []

@@ -52,7 +52,8 @@ class Sizing:
         self.probing: Optional[str] = None        # the worker added, being measured
         self.held = False                         # no more probing until the run changes
         self.removing: Optional[Tuple[str, float]] = None   # (worker, when it was sent SIGTERM)
-        self.room: Optional[int] = None           # the tasks placed (Ray places spares late)
+        self.room: Optional[frozenset] = None     # the tasks placed (Ray places spares late)
+        self.fresh: frozenset = frozenset()       # spares placed while it held: probed first
         self.history: List[Tuple[float, int, float]] = []
         #: every decision: (time, event, worker or None, workers after it, rate, reason)
         self.decisions: List[Tuple[float, str, Optional[str], int, float, str]] = []
@@ -69,7 +70,7 @@ class Sizing:
 
     def _state(self) -> tuple:
         return (self.expect, self.since, self.base, self.probing, self.held, self.removing,
-                self.room, len(self.history), len(self.decisions))
+                self.room, self.fresh, len(self.history), len(self.decisions))
 
     def _decide(self, run, event: str, task: Optional[str], workers: int, measured: int,
                 rate: float, base: Optional[Tuple[int, float]], why: str, out: List[Action]) -> None:
@@ -108,12 +109,13 @@ class Sizing:
     def _room_changed(self, run, out: List[Action]) -> None:
         """A spare worker was placed (Ray: a node with room joined) while the run held: measure
         a new base and probe again."""
-        room = sum(1 for t in run.tasks.values() if t.placed)      # (only grows)
-        grew = self.room is not None and room > self.room
+        room = frozenset(n for n, t in run.tasks.items() if t.placed)      # (only grows)
+        new = room - self.room if self.room is not None else frozenset()
         self.room = room
-        if grew and self.held:
+        if new and self.held:
             out.append(Say("elastic.scale: room for another worker; measuring the rate again"))
             self.since, self.base, self.probing, self.held = None, None, None, False
+            self.fresh = new      # the spare a node made room for, not one it removed before
 
     def _measure(self, run, now: float) -> Optional[float]:
         """The steady rate (global steps/s) since every worker in the run reported a step after
@@ -171,7 +173,7 @@ class Sizing:
 
     def _add(self, run, n: int, rate: float, base: Optional[Tuple[int, float]], why: str,
              out: List[Action]) -> Asks:
-        spare = next_spare(run)
+        spare, self.fresh = next_spare(run, self.fresh), frozenset()
         if spare is None:
             waiting = sorted((t.name for t in run.tasks.values() if t.spare and not t.placed),
                              key=_index)
@@ -216,8 +218,8 @@ def global_step(run) -> Optional[Tuple[float, int]]:
     """(when, step): the run's global step as its running tasks report it in their current
     attempts -- not the best step ever seen, which stands still after a restart from a
     checkpoint until the steps since it are redone -- and when it was reported; None before."""
-    got = [(t.step, t.alive_at) for t in run.tasks.values()
-           if t.state == TaskState.RUNNING and t.step is not None and t.alive_at is not None]
+    got = [(t.step, t.step_at) for t in run.tasks.values() if t.job != "evaluator"
+           and t.state == TaskState.RUNNING and t.step is not None and t.step_at is not None]
     if not got:
         return None
     step, at = max(got)
@@ -235,9 +237,11 @@ def _index(name: str) -> int:
     return int(name.rsplit(":", 1)[1])
 
 
-def next_spare(run) -> Optional[TaskTrack]:
-    """The spare worker to add next: the lowest index placed and not being stopped."""
+def next_spare(run, prefer: frozenset = frozenset()) -> Optional[TaskTrack]:
+    """The spare worker to add next: the lowest index placed and not being stopped, of those in
+    ``prefer`` (placed just now) where there are any."""
     spares = [t for t in run.tasks.values() if t.spare and t.placed and t.state in SPARE_STATES]
+    spares = [t for t in spares if t.name in prefer] or spares
     return min(spares, key=lambda t: _index(t.name), default=None)
 
 
