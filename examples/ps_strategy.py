@@ -236,7 +236,7 @@ def coordinate(tf, resolver):
                "resumed_from": resumed_from, "seconds": round(elapsed, 1)}
     log(f"done: step={current} loss={loss:.4f} accuracy={eval_acc:.4f} "
         f"resumed_from={resumed_from} ({elapsed:.1f}s) {json.dumps(summary)}")
-    return 0
+    leave(0)    # here, while the coordinator is still referenced: see leave()
 
 
 def main(argv):
@@ -262,6 +262,18 @@ def main(argv):
     return coordinate(tf, resolver)
 
 
+def leave(code):
+    """Exit at once, with nothing torn down. Teardown can hang past the launcher's
+    ``watchdog.end_timeout``: when ``coordinate``'s frame is let go, ``ClusterCoordinator.__del__``
+    stops its failure handler under the lock its worker-recovery thread holds while it waits for a
+    worker, and each dataset and ``tf.function`` is deleted on every worker by RPC. So this is
+    called before any of them is let go: from ``coordinate`` after the summary line, and inside
+    ``run``'s ``except`` (the exception's traceback holds that frame)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def run():
     try:
         code = app.run(main) or 0
@@ -283,11 +295,8 @@ def run():
             traceback.print_exc()
             print(f"ps_strategy: failed: {type(e).__name__}: {first[:200]}", file=sys.stderr,
                   flush=True)
-        code = 1
-    # gRPC and coordinator threads may hang interpreter teardown: end at once
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        leave(1)
+    leave(code)
 
 
 if __name__ == "__main__":
