@@ -417,3 +417,71 @@ def test_the_rate_is_timed_by_when_the_step_moved_not_by_other_signs_of_life():
     assert global_step(m) == (10.0, 100)
     m.handle(Progressed("worker:1", 120, 16.0))
     assert global_step(m) == (16.0, 120)
+
+
+def test_the_rate_is_the_slope_of_every_report_in_the_window_not_its_two_ends(monkeypatch):
+    """A run at 4.4 steps/s whose two workers report the whole steps done, each about once a
+    second (the times jitter, as a pipe's do): each measured rate is the least-squares slope of
+    every report in its window (not its two ends), within 5% of the truth; the same reports
+    replayed give the same rates."""
+    import math
+
+    from tfcluster.core.policies import sizing as policy
+
+    jitter = (0.0, 0.21, -0.17, 0.08, -0.22, 0.15, -0.05, 0.19, -0.12, 0.02, 0.24, -0.2)
+    windows = []
+
+    def recorded(points):
+        windows.append(list(points))
+        return slope(points)
+
+    slope = policy.slope
+    monkeypatch.setattr(policy, "slope", recorded)
+    for phase in (0.0, 0.25, 0.5, 0.75):
+        m = sized(scale_window=3.0, scale_every=0.0, max_workers=2)    # it measures, holds
+        for i, a in enumerate(m.begin(0.0)):
+            m.handle(Started(a.task, 100 + i, 0.0))
+        for k in range(48):
+            now = round(1.0 + 0.5 * k + jitter[k % len(jitter)] * 0.5, 3)
+            m.handle(Progressed(f"worker:{k % 2}", math.floor(4.4 * now + phase), now))
+            m.handle(Tick(now, True))
+        dog = next(d for d in m.watchdogs.run if isinstance(d, policy.Sizing))
+        assert len(dog.history) >= 4, phase
+        for (_, _, rate), points in zip(dog.history, windows[-len(dog.history):]):
+            assert len(points) >= 6 and rate == round(slope(points), 3), points
+            assert rate == pytest.approx(4.4, rel=0.05), (phase, points)
+        again = sized(scale_window=3.0, scale_every=0.0, max_workers=2)
+        replay(again, 0.0, m.inputs)
+        assert next(d for d in again.watchdogs.run if isinstance(d, policy.Sizing)).history == dog.history
+    assert slope([(0.0, 0), (2.0, 8)]) == 4.0 and slope([(1.0, 3)]) is None
+    assert slope([(0.0, 0), (1.0, 5), (2.0, 8)]) == 4.0
+
+
+def test_a_short_gain_is_measured_over_a_window_twice_as_long_before_the_worker_is_removed():
+    """Worker 3's first seconds dip (the ps link was busy): its gain over the first window falls
+    short, so the same window goes on for another scale_window; over both it helps, and it is
+    kept. A worker that does not help is removed after the longer window, not the first."""
+    from tfcluster.core.policies.sizing import Sizing
+
+    with_three = []
+
+    def rate(n):       # 10 steps/s a worker; with 3, the first 4 s at 22 (a gain of 2 < 5 needed)
+        if n != 3:
+            return 10.0 * n
+        with_three.append(n)
+        return 22.0 if len(with_three) <= 4 else 30.0
+
+    m = sized(max_workers=3, scale_window=4.0, scale_every=0.0)
+    acts, _ = drive(m, rate, until=60)
+    assert ordered(acts)[:2] == [("scaled_up", "worker:2", 3), ("scale_held", None, 3)], ordered(acts)
+    assert "measuring it for another 4s before removing it" in says(acts), says(acts)
+    dog = next(d for d in m.watchdogs.run if isinstance(d, Sizing))
+    assert [n for _, n, _ in dog.history][:2] == [2, 3]     # the short window is not a measurement
+    assert dog.history[1][0] - dog.history[0][0] >= 8.0
+
+    m = sized(max_workers=3, scale_window=4.0, scale_every=0.0)
+    acts, _ = drive(m, lambda n: 20.0 + (n > 2), until=60)
+    assert ordered(acts)[:2] == [("scaled_up", "worker:2", 3), ("scaled_down", "worker:2", 2)]
+    dog = next(d for d in m.watchdogs.run if isinstance(d, Sizing))
+    assert dog.history[1][0] - dog.history[0][0] >= 8.0     # removed after the longer window
+    assert "measuring it for another 4s" in says(acts)

@@ -144,7 +144,9 @@ class ElasticSpec(_Strict):
                               "rate before / the workers before) that an added worker must add "
                               "to be kept")
     scale_window: float = Field(20.0, ge=0.5, description="seconds: the rate is measured over this "
-                                "long, once every worker in the run reports steps after a change")
+                                "long (the slope of every step reported), once every worker in the "
+                                "run reports steps after a change; twice as long before a worker "
+                                "that seemed not to help is removed")
     scale_every: float = Field(30.0, ge=0, description="seconds: the least time between two "
                                "changes of the workers by elastic.scale (no thrashing)")
 

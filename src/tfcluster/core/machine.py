@@ -359,6 +359,7 @@ class RunMachine(RunView):
             t.step, t.step_at = ev.step, ev.now if ev.step != t.step else t.step_at   # when it moved
             if self.best_step is None or ev.step > self.best_step:
                 self.best_step, self.best_step_at = ev.step, ev.now
+            self.watchdogs.progressed(self)
             if rules.at_final_step(ev.step, ev.total) and t.ending_at is None:
                 t.ending_at = ev.now
                 out.append(log_event("task_ending", t.name, step=ev.step, total=ev.total))

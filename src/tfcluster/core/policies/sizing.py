@@ -7,15 +7,22 @@ step (the highest its running tasks report in their current attempts, and when:
 :func:`global_step`, the progress the machine already receives) and the workers in the run.
 After each change of the workers it waits until every worker in the run has reported a step,
 then measures the rate over ``scale_window`` seconds (and at least ``scale_every`` seconds
-after the change: no thrashing). Then:
+after the change: no thrashing): the least-squares slope of every (time, global step) the tasks
+reported in the window (:meth:`Sizing.progressed`, fed by the machine's ``Progressed`` inputs,
+so a replay of the logged inputs measures the same), not only the difference of its two ends:
+each report counts, none alone moves it much. Then:
 
 * the first measurement (or the first after the run changed by itself: a worker lost, a worker
   back) is the base: a spare worker is added (``scaled_up``) while the run has fewer than
   ``max_workers``;
 * after an added worker, the rate is compared with the base: a gain of at least ``scale_gain``
   of one worker's rate (the base rate / the base workers) keeps it, and the next is added
-  (``scaled_up``), or the run holds at ``max_workers`` (``scale_held``); a smaller gain removes
-  the worker just added (``scaled_down``) and the run holds there until it changes by itself.
+  (``scaled_up``), or the run holds at ``max_workers`` (``scale_held``); a smaller gain is
+  measured once more, over a window twice as long (the same window, going on: a short one can
+  miss by 5-10% on a run that makes a few steps a second, and a worker removed wrongly is never
+  tried again while the run holds, where one kept wrongly costs one more probe); still smaller,
+  the worker just added is removed (``scaled_down``) and the run holds there until it changes by
+  itself.
 
 Each decision is an event with the rates it was based on (:data:`DECISIONS`), and a line for the
 person watching. The policy asks the machine for ``scale_up`` (a spare worker, started as a
@@ -48,6 +55,8 @@ class Sizing:
         self.expect: Optional[frozenset] = None   # the workers in the run as the policy left them
         self.changed_at: Optional[float] = None   # the last change of the workers
         self.since: Optional[Tuple[float, int]] = None   # the measurement's start: (time, step)
+        self.points: List[Tuple[float, int]] = []  # (time, global step) reported since then
+        self.confirming = False                   # a short gain: the window goes on, twice as long
         self.base: Optional[Tuple[int, float]] = None    # (workers, rate) before the probe
         self.probing: Optional[str] = None        # the worker added, being measured
         self.held = False                         # no more probing until the run changes
@@ -70,7 +79,7 @@ class Sizing:
 
     def _state(self) -> tuple:
         return (self.expect, self.since, self.base, self.probing, self.held, self.removing,
-                self.room, self.fresh, len(self.history), len(self.decisions))
+                self.room, self.fresh, self.confirming, len(self.history), len(self.decisions))
 
     def _decide(self, run, event: str, task: Optional[str], workers: int, measured: int,
                 rate: float, base: Optional[Tuple[int, float]], why: str, out: List[Action]) -> None:
@@ -90,8 +99,14 @@ class Sizing:
         rate = self._measure(run, now)
         if rate is None:
             return []
-        self.since = global_step(run)                      # the next window starts here
         n = len(workers)
+        if self.probing is not None and not self.confirming and self._short(run, rate):
+            self.confirming = True                         # the same window, twice as long
+            out.append(Say(f"elastic.scale: {self.probing} added {rate - self.base[1]:.2f} steps/s "
+                           f"so far, less than {self._needed(run):.2f}: measuring it for another "
+                           f"{run.s.scale_window:g}s before removing it"))
+            return []
+        self._window(global_step(run))                     # the next window starts here
         self.history.append((round(now, 3), n, round(rate, 3)))
         if self.probing is None:
             return self._from_base(run, n, rate, now, out)
@@ -103,7 +118,8 @@ class Sizing:
         if self.expect is not None:
             out.append(Say(f"elastic.scale: the workers changed ({run.workers_line()}); measuring "
                            f"the rate again"))
-        self.expect, self.changed_at, self.since = workers, now, None
+        self.expect, self.changed_at = workers, now
+        self._window(None)
         self.base, self.probing, self.held = None, None, False
 
     def _room_changed(self, run, out: List[Action]) -> None:
@@ -114,8 +130,36 @@ class Sizing:
         self.room = room
         if new and self.held:
             out.append(Say("elastic.scale: room for another worker; measuring the rate again"))
-            self.since, self.base, self.probing, self.held = None, None, None, False
+            self._window(None)
+            self.base, self.probing, self.held = None, None, False
             self.fresh = new      # the spare a node made room for, not one it removed before
+
+    def _window(self, start: Optional[Tuple[float, int]]) -> None:
+        """A new measurement window from ``start`` (time, global step); None: none yet."""
+        self.since = start
+        self.points = [start] if start is not None else []
+        self.confirming = False
+
+    def _needed(self, run) -> float:
+        """The gain a worker added must bring: ``scale_gain`` of one worker's rate at the base."""
+        base_n, base_rate = self.base
+        return run.s.scale_gain * base_rate / max(base_n, 1)
+
+    def _short(self, run, rate: float) -> bool:
+        return rate - self.base[1] < self._needed(run)
+
+    def progressed(self, run) -> None:
+        """A task reported progress (the machine's ``Progressed``): while a window is open, the
+        run's global step as it is now is one more point of the window's slope."""
+        if self.since is None or run.s.scale != "throughput":
+            return
+        got = global_step(run)
+        if got is None or got == self.points[-1]:
+            return
+        if got[1] < self.since[1]:   # the tasks went back (restarted from a checkpoint): from here
+            self._window(got)
+        else:
+            self.points.append(got)
 
     def _measure(self, run, now: float) -> Optional[float]:
         """The steady rate (global steps/s) since every worker in the run reported a step after
@@ -128,16 +172,13 @@ class Sizing:
         if self.since is None:
             if not all(_reports(run, n) for n in self.expect):
                 return None
-            self.since = now_step
+            self._window(now_step)
             return None
-        t0, step0 = self.since
-        t1, step1 = now_step
-        if step1 < step0:        # the tasks went back (restarted from a checkpoint): from here
-            self.since = now_step
+        t0 = self.since[0]
+        window = s.scale_window * (2 if self.confirming else 1)
+        if now - t0 < window or now - self.changed_at < s.scale_every:
             return None
-        if now - t0 < s.scale_window or now - self.changed_at < s.scale_every or t1 <= t0:
-            return None
-        return (step1 - step0) / (t1 - t0)
+        return slope(self.points)
 
     # ------------------------------------------------------------------ the decisions
     def _from_base(self, run, n: int, rate: float, now: float, out: List[Action]) -> Asks:
@@ -150,7 +191,7 @@ class Sizing:
 
     def _after_probe(self, run, n: int, rate: float, now: float, out: List[Action]) -> Asks:
         base_n, base_rate = self.base
-        needed = run.s.scale_gain * base_rate / max(base_n, 1)
+        needed = self._needed(run)
         gain = rate - base_rate
         if gain >= needed:
             self.base = (n, rate)
@@ -195,7 +236,8 @@ class Sizing:
         return []
 
     def _changed(self, run, now: float, workers: set) -> None:
-        self.expect, self.changed_at, self.since = frozenset(workers), now, None
+        self.expect, self.changed_at = frozenset(workers), now
+        self._window(None)
 
     def _kill_if_slow(self, run, now: float, out: List[Action]) -> None:
         """A removed worker that has not ended ``stop_timeout`` after its SIGTERM gets SIGKILL."""
@@ -224,6 +266,20 @@ def global_step(run) -> Optional[Tuple[float, int]]:
         return None
     step, at = max(got)
     return at, step
+
+
+def slope(points: List[Tuple[float, int]]) -> Optional[float]:
+    """The least-squares slope of (time, step) ``points`` (steps/s); None with fewer than two
+    times. Two points: the difference of the two."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_s = sum(v for _, v in points) / n
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread <= 0:
+        return None
+    return sum((t - mean_t) * (v - mean_s) for t, v in points) / spread
 
 
 def _reports(run, name: str) -> bool:

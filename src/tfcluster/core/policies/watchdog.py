@@ -57,6 +57,10 @@ class RunWatchdog:
     def look(self, run, now: float, out: List[Action]) -> Asks:
         raise NotImplementedError
 
+    def progressed(self, run) -> None:
+        """A task reported progress (between looks; the sizing policy's measurement reads
+        each report). Asks for nothing."""
+
 
 class Startup(TaskWatchdog):
     """A ps or worker whose server has not opened its port within ``startup_timeout`` and that
@@ -196,6 +200,13 @@ class Watchdogs:
         for dog in self.run:
             asks += dog.look(run, now, out)
         return asks
+
+    def progressed(self, run) -> None:
+        """A task reported progress: every run watchdog hears it."""
+        for dog in self.run:
+            heard = getattr(dog, "progressed", None)     # (the sizing policy is not a subclass)
+            if heard is not None:
+                heard(run)
 
 
 # ---------------------------------------------------------------------------- what they say
