@@ -988,6 +988,8 @@ def goal_rows(out: Dict[str, Any]) -> List[Dict[str, Any]]:
             low = best - 1 if key == "links" else 1     # cpu: at most one above; links: within one
             add(f"sizing.{key}.settled_workers (best fixed {best})", settled, f"{low}..{best + 1}",
                 None if settled is None else low <= settled <= best + 1)
+            add(f"sizing.{key}.near_best_fixed_workers (the fewest within 2% of best)",
+                get(sz, f"{key}.near_best_fixed_workers"))
             for n, secs in sorted((get(sz, f"{key}.fixed") or {}).items(), key=lambda kv: int(kv[0])):
                 add(f"sizing.{key}.fixed.{n} (seconds to step {get(sz, f'{key}.steps')})", secs, unit="s")
             add(f"sizing.{key}.sized_seconds", get(sz, f"{key}.sized_seconds"), unit="s")
