@@ -113,6 +113,8 @@ def test_ctrl_c_leaves_a_checkpoint_that_the_next_launch_resumes_from(tmp_path, 
     assert saved >= step, (saved, step)  # the final checkpoint is at least where we interrupted
     r = subprocess.run(cmd + [f"--train_steps={saved + 50}"], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout[-3000:]
-    # the chief restores the checkpoint it wrote at Ctrl-C (its first step can be a little
-    # later: the other worker steps as soon as the variables are restored)
-    assert f"-{saved} (global_step={saved})" in r.stdout, r.stdout[-3000:]
+    # the chief restores the checkpoint it wrote at Ctrl-C. The global step saved in it can be
+    # past its name: the Saver names the file by the step it read, then saves the variables,
+    # and the other worker may step in between (asynchronous training; seen in CI: -993 held 994)
+    got = re.search(rf"restored \S*-{saved} \(global_step=(\d+)\)", r.stdout)
+    assert got and int(got.group(1)) >= saved, r.stdout[-3000:]
