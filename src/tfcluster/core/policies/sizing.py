@@ -151,7 +151,7 @@ class Sizing:
     def progressed(self, run) -> None:
         """A task reported progress (the machine's ``Progressed``): while a window is open, the
         run's global step as it is now is one more point of the window's slope."""
-        if self.since is None or run.s.scale != "throughput":
+        if self.since is None:       # (no window is ever opened in a run not sized)
             return
         got = global_step(run)
         if got is None or got == self.points[-1]:
@@ -193,7 +193,7 @@ class Sizing:
         base_n, base_rate = self.base
         needed = self._needed(run)
         gain = rate - base_rate
-        if gain >= needed:
+        if not self._short(run, rate):
             self.base = (n, rate)
             why = (f"worker {n} added {gain:.2f} steps/s (needed {needed:.2f}: scale_gain "
                    f"{run.s.scale_gain:g} of one worker's {base_rate / max(base_n, 1):.2f})")

@@ -204,9 +204,7 @@ class Watchdogs:
     def progressed(self, run) -> None:
         """A task reported progress: every run watchdog hears it."""
         for dog in self.run:
-            heard = getattr(dog, "progressed", None)     # (the sizing policy is not a subclass)
-            if heard is not None:
-                heard(run)
+            dog.progressed(run)
 
 
 # ---------------------------------------------------------------------------- what they say
